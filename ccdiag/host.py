@@ -1,0 +1,706 @@
+"""The host door: the only code in ccdiag that touches the machine.
+
+Probes never call ``open``, ``subprocess`` or ``pynvml`` themselves; they ask a :class:`Host`.
+Three faces share one interface:
+
+* :class:`LiveHost` reads a real machine (files under ``root``, commands, NVML, kernel log);
+* :class:`RecordingHost` is a live host that also writes everything it read into a
+  :class:`~ccdiag.snapshot.SnapshotData`;
+* :class:`ReplayHost` answers the same questions from a snapshot, on any machine.
+
+So tests, the README demo, the daemon and support tickets all run the same probe code.
+
+Paths are absolute host paths (``/sys/class/net``). Symlinks are resolved component by component
+with ``root`` acting as ``/`` (like a chroot), identically live and in replay, which is what lets a
+snapshot carry the sysfs subset *with its symlinks* and still answer reads made through them.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import platform
+import signal
+import socket
+import stat
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from ccdiag.nvmlcall import DRIVER_MISSING, NOT_RECORDED, NvmlCallError, NvmlFacade
+from ccdiag.snapshot import SnapshotData, SnapshotError, base_meta
+
+#: environment variables a snapshot keeps (they steer NCCL and CUDA; nothing else is recorded)
+RECORDED_ENV_PREFIXES = ("NCCL_", "CUDA_", "NVIDIA_", "UCX_", "OMPI_MCA_", "GPU_DEVICE_ORDINAL")
+
+#: default bound on one file read; sysfs attributes are tiny, this protects against /dev/zero-likes
+MAX_READ_BYTES = 4 << 20
+
+
+class HostReadError(Exception):
+    """A file, directory or link that could not be read.
+
+    ``kind``: ``missing`` (ENOENT, or absent from a snapshot), ``permission`` (EACCES/EPERM),
+    ``invalid`` (EINVAL, e.g. a hw_counter the firmware refuses; EISDIR), ``io`` (EIO and others),
+    ``loop`` (too many symlinks).
+    """
+
+    def __init__(self, path: str, kind: str, errno_: int | None, message: str):
+        self.path = path
+        self.kind = kind
+        self.errno = errno_
+        self.message = message
+        super().__init__(f"{path}: {message}")
+
+
+def _kind_of_errno(code: int | None) -> str:
+    if code == errno.ENOENT or code == errno.ENOTDIR:
+        return "missing"
+    if code in (errno.EACCES, errno.EPERM):
+        return "permission"
+    if code in (errno.EINVAL, errno.EISDIR, errno.EOPNOTSUPP):
+        return "invalid"
+    return "io"
+
+
+def _error_from_oserror(path: str, exc: OSError) -> HostReadError:
+    return HostReadError(path, _kind_of_errno(exc.errno), exc.errno, exc.strerror or str(exc))
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """What one command did. ``rc`` is None when it never ran or was killed at its deadline."""
+
+    argv: tuple[str, ...]
+    rc: int | None
+    stdout: str
+    stderr: str
+    duration_s: float
+    timed_out: bool = False
+    error: str | None = None  # "not found", "permission denied", "not recorded in snapshot", ...
+
+    @property
+    def ok(self) -> bool:
+        return self.rc == 0 and not self.timed_out and self.error is None
+
+    def describe(self) -> str:
+        """One line for findings and logs: what ran and how it ended."""
+        cmd = " ".join(self.argv)
+        if self.error:
+            return f"`{cmd}`: {self.error}"
+        if self.timed_out:
+            return f"`{cmd}`: killed after {self.duration_s:.1f}s without finishing"
+        return f"`{cmd}`: exit {self.rc} in {self.duration_s:.2f}s"
+
+    def to_record(self) -> dict:
+        return {"argv": list(self.argv), "rc": self.rc, "stdout": self.stdout, "stderr": self.stderr,
+                "duration_s": round(self.duration_s, 4), "timed_out": self.timed_out, "error": self.error}
+
+    @classmethod
+    def from_record(cls, rec: dict) -> "CommandResult":
+        return cls(tuple(rec["argv"]), rec.get("rc"), rec.get("stdout", ""), rec.get("stderr", ""),
+                   float(rec.get("duration_s", 0.0)), bool(rec.get("timed_out", False)), rec.get("error"))
+
+
+def normpath(path: str) -> str:
+    """Absolute, normalised host path (no trailing slash, no '.' parts)."""
+    if not path.startswith("/"):
+        path = "/" + path
+    parts = [p for p in path.split("/") if p and p != "."]
+    return "/" + "/".join(parts)
+
+
+def resolve_path(path: str, lookup_link: Callable[[str], str | None], max_hops: int = 40) -> str:
+    """Resolve every symlink in ``path`` with ``/`` as the root (``..`` never climbs above it).
+
+    ``lookup_link(p)`` returns the link target of ``p`` or None when ``p`` is not a symlink.
+    """
+    pending = [p for p in path.split("/") if p and p != "."]
+    resolved: list[str] = []
+    hops = 0
+    while pending:
+        part = pending.pop(0)
+        if part == "..":
+            if resolved:
+                resolved.pop()
+            continue
+        candidate = "/" + "/".join(resolved + [part])
+        target = lookup_link(candidate)
+        if target is None:
+            resolved.append(part)
+            continue
+        hops += 1
+        if hops > max_hops:
+            raise HostReadError(path, "loop", errno.ELOOP, "too many levels of symbolic links")
+        if target.startswith("/"):
+            resolved = []
+        pending = [p for p in target.split("/") if p and p != "."] + pending
+    return "/" + "/".join(resolved)
+
+
+class Host:
+    """The interface every probe uses. Subclasses supply the primitives marked ``_``."""
+
+    live: bool = False
+
+    def __init__(self) -> None:
+        self.epoch = 0
+
+    # -- primitives (subclasses) ---------------------------------------------------------
+    def _lookup_link(self, path: str) -> str | None:
+        raise NotImplementedError
+
+    def _read_real(self, real: str, max_bytes: int) -> bytes:
+        raise NotImplementedError
+
+    def _list_real(self, real: str) -> list[str]:
+        raise NotImplementedError
+
+    def _kind_real(self, real: str) -> str | None:
+        """'file', 'dir' or None (absent)."""
+        raise NotImplementedError
+
+    # -- files ------------------------------------------------------------------------------
+    def realpath(self, path: str) -> str:
+        return resolve_path(normpath(path), self._lookup_link)
+
+    def read_bytes(self, path: str, max_bytes: int = MAX_READ_BYTES) -> bytes:
+        return self._read_real(self.realpath(path), max_bytes)
+
+    def read_text(self, path: str, max_bytes: int = MAX_READ_BYTES) -> str:
+        return self.read_bytes(path, max_bytes).decode("utf-8", "replace")
+
+    def read_attr(self, path: str) -> str:
+        """A sysfs attribute: text with the trailing newline (and surrounding blanks) removed."""
+        return self.read_text(path, 65536).strip()
+
+    def read_link(self, path: str) -> str:
+        """The target of the symlink ``path`` itself (its parent directories resolved)."""
+        p = normpath(path)
+        parent, _, name = p.rpartition("/")
+        real = resolve_path(parent or "/", self._lookup_link).rstrip("/") + "/" + name
+        target = self._lookup_link(real)
+        if target is None:
+            kind = self._kind_real(real)
+            if kind is None:
+                raise HostReadError(path, "missing", errno.ENOENT, "no such file or directory")
+            raise HostReadError(path, "invalid", errno.EINVAL, "not a symbolic link")
+        return target
+
+    def list_dir(self, path: str) -> list[str]:
+        return sorted(self._list_real(self.realpath(path)))
+
+    def exists(self, path: str) -> bool:
+        try:
+            return self._kind_real(self.realpath(path)) is not None
+        except HostReadError:
+            return False
+
+    def is_dir(self, path: str) -> bool:
+        try:
+            return self._kind_real(self.realpath(path)) == "dir"
+        except HostReadError:
+            return False
+
+    # -- the rest of the door (subclasses) --------------------------------------------------
+    def run(self, argv: Sequence[str], timeout: float = 10.0) -> CommandResult:
+        raise NotImplementedError
+
+    def nvml(self, fn: str, *args: Any) -> Any:
+        raise NotImplementedError
+
+    def read_kmsg(self) -> list[str]:
+        raise NotImplementedError
+
+    def net_interfaces(self) -> dict:
+        raise NotImplementedError
+
+    def statvfs(self, path: str) -> dict:
+        raise NotImplementedError
+
+    def environ(self) -> dict[str, str]:
+        raise NotImplementedError
+
+    def meta(self) -> dict:
+        raise NotImplementedError
+
+    def now(self) -> float:
+        """Wall-clock time of the observation (the recording time when replaying)."""
+        return time.time()
+
+    def next_epoch(self, seconds: float) -> None:
+        """Wait a sampling window (live) and start the next epoch of reads."""
+        self.epoch += 1
+
+    def close(self) -> None:
+        pass
+
+
+# ---------------------------------------------------------------------------------------------
+class LiveHost(Host):
+    """The real machine. ``root`` lets tests and support engineers point it at a copied tree."""
+
+    live = True
+
+    def __init__(self, root: str = "/", nvml: NvmlFacade | None = None, nvml_binding: Any = None,
+                 nvml_call_timeout: float = 3.0):
+        super().__init__()
+        self.root = os.path.abspath(root)
+        if nvml is None and (self.root == "/" or nvml_binding is not None):
+            nvml = NvmlFacade(binding=nvml_binding, call_timeout=nvml_call_timeout)
+        self._nvml = nvml
+
+    def _fs(self, path: str) -> str:
+        return path if self.root == "/" else os.path.join(self.root, path.lstrip("/"))
+
+    def _lookup_link(self, path: str) -> str | None:
+        try:
+            return os.readlink(self._fs(path))
+        except OSError:
+            return None
+
+    def _read_real(self, real: str, max_bytes: int) -> bytes:
+        try:
+            fd = os.open(self._fs(real), os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        except OSError as exc:
+            raise _error_from_oserror(real, exc) from None
+        try:
+            chunks = []
+            remaining = max_bytes
+            while remaining > 0:
+                chunk = os.read(fd, min(remaining, 65536))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                remaining -= len(chunk)
+            return b"".join(chunks)
+        except BlockingIOError:
+            return b"".join(chunks)
+        except OSError as exc:
+            raise _error_from_oserror(real, exc) from None
+        finally:
+            os.close(fd)
+
+    def _list_real(self, real: str) -> list[str]:
+        try:
+            return os.listdir(self._fs(real))
+        except OSError as exc:
+            raise _error_from_oserror(real, exc) from None
+
+    def _kind_real(self, real: str) -> str | None:
+        try:
+            st = os.stat(self._fs(real))
+        except OSError:
+            return None
+        return "dir" if stat.S_ISDIR(st.st_mode) else "file"
+
+    # commands --------------------------------------------------------------------------------
+    def run(self, argv: Sequence[str], timeout: float = 10.0) -> CommandResult:
+        """Run ``argv`` with a hard deadline: SIGKILL to its whole process group, then a bounded
+        wait, so a child stuck in the kernel (``nvidia-smi`` on a wedged GPU) cannot hold us."""
+        argv = tuple(str(a) for a in argv)
+        env = dict(os.environ, LC_ALL="C", LANG="C")
+        start = time.monotonic()
+        try:
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, start_new_session=True, env=env)
+        except FileNotFoundError:
+            return CommandResult(argv, None, "", "", 0.0, False, "not found")
+        except PermissionError:
+            return CommandResult(argv, None, "", "", 0.0, False, "permission denied")
+        except OSError as exc:
+            return CommandResult(argv, None, "", "", 0.0, False, f"could not start: {exc.strerror or exc}")
+        timed_out = False
+        try:
+            out, err = proc.communicate(timeout=max(timeout, 0.01))
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            try:
+                out, err = proc.communicate(timeout=1.0)
+            except subprocess.TimeoutExpired:
+                # unkillable (D state) or a grandchild holds the pipes: abandon it
+                for pipe in (proc.stdout, proc.stderr):
+                    try:
+                        pipe.close()
+                    except Exception:
+                        pass
+                out, err = b"", b""
+        duration = time.monotonic() - start
+        rc = None if timed_out else proc.returncode
+        return CommandResult(argv, rc, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"),
+                             duration, timed_out, None)
+
+    # NVML ------------------------------------------------------------------------------------
+    def nvml(self, fn: str, *args: Any) -> Any:
+        if self._nvml is None:
+            raise NvmlCallError(fn, args, DRIVER_MISSING, None, f"NVML is not used for a tree under {self.root}")
+        return self._nvml.call(fn, *args)
+
+    def nvml_init(self) -> None:
+        """Initialise NVML now (raises :class:`NvmlCallError` with the reason it is unusable)."""
+        self.nvml("nvmlSystemGetDriverVersion")
+
+    # kernel log ---------------------------------------------------------------------------
+    def read_kmsg(self, max_records: int = 200000, max_seconds: float = 3.0) -> list[str]:
+        """Records of ``/dev/kmsg`` (one per line), read without blocking."""
+        path = self._fs("/dev/kmsg")
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        except OSError as exc:
+            raise _error_from_oserror("/dev/kmsg", exc) from None
+        lines: list[str] = []
+        deadline = time.monotonic() + max_seconds
+        try:
+            while len(lines) < max_records and time.monotonic() < deadline:
+                try:
+                    chunk = os.read(fd, 65536)
+                except BlockingIOError:
+                    break
+                except BrokenPipeError:
+                    continue  # records were overwritten while reading: go on with the next
+                except OSError as exc:
+                    if exc.errno == errno.EINVAL:  # a record larger than the buffer
+                        continue
+                    raise _error_from_oserror("/dev/kmsg", exc) from None
+                if not chunk:
+                    break
+                lines.extend(chunk.decode("utf-8", "replace").splitlines())
+        finally:
+            os.close(fd)
+        return lines
+
+    # psutil-backed facts --------------------------------------------------------------------
+    def net_interfaces(self) -> dict:
+        import psutil
+
+        fam = {socket.AF_INET: "inet", socket.AF_INET6: "inet6", getattr(psutil, "AF_LINK", -1): "link"}
+        addrs = {}
+        for name, items in psutil.net_if_addrs().items():
+            addrs[name] = [{"family": fam.get(a.family, str(int(a.family))), "address": a.address,
+                            "netmask": a.netmask, "broadcast": a.broadcast} for a in items]
+        stats = {}
+        for name, st in psutil.net_if_stats().items():
+            stats[name] = {"isup": st.isup, "duplex": int(st.duplex), "speed_mbps": st.speed, "mtu": st.mtu,
+                           "flags": getattr(st, "flags", None)}
+        return {"addrs": addrs, "stats": stats}
+
+    def statvfs(self, path: str) -> dict:
+        try:
+            st = os.statvfs(self._fs(path))
+        except OSError as exc:
+            raise _error_from_oserror(path, exc) from None
+        return {"total_bytes": st.f_blocks * st.f_frsize, "free_bytes": st.f_bavail * st.f_frsize}
+
+    def environ(self) -> dict[str, str]:
+        return {k: v for k, v in os.environ.items() if k.startswith(RECORDED_ENV_PREFIXES)}
+
+    def meta(self) -> dict:
+        uname = platform.uname()
+        return base_meta(hostname=socket.gethostname(), kernel=uname.release, machine=uname.machine,
+                         python=platform.python_version(), root=self.root, source="live")
+
+    def next_epoch(self, seconds: float) -> None:
+        time.sleep(max(0.0, seconds))
+        self.epoch += 1
+
+    def close(self) -> None:
+        if self._nvml is not None:
+            self._nvml.shutdown()
+
+
+# ---------------------------------------------------------------------------------------------
+class RecordingHost(LiveHost):
+    """A live host that keeps everything it read; :meth:`snapshot` returns it as one object."""
+
+    def __init__(self, root: str = "/", **kwargs: Any):
+        super().__init__(root, **kwargs)
+        self.snap = SnapshotData()
+        self._lock = threading.RLock()
+        self._nvml_init_recorded = False
+        self._meta = LiveHost.meta(self)
+        self._meta["source"] = "recorded"
+
+    def _put_file(self, real: str, data: bytes) -> None:
+        with self._lock:
+            # a later epoch only stores what changed
+            for e in range(self.epoch - 1, -1, -1):
+                prev = self.snap.files.get(e, {}).get(real)
+                if prev is not None:
+                    if prev == data:
+                        return
+                    break
+            self.snap.put_file(real, data, self.epoch)
+
+    def _lookup_link(self, path: str) -> str | None:
+        target = super()._lookup_link(path)
+        if target is not None:
+            with self._lock:
+                self.snap.put_link(path, target)
+        return target
+
+    def _read_real(self, real: str, max_bytes: int) -> bytes:
+        try:
+            data = super()._read_real(real, max_bytes)
+        except HostReadError as exc:
+            with self._lock:
+                self.snap.put_error(real, exc.kind, exc.errno, exc.message, self.epoch)
+            raise
+        self._put_file(real, data)
+        return data
+
+    def _list_real(self, real: str) -> list[str]:
+        names = super()._list_real(real)
+        with self._lock:
+            if real not in self.snap.listings:
+                self.snap.listings[real] = sorted(names)
+                self.snap.put_dir(real)
+                for name in names:
+                    child = real.rstrip("/") + "/" + name
+                    try:
+                        st = os.lstat(self._fs(child))
+                    except OSError:
+                        continue
+                    if stat.S_ISLNK(st.st_mode):
+                        self._lookup_link(child)
+                    elif stat.S_ISDIR(st.st_mode):
+                        self.snap.put_dir(child)
+        return names
+
+    def _kind_real(self, real: str) -> str | None:
+        kind = super()._kind_real(real)
+        if kind == "dir":
+            with self._lock:
+                self.snap.put_dir(real)
+        elif kind == "file":
+            try:
+                self._read_real(real, 65536)
+            except HostReadError:
+                pass
+        return kind
+
+    def run(self, argv: Sequence[str], timeout: float = 10.0) -> CommandResult:
+        result = super().run(argv, timeout)
+        with self._lock:
+            self.snap.commands.append(dict(result.to_record(), epoch=self.epoch))
+        return result
+
+    def nvml(self, fn: str, *args: Any) -> Any:
+        with self._lock:
+            if not self._nvml_init_recorded:
+                self._nvml_init_recorded = True
+                rec: dict = {"epoch": 0, "call": ["nvmlInit"]}
+                try:
+                    if self._nvml is None:
+                        raise NvmlCallError("nvmlInit", (), DRIVER_MISSING, None,
+                                            f"NVML is not used for a tree under {self.root}")
+                    self._nvml._ensure_init()
+                    rec["ok"] = None
+                except NvmlCallError as exc:
+                    rec.update(exc.to_record())
+                self.snap.nvml.append(rec)
+        rec = {"epoch": self.epoch, "call": [fn, *args]}
+        try:
+            value = super().nvml(fn, *args)
+            rec["ok"] = value
+            return value
+        except NvmlCallError as exc:
+            rec.update(exc.to_record())
+            raise
+        finally:
+            with self._lock:
+                self.snap.nvml.append(rec)
+
+    def read_kmsg(self, **kwargs: Any) -> list[str]:
+        try:
+            lines = super().read_kmsg(**kwargs)
+        except HostReadError as exc:
+            with self._lock:
+                self.snap.kmsg[self.epoch] = {"error": {"kind": exc.kind, "errno": exc.errno, "message": exc.message}}
+            raise
+        with self._lock:
+            self.snap.kmsg[self.epoch] = {"lines": lines}
+        return lines
+
+    def net_interfaces(self) -> dict:
+        facts = super().net_interfaces()
+        with self._lock:
+            self.snap.net[self.epoch] = facts
+        return facts
+
+    def statvfs(self, path: str) -> dict:
+        try:
+            result = super().statvfs(path)
+        except HostReadError as exc:
+            with self._lock:
+                self.snap.statvfs[path] = {"error": {"kind": exc.kind, "errno": exc.errno, "message": exc.message}}
+            raise
+        with self._lock:
+            self.snap.statvfs[path] = result
+        return result
+
+    def environ(self) -> dict[str, str]:
+        env = super().environ()
+        with self._lock:
+            self.snap.environ = dict(env)
+        return env
+
+    def meta(self) -> dict:
+        return dict(self._meta)
+
+    def snapshot(self, **extra_meta: Any) -> SnapshotData:
+        """The recording so far, with its metadata."""
+        with self._lock:
+            self.snap.meta = dict(self._meta, **extra_meta)
+            return self.snap
+
+
+# ---------------------------------------------------------------------------------------------
+class ReplayHost(Host):
+    """Answers every question of the door from a snapshot; never touches the machine."""
+
+    live = False
+
+    def __init__(self, snapshot: SnapshotData | str):
+        super().__init__()
+        self.snap = SnapshotData.load(snapshot) if isinstance(snapshot, str) else snapshot
+        self.root = "/"
+        children: dict[str, set[str]] = {}
+        paths = set(self.snap.dirs) | set(self.snap.links)
+        for files in self.snap.files.values():
+            paths.update(p for p, v in files.items() if not (isinstance(v, dict) and v.get("kind") == "missing"))
+        for p in paths:
+            parent, _, name = p.rpartition("/")
+            children.setdefault(parent or "/", set()).add(name)
+        self._children = children
+        self._cmd_index: dict[tuple, list[dict]] = {}
+        for rec in self.snap.commands:
+            self._cmd_index.setdefault(tuple(rec["argv"]), []).append(rec)
+        self._nvml_index: dict[str, list[dict]] = {}
+        for rec in self.snap.nvml:
+            self._nvml_index.setdefault(repr(list(rec["call"])), []).append(rec)
+
+    def _latest(self, records: list[dict]) -> dict | None:
+        best = None
+        for rec in records:
+            e = int(rec.get("epoch", 0))
+            if e <= self.epoch and (best is None or e >= int(best.get("epoch", 0))):
+                best = rec
+        return best
+
+    def _lookup_link(self, path: str) -> str | None:
+        return self.snap.links.get(path)
+
+    def _value(self, real: str) -> Any:
+        for e in range(self.epoch, -1, -1):
+            files = self.snap.files.get(e)
+            if files and real in files:
+                return files[real]
+        return None
+
+    def _read_real(self, real: str, max_bytes: int) -> bytes:
+        value = self._value(real)
+        if isinstance(value, bytes):
+            return value[:max_bytes]
+        if isinstance(value, dict):
+            raise HostReadError(real, value.get("kind", "io"), value.get("errno"), value.get("message", "read error"))
+        if real in self.snap.dirs or real in self._children:
+            raise HostReadError(real, "invalid", errno.EISDIR, "is a directory")
+        raise HostReadError(real, "missing", errno.ENOENT, "no such file (not in snapshot)")
+
+    def _list_real(self, real: str) -> list[str]:
+        if real in self.snap.listings:
+            return list(self.snap.listings[real])
+        if real in self._children:
+            return sorted(self._children[real])
+        if real in self.snap.dirs or real == "/":
+            return []
+        value = self._value(real)
+        if value is not None:
+            raise HostReadError(real, "invalid", errno.ENOTDIR, "not a directory")
+        raise HostReadError(real, "missing", errno.ENOENT, "no such directory (not in snapshot)")
+
+    def _kind_real(self, real: str) -> str | None:
+        if real in self.snap.dirs or real in self.snap.listings or real in self._children or real == "/":
+            return "dir"
+        value = self._value(real)
+        if isinstance(value, bytes) or (isinstance(value, dict) and value.get("kind") != "missing"):
+            return "file"
+        return None
+
+    def run(self, argv: Sequence[str], timeout: float = 10.0) -> CommandResult:
+        argv = tuple(str(a) for a in argv)
+        rec = self._latest(self._cmd_index.get(argv, []))
+        if rec is None:
+            return CommandResult(argv, None, "", "", 0.0, False, "not recorded in snapshot")
+        result = CommandResult.from_record(rec)
+        if result.timed_out and result.duration_s > timeout:
+            # the recording hung longer than this run would wait: honour this run's deadline
+            return CommandResult(argv, None, result.stdout, result.stderr, timeout, True, None)
+        return result
+
+    def nvml(self, fn: str, *args: Any) -> Any:
+        rec = self._latest(self._nvml_index.get(repr([fn, *args]), []))
+        if rec is None:
+            init = self._latest(self._nvml_index.get(repr(["nvmlInit"]), []))
+            if init is not None and "error" in init:
+                raise NvmlCallError(fn, args, init["error"], init.get("code"), init.get("message", ""))
+            raise NvmlCallError(fn, args, NOT_RECORDED, None, "not recorded in snapshot")
+        if "error" in rec:
+            raise NvmlCallError(fn, args, rec["error"], rec.get("code"), rec.get("message", ""))
+        return rec.get("ok")
+
+    def read_kmsg(self, **kwargs: Any) -> list[str]:
+        rec = None
+        for e in range(self.epoch, -1, -1):
+            if e in self.snap.kmsg:
+                rec = self.snap.kmsg[e]
+                break
+        if rec is None:
+            raise HostReadError("/dev/kmsg", "missing", errno.ENOENT, "kernel log not in snapshot")
+        if "error" in rec:
+            err = rec["error"]
+            raise HostReadError("/dev/kmsg", err.get("kind", "io"), err.get("errno"), err.get("message", ""))
+        return list(rec.get("lines", []))
+
+    def net_interfaces(self) -> dict:
+        for e in range(self.epoch, -1, -1):
+            if e in self.snap.net:
+                return self.snap.net[e]
+        return {"addrs": {}, "stats": {}}
+
+    def statvfs(self, path: str) -> dict:
+        rec = self.snap.statvfs.get(path)
+        if rec is None:
+            raise HostReadError(path, "missing", errno.ENOENT, "not in snapshot")
+        if "error" in rec:
+            err = rec["error"]
+            raise HostReadError(path, err.get("kind", "io"), err.get("errno"), err.get("message", ""))
+        return dict(rec)
+
+    def environ(self) -> dict[str, str]:
+        return dict(self.snap.environ or {})
+
+    def meta(self) -> dict:
+        return dict(self.snap.meta)
+
+    def now(self) -> float:
+        return float(self.snap.meta.get("time_epoch") or time.time())
+
+
+def open_host(replay: str | None = None, root: str = "/", record: bool = False) -> Host:
+    """The host a command works on: a replayed snapshot, or the live machine (recording or not)."""
+    if replay:
+        return ReplayHost(replay)
+    return RecordingHost(root) if record else LiveHost(root)
+
+
+__all__ = [
+    "CommandResult", "Host", "HostReadError", "LiveHost", "RecordingHost", "ReplayHost",
+    "SnapshotError", "open_host", "resolve_path", "normpath",
+]

@@ -1,0 +1,253 @@
+"""The one way ccdiag calls NVML: bounded in time, errors sorted into classes, results as JSON.
+
+Why a facade rather than calling ``pynvml`` from the probes:
+
+* **Classes, not codes.** Probes and checks care whether a value is *not applicable*
+  (``not_supported``), *unknown* (``no_permission``), or whether the *GPU has failed*
+  (``gpu_lost``, ``unknown_error``, ``timeout``, ``hung``). :func:`classify` does that mapping once.
+* **Deadlines.** A wedged driver can block an NVML call for minutes. Each call runs on a worker
+  thread and is abandoned after its deadline; the GPU it addressed is then marked hung and later
+  calls for it fail at once, while other GPUs are still read on a fresh worker.
+* **Replayable.** Calls are named by ``(function, *args)`` where GPUs are given by *index*, never by
+  handle, and results are plain JSON (ctypes structures become dicts), so the same call can be
+  recorded into a snapshot and answered again from it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import queue
+import threading
+from typing import Any, Callable
+
+# Error classes. Keep in sync with the README's "NVML errors" table.
+NOT_SUPPORTED = "not_supported"
+NOT_FOUND = "not_found"
+NO_PERMISSION = "no_permission"
+INVALID_ARGUMENT = "invalid_argument"
+GPU_LOST = "gpu_lost"
+UNKNOWN_ERROR = "unknown_error"
+TIMEOUT = "timeout"
+HUNG = "hung"
+RESET_REQUIRED = "reset_required"
+DRIVER_MISSING = "driver_missing"
+NOT_RECORDED = "not_recorded"
+OTHER = "error"
+
+#: classes meaning "this field does not apply to this device"
+NOT_APPLICABLE_CLASSES = frozenset({NOT_SUPPORTED, NOT_FOUND})
+#: classes meaning "we could not find out" (never a pass, never a fail)
+UNKNOWN_CLASSES = frozenset({NO_PERMISSION, INVALID_ARGUMENT, NOT_RECORDED, OTHER})
+#: classes meaning "the GPU itself is in trouble"
+GPU_FAILED_CLASSES = frozenset({GPU_LOST, UNKNOWN_ERROR, TIMEOUT, HUNG, RESET_REQUIRED})
+
+# NVML return codes (nvml.h); kept numeric so the mapping works without importing pynvml.
+_CODE_CLASS = {
+    1: DRIVER_MISSING,  # UNINITIALIZED
+    2: INVALID_ARGUMENT,
+    3: NOT_SUPPORTED,
+    4: NO_PERMISSION,
+    6: NOT_FOUND,
+    9: DRIVER_MISSING,  # DRIVER_NOT_LOADED
+    10: TIMEOUT,
+    12: DRIVER_MISSING,  # LIBRARY_NOT_FOUND
+    13: NOT_SUPPORTED,  # FUNCTION_NOT_FOUND: the installed driver predates the call
+    15: GPU_LOST,
+    16: RESET_REQUIRED,
+    999: UNKNOWN_ERROR,
+}
+
+#: argument positions that name a GPU (by index) for functions taking two devices
+_DEVICE_ARGS: dict[str, tuple[int, ...]] = {
+    "nvmlDeviceGetP2PStatus": (0, 1),
+    "nvmlDeviceGetTopologyCommonAncestor": (0, 1),
+}
+
+
+class NvmlCallError(Exception):
+    """An NVML call that did not return a value. ``error_class`` is one of the constants above."""
+
+    def __init__(self, fn: str, args: tuple, error_class: str, code: int | None = None, message: str = ""):
+        self.fn = fn
+        self.args_ = tuple(args)
+        self.error_class = error_class
+        self.code = code
+        self.message = message or error_class
+        super().__init__(f"{call_name(fn, args)}: {self.message} [{error_class}]")
+
+    def to_record(self) -> dict:
+        return {"error": self.error_class, "code": self.code, "message": self.message}
+
+
+def call_name(fn: str, args: tuple | list) -> str:
+    """Human and JSON key form of one call: ``nvmlDeviceGetUUID(0)``."""
+    return f"{fn}({', '.join(repr(a) for a in args)})"
+
+
+def classify(code: int | None) -> str:
+    """Map an NVML return code to ccdiag's error class."""
+    if code is None:
+        return OTHER
+    return _CODE_CLASS.get(int(code), OTHER)
+
+
+def jsonify(value: Any) -> Any:
+    """Turn what pynvml returns (ctypes structures, arrays, bytes, named tuples) into JSON."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace").rstrip("\x00")
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    if isinstance(value, ctypes.Array):
+        return [jsonify(v) for v in value]
+    if isinstance(value, (ctypes.Structure, ctypes.Union)):
+        out = {}
+        for field in value._fields_:
+            name = field[0]
+            if name.startswith("_") and name != "_unused":
+                # pynvml names raw fields with a leading underscore and offers a property without
+                name = name.lstrip("_")
+            try:
+                out[name] = jsonify(getattr(value, field[0]))
+            except Exception:  # pragma: no cover - exotic field types
+                out[name] = None
+        return out
+    if isinstance(value, dict):
+        return {str(k): jsonify(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonify(v) for v in value]
+    if isinstance(value, ctypes._SimpleCData):
+        return jsonify(value.value)
+    if hasattr(value, "__dict__"):
+        return {k: jsonify(v) for k, v in vars(value).items() if not k.startswith("_")}
+    return repr(value)
+
+
+class _Worker:
+    """One daemon thread that executes NVML calls from a queue. Abandoned when a call hangs."""
+
+    def __init__(self) -> None:
+        self.jobs: queue.Queue = queue.Queue()
+        self.thread = threading.Thread(target=self._loop, name="ccdiag-nvml", daemon=True)
+        self.thread.start()
+
+    def _loop(self) -> None:
+        while True:
+            fn, box, done = self.jobs.get()
+            try:
+                box["value"] = fn()
+            except BaseException as exc:  # noqa: BLE001 - handed back to the caller
+                box["exc"] = exc
+            done.set()
+
+    def submit(self, fn: Callable[[], Any], timeout: float) -> tuple[bool, dict]:
+        box: dict = {}
+        done = threading.Event()
+        self.jobs.put((fn, box, done))
+        return done.wait(timeout), box
+
+
+class NvmlFacade:
+    """Live NVML behind deadlines. ``binding`` is the ``pynvml`` module (or a test double of it).
+
+    ``call(fn, *args)`` runs ``binding.<fn>`` with device indices replaced by handles and returns a
+    JSON value, or raises :class:`NvmlCallError`.
+    """
+
+    def __init__(self, binding: Any = None, call_timeout: float = 3.0, init_timeout: float = 10.0):
+        self._binding = binding
+        self.call_timeout = call_timeout
+        self.init_timeout = init_timeout
+        self._lock = threading.Lock()
+        self._worker: _Worker | None = None
+        self._init_error: NvmlCallError | None = None
+        self._initialised = False
+        self._handles: dict[int, Any] = {}
+        self._hung_devices: set[int] = set()
+        self._hung_global = False
+
+    # -- plumbing -----------------------------------------------------------------
+    def _load_binding(self) -> Any:
+        if self._binding is None:
+            try:
+                import pynvml  # nvidia-ml-py
+            except Exception as exc:  # pragma: no cover - nvidia-ml-py is a hard dependency
+                raise NvmlCallError("nvmlInit", (), DRIVER_MISSING, None, f"pynvml not importable: {exc}")
+            self._binding = pynvml
+        return self._binding
+
+    def _run(self, label: str, args: tuple, thunk: Callable[[], Any], timeout: float, device: int | None) -> Any:
+        if self._worker is None:
+            self._worker = _Worker()
+        finished, box = self._worker.submit(thunk, timeout)
+        if not finished:
+            # the worker is stuck inside the driver: abandon it, remember who hung
+            self._worker = None
+            if device is None:
+                self._hung_global = True
+            else:
+                self._hung_devices.add(device)
+            raise NvmlCallError(label, args, HUNG, None, f"no answer within {timeout:g}s (driver hung?)")
+        if "exc" in box:
+            exc = box["exc"]
+            code = getattr(exc, "value", None)
+            if isinstance(exc, NvmlCallError):
+                raise exc
+            if code is None:
+                raise NvmlCallError(label, args, OTHER, None, f"{type(exc).__name__}: {exc}")
+            raise NvmlCallError(label, args, classify(code), int(code), str(exc))
+        return box.get("value")
+
+    def _ensure_init(self) -> None:
+        if self._initialised:
+            return
+        if self._init_error is not None:
+            raise self._init_error
+        try:
+            binding = self._load_binding()
+            self._run("nvmlInit", (), binding.nvmlInit, self.init_timeout, None)
+            self._initialised = True
+        except NvmlCallError as exc:
+            # LIBRARY_NOT_FOUND, DRIVER_NOT_LOADED ... stay the answer for this facade
+            self._init_error = exc
+            raise
+
+    def _handle(self, index: int) -> Any:
+        if index in self._handles:
+            return self._handles[index]
+        binding = self._binding
+        handle = self._run("nvmlDeviceGetHandleByIndex", (index,),
+                           lambda: binding.nvmlDeviceGetHandleByIndex(index), self.call_timeout, index)
+        self._handles[index] = handle
+        return handle
+
+    # -- the API -------------------------------------------------------------------
+    def call(self, fn: str, *args: Any) -> Any:
+        with self._lock:
+            if self._hung_global:
+                raise NvmlCallError(fn, args, HUNG, None, "an earlier NVML call hung; NVML not called again")
+            self._ensure_init()
+            binding = self._binding
+            func = getattr(binding, fn, None)
+            if func is None:
+                raise NvmlCallError(fn, args, NOT_SUPPORTED, 13, f"{fn} is not in this nvidia-ml-py")
+            device_positions = _DEVICE_ARGS.get(fn, (0,) if fn.startswith("nvmlDevice") and args else ())
+            devices = [args[i] for i in device_positions if i < len(args)]
+            for dev in devices:
+                if dev in self._hung_devices:
+                    raise NvmlCallError(fn, args, HUNG, None, f"GPU {dev} stopped answering earlier; not called again")
+            real_args = list(args)
+            for pos in device_positions:
+                if pos < len(real_args):
+                    real_args[pos] = self._handle(int(real_args[pos]))
+            value = self._run(fn, args, lambda: func(*real_args), self.call_timeout,
+                              devices[0] if devices else None)
+            return jsonify(value)
+
+    def shutdown(self) -> None:
+        with self._lock:
+            if self._initialised and not self._hung_global and not self._hung_devices:
+                try:
+                    self._run("nvmlShutdown", (), self._binding.nvmlShutdown, 2.0, None)
+                except NvmlCallError:
+                    pass
+            self._initialised = False

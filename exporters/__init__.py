@@ -1,0 +1,2 @@
+"""Exporters: Prometheus collectors and node_exporter textfile output. Installed as
+``ccdiag.exporters``."""
