@@ -158,7 +158,8 @@ class SnapshotData:
         try:
             tar = tarfile.open(fileobj=io.BytesIO(data), mode="r:*")
         except (tarfile.TarError, EOFError, OSError) as exc:
-            raise SnapshotError(f"{name}: not a ccdiag snapshot (not a readable tar archive: {exc})") from None
+            first = str(exc).splitlines()[0].rstrip(":") if str(exc) else type(exc).__name__
+            raise SnapshotError(f"{name}: not a ccdiag snapshot (not a readable tar archive: {first})") from None
         docs: dict[str, Any] = {}
         try:
             with tar:

@@ -1,0 +1,106 @@
+"""The ``ccdiag`` command line. Thin: parse options, build the host, call the library, render.
+
+Sub-commands live in ``ccdiag/commands/<name>.py`` and are imported only when invoked, so
+``ccdiag check`` does not pay for the daemon's imports (start-up time counts inside a Slurm prolog).
+Every failure path ends in :func:`main` with one line on stderr and a code from
+:mod:`ccdiag.exitcodes`; a traceback is shown only with ``CCDIAG_DEBUG=1``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+import click
+
+from ccdiag import __version__
+from ccdiag.exitcodes import ExitCode
+
+#: command name -> (module, attribute, one-line help)
+COMMANDS = {
+    "check": ("ccdiag.commands.check", "command", "Pre-job verdict: is this node fit to run a job?"),
+    "topo": ("ccdiag.commands.topo", "command", "Show the GPU/NIC/NVLink/PCIe topology and expected bandwidths."),
+    "snapshot": ("ccdiag.commands.snapshot", "command", "Record everything the probes read into one replayable file."),
+    "policy": ("ccdiag.commands.policy", "group", "Write or show the expectations a node is held to."),
+    "daemon": ("ccdiag.commands.daemon", "command", "Serve Prometheus metrics from a background collection loop."),
+}
+
+
+class LazyGroup(click.Group):
+    """A click group whose sub-commands are imported on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, name: str):
+        spec = COMMANDS.get(name)
+        if spec is None:
+            return None
+        module, attr, _ = spec
+        try:
+            return getattr(importlib.import_module(module), attr)
+        except (ImportError, AttributeError):
+            if os.environ.get("CCDIAG_DEBUG"):
+                raise
+            return None
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, COMMANDS[name][2]) for name in sorted(COMMANDS)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="ccdiag")
+@click.option("-v", "--verbose", count=True, help="More log detail on stderr (-vv for debug).")
+def cli(verbose: int) -> None:
+    """ccdiag: is this GPU node fit to run a job, and if not, what exactly is broken?
+
+    Every command reads the live machine, or with --replay FILE a snapshot recorded anywhere.
+    Exit codes: 0 ok, 1 check failed, 2 usage/input error, 3 could not evaluate, 4 internal error.
+    """
+    from ccdiag.output import setup_logging
+
+    setup_logging(verbose)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console-script entry point: maps every outcome to a documented exit code."""
+    from ccdiag.errors import CcdiagError
+
+    try:
+        rv = cli.main(args=argv, prog_name="ccdiag", standalone_mode=False)
+    except CcdiagError as exc:
+        click.echo(f"ccdiag: {exc}", err=True)
+        sys.exit(int(exc.exit_code))
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(int(ExitCode.USAGE))
+    except click.exceptions.Abort:
+        click.echo("ccdiag: aborted", err=True)
+        sys.exit(130)
+    except KeyboardInterrupt:
+        click.echo("ccdiag: interrupted", err=True)
+        sys.exit(130)
+    except BrokenPipeError:
+        # the reader went away (`ccdiag topo | head`): not an error worth a message
+        try:
+            sys.stdout = open(os.devnull, "w")
+        except OSError:
+            pass
+        sys.exit(int(ExitCode.OK))
+    except Exception as exc:  # noqa: BLE001 - never a traceback for the user
+        if os.environ.get("CCDIAG_DEBUG"):
+            raise
+        from ccdiag.snapshot import SnapshotError
+
+        if isinstance(exc, SnapshotError):
+            click.echo(f"ccdiag: {exc}", err=True)
+            sys.exit(int(ExitCode.USAGE))
+        click.echo(f"ccdiag: internal error: {type(exc).__name__}: {exc} "
+                   f"(set CCDIAG_DEBUG=1 for a traceback, and please report it)", err=True)
+        sys.exit(int(ExitCode.INTERNAL))
+    sys.exit(int(rv) if isinstance(rv, int) else 0)

@@ -1,0 +1,1 @@
+"""One module per ``ccdiag`` sub-command; each exposes ``command`` (or ``group``)."""

@@ -1,0 +1,44 @@
+"""Options shared by every command that reads a host (live, a tree under --root, or --replay)."""
+
+from __future__ import annotations
+
+import functools
+from typing import Callable
+
+import click
+
+from ccdiag.errors import InputError
+from ccdiag.host import Host, LiveHost, RecordingHost, ReplayHost
+from ccdiag.snapshot import SnapshotError
+
+
+def host_options(func: Callable) -> Callable:
+    """Adds ``--replay FILE`` and ``--root DIR``."""
+
+    @click.option("--replay", "replay", metavar="FILE", type=click.Path(dir_okay=False),
+                  help="Read a snapshot instead of this machine.")
+    @click.option("--root", default="/", show_default=True, metavar="DIR",
+                  help="Read sysfs/procfs under DIR (a copied tree) instead of /. NVML is not used then.")
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        return func(*args, **kwargs)
+
+    return wrapper
+
+
+def make_host(replay: str | None, root: str = "/", record: bool = False) -> Host:
+    """The host for a command, with snapshot problems turned into one-line input errors."""
+    if replay:
+        try:
+            return ReplayHost(replay)
+        except SnapshotError as exc:
+            raise InputError(str(exc)) from None
+    return RecordingHost(root) if record else LiveHost(root)
+
+
+def run_info(host: Host, replay: str | None, started: float, **extra) -> dict:
+    import time
+
+    info = {"replayed_from": replay, "duration_s": round(time.monotonic() - started, 4)}
+    info.update(extra)
+    return info

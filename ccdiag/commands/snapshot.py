@@ -1,0 +1,96 @@
+"""``ccdiag snapshot``: record everything the probes read into one file that replays anywhere.
+
+The file is what a support ticket carries: ``ccdiag check --replay FILE`` on any laptop gives the
+verdict the node gave. ``--redact`` pseudonymises host names, addresses, serials and GUIDs first.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+
+import click
+
+from ccdiag.commands.common import host_options, make_host
+from ccdiag.errors import InputError
+from ccdiag.exitcodes import ExitCode
+from ccdiag.host import RecordingHost, ReplayHost
+from ccdiag.output import console, emit_json
+from ccdiag.probing import ALL_PROBES, run_probes
+from ccdiag.report import build_report
+
+
+def default_name(hostname: str | None) -> str:
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    return f"ccdiag-{(hostname or 'host').split('.')[0]}-{stamp}.snap.tar.gz"
+
+
+@click.command(name="snapshot")
+@host_options
+@click.option("-o", "--output", "output", metavar="FILE",
+              help="Snapshot file to write [default: ccdiag-<host>-<time>.snap.tar.gz].")
+@click.option("--redact", is_flag=True, help="Pseudonymise host names, IP/MAC addresses, serials, GUIDs and GPU UUIDs.")
+@click.option("--window", type=click.FloatRange(0, 600), default=0.0, show_default=True, metavar="S",
+              help="Read the counters again after S seconds (a second epoch), so rates can be judged on replay.")
+@click.option("--timeout", type=click.FloatRange(1, 3600), default=60.0, show_default=True, metavar="S",
+              help="Bound on each sampling pass.")
+@click.option("--probe", "probes", multiple=True, type=click.Choice(ALL_PROBES), help="Only these probes (repeatable).")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout.")
+def command(replay, root, output, redact, window, timeout, probes, as_json):
+    """Record a snapshot of this machine (or re-write a snapshot given with --replay, e.g. to redact it).
+
+    Exit 0 when the file was written (even if some probes found nothing: that is recorded too),
+    2 on a bad argument or unreadable --replay file.
+    """
+    names = list(probes or ALL_PROBES)
+    started = time.monotonic()
+    host = make_host(replay, root, record=not replay)
+    runs = None
+    if isinstance(host, ReplayHost):
+        snap = host.snap
+    else:
+        assert isinstance(host, RecordingHost)
+        runs = run_probes(host, names, deadline=time.monotonic() + timeout)
+        if window > 0:
+            host.next_epoch(window)
+            run_probes(host, [n for n in names if n in ("nvml", "infiniband", "pcie", "kmsg")],
+                       deadline=time.monotonic() + timeout)
+        host.environ()
+        snap = host.snapshot(window_s=window, probes={n: r.status for n, r in runs.items()},
+                             recorded_probes=names)
+        host.close()
+    counts: dict[str, int] = {}
+    if redact:
+        from ccdiag.redact import redact as do_redact
+
+        snap, counts = do_redact(snap)
+    path = output or default_name(snap.meta.get("hostname") or socket.gethostname())
+    if os.path.isdir(path):
+        path = os.path.join(path, default_name(snap.meta.get("hostname")))
+    try:
+        snap.save(path)
+    except OSError as exc:
+        raise InputError(f"cannot write snapshot {path}: {exc.strerror or exc}") from None
+    size = os.path.getsize(path)
+    nfiles = sum(len(f) for f in snap.files.values())
+    summary = {
+        "path": path, "bytes": size, "files": nfiles, "links": len(snap.links), "commands": len(snap.commands),
+        "nvml_calls": len(snap.nvml), "epochs": snap.epochs, "redacted": bool(redact),
+        "redacted_values": counts, "probes": snap.meta.get("probes", {}),
+    }
+    if as_json:
+        emit_json(build_report("snapshot", snap.meta, runs=runs,
+                               run_info={"replayed_from": replay,
+                                         "duration_s": round(time.monotonic() - started, 4)},
+                               extra={"snapshot": summary}))
+    else:
+        out = console()
+        out.print(f"wrote {path} ({size / 1024:.0f} KiB: {nfiles} files, {len(snap.links)} links, "
+                  f"{len(snap.commands)} commands, {len(snap.nvml)} NVML calls, {snap.epochs} epoch(s))")
+        for name, status in sorted(summary["probes"].items()):
+            out.print(f"  probe {name}: {status}")
+        if redact:
+            out.print("  redacted: " + (", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "nothing found"))
+        out.print(f"replay with: ccdiag check --replay {path}")
+    return int(ExitCode.OK)

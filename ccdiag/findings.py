@@ -1,0 +1,77 @@
+"""What a check says about one component: status, evidence, expectation, remedy.
+
+A finding is the unit operators act on, so it always names the component precisely (GPU index +
+UUID + BDF, NIC + port, link, bridge), shows the values that were read and where, says what was
+expected and why, and says what to do.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+PASS = "pass"
+WARN = "warn"
+FAIL = "fail"
+SKIP = "skip"  # the check does not apply here (no NVLink on this GPU model, no IB ports)
+UNKNOWN = "unknown"  # the check applies but could not be evaluated (probe timed out, no permission)
+
+STATUSES = (FAIL, UNKNOWN, WARN, SKIP, PASS)
+#: sort key: failures first, passes last
+STATUS_RANK = {s: i for i, s in enumerate(STATUSES)}
+
+
+@dataclass(frozen=True)
+class Component:
+    """The thing a finding is about. ``kind``: node, gpu, nvlink, pcie_link, bridge, nic, ib_port,
+    netdev, gpu_pair, probe, env, module, limit."""
+
+    kind: str
+    name: str  # human label: "GPU3", "GPU3 NVLink 7", "mlx5_0 port 1", "bridge 0000:17:01.0"
+    gpu: int | None = None
+    uuid: str | None = None
+    bdf: str | None = None
+    device: str | None = None  # "mlx5_0", "ib0", "nvidia_peermem"
+    port: int | None = None
+    link: int | None = None
+    peer: str | None = None  # the other end: a BDF, "GPU5", "NVSwitch 0000:05:00.0"
+
+    def label(self) -> str:
+        """Name plus the identifiers an operator needs to find the part."""
+        extra = [x for x in (self.uuid, self.bdf) if x]
+        return f"{self.name} ({', '.join(extra)})" if extra else self.name
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """One observed value and where it was read (a sysfs path, an NVML call, a command, a log line)."""
+
+    what: str
+    value: Any
+    source: str
+
+
+@dataclass(frozen=True)
+class Finding:
+    check: str  # stable id, e.g. "pcie.link_downtrained"; never renamed once released
+    status: str
+    component: Component
+    summary: str
+    evidence: tuple[Evidence, ...] = ()
+    expected: str | None = None
+    expected_source: str | None = None  # "topology", "policy <file>", "GPU max (NVML)", "NVIDIA XID catalogue"
+    remedy: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def sort_key(self) -> tuple:
+        c = self.component
+        return (STATUS_RANK.get(self.status, 9), self.check, c.gpu if c.gpu is not None else -1, c.name)
+
+
+def worst(findings) -> str:
+    """The most severe status among ``findings`` (``pass`` when there are none)."""
+    best = PASS
+    for f in findings:
+        if STATUS_RANK[f.status] < STATUS_RANK[best]:
+            best = f.status
+    return best

@@ -1,0 +1,81 @@
+"""Terminal and JSON output, kept in one place so every command behaves the same.
+
+* With ``--json`` stdout carries exactly one JSON document; nothing else is printed there.
+* Tables are rich tables on a terminal and plain, borderless, uncoloured text when piped.
+* Logs and progress go to stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import tempfile
+from typing import Any, Iterable
+
+log = logging.getLogger("ccdiag")
+
+
+def setup_logging(verbose: int = 0) -> None:
+    level = logging.WARNING - 10 * min(verbose, 2)
+    logging.basicConfig(stream=sys.stderr, level=level, format="ccdiag: %(levelname)s: %(message)s")
+
+
+def stdout_is_tty() -> bool:
+    try:
+        return sys.stdout.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def console(stderr: bool = False):
+    """A rich Console: colour and boxes on a TTY, plain text otherwise."""
+    from rich.console import Console
+
+    tty = sys.stderr.isatty() if stderr else stdout_is_tty()
+    return Console(stderr=stderr, no_color=not tty or bool(os.environ.get("NO_COLOR")),
+                   highlight=False, soft_wrap=not tty, width=None if tty else 200,
+                   force_terminal=None if tty else False)
+
+
+def table(title: str | None, columns: Iterable[str], rows: Iterable[Iterable[Any]], **kw: Any):
+    """A rich Table with borders on a TTY and none when piped (so ``grep``/``awk`` work)."""
+    from rich import box
+    from rich.table import Table
+
+    tty = stdout_is_tty()
+    t = Table(title=title, box=box.SIMPLE_HEAD if tty else None, show_edge=tty, pad_edge=False,
+              title_justify="left", **kw)
+    for col in columns:
+        t.add_column(str(col), overflow="fold")
+    for row in rows:
+        t.add_row(*["" if v is None else str(v) for v in row])
+    return t
+
+
+def write_atomic(path: str, text: str, mode: int = 0o644) -> None:
+    """Write ``text`` to ``path`` via a temporary file and rename, so readers never see half a file."""
+    directory = os.path.dirname(os.path.abspath(path)) or "."
+    fd, tmp = tempfile.mkstemp(prefix=".ccdiag-", dir=directory)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def emit_json(doc: Any, output: str | None = None) -> None:
+    """Print one JSON document on stdout (and/or write it to ``output``)."""
+    text = json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n"
+    if output:
+        write_atomic(output, text)
+    else:
+        sys.stdout.write(text)
+        sys.stdout.flush()

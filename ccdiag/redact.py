@@ -1,0 +1,167 @@
+"""Pseudonymise a snapshot before it leaves the site: host names, addresses, serials, GUIDs.
+
+The same original always maps to the same pseudonym within one snapshot, so a redacted snapshot
+still diagnoses exactly like the original (GPU 3's UUID in NVML, in the kernel log and in a command
+output stay the same pseudonym; two ports with different GUIDs stay different). Pseudonyms come from
+ranges reserved for documentation (192.0.2.0/24, 2001:db8::/32) or locally administered MACs, so they
+can never be mistaken for a real machine.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+from typing import Any, Callable
+
+from ccdiag.snapshot import SnapshotData
+
+IPV4 = re.compile(r"(?<![\d.])(?:\d{1,3}\.){3}\d{1,3}(?![\d.])")
+MAC = re.compile(r"(?<![0-9a-fA-F:])(?:[0-9a-fA-F]{2}:){5}[0-9a-fA-F]{2}(?![0-9a-fA-F:])")
+IB_GUID = re.compile(r"(?<![0-9a-fA-F:])(?:[0-9a-fA-F]{4}:){3}[0-9a-fA-F]{4}(?![0-9a-fA-F:])")
+HEX_GUID = re.compile(r"\b0x[0-9a-fA-F]{16}\b")
+GPU_UUID = re.compile(r"\b(?:GPU|MIG)-[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b")
+# a GID is eight groups; the upper half is the subnet prefix, the lower half the port GUID
+GID = re.compile(r"(?<![0-9a-fA-F:])(?:[0-9a-fA-F]{4}:){7}[0-9a-fA-F]{4}(?![0-9a-fA-F:])")
+
+_KEEP_V4 = {"0.0.0.0", "127.0.0.1", "255.255.255.255"}
+
+
+class Redactor:
+    """Collects originals and hands out stable pseudonyms."""
+
+    def __init__(self, literals: list | None = None) -> None:
+        self.maps: dict[str, dict[str, str]] = {}
+        #: (original, kind, pseudonym maker) for free-text identifiers such as host names
+        self.literals = list(literals or [])
+
+    def _pseudo(self, kind: str, original: str, make: Callable[[int], str]) -> str:
+        table = self.maps.setdefault(kind, {})
+        if original not in table:
+            table[original] = make(len(table) + 1)
+        return table[original]
+
+    def ipv4(self, m: re.Match) -> str:
+        s = m.group(0)
+        try:
+            ip = ipaddress.IPv4Address(s)
+        except ValueError:
+            return s  # "999.1.1.1" is not an address: leave it
+        if s in _KEEP_V4 or ip.is_loopback or s.startswith("255.") or ip.is_link_local:
+            return s
+        return self._pseudo("ipv4", s, lambda n: f"192.0.2.{n % 254 + 1}" if n < 254 else f"198.51.100.{n % 254 + 1}")
+
+    def mac(self, m: re.Match) -> str:
+        s = m.group(0)
+        if s.replace(":", "").strip("0") == "" or s.lower() == "ff:ff:ff:ff:ff:ff":
+            return s
+        return self._pseudo("mac", s.lower(), lambda n: "02:00:00:00:%02x:%02x" % (n >> 8 & 0xFF, n & 0xFF))
+
+    def guid(self, m: re.Match) -> str:
+        s = m.group(0)
+        if s.replace(":", "").strip("0") == "":
+            return s
+        return self._pseudo("guid", s.lower(), lambda n: "0200:0000:0000:%04x" % n)
+
+    def hex_guid(self, m: re.Match) -> str:
+        s = m.group(0)
+        return self._pseudo("hexguid", s.lower(), lambda n: "0x02000000%08x" % n)
+
+    def gid(self, m: re.Match) -> str:
+        s = m.group(0).lower()
+        groups = s.split(":")
+        if s.replace(":", "").strip("0") == "":
+            return m.group(0)
+        if groups[:6] == ["0000", "0000", "0000", "0000", "0000", "ffff"]:
+            # IPv4-mapped RoCE GID: redact the address part like any IPv4
+            v4 = ipaddress.IPv4Address(int(groups[6] + groups[7], 16))
+            fake = ipaddress.IPv4Address(IPV4.sub(self.ipv4, str(v4)))
+            return "0000:0000:0000:0000:0000:ffff:%04x:%04x" % (int(fake) >> 16, int(fake) & 0xFFFF)
+        prefix = ":".join(groups[:4])
+        low = self.guid(IB_GUID.match(":".join(groups[4:])))
+        if prefix.startswith("fe80"):
+            return f"{prefix}:{low}"
+        new_prefix = self._pseudo("gidprefix", prefix, lambda n: "2001:0db8:0000:%04x" % n)
+        return f"{new_prefix}:{low}"
+
+    def text(self, s: str) -> str:
+        for word, kind, make in self.literals:
+            if word and word in s:
+                # whole words only: host "vm" must not turn "kvm" into "khost-1"
+                pattern = r"(?<![A-Za-z0-9_-])" + re.escape(word) + r"(?![A-Za-z0-9_-])"
+                s = re.sub(pattern, lambda _m, w=word, k=kind, mk=make: self._pseudo(k, w, mk), s)
+        s = GPU_UUID.sub(lambda m: self._pseudo(
+            "uuid", m.group(0), lambda n: "%s-00000000-0000-4000-8000-%012x" % (m.group(0)[:3], n)), s)
+        s = GID.sub(self.gid, s)
+        s = IB_GUID.sub(self.guid, s)
+        s = HEX_GUID.sub(self.hex_guid, s)
+        s = MAC.sub(self.mac, s)
+        s = IPV4.sub(self.ipv4, s)
+        return s
+
+
+def _walk(obj: Any, fn: Callable[[str], str]) -> Any:
+    if isinstance(obj, str):
+        return fn(obj)
+    if isinstance(obj, list):
+        return [_walk(v, fn) for v in obj]
+    if isinstance(obj, dict):
+        return {fn(k) if isinstance(k, str) else k: _walk(v, fn) for k, v in obj.items()}
+    return obj
+
+
+def _learn_literals(snap: SnapshotData) -> list[tuple[str, str, Callable[[int], str]]]:
+    """Host names and serial numbers are free text: learn them from where they are defined."""
+    literals: list[tuple[str, str, Callable[[int], str]]] = []
+    names = set()
+    host = snap.meta.get("hostname")
+    if host:
+        names.add(host)
+        names.add(host.split(".")[0])
+    for p in ("/proc/sys/kernel/hostname", "/etc/hostname"):
+        v = snap.files.get(0, {}).get(p)
+        if isinstance(v, bytes) and v.strip():
+            names.add(v.decode("utf-8", "replace").strip())
+    for name in sorted(names, key=len, reverse=True):
+        if len(name) >= 2 and name not in ("localhost",):
+            literals.append((name, "host", lambda n: f"host-{n}"))
+    for rec in snap.nvml:
+        if rec.get("call", [None])[0] in ("nvmlDeviceGetSerial", "nvmlDeviceGetBoardPartNumber") and rec.get("ok"):
+            serial = str(rec["ok"])
+            literals.append((serial, "serial", lambda n, w=len(serial): ("S%0*d" % (max(w - 1, 4), n))))
+    return literals
+
+
+def redact(snap: SnapshotData) -> tuple[SnapshotData, dict[str, int]]:
+    """A redacted copy of ``snap`` and how many distinct values of each kind were replaced."""
+    r = Redactor(_learn_literals(snap))
+    out = SnapshotData()
+    out.meta = _walk(dict(snap.meta), r.text)
+    out.meta["redacted"] = True
+    for epoch, files in snap.files.items():
+        for path, value in files.items():
+            if isinstance(value, bytes):
+                try:
+                    text = value.decode("utf-8")
+                except UnicodeDecodeError:
+                    out.files.setdefault(epoch, {})[path] = value  # binary (PCI config space): no identifiers
+                    continue
+                out.files.setdefault(epoch, {})[path] = r.text(text).encode("utf-8")
+            else:
+                out.files.setdefault(epoch, {})[path] = value
+    out.links = dict(snap.links)
+    out.dirs = set(snap.dirs)
+    out.listings = {k: list(v) for k, v in snap.listings.items()}
+    out.commands = _walk(json.loads(json.dumps(snap.commands)), r.text)
+    out.nvml = []
+    for rec in snap.nvml:
+        rec = dict(rec)
+        if "ok" in rec:
+            rec["ok"] = _walk(rec["ok"], r.text)
+        out.nvml.append(rec)
+    out.kmsg = _walk({k: v for k, v in snap.kmsg.items()}, r.text)
+    out.net = _walk({k: v for k, v in snap.net.items()}, r.text)
+    out.statvfs = dict(snap.statvfs)
+    out.environ = _walk(dict(snap.environ), r.text) if snap.environ is not None else None
+    counts = {kind: len(table) for kind, table in r.maps.items()}
+    return out, counts

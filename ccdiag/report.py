@@ -1,0 +1,97 @@
+"""The versioned JSON report: one document that support tickets, dashboards and scripts consume.
+
+``schema_version`` follows semver: a minor bump only adds optional fields. The JSON Schema ships in
+the package (``ccdiag/schema/report.schema.json``) and every report the tests produce is validated
+against it. The ``run`` section holds what legitimately differs between a live run and the replay
+of its snapshot (where the data came from, how long this run took); together with ``duration_s``
+fields it is what :func:`strip_volatile` removes before comparing reports.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from importlib import resources
+from typing import Any
+
+from ccdiag import __version__
+from ccdiag.findings import STATUSES, Finding, worst
+from ccdiag.model import to_jsonable
+from ccdiag.probing import ProbeRun
+
+SCHEMA_VERSION = "1.0.0"
+
+
+def host_section(meta: dict) -> dict:
+    keys = ("hostname", "kernel", "machine", "time", "time_epoch", "source", "synthesized", "description",
+            "tool_version")
+    return {k: meta.get(k) for k in keys if k in meta}
+
+
+def probes_section(runs: dict[str, ProbeRun]) -> dict:
+    return {name: {"status": r.status, "duration_s": round(r.duration_s, 4), "error": r.error,
+                   "data": to_jsonable(r.data)} for name, r in runs.items()}
+
+
+def findings_section(findings: list[Finding]) -> list[dict]:
+    return [to_jsonable(f) for f in findings]
+
+
+def verdict_section(findings: list[Finding], exit_code: int) -> dict:
+    counts = {s: 0 for s in STATUSES}
+    for f in findings:
+        counts[f.status] += 1
+    return {"status": worst(findings), "counts": counts, "exit_code": int(exit_code)}
+
+
+def build_report(kind: str, meta: dict, runs: dict[str, ProbeRun] | None = None, topology: Any = None,
+                 findings: list[Finding] | None = None, exit_code: int | None = None,
+                 run_info: dict | None = None, extra: dict | None = None) -> dict:
+    """Assemble a report. ``topology`` is anything with ``to_json()`` (or a dict)."""
+    report: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "kind": kind,
+        "tool": {"name": "ccdiag", "version": __version__},
+        "host": host_section(meta),
+        "run": dict(run_info or {}),
+    }
+    if runs is not None:
+        report["probes"] = probes_section(runs)
+    if topology is not None:
+        report["topology"] = topology.to_json() if hasattr(topology, "to_json") else topology
+    if findings is not None:
+        report["findings"] = findings_section(findings)
+        report["verdict"] = verdict_section(findings, exit_code if exit_code is not None else 0)
+    if extra:
+        report.update(extra)
+    return report
+
+
+def dumps(report: dict) -> str:
+    return json.dumps(report, indent=2, sort_keys=True, default=str)
+
+
+def load_schema() -> dict:
+    text = resources.files("ccdiag").joinpath("schema/report.schema.json").read_text()
+    return json.loads(text)
+
+
+def validate(report: dict) -> None:
+    """Raise ``jsonschema.ValidationError`` when ``report`` does not match the shipped schema."""
+    import jsonschema
+
+    jsonschema.validate(report, load_schema())
+
+
+def strip_volatile(report: Any) -> Any:
+    """The report without what differs between a run and the replay of its snapshot."""
+    if isinstance(report, dict):
+        return {k: strip_volatile(v) for k, v in report.items()
+                if k not in ("run", "duration_s", "total_s", "age_s")}
+    if isinstance(report, list):
+        return [strip_volatile(v) for v in report]
+    return report
+
+
+def now_info(started: float, **extra: Any) -> dict:
+    return dict({"duration_s": round(time.monotonic() - started, 4)}, **extra)
