@@ -35,7 +35,8 @@ def to_jsonable(obj: Any) -> Any:
     if isinstance(obj, enum.Enum):
         return obj.value
     if isinstance(obj, dict):
-        return {str(k): to_jsonable(v) for k, v in obj.items()}
+        # tuple keys (a matrix cell keyed by (row, column)) become "row/column"
+        return {("/".join(map(str, k)) if isinstance(k, tuple) else str(k)): to_jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple, set, frozenset)):
         items = [to_jsonable(v) for v in obj]
         return sorted(items, key=repr) if isinstance(obj, (set, frozenset)) else items

@@ -4,11 +4,28 @@ Without a policy file every expectation comes from the node itself (each link ag
 capability, each GPU against its model). With one (``ccdiag policy init`` on a node known to be
 healthy, then ``ccdiag check --policy FILE`` elsewhere) the fleet's standard applies: GPU count and
 model, minimum PCIe generation and width, IB rate, XIDs to ignore, thresholds.
+
+The file is TOML with one top-level key per :class:`Policy` field. TOML has no null, so a field
+left out means "no expectation" (or the default shown by ``ccdiag policy show``). Reading is strict:
+an unknown key or a value of the wrong type is an input error naming the line, because a typo in a
+fleet policy that silently relaxes a check is worse than a refused run.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+import math
+import re
+import time
+from dataclasses import dataclass, fields
+from typing import Any
+
+try:  # Python 3.11+
+    import tomllib as _toml
+except ModuleNotFoundError:  # pragma: no cover - Python 3.10 with tomli installed
+    try:
+        import tomli as _toml  # type: ignore[no-redef]
+    except ModuleNotFoundError:
+        _toml = None  # type: ignore[assignment]
 
 
 @dataclass(frozen=True)
@@ -36,3 +53,245 @@ class Policy:
 
 
 DEFAULT_POLICY = Policy()
+
+#: what each key means, written as comments by :func:`to_toml` (and shown by ``policy show``)
+FIELD_HELP: dict[str, str] = {
+    "expected_gpu_count": "GPUs NVML must see; fewer is a failure (a GPU fell off the bus or is hidden)",
+    "gpu_model": "substring every GPU's NVML name must contain",
+    "min_pcie_gen": "lowest PCIe generation a GPU link may be capable of (judged on max, not idle current)",
+    "min_pcie_width": "lowest PCIe link width (lanes) a GPU link may be capable of",
+    "ib_rate_gbps": "every active RDMA port (InfiniBand or RoCE) must run at least this rate, Gb/s",
+    "expected_ib_ports": "number of RDMA ports that must be ACTIVE",
+    "ignore_xids": "XID codes never reported (e.g. 13, 31, 43: application faults, not hardware)",
+    "xid_window_s": "XIDs older than this many seconds are history, not health",
+    "temperature_warn_c": "GPU temperature that warns, degrees C",
+    "min_shm_bytes": "smallest /dev/shm that passes (NCCL's intra-node transport lives there)",
+    "min_memlock_bytes": "smallest locked-memory limit that passes; absent means 'unlimited' is required",
+    "require_persistence_mode": "GPUs must have persistence mode on",
+    "require_peermem": "nvidia_peermem must be loaded; absent means 'when GPUs and RDMA ports are both present'",
+    "nvlink_error_rate_warn": "NVLink error counter increase over the window that warns",
+    "ib_error_rate_warn": "IB error counter increase over the window that warns",
+}
+
+#: fields never read from or written to a file
+_INTERNAL = ("source",)
+
+
+class PolicyError(ValueError):
+    """A policy file that cannot be used; the message names the file and, where known, the line."""
+
+
+# -- reading -----------------------------------------------------------------------------------
+def _expected_type(name: str) -> str:
+    defaults = {
+        "expected_gpu_count": "int", "min_pcie_gen": "int", "min_pcie_width": "int", "expected_ib_ports": "int",
+        "min_shm_bytes": "int", "min_memlock_bytes": "int", "nvlink_error_rate_warn": "int",
+        "ib_error_rate_warn": "int", "gpu_model": "str", "ib_rate_gbps": "float", "xid_window_s": "float",
+        "temperature_warn_c": "float", "require_persistence_mode": "bool", "require_peermem": "bool",
+        "ignore_xids": "int list",
+    }
+    return defaults[name]
+
+
+def _line_of(text: str, key: str) -> int | None:
+    pat = re.compile(r"^\s*" + re.escape(key) + r"\s*=")
+    for n, line in enumerate(text.splitlines(), 1):
+        if pat.match(line):
+            return n
+    return None
+
+
+def _coerce(name: str, value: Any) -> Any:
+    """The value as the field's type, or raise ValueError saying what was expected."""
+    kind = _expected_type(name)
+    if kind == "int":
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError("an integer")
+        if value < 0:
+            raise ValueError("a non-negative integer")
+        return value
+    if kind == "float":
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ValueError("a number")
+        if value < 0:
+            raise ValueError("a non-negative number")
+        return float(value)
+    if kind == "str":
+        if not isinstance(value, str) or not value.strip():
+            raise ValueError("a non-empty string")
+        return value
+    if kind == "bool":
+        if not isinstance(value, bool):
+            raise ValueError("true or false")
+        return value
+    if kind == "int list":
+        if not isinstance(value, list) or any(isinstance(v, bool) or not isinstance(v, int) for v in value):
+            raise ValueError("a list of integers, e.g. [13, 31]")
+        return tuple(sorted(set(value)))
+    raise AssertionError(kind)  # pragma: no cover
+
+
+def parse_policy(text: str, source: str = "<policy>") -> Policy:
+    """A :class:`Policy` from TOML text. Raises :class:`PolicyError` naming ``source`` and the line."""
+    if _toml is None:  # pragma: no cover - Python 3.10 without tomli
+        raise PolicyError(f"{source}: reading TOML needs Python 3.11 or the 'tomli' package")
+    try:
+        doc = _toml.loads(text)
+    except _toml.TOMLDecodeError as exc:
+        raise PolicyError(f"{source}: not valid TOML: {exc}") from None
+    known = set(Policy.field_names()) - set(_INTERNAL)
+    values: dict[str, Any] = {}
+    for key, value in doc.items():
+        line = _line_of(text, key)
+        where = f"{source}:{line}" if line else source
+        if key not in known:
+            if isinstance(value, dict):
+                raise PolicyError(f"{where}: unknown section [{key}] (policy keys are top level; "
+                                  f"see `ccdiag policy show`)")
+            raise PolicyError(f"{where}: unknown key {key!r} (known: {', '.join(sorted(known))})")
+        try:
+            values[key] = _coerce(key, value)
+        except ValueError as exc:
+            raise PolicyError(f"{where}: {key} must be {exc}, not {value!r}") from None
+    return Policy(**values, source=source)
+
+
+def load_policy(path: str) -> Policy:
+    """Read a policy file. Raises :class:`PolicyError` (missing, unreadable, malformed)."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except OSError as exc:
+        raise PolicyError(f"{path}: cannot read policy ({exc.strerror or exc})") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise PolicyError(f"{path}: not a text file (policy files are UTF-8 TOML)") from None
+    return parse_policy(text, source=path)
+
+
+# -- writing -----------------------------------------------------------------------------------
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return repr(int(value)) + ".0" if value.is_integer() else repr(value)
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise TypeError(f"cannot write {type(value).__name__} to TOML")  # pragma: no cover
+
+
+def to_toml(policy: Policy, header: list[str] | None = None) -> str:
+    """The policy as commented TOML. Absent values are written as comments, so the file shows every
+    knob an operator can set without setting it."""
+    lines = [f"# {h}" for h in (header or [])]
+    if lines:
+        lines.append("")
+    for name in Policy.field_names():
+        if name in _INTERNAL:
+            continue
+        value = getattr(policy, name)
+        lines.append(f"# {FIELD_HELP.get(name, name)}")
+        if value is None:
+            lines.append(f"# {name} =")
+        else:
+            lines.append(f"{name} = {_toml_value(value)}")
+        lines.append("")
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+# -- from a healthy node ------------------------------------------------------------------------
+#: PCIe transfer rate per lane (GT/s) of each generation
+_GEN_OF_GTS = ((64.0, 6), (32.0, 5), (16.0, 4), (8.0, 3), (5.0, 2), (2.5, 1))
+
+
+def pcie_gen(gts: float | None) -> int | None:
+    """PCIe generation of a link speed in GT/s (None when unknown)."""
+    if gts is None:
+        return None
+    for rate, gen in _GEN_OF_GTS:
+        if gts >= rate - 0.01:
+            return gen
+    return None
+
+
+def _min(values: list) -> Any:
+    values = [v for v in values if v is not None]
+    return min(values) if values else None
+
+
+def _usable(runs: dict, name: str) -> Any:
+    run = (runs or {}).get(name)
+    if run is None or not getattr(run, "usable", False):
+        return None
+    return run.data
+
+
+def _gpu_link_caps(pcie_obs: Any, nvml_obs: Any) -> tuple[list, list]:
+    """(gens, widths) each GPU link is capable of: the lower of the GPU's and its upstream port's
+    maximum. Maxima, not current values: an idle GPU legitimately drops its link to Gen1."""
+    gens: list = []
+    widths: list = []
+    devices = {d.bdf: d for d in getattr(pcie_obs, "devices", ())} if pcie_obs is not None else {}
+    gpus = [d for d in devices.values() if d.kind == "gpu"]
+    for dev in gpus:
+        parent = devices.get(dev.parent) if dev.parent else None
+        gen = pcie_gen(dev.max_link_speed_gts)
+        width = dev.max_link_width
+        if parent is not None:
+            pgen, pwidth = pcie_gen(parent.max_link_speed_gts), parent.max_link_width
+            gen = _min([gen, pgen]) if gen is not None else None
+            width = _min([width, pwidth]) if width is not None else None
+        gens.append(gen)
+        widths.append(width)
+    if not any(g is not None for g in gens) and nvml_obs is not None:
+        gens = [g.pcie_gen_max for g in nvml_obs.gpus]
+        widths = [g.pcie_width_max for g in nvml_obs.gpus]
+    return gens, widths
+
+
+def policy_from_observations(runs: dict, topology: Any = None) -> Policy:
+    """The standard a fleet of nodes like this healthy one is held to.
+
+    GPU count and model come from NVML; minimum PCIe generation and width from what each GPU link is
+    capable of (pcie probe, NVML as fallback); IB rate and port count from the ports that are ACTIVE.
+    ``topology`` is accepted for symmetry with the checks; everything needed is in the probe runs.
+    """
+    nvml = _usable(runs, "nvml")
+    pcie = _usable(runs, "pcie")
+    ib = _usable(runs, "infiniband")
+    values: dict[str, Any] = {}
+    if nvml is not None:
+        gpus = [g for g in nvml.gpus if g.failed is None]
+        values["expected_gpu_count"] = len(nvml.gpus) if nvml.gpus else nvml.device_count
+        names = {g.name for g in gpus if g.name}
+        if len(names) == 1:
+            values["gpu_model"] = names.pop()
+    gens, widths = _gpu_link_caps(pcie, nvml)
+    values["min_pcie_gen"] = _min(gens)
+    values["min_pcie_width"] = _min(widths)
+    if ib is not None:
+        active = [p for d in ib.devices for p in d.ports if (p.state or "").upper() == "ACTIVE"]
+        if active:
+            values["expected_ib_ports"] = len(active)
+            values["ib_rate_gbps"] = _min([p.rate_gbps for p in active])
+    return Policy(**{k: v for k, v in values.items() if v is not None})
+
+
+def init_header(meta: dict) -> list[str]:
+    """Comment lines saying where a generated policy came from."""
+    host = meta.get("hostname") or "unknown host"
+    when = meta.get("time") or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return [
+        f"ccdiag policy written by `ccdiag policy init` from {host} at {when}.",
+        "Every node checked with `ccdiag check --policy THIS_FILE` is held to these values.",
+        "Edit freely; a key left out (or commented) means no expectation / the default.",
+    ]
+
+
+__all__ = ["DEFAULT_POLICY", "FIELD_HELP", "Policy", "PolicyError", "init_header", "load_policy",
+           "parse_policy", "pcie_gen", "policy_from_observations", "to_toml"]

@@ -1,13 +1,26 @@
-"""Network interfaces: addresses, state, speed, MTU, driver, PCI device, virtual or physical."""
+"""Network interfaces: addresses, state, speed, MTU, driver, PCI device, virtual or physical.
+
+Why both psutil and sysfs: psutil (through the door's ``net_interfaces()``) gives the addresses
+and a portable up/MTU view; sysfs adds what NCCL's interface choice depends on: whether the
+interface is virtual (its device path is under /sys/devices/virtual: docker0, bridges, lo),
+which PCI function and driver carry it, and which RDMA device it belongs to (RoCE / IPoIB).
+``speed`` reads -1 or fails with EINVAL when the link is down or the driver does not say; both
+become None.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ccdiag.host import HostReadError
 from ccdiag.model import ReadError
+from ccdiag.probing import ProbeUnavailable
+from ccdiag.probes._sysfs import BDF_RE, attr, link_basename, listing, parse_int, read_error
 
 NAME = "netdev"
 TIMEOUT_S = 5.0
+
+NET_CLASS = "/sys/class/net"
 
 
 @dataclass(frozen=True)
@@ -39,5 +52,93 @@ class NetdevObservation:
     errors: tuple[ReadError, ...] = ()
 
 
-def collect(host) -> NetdevObservation:  # implemented by the sysfs probes work
-    raise NotImplementedError
+# -- parsers (pure) ------------------------------------------------------------------------------
+def parse_speed(text: str | None) -> int | None:
+    """Mb/s from sysfs ``speed``; None for -1 (unknown), 0 and garbage."""
+    value = parse_int(text)
+    return value if value is not None and value > 0 else None
+
+
+def addresses_from_psutil(items: list[dict] | None) -> tuple[tuple[Address, ...], str | None]:
+    """(inet/inet6 addresses, link-layer address) from the door's psutil facts of one interface."""
+    addrs: list[Address] = []
+    mac = None
+    for item in items or []:
+        family = item.get("family")
+        address = item.get("address")
+        if not address:
+            continue
+        if family in ("inet", "inet6"):
+            addrs.append(Address(family, address, item.get("netmask") or None))
+        elif family == "link":
+            mac = address
+    return tuple(addrs), mac
+
+
+# -- reading -------------------------------------------------------------------------------------
+def _speed(host, path: str, errors: list[ReadError]) -> int | None:
+    try:
+        return parse_speed(host.read_attr(path))
+    except HostReadError as exc:
+        # EINVAL: link down or a virtual device without a speed; absence is normal too
+        if exc.kind not in ("missing", "invalid"):
+            errors.append(read_error(exc))
+        return None
+
+
+def _read_interface(host, name: str, facts: dict, in_sysfs: bool) -> NetInterface:
+    errors: list[ReadError] = []
+    addrs, psutil_mac = addresses_from_psutil(facts.get("addrs", {}).get(name))
+    stats = facts.get("stats", {}).get(name) or {}
+    operstate = mtu = speed = mac = driver = bdf = ib_device = None
+    virtual = None
+    if in_sysfs:
+        base = f"{NET_CLASS}/{name}"
+        operstate = attr(host, f"{base}/operstate", errors)
+        mtu = parse_int(attr(host, f"{base}/mtu", errors))
+        speed = _speed(host, f"{base}/speed", errors)
+        mac = attr(host, f"{base}/address", errors)
+        try:
+            real = host.realpath(base)
+            virtual = real.startswith("/sys/devices/virtual/")
+        except HostReadError as exc:
+            errors.append(read_error(exc))
+        if host.exists(f"{base}/device"):
+            try:
+                # the nearest PCI function on the device path (virtio: .../0000:00:03.0/virtio1)
+                parts = host.realpath(f"{base}/device").split("/")
+                bdf = next((p for p in reversed(parts) if BDF_RE.match(p)), None)
+            except HostReadError as exc:
+                errors.append(read_error(exc))
+            driver = link_basename(host, f"{base}/device/driver")
+            ib_names = listing(host, f"{base}/device/infiniband")
+            ib_device = ib_names[0] if ib_names else None
+    up = stats.get("isup")
+    if up is None and operstate is not None:
+        up = operstate == "up"
+    if mtu is None:
+        mtu = stats.get("mtu") or None
+    if speed is None and stats.get("speed_mbps"):
+        speed = int(stats["speed_mbps"]) or None
+    return NetInterface(
+        name=name, up=up, operstate=operstate, speed_mbps=speed, mtu=mtu, mac=mac or psutil_mac,
+        addresses=addrs, driver=driver, pci_bdf=bdf, virtual=virtual, ib_device=ib_device,
+        errors=tuple(errors),
+    )
+
+
+def collect(host) -> NetdevObservation:
+    """Every interface psutil or /sys/class/net knows."""
+    errors: list[ReadError] = []
+    try:
+        facts = host.net_interfaces() or {}
+    except Exception as exc:  # noqa: BLE001 - psutil can fail in odd containers; sysfs may still answer
+        errors.append(ReadError("net_interfaces", "io", f"{type(exc).__name__}: {exc}"))
+        facts = {}
+    sysfs_names = listing(host, NET_CLASS, errors) or []
+    names = set(sysfs_names) | set(facts.get("addrs", {})) | set(facts.get("stats", {}))
+    if not names:
+        raise ProbeUnavailable(f"no network interfaces: {NET_CLASS} absent and no interface facts")
+    in_sysfs = set(sysfs_names)
+    interfaces = tuple(_read_interface(host, n, facts, n in in_sysfs) for n in sorted(names))
+    return NetdevObservation(interfaces=interfaces, errors=tuple(errors))

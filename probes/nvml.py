@@ -1,13 +1,134 @@
-"""GPU inventory and health through NVML (driver/CUDA versions, per-GPU health, NVLinks, P2P)."""
+"""GPU inventory and health through NVML (driver/CUDA versions, per-GPU health, NVLinks, P2P).
+
+Every value comes through ``host.nvml(fn, *args)``, GPUs named by index, so the same code reads a
+live machine (through the deadline-guarded facade in :mod:`ccdiag.nvmlcall`) or a snapshot.
+
+How errors are treated, by class (see :mod:`ccdiag.nvmlcall`):
+
+* *not applicable* (``not_supported``, ``not_found``): the field is ``None`` and nothing else is
+  said; older GPUs simply lack some counters.
+* *unknown* (``no_permission``, ``invalid_argument``, ``not_recorded``, other): the field is
+  ``None`` and a :class:`ReadError` names the call, so a check can say "could not tell".
+* *GPU failed* (``gpu_lost``, ``unknown_error``, ``timeout``, ``hung``, ``reset_required``):
+  ``Gpu.failed`` takes the class and that GPU is read no further (each further call could cost
+  the facade's whole deadline); the other GPUs are still read.
+* ``driver_missing`` on the first call: the probe raises :class:`ProbeUnavailable`.
+
+Calls made, in order (``i``/``j`` GPU indices, ``k`` an NVLink index):
+
+* ``nvmlSystemGetDriverVersion()``, ``nvmlSystemGetCudaDriverVersion_v2()``,
+  ``nvmlSystemGetNVMLVersion()``, ``nvmlDeviceGetCount()``
+* per GPU: ``nvmlDeviceGetUUID(i)``, ``nvmlDeviceGetName(i)``, ``nvmlDeviceGetSerial(i)``,
+  ``nvmlDeviceGetPciInfo_v3(i)``, ``nvmlDeviceGetNumaNodeId(i)``, ``nvmlDeviceGetMemoryInfo(i)``,
+  ``nvmlDeviceGetPersistenceMode(i)``, ``nvmlDeviceGetMigMode(i)``, ``nvmlDeviceGetEccMode(i)``,
+  ``nvmlDeviceGetTotalEccErrors(i, e, c)`` for e in (corrected 0, uncorrected 1) x c in
+  (volatile 0, aggregate 1), ``nvmlDeviceGetRetiredPages(i, 0)`` and, only when that one
+  answered, ``nvmlDeviceGetRetiredPages(i, 1)`` and ``nvmlDeviceGetRetiredPagesPendingStatus(i)``,
+  ``nvmlDeviceGetRemappedRows(i)``, ``nvmlDeviceGetCurrentClocksEventReasons(i)`` (and
+  ``nvmlDeviceGetCurrentClocksThrottleReasons(i)`` only when that is not applicable),
+  ``nvmlDeviceGetTemperature(i, 0)``, ``nvmlDeviceGetPowerUsage(i)``,
+  ``nvmlDeviceGetEnforcedPowerLimit(i)``, ``nvmlDeviceGetCurrPcieLinkGeneration(i)``,
+  ``nvmlDeviceGetMaxPcieLinkGeneration(i)``, ``nvmlDeviceGetGpuMaxPcieLinkGeneration(i)``,
+  ``nvmlDeviceGetCurrPcieLinkWidth(i)``, ``nvmlDeviceGetMaxPcieLinkWidth(i)``,
+  ``nvmlDeviceGetPcieReplayCounter(i)``, ``nvmlDeviceGetComputeRunningProcesses(i)``,
+  ``nvmlDeviceGetGpuFabricInfoV(i)`` (and ``nvmlDeviceGetGpuFabricInfo(i)`` only when the
+  installed NVML lacks the V form, code 13), ``nvmlDeviceGetFieldValues(i, [230])`` (230 is
+  NVML_FI_DEV_GET_GPU_RECOVERY_ACTION);
+* per NVLink, k = 0, 1, ... until ``nvmlDeviceGetNvLinkState(i, k)`` says not supported or
+  invalid argument (at most NVML_NVLINK_MAX_LINKS = 36): ``nvmlDeviceGetNvLinkState(i, k)``,
+  ``nvmlDeviceGetNvLinkVersion(i, k)``, ``nvmlDeviceGetNvLinkRemotePciInfo(i, k)`` (the
+  binding's name for the C function nvmlDeviceGetNvLinkRemotePciInfo_v2),
+  ``nvmlDeviceGetNvLinkRemoteDeviceType(i, k)``, ``nvmlDeviceGetNvLinkErrorCounter(i, k, c)`` for
+  c in (CRC_FLIT 2, CRC_DATA 3, REPLAY 0, RECOVERY 1);
+* per ordered pair i != j of GPUs that did not fail: ``nvmlDeviceGetP2PStatus(i, j, c)`` for c in
+  (READ 0, WRITE 1, NVLINK 2, ATOMICS 3, PROP 4).
+
+So an 8-GPU H100 node costs 8 x (28 + 18 x 8 + 1) + 56 x 5 = 1 664 calls, each a few
+microseconds in the driver; a GPU that stops answering costs one facade deadline, not one per call.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from typing import Any, Callable
 
-from ccdiag.model import ReadError
+from ccdiag.model import ReadError, normalize_bdf
+from ccdiag.nvmlcall import (
+    DRIVER_MISSING,
+    GPU_FAILED_CLASSES,
+    INVALID_ARGUMENT,
+    NOT_APPLICABLE_CLASSES,
+    NOT_RECORDED,
+    NvmlCallError,
+    call_name,
+)
+from ccdiag.probing import ProbeUnavailable
 
 NAME = "nvml"
 TIMEOUT_S = 15.0
+
+# -- NVML constants (nvml.h values, as nvidia-ml-py exposes them; kept here so the probe never
+#    imports the binding and replays identically wherever it runs) ---------------------------
+MEMORY_ERROR_CORRECTED = 0
+MEMORY_ERROR_UNCORRECTED = 1
+VOLATILE_ECC = 0
+AGGREGATE_ECC = 1
+PAGE_RETIREMENT_MULTIPLE_SBE = 0
+PAGE_RETIREMENT_DBE = 1
+TEMPERATURE_GPU = 0
+NVLINK_MAX_LINKS = 36
+NVLINK_ERROR_DL_REPLAY = 0
+NVLINK_ERROR_DL_RECOVERY = 1
+NVLINK_ERROR_DL_CRC_FLIT = 2
+NVLINK_ERROR_DL_CRC_DATA = 3
+#: P2P capability indices. (nvidia-ml-py spells READ as the tuple ``(0,)`` by mistake; 0 it is.)
+P2P_CAPS = (("read", 0), ("write", 1), ("nvlink", 2), ("atomics", 3), ("prop", 4))
+FI_DEV_GET_GPU_RECOVERY_ACTION = 230
+
+#: nvmlClocksEventReason* / nvmlClocksThrottleReason* bits
+CLOCK_EVENT_BITS = (
+    (0x001, "idle"),
+    (0x002, "applications_clocks_setting"),
+    (0x004, "sw_power_cap"),
+    (0x008, "hw_slowdown"),
+    (0x010, "sync_boost"),
+    (0x020, "sw_thermal_slowdown"),
+    (0x040, "hw_thermal_slowdown"),
+    (0x080, "hw_power_brake_slowdown"),
+    (0x100, "display_clocks_setting"),
+    (0x200, "board_limit"),  # throttle-reason API only
+    (0x400, "reliability"),  # throttle-reason API only
+)
+
+#: nvmlGpuP2PStatus_t, in nvidia-smi's abbreviations
+P2P_STATUS = {0: "OK", 1: "CNS", 2: "GNS", 3: "TNS", 4: "DR", 5: "NS", 6: "U"}
+
+#: nvmlGpuFabricState_t
+FABRIC_STATE = {0: "not_supported", 1: "not_started", 2: "in_progress", 3: "completed"}
+
+#: nvmlNvLinkDeviceType_t
+NVLINK_DEVICE_TYPE = {0: "gpu", 1: "ibmnpu", 2: "switch"}
+
+#: nvmlGpuRecoveryAction_t
+RECOVERY_ACTION = {0: "none", 1: "reset", 2: "reboot", 3: "drain_p2p", 4: "drain_and_reset",
+                   5: "recover_imex_domain", 6: "bus_reset", 7: "system_reboot"}
+
+#: nvmlNvlinkVersion_t -> NVLink major version. nvmlDeviceGetNvLinkVersion returns this enum,
+#: not the version itself (an A100 answers 5 for NVLink 3.1, an H100 6 for NVLink 4.0).
+NVLINK_VERSION_MAJOR = {1: 1, 2: 2, 3: 2, 4: 3, 5: 3, 6: 4, 7: 5, 8: 6}
+
+#: nvmlReturn_t names, for statuses NVML hands back inside a result (fabric registration, fields)
+NVML_RETURN = {
+    0: "success", 1: "uninitialized", 2: "invalid_argument", 3: "not_supported", 4: "no_permission",
+    5: "already_initialized", 6: "not_found", 7: "insufficient_size", 8: "insufficient_power",
+    9: "driver_not_loaded", 10: "timeout", 11: "irq_issue", 12: "library_not_found",
+    13: "function_not_found", 14: "corrupted_inforom", 15: "gpu_is_lost", 16: "reset_required",
+    17: "operating_system", 18: "lib_rm_version_mismatch", 19: "in_use", 20: "memory",
+    21: "no_data", 22: "vgpu_ecc_not_supported", 23: "insufficient_resources",
+    24: "freq_not_supported", 25: "argument_version_mismatch", 26: "deprecated", 27: "not_ready",
+    28: "gpu_not_found", 29: "invalid_state", 30: "reset_type_not_supported", 999: "unknown",
+}
 
 
 @dataclass(frozen=True)
@@ -16,7 +137,7 @@ class NvLink:
 
     link: int
     active: bool | None
-    version: int | None = None
+    version: int | None = None  # NVLink major version (4 on H100), decoded from version_raw
     remote_bus_id: str | None = None  # normalised BDF of the far end (a GPU or an NVSwitch)
     remote_device_type: str | None = None  # "gpu" | "switch" | "ibmnpu" | None
     crc_flit_errors: int | None = None
@@ -24,6 +145,7 @@ class NvLink:
     replay_errors: int | None = None
     recovery_errors: int | None = None
     errors: tuple[ReadError, ...] = ()
+    version_raw: int | None = None  # nvmlNvlinkVersion_t value as NVML returned it
 
 
 @dataclass(frozen=True)
@@ -42,6 +164,8 @@ class Gpu:
     name: str | None = None
     serial: str | None = None
     bus_id: str | None = None  # normalised BDF, e.g. "0000:18:00.0"
+    # NVML's "GPU NUMA ID": set only where the GPU's memory is itself a NUMA node (Grace
+    # Hopper/Blackwell); None on PCIe/SXM boards. The CPU-side NUMA node comes from sysfs (pcie).
     numa_node: int | None = None
     memory_total_bytes: int | None = None
     memory_used_bytes: int | None = None
@@ -78,6 +202,8 @@ class Gpu:
     recovery_action: str | None = None  # "none" | "reset" | "reboot" | "drain_p2p" | "drain_and_reset"
     failed: str | None = None  # error class when the GPU is lost/hung (see ccdiag.nvmlcall)
     errors: tuple[ReadError, ...] = ()
+    ecc_mode_pending: bool | None = None
+    fabric_health_mask: int | None = None  # nvmlGpuFabricInfo_v2 healthMask, raw
 
 
 @dataclass(frozen=True)
@@ -105,5 +231,384 @@ class NvmlObservation:
     errors: tuple[ReadError, ...] = ()
 
 
-def collect(host) -> NvmlObservation:  # implemented by the nvml probe work
-    raise NotImplementedError
+# ---------------------------------------------------------------------------------------------
+# parsing: pure functions of the JSON values NVML calls return (tested from tables)
+# ---------------------------------------------------------------------------------------------
+class ParseError(ValueError):
+    """A value of an unexpected shape (a snapshot edited by hand, a binding that changed)."""
+
+
+def _int(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ParseError(f"expected an integer, got {value!r}")
+    return value
+
+
+def _text(value: Any) -> str | None:
+    if not isinstance(value, str):
+        raise ParseError(f"expected text, got {value!r}")
+    value = value.strip()
+    return value or None
+
+
+def parse_cuda_version(value: Any) -> str:
+    """NVML's CUDA driver version integer (12080) as "12.8"."""
+    v = _int(value)
+    return f"{v // 1000}.{(v % 1000) // 10}"
+
+
+def parse_pci_bus_id(info: Any) -> str | None:
+    """Normalised BDF from an nvmlPciInfo_t as JSON (``busId``, else ``busIdLegacy``)."""
+    if not isinstance(info, dict):
+        raise ParseError(f"expected a PCI info structure, got {info!r}")
+    for key in ("busId", "busIdLegacy"):
+        bdf = normalize_bdf(info.get(key) if isinstance(info.get(key), str) else None)
+        if bdf:
+            return bdf
+    raise ParseError(f"no usable bus id in {info!r}")
+
+
+def parse_bool_pair(value: Any) -> tuple[bool, bool]:
+    """``[current, pending]`` (MIG mode, ECC mode) as booleans."""
+    if not isinstance(value, (list, tuple)) or len(value) != 2:
+        raise ParseError(f"expected [current, pending], got {value!r}")
+    return bool(_int(value[0])), bool(_int(value[1]))
+
+
+def parse_remapped_rows(value: Any) -> tuple[int, int, bool, bool]:
+    """``[correctable, uncorrectable, pending, failure]`` from nvmlDeviceGetRemappedRows."""
+    if not isinstance(value, (list, tuple)) or len(value) != 4:
+        raise ParseError(f"expected 4 remapped-row values, got {value!r}")
+    corr, unc, pending, failure = (_int(v) for v in value)
+    return corr, unc, bool(pending), bool(failure)
+
+
+def clock_event_names(mask: int) -> tuple[str, ...]:
+    """Names of the bits set in a clocks-event (throttle) reason mask; unknown bits by value."""
+    names = [name for bit, name in CLOCK_EVENT_BITS if mask & bit]
+    known = 0
+    for bit, _ in CLOCK_EVENT_BITS:
+        known |= bit
+    rest = mask & ~known
+    bit = 1
+    while rest:
+        if rest & bit:
+            names.append(f"unknown_0x{bit:x}")
+            rest &= ~bit
+        bit <<= 1
+    return tuple(names)
+
+
+def p2p_status_name(value: Any) -> str:
+    v = _int(value)
+    return P2P_STATUS.get(v, "U")
+
+
+def nvml_return_name(code: Any) -> str:
+    v = _int(code)
+    return NVML_RETURN.get(v, f"nvml_error_{v}")
+
+
+def parse_fabric_info(info: Any) -> tuple[str, str | None, int | None]:
+    """(state, status, health mask) from an nvmlGpuFabricInfo(_v2)_t as JSON. The status only
+    means something once registration has finished, so it is None before that."""
+    if not isinstance(info, dict):
+        raise ParseError(f"expected a fabric info structure, got {info!r}")
+    state_v = _int(info.get("state"))
+    state = FABRIC_STATE.get(state_v, f"unknown_{state_v}")
+    status = nvml_return_name(info["status"]) if state == "completed" and "status" in info else None
+    mask = info.get("healthMask")
+    return state, status, (_int(mask) if mask is not None else None)
+
+
+def parse_processes(value: Any) -> tuple[ComputeProcess, ...]:
+    if not isinstance(value, list):
+        raise ParseError(f"expected a list of processes, got {value!r}")
+    out = []
+    for proc in value:
+        if not isinstance(proc, dict):
+            raise ParseError(f"expected a process structure, got {proc!r}")
+        used = proc.get("usedGpuMemory")
+        out.append(ComputeProcess(_int(proc.get("pid")), _int(used) if used is not None else None))
+    return tuple(out)
+
+
+_VALUE_KEYS = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
+
+
+def parse_field_values(value: Any) -> dict[int, tuple[int, Any]]:
+    """``{fieldId: (nvmlReturn, value)}`` from nvmlDeviceGetFieldValues; value None unless the
+    field's own return is success."""
+    if not isinstance(value, list):
+        raise ParseError(f"expected a list of field values, got {value!r}")
+    out: dict[int, tuple[int, Any]] = {}
+    for item in value:
+        if not isinstance(item, dict):
+            raise ParseError(f"expected a field value structure, got {item!r}")
+        ret = _int(item.get("nvmlReturn", 0))
+        val = None
+        if ret == 0:
+            union = item.get("value")
+            key = _VALUE_KEYS.get(_int(item.get("valueType", 1)))
+            if not isinstance(union, dict) or key not in union:
+                raise ParseError(f"field {item.get('fieldId')} has no {key} value: {item!r}")
+            val = union[key]
+        out[_int(item.get("fieldId"))] = (ret, val)
+    return out
+
+
+def recovery_action_name(value: Any) -> str:
+    v = _int(value)
+    return RECOVERY_ACTION.get(v, f"unknown_{v}")
+
+
+def nvlink_version_major(raw: Any) -> int | None:
+    return NVLINK_VERSION_MAJOR.get(_int(raw))
+
+
+def nvlink_device_type(value: Any) -> str | None:
+    return NVLINK_DEVICE_TYPE.get(_int(value))
+
+
+def milliwatts(value: Any) -> float:
+    return _int(value) / 1000.0
+
+
+# ---------------------------------------------------------------------------------------------
+# reading
+# ---------------------------------------------------------------------------------------------
+class _GpuFailed(Exception):
+    def __init__(self, exc: NvmlCallError):
+        super().__init__(str(exc))
+        self.exc = exc
+
+
+_MISSING = object()
+
+
+class _Reader:
+    """Calls NVML for one scope (the system, one GPU, one link) and files what went wrong."""
+
+    def __init__(self, host: Any, stop_on_gpu_failure: bool = True):
+        self.host = host
+        self.errors: list[ReadError] = []
+        self.stop_on_gpu_failure = stop_on_gpu_failure
+
+    def raw(self, fn: str, *args: Any) -> tuple[Any, NvmlCallError | None]:
+        try:
+            return self.host.nvml(fn, *args), None
+        except NvmlCallError as exc:
+            return _MISSING, exc
+
+    def note(self, fn: str, args: tuple, exc: NvmlCallError) -> None:
+        """File an error by class: quiet for not-applicable, fatal for a failed GPU."""
+        cls = exc.error_class
+        if cls in NOT_APPLICABLE_CLASSES:
+            return
+        if self.stop_on_gpu_failure and cls in GPU_FAILED_CLASSES:
+            raise _GpuFailed(exc)
+        self.errors.append(ReadError(call_name(fn, args), cls, exc.message))
+
+    def get(self, fn: str, *args: Any, parse: Callable[[Any], Any] | None = None) -> Any:
+        value, exc = self.raw(fn, *args)
+        if exc is not None:
+            self.note(fn, args, exc)
+            return None
+        return self.parse(fn, args, value, parse)
+
+    def parse(self, fn: str, args: tuple, value: Any, parse: Callable[[Any], Any] | None) -> Any:
+        if parse is None:
+            return value
+        try:
+            return parse(value)
+        except (ParseError, KeyError, TypeError, ValueError) as exc:
+            self.errors.append(ReadError(call_name(fn, args), "parse", f"unexpected value: {exc}"))
+            return None
+
+
+def _read_link(r: _Reader, i: int, k: int, active: bool | None) -> NvLink:
+    lr = _Reader(r.host)
+    raw_version = lr.get("nvmlDeviceGetNvLinkVersion", i, k, parse=_int)
+    remote = lr.get("nvmlDeviceGetNvLinkRemotePciInfo", i, k, parse=parse_pci_bus_id)
+    rtype = lr.get("nvmlDeviceGetNvLinkRemoteDeviceType", i, k, parse=nvlink_device_type)
+    counters = {}
+    for name, counter in (("crc_flit_errors", NVLINK_ERROR_DL_CRC_FLIT),
+                          ("crc_data_errors", NVLINK_ERROR_DL_CRC_DATA),
+                          ("replay_errors", NVLINK_ERROR_DL_REPLAY),
+                          ("recovery_errors", NVLINK_ERROR_DL_RECOVERY)):
+        counters[name] = lr.get("nvmlDeviceGetNvLinkErrorCounter", i, k, counter, parse=_int)
+    return NvLink(k, active, nvlink_version_major(raw_version) if raw_version is not None else None,
+                  remote, rtype, errors=tuple(lr.errors), version_raw=raw_version, **counters)
+
+
+def _read_nvlinks(r: _Reader, i: int, links: list[NvLink]) -> None:
+    """Walk links 0.. until NVML says there is no such link, appending to ``links`` (so the
+    links read before a GPU failure are kept; the failure propagates)."""
+    for k in range(NVLINK_MAX_LINKS):
+        value, exc = r.raw("nvmlDeviceGetNvLinkState", i, k)
+        if exc is not None:
+            if exc.error_class in NOT_APPLICABLE_CLASSES or exc.error_class == INVALID_ARGUMENT:
+                break  # link 0: the GPU has no NVLink; link k: it has k links
+            if exc.error_class in GPU_FAILED_CLASSES:
+                raise _GpuFailed(exc)
+            # the state cannot be known, nor how many links follow: keep this one, stop walking
+            links.append(NvLink(k, None, errors=(ReadError(call_name("nvmlDeviceGetNvLinkState", (i, k)),
+                                                           exc.error_class, exc.message),)))
+            break
+        lr = _Reader(r.host)
+        active = lr.parse("nvmlDeviceGetNvLinkState", (i, k), value, lambda v: bool(_int(v)))
+        link = _read_link(r, i, k, active)
+        if lr.errors:
+            link = dataclasses.replace(link, errors=tuple(lr.errors) + link.errors)
+        links.append(link)
+
+
+def _read_gpu(host: Any, i: int) -> Gpu:
+    r = _Reader(host)
+    f: dict[str, Any] = {"index": i}
+    links: list[NvLink] = []
+    try:
+        f["uuid"] = r.get("nvmlDeviceGetUUID", i, parse=_text)
+        f["name"] = r.get("nvmlDeviceGetName", i, parse=_text)
+        f["serial"] = r.get("nvmlDeviceGetSerial", i, parse=_text)
+        f["bus_id"] = r.get("nvmlDeviceGetPciInfo_v3", i, parse=parse_pci_bus_id)
+        numa = r.get("nvmlDeviceGetNumaNodeId", i, parse=_int)
+        f["numa_node"] = numa if numa is not None and numa >= 0 else None
+        mem = r.get("nvmlDeviceGetMemoryInfo", i, parse=lambda v: (_int(v["total"]), _int(v["used"])))
+        if mem is not None:
+            f["memory_total_bytes"], f["memory_used_bytes"] = mem
+        pm = r.get("nvmlDeviceGetPersistenceMode", i, parse=_int)
+        f["persistence_mode"] = bool(pm) if pm is not None else None
+        mig = r.get("nvmlDeviceGetMigMode", i, parse=parse_bool_pair)
+        if mig is not None:
+            f["mig_mode_current"], f["mig_mode_pending"] = mig
+        ecc = r.get("nvmlDeviceGetEccMode", i, parse=parse_bool_pair)
+        if ecc is not None:
+            f["ecc_mode_current"], f["ecc_mode_pending"] = ecc
+        for field, etype, ctype in (("ecc_volatile_corrected", MEMORY_ERROR_CORRECTED, VOLATILE_ECC),
+                                    ("ecc_volatile_uncorrected", MEMORY_ERROR_UNCORRECTED, VOLATILE_ECC),
+                                    ("ecc_aggregate_corrected", MEMORY_ERROR_CORRECTED, AGGREGATE_ECC),
+                                    ("ecc_aggregate_uncorrected", MEMORY_ERROR_UNCORRECTED, AGGREGATE_ECC)):
+            f[field] = r.get("nvmlDeviceGetTotalEccErrors", i, etype, ctype, parse=_int)
+        # page retirement is pre-Ampere; Ampere and later remap rows instead and say not supported
+        value, exc = r.raw("nvmlDeviceGetRetiredPages", i, PAGE_RETIREMENT_MULTIPLE_SBE)
+        if exc is not None:
+            r.note("nvmlDeviceGetRetiredPages", (i, PAGE_RETIREMENT_MULTIPLE_SBE), exc)
+        else:
+            f["retired_pages_sbe"] = r.parse("nvmlDeviceGetRetiredPages", (i, 0), value, lambda v: len(list(v)))
+            f["retired_pages_dbe"] = r.get("nvmlDeviceGetRetiredPages", i, PAGE_RETIREMENT_DBE,
+                                           parse=lambda v: len(list(v)))
+            pend = r.get("nvmlDeviceGetRetiredPagesPendingStatus", i, parse=_int)
+            f["retired_pages_pending"] = bool(pend) if pend is not None else None
+        rows = r.get("nvmlDeviceGetRemappedRows", i, parse=parse_remapped_rows)
+        if rows is not None:
+            (f["remapped_rows_correctable"], f["remapped_rows_uncorrectable"],
+             f["remapped_rows_pending"], f["remapped_rows_failure"]) = rows
+        value, exc = r.raw("nvmlDeviceGetCurrentClocksEventReasons", i)
+        if exc is not None and exc.error_class in NOT_APPLICABLE_CLASSES:
+            mask = r.get("nvmlDeviceGetCurrentClocksThrottleReasons", i, parse=_int)
+        elif exc is not None:
+            r.note("nvmlDeviceGetCurrentClocksEventReasons", (i,), exc)
+            mask = None
+        else:
+            mask = r.parse("nvmlDeviceGetCurrentClocksEventReasons", (i,), value, _int)
+        if mask is not None:
+            f["clock_event_reasons"] = mask
+            f["clock_event_names"] = clock_event_names(mask)
+        temp = r.get("nvmlDeviceGetTemperature", i, TEMPERATURE_GPU, parse=_int)
+        f["temperature_c"] = float(temp) if temp is not None else None
+        f["power_w"] = r.get("nvmlDeviceGetPowerUsage", i, parse=milliwatts)
+        f["power_limit_w"] = r.get("nvmlDeviceGetEnforcedPowerLimit", i, parse=milliwatts)
+        f["pcie_gen_current"] = r.get("nvmlDeviceGetCurrPcieLinkGeneration", i, parse=_int)
+        f["pcie_gen_max"] = r.get("nvmlDeviceGetMaxPcieLinkGeneration", i, parse=_int)
+        f["pcie_gen_device_max"] = r.get("nvmlDeviceGetGpuMaxPcieLinkGeneration", i, parse=_int)
+        f["pcie_width_current"] = r.get("nvmlDeviceGetCurrPcieLinkWidth", i, parse=_int)
+        f["pcie_width_max"] = r.get("nvmlDeviceGetMaxPcieLinkWidth", i, parse=_int)
+        f["pcie_replay_counter"] = r.get("nvmlDeviceGetPcieReplayCounter", i, parse=_int)
+        procs = r.get("nvmlDeviceGetComputeRunningProcesses", i, parse=parse_processes)
+        f["compute_processes"] = procs or ()
+        value, exc = r.raw("nvmlDeviceGetGpuFabricInfoV", i)
+        fabric_fn = "nvmlDeviceGetGpuFabricInfoV"
+        if exc is not None and exc.code == 13:  # the installed NVML predates the V form
+            fabric_fn = "nvmlDeviceGetGpuFabricInfo"
+            value, exc = r.raw(fabric_fn, i)
+        if exc is not None:
+            r.note(fabric_fn, (i,), exc)
+        else:
+            fabric = r.parse(fabric_fn, (i,), value, parse_fabric_info)
+            if fabric is not None:
+                f["fabric_state"], f["fabric_status"], f["fabric_health_mask"] = fabric
+        fields = r.get("nvmlDeviceGetFieldValues", i, [FI_DEV_GET_GPU_RECOVERY_ACTION], parse=parse_field_values)
+        if fields and FI_DEV_GET_GPU_RECOVERY_ACTION in fields:
+            ret, val = fields[FI_DEV_GET_GPU_RECOVERY_ACTION]
+            if ret == 0:
+                f["recovery_action"] = r.parse("nvmlDeviceGetFieldValues", (i, [FI_DEV_GET_GPU_RECOVERY_ACTION]),
+                                               val, recovery_action_name)
+            elif ret not in (2, 3, 6, 13):
+                # not supported / not found / a driver that does not know the field id: absent
+                r.errors.append(ReadError(call_name("nvmlDeviceGetFieldValues", (i, [FI_DEV_GET_GPU_RECOVERY_ACTION])),
+                                          "field_error", f"recovery action field: {nvml_return_name(ret)}"))
+        _read_nvlinks(r, i, links)
+    except _GpuFailed as failed:
+        exc = failed.exc
+        f["failed"] = exc.error_class
+        r.errors.append(ReadError(call_name(exc.fn, exc.args_), exc.error_class, exc.message))
+    f["nvlinks"] = tuple(links)
+    f["errors"] = tuple(r.errors)
+    return Gpu(**f)
+
+
+def _read_p2p(host: Any, indices: list[int], errors: list[ReadError]) -> list[P2PStatus]:
+    out = []
+    r = _Reader(host, stop_on_gpu_failure=False)
+    for a in indices:
+        for b in indices:
+            if a == b:
+                continue
+            caps: dict[str, str | None] = {}
+            for name, cap in P2P_CAPS:
+                value, exc = r.raw("nvmlDeviceGetP2PStatus", a, b, cap)
+                if exc is not None:
+                    r.note("nvmlDeviceGetP2PStatus", (a, b, cap), exc)
+                    caps[name] = None
+                    if exc.error_class in GPU_FAILED_CLASSES:
+                        break  # this pair stopped answering; don't spend a deadline per cap
+                    continue
+                caps[name] = r.parse("nvmlDeviceGetP2PStatus", (a, b, cap), value, p2p_status_name)
+            out.append(P2PStatus(a, b, **caps))
+    errors.extend(r.errors)
+    return out
+
+
+def _unavailable(exc: NvmlCallError) -> None:
+    if exc.error_class == DRIVER_MISSING:
+        raise ProbeUnavailable(f"NVIDIA driver not loaded / NVML library not found: {exc.message}") from None
+
+
+def collect(host) -> NvmlObservation:
+    """Read everything listed in the module docstring. Raises ProbeUnavailable without a driver."""
+    sysr = _Reader(host, stop_on_gpu_failure=False)
+    value, exc = sysr.raw("nvmlSystemGetDriverVersion")
+    driver = None
+    if exc is not None:
+        _unavailable(exc)
+        first_exc = exc
+        sysr.note("nvmlSystemGetDriverVersion", (), exc)
+    else:
+        first_exc = None
+        driver = sysr.parse("nvmlSystemGetDriverVersion", (), value, _text)
+    cuda = sysr.get("nvmlSystemGetCudaDriverVersion_v2", parse=parse_cuda_version)
+    nvml_version = sysr.get("nvmlSystemGetNVMLVersion", parse=_text)
+    value, exc = sysr.raw("nvmlDeviceGetCount")
+    count = None
+    if exc is not None:
+        _unavailable(exc)
+        if first_exc is not None and first_exc.error_class == NOT_RECORDED and exc.error_class == NOT_RECORDED:
+            raise ProbeUnavailable("NVML was not recorded in this snapshot")
+        sysr.note("nvmlDeviceGetCount", (), exc)
+    else:
+        count = sysr.parse("nvmlDeviceGetCount", (), value, _int)
+    gpus = [_read_gpu(host, i) for i in range(count or 0)]
+    errors = list(sysr.errors)
+    p2p = _read_p2p(host, [g.index for g in gpus if g.failed is None], errors)
+    return NvmlObservation(driver, cuda, nvml_version, count, tuple(gpus), tuple(p2p), tuple(errors))

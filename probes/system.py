@@ -1,13 +1,25 @@
-"""The node around the GPUs: kernel, OS, CPUs and NUMA, modules, fabric manager, limits, IOMMU."""
+"""The node around the GPUs: kernel, OS, CPUs and NUMA, modules, fabric manager, limits, IOMMU.
+
+Why these facts: each is a known cause of slow or failing collectives that no GPU counter shows.
+``nvidia_peermem`` not loaded disables GPUDirect RDMA; a stopped ``nvidia-fabricmanager`` leaves
+NVSwitch systems without NVLink P2P; a small ``/dev/shm`` breaks NCCL's shared-memory transport in
+containers; a low memlock limit makes RDMA memory registration fail; an IOMMU in translated mode
+slows or breaks P2P DMA. All are read from /proc and /sys without root.
+"""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
+from ccdiag.host import HostReadError
 from ccdiag.model import ReadError
+from ccdiag.probes._sysfs import attr, listing, read_error
 
 NAME = "system"
 TIMEOUT_S = 8.0
+
+FABRIC_MANAGER_ARGV = ("systemctl", "is-active", "nvidia-fabricmanager")
 
 
 @dataclass(frozen=True)
@@ -36,5 +48,174 @@ class SystemObservation:
     errors: tuple[ReadError, ...] = ()
 
 
-def collect(host) -> SystemObservation:  # implemented by the sysfs probes work
-    raise NotImplementedError
+# -- parsers (pure) ------------------------------------------------------------------------------
+def parse_cpulist(text: str | None) -> int | None:
+    """Number of CPUs in a kernel cpulist ("0-47,96-143" -> 96); None when unparseable."""
+    if text is None or not text.strip():
+        return None
+    count = 0
+    for part in text.strip().split(","):
+        lo, sep, hi = part.partition("-")
+        try:
+            count += (int(hi) - int(lo) + 1) if sep else 1
+        except ValueError:
+            return None
+    return count
+
+
+def parse_cpuinfo_count(text: str) -> int | None:
+    """Number of "processor" entries in /proc/cpuinfo."""
+    n = sum(1 for line in text.splitlines() if re.match(r"^processor\s*:", line))
+    return n or None
+
+
+def parse_os_release(text: str) -> str | None:
+    """PRETTY_NAME from os-release (quotes removed)."""
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.strip() == "PRETTY_NAME":
+            return value.strip().strip("\"'") or None
+    return None
+
+
+def parse_modules(text: str) -> tuple[str, ...]:
+    """Loaded module names, first field of each /proc/modules line, in file order."""
+    return tuple(line.split()[0] for line in text.splitlines() if line.strip())
+
+
+def parse_nvidia_version(text: str) -> str | None:
+    """Driver version from /proc/driver/nvidia/version ("... Kernel Module  535.104.05  ...",
+    "... Open Kernel Module for x86_64  570.158.01  Release Build ...")."""
+    m = re.search(r"Kernel Module(?:\s+for\s+\S+)?\s+(\d+\.\d+(?:\.\d+)?)", text)
+    return m.group(1) if m else None
+
+
+def parse_memlock(text: str) -> tuple[int | None, int | None, bool | None]:
+    """(soft, hard, unlimited) from /proc/<pid>/limits' "Max locked memory" line. A limit that
+    reads "unlimited" is None with ``unlimited`` True (both soft and hard must be unlimited for
+    True; a finite soft limit is what registration runs into)."""
+    for line in text.splitlines():
+        if line.startswith("Max locked memory"):
+            fields = line[len("Max locked memory"):].split()
+            if len(fields) < 2:
+                return None, None, None
+
+            def value(s: str) -> int | None:
+                return None if s == "unlimited" else int(s) if s.isdigit() else None
+
+            soft, hard = value(fields[0]), value(fields[1])
+            return soft, hard, fields[0] == "unlimited"
+    return None, None, None
+
+
+def iommu_mode(cmdline: str | None, class_entries: list[str] | None, group_type: str | None) -> str | None:
+    """"off" | "passthrough" | "translated" | None.
+
+    The default domain type of an IOMMU group ("identity" = passthrough, "DMA"/"DMA-FQ" =
+    translated) is the kernel's own answer; without it, /sys/class/iommu entries say whether an
+    IOMMU is active and the command line says whether it was set to passthrough.
+    """
+    if group_type:
+        t = group_type.strip()
+        if t == "identity":
+            return "passthrough"
+        if t.startswith("DMA"):
+            return "translated"
+    args = (cmdline or "").split()
+    if any(a in ("iommu=off", "intel_iommu=off", "amd_iommu=off") for a in args):
+        return "off"
+    if class_entries is None:
+        return None
+    if not class_entries:
+        return "off"
+    if "iommu=pt" in args or "iommu.passthrough=1" in args:
+        return "passthrough"
+    return "translated"
+
+
+# -- reading -------------------------------------------------------------------------------------
+def _text(host, path: str, errors: list[ReadError], optional: bool = True) -> str | None:
+    try:
+        return host.read_text(path)
+    except HostReadError as exc:
+        if not (optional and exc.kind == "missing"):
+            errors.append(read_error(exc))
+        return None
+
+
+def _numa_nodes(host, errors: list[ReadError]) -> tuple[NumaNode, ...]:
+    base = "/sys/devices/system/node"
+    nodes = []
+    for name in listing(host, base, errors) or []:
+        m = re.fullmatch(r"node(\d+)", name)
+        if m:
+            nodes.append(NumaNode(int(m.group(1)), attr(host, f"{base}/{name}/cpulist", errors)))
+    return tuple(sorted(nodes, key=lambda n: n.node))
+
+
+def _cpu_count(host, errors: list[ReadError]) -> int | None:
+    count = parse_cpulist(attr(host, "/sys/devices/system/cpu/online", errors))
+    if count is None:
+        text = _text(host, "/proc/cpuinfo", errors)
+        count = parse_cpuinfo_count(text) if text else None
+    return count
+
+
+def _fabric_manager(host, errors: list[ReadError]) -> str | None:
+    result = host.run(list(FABRIC_MANAGER_ARGV), timeout=5)
+    if result.error is not None or result.timed_out:
+        if result.error != "not found":  # no systemd at all (containers): simply unknown
+            errors.append(ReadError(" ".join(FABRIC_MANAGER_ARGV), "command", result.describe()))
+        return None
+    # is-active exits non-zero for inactive/failed/unknown units and prints the state anyway
+    state = result.stdout.strip().splitlines()
+    return state[0].strip() if state and state[0].strip() else None
+
+
+def _iommu(host, cmdline: str | None, errors: list[ReadError]) -> str | None:
+    group_type = None
+    groups = listing(host, "/sys/kernel/iommu_groups")
+    if groups:
+        first = sorted(groups, key=lambda g: (len(g), g))[0]
+        group_type = attr(host, f"/sys/kernel/iommu_groups/{first}/type", errors)
+    return iommu_mode(cmdline, listing(host, "/sys/class/iommu"), group_type)
+
+
+def collect(host) -> SystemObservation:
+    """Facts about the node; every one may be None with the reason beside it."""
+    errors: list[ReadError] = []
+    try:
+        meta = host.meta() or {}
+    except Exception:  # noqa: BLE001 - metadata is a convenience, never a reason to fail
+        meta = {}
+    kernel = attr(host, "/proc/sys/kernel/osrelease", errors) or meta.get("kernel")
+    os_text = _text(host, "/etc/os-release", errors) or _text(host, "/usr/lib/os-release", errors)
+    modules_text = _text(host, "/proc/modules", errors, optional=False)
+    nv_text = _text(host, "/proc/driver/nvidia/version", errors)
+    nv_version = parse_nvidia_version(nv_text) if nv_text else None
+    if nv_version is None:
+        nv_version = attr(host, "/sys/module/nvidia/version", errors)
+    shm = None
+    try:
+        shm = int(host.statvfs("/dev/shm")["total_bytes"])
+    except HostReadError as exc:
+        errors.append(read_error(exc))
+    except (KeyError, TypeError, ValueError) as exc:
+        errors.append(ReadError("/dev/shm", "parse", f"statvfs result unusable: {exc}"))
+    limits = _text(host, "/proc/self/limits", errors, optional=False)
+    soft, hard, unlimited = parse_memlock(limits) if limits else (None, None, None)
+    cmdline = attr(host, "/proc/cmdline", errors)
+    try:
+        environ = dict(host.environ())
+    except Exception as exc:  # noqa: BLE001
+        errors.append(ReadError("environ", "io", str(exc)))
+        environ = None
+    return SystemObservation(
+        hostname=meta.get("hostname"), kernel=kernel,
+        os_release=parse_os_release(os_text) if os_text else None,
+        cpu_count=_cpu_count(host, errors), numa_nodes=_numa_nodes(host, errors),
+        modules=parse_modules(modules_text) if modules_text else (),
+        nvidia_driver_version=nv_version, fabric_manager=_fabric_manager(host, errors),
+        shm_bytes=shm, memlock_soft_bytes=soft, memlock_hard_bytes=hard, memlock_unlimited=unlimited,
+        iommu=_iommu(host, cmdline, errors), cmdline=cmdline, environ=environ, errors=tuple(errors),
+    )

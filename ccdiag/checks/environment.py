@@ -1,0 +1,347 @@
+"""The environment a job will run in: NCCL settings that disable transports or name interfaces and
+HCAs that are not there, /dev/shm size, and the locked-memory limit RDMA needs.
+
+NCCL list syntax (NCCL_SOCKET_IFNAME, NCCL_IB_HCA), from the NCCL user guide and its parser:
+comma-separated entries; a leading ``^`` excludes the listed names instead of selecting them; then
+a leading ``=`` makes names exact, otherwise every entry is a *prefix* (``mlx5_1`` also selects
+``mlx5_10``). NCCL_IB_HCA entries may carry ``:port`` (and newer ``:rail:plane`` fields).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ccdiag.checks import CheckContext, check
+from ccdiag.checks.infiniband import all_ports, is_active, port_path
+from ccdiag.checks.pcie import gate, node_component, policy_source
+from ccdiag.findings import FAIL, PASS, SKIP, UNKNOWN, WARN, Component, Evidence, Finding
+from ccdiag.probing import UNAVAILABLE
+
+MIB = 1 << 20
+GIB = 1 << 30
+#: below this /dev/shm is not just small but the container-default trap (Docker gives 64 MiB)
+SHM_FAIL_BELOW = 256 * MIB
+#: a finite memlock limit below this breaks RDMA memory registration outright
+MEMLOCK_FAIL_BELOW = GIB
+
+DISABLE_KNOBS = {
+    "NCCL_P2P_DISABLE": "direct GPU-to-GPU transfers (NVLink/PCIe P2P); traffic is staged through host memory",
+    "NCCL_IB_DISABLE": "the InfiniBand/RoCE transport; inter-node traffic falls back to TCP sockets",
+    "NCCL_SHM_DISABLE": "the shared-memory transport between processes on this node",
+}
+
+
+@dataclass(frozen=True)
+class NcclEntry:
+    name: str
+    port: int | None = None
+    raw: str = ""
+
+
+@dataclass(frozen=True)
+class NcclList:
+    exclude: bool
+    exact: bool
+    entries: tuple[NcclEntry, ...]
+
+
+def parse_nccl_list(value: str) -> NcclList:
+    """Parse an NCCL device list such as ``^=mlx5_1,mlx5_4`` or ``=mlx5_0:1,mlx5_1:1``.
+
+    Pure function of the text. Entries keep their port when one is given (``mlx5_0:1``); an empty
+    port field (``=mlx5_0::0:0``) means any port. Rail/plane fields are accepted and ignored.
+    """
+    s = value.strip()
+    exclude = s.startswith("^")
+    if exclude:
+        s = s[1:]
+    exact = s.startswith("=")
+    if exact:
+        s = s[1:]
+    entries = []
+    for raw in s.split(","):
+        raw = raw.strip()
+        if not raw:
+            continue
+        name, _, rest = raw.partition(":")
+        port_txt = rest.split(":", 1)[0].strip()
+        port = int(port_txt) if port_txt.isdigit() else None
+        if name:
+            entries.append(NcclEntry(name, port, raw))
+    return NcclList(exclude, exact, tuple(entries))
+
+
+def nccl_match(spec: NcclList, entry: NcclEntry, name: str) -> bool:
+    return name == entry.name if spec.exact else name.startswith(entry.name)
+
+
+def _env_comp(var: str) -> Component:
+    return Component("env", var)
+
+
+def _env_ev(ctx: CheckContext, var: str) -> Evidence:
+    return Evidence(var, ctx.env.get(var), ctx.env_source)
+
+
+def _nccl_int(value: str) -> int | None:
+    try:
+        return int(value.strip(), 0)
+    except ValueError:
+        return None
+
+
+# ---------------------------------------------------------------- transport switches
+
+def _rdma_present(ctx: CheckContext) -> bool:
+    ib = ctx.data("infiniband")
+    return bool(ib is not None and all_ports(ib))
+
+
+def _gpu_count(ctx: CheckContext) -> int | None:
+    nvml = ctx.data("nvml")
+    return len(nvml.gpus) if nvml is not None else None
+
+
+@check("env.nccl_disable", needs=("infiniband", "nvml"))
+def nccl_disable(ctx: CheckContext) -> list[Finding]:
+    """NCCL_P2P_DISABLE / NCCL_IB_DISABLE / NCCL_SHM_DISABLE switch transports off: debugging knobs
+    that quietly cost bandwidth when left in a job script."""
+    out: list[Finding] = []
+    for var, what in DISABLE_KNOBS.items():
+        if var not in ctx.env:
+            continue
+        val = _nccl_int(ctx.env[var])
+        ev = (_env_ev(ctx, var),)
+        if val == 0:
+            out.append(Finding("env.nccl_disable", PASS, _env_comp(var), f"{var}=0 (transport enabled)", ev))
+            continue
+        moot = None
+        if var == "NCCL_IB_DISABLE" and ctx.runs.get("infiniband") and not _rdma_present(ctx) \
+                and ctx.runs["infiniband"].status in ("ok", "partial", UNAVAILABLE):
+            moot = "no RDMA devices on this node, so nothing is lost"
+        if var == "NCCL_P2P_DISABLE" and _gpu_count(ctx) is not None and _gpu_count(ctx) < 2:
+            moot = "fewer than two GPUs, so nothing is lost"
+        if moot:
+            out.append(Finding("env.nccl_disable", PASS, _env_comp(var), f"{var}={ctx.env[var]}: {moot}", ev))
+            continue
+        shown = ctx.env[var] if val is None else val
+        out.append(Finding(
+            "env.nccl_disable", WARN, _env_comp(var), f"{var}={shown} disables {what}", ev,
+            expected="unset", expected_source="NCCL user guide: a debugging variable, not for production",
+            remedy=f"Remove {var} from the job environment (or {ctx.env_source}) unless you are debugging; "
+                   "if it works around a hang, fix the cause (ACS, peermem, topology) instead."))
+    if not out:
+        out.append(Finding("env.nccl_disable", PASS, _env_comp("NCCL_*_DISABLE"),
+                           f"no NCCL transport is disabled in {ctx.env_source}"))
+    return out
+
+
+# ---------------------------------------------------------------- NCCL_SOCKET_IFNAME
+
+def _iface_up(i: Any) -> bool | None:
+    if i.up is not None:
+        return i.up
+    if i.operstate:
+        return i.operstate.lower() in ("up", "unknown")
+    return None
+
+
+def _iface_problem(i: Any) -> str | None:
+    up = _iface_up(i)
+    if up is False:
+        return f"{i.name} is down"
+    if not i.addresses:
+        return f"{i.name} has no IP address"
+    return None
+
+
+@check("env.socket_ifname", needs=("netdev",))
+def socket_ifname(ctx: CheckContext) -> list[Finding]:
+    """NCCL_SOCKET_IFNAME selects interfaces that exist, are up and have an address."""
+    var = "NCCL_SOCKET_IFNAME"
+    if not ctx.env.get(var, "").strip():
+        return [Finding("env.socket_ifname", SKIP, _env_comp(var), f"{var} not set: NCCL chooses interfaces itself")]
+    gated = gate(ctx, "netdev", "env.socket_ifname", "network interfaces")
+    if gated:
+        return [gated]
+    spec = parse_nccl_list(ctx.env[var])
+    ifaces = list(ctx.data("netdev").interfaces)
+    ev = [_env_ev(ctx, var), Evidence("interfaces", {i.name: (i.operstate or ("up" if i.up else "down"))
+                                                     for i in ifaces}, "/sys/class/net")]
+    comp = _env_comp(var)
+    expected_src = "NCCL user guide (NCCL_SOCKET_IFNAME syntax)"
+    if spec.exclude:
+        left = [i for i in ifaces if i.name != "lo" and not any(nccl_match(spec, e, i.name) for e in spec.entries)]
+        usable = [i for i in left if _iface_problem(i) is None]
+        if not usable:
+            return [Finding("env.socket_ifname", FAIL, comp,
+                            f"{var}={ctx.env[var]} excludes every usable interface", tuple(ev),
+                            expected="at least one interface left that is up with an address",
+                            expected_source=expected_src,
+                            remedy=f"Select the fabric interface explicitly, e.g. {var}=={'<iface>'}.")]
+        return [Finding("env.socket_ifname", PASS, comp,
+                        f"{var}={ctx.env[var]} leaves {', '.join(i.name for i in usable)}", tuple(ev))]
+    problems: list[str] = []
+    chosen: list[str] = []
+    for e in spec.entries:
+        matched = [i for i in ifaces if nccl_match(spec, e, i.name)]
+        if not matched:
+            problems.append(f"'{e.name}' matches no interface" + ("" if spec.exact else " (as a prefix)"))
+            continue
+        good = [i for i in matched if _iface_problem(i) is None]
+        if not good:
+            problems.append("; ".join(p for i in matched for p in [_iface_problem(i)] if p))
+        chosen.extend(i.name for i in good)
+    if problems:
+        names = ", ".join(i.name for i in ifaces if i.name != "lo" and _iface_problem(i) is None)
+        return [Finding("env.socket_ifname", FAIL, comp, f"{var}={ctx.env[var]}: " + "; ".join(problems), tuple(ev),
+                        expected="every entry names an existing interface that is up with an address",
+                        expected_source=expected_src,
+                        remedy=f"Fix {var} in {ctx.env_source}; usable interfaces here: {names or 'none'}. Prefer "
+                               "exact names (`=eth0`).",
+                        details={"usable": chosen})]
+    return [Finding("env.socket_ifname", PASS, comp, f"{var}={ctx.env[var]} selects {', '.join(chosen)}", tuple(ev))]
+
+
+# ---------------------------------------------------------------- NCCL_IB_HCA
+
+@check("env.ib_hca", needs=("infiniband",))
+def ib_hca(ctx: CheckContext) -> list[Finding]:
+    """NCCL_IB_HCA names HCAs and ports that exist and are active (and no prefix catches extra HCAs)."""
+    var = "NCCL_IB_HCA"
+    if not ctx.env.get(var, "").strip():
+        return [Finding("env.ib_hca", SKIP, _env_comp(var), f"{var} not set: NCCL uses every active HCA")]
+    run = ctx.runs.get("infiniband")
+    if run is None or not (run.usable or run.status == UNAVAILABLE):
+        return [gate(ctx, "infiniband", "env.ib_hca", "RDMA devices") or
+                Finding("env.ib_hca", UNKNOWN, node_component(), "RDMA devices not read")]
+    devices = list(ctx.data("infiniband").devices) if run.usable else []
+    spec = parse_nccl_list(ctx.env[var])
+    comp = _env_comp(var)
+    ev = [_env_ev(ctx, var), Evidence("HCAs", {d.name: {p.port: p.state for p in d.ports} for d in devices},
+                                      "/sys/class/infiniband/*/ports/*/state")]
+    expected_src = "NCCL user guide (NCCL_IB_HCA syntax)"
+    if spec.exclude:
+        left = [(d, p) for d in devices for p in d.ports if is_active(p)
+                and not any(nccl_match(spec, e, d.name) and (e.port is None or e.port == p.port)
+                            for e in spec.entries)]
+        if not left:
+            return [Finding("env.ib_hca", FAIL, comp, f"{var}={ctx.env[var]} excludes every active HCA port", tuple(ev),
+                            expected="at least one active HCA port left", expected_source=expected_src,
+                            remedy=f"Fix {var}; NCCL would fall back to TCP sockets.")]
+        return [Finding("env.ib_hca", PASS, comp, f"{var}={ctx.env[var]} leaves "
+                        + ", ".join(f"{d.name}:{p.port}" for d, p in left), tuple(ev))]
+    problems: list[str] = []
+    extra: list[str] = []
+    chosen: list[str] = []
+    for e in spec.entries:
+        matched = [d for d in devices if nccl_match(spec, e, d.name)]
+        if not matched:
+            problems.append(f"'{e.raw}': no such HCA" + ("" if spec.exact else " (as a prefix)"))
+            continue
+        ports = [(d, p) for d in matched for p in d.ports if e.port is None or p.port == e.port]
+        if not ports:
+            problems.append(f"'{e.raw}': {', '.join(d.name for d in matched)} has no port {e.port}")
+            continue
+        active = [(d, p) for d, p in ports if is_active(p)]
+        if not active:
+            problems.append(f"'{e.raw}': " + ", ".join(f"{d.name} port {p.port} is {p.state or '?'}" for d, p in ports))
+            continue
+        for d, p in active:
+            ev.append(Evidence(f"{d.name} port {p.port} state", p.state, port_path(d.name, p.port, "state")))
+        chosen.extend(f"{d.name}:{p.port}" for d, p in active)
+        if not spec.exact and any(d.name == e.name for d in matched) and len(matched) > 1:
+            extra.append(f"'{e.name}' also selects {', '.join(d.name for d in matched if d.name != e.name)}")
+    if problems:
+        return [Finding("env.ib_hca", FAIL, comp, f"{var}={ctx.env[var]}: " + "; ".join(problems), tuple(ev),
+                        expected="every entry names an existing HCA (and port) that is ACTIVE",
+                        expected_source=expected_src,
+                        remedy=f"Fix {var} in {ctx.env_source} to the active HCAs: "
+                               + (", ".join(f"{d.name}:{p.port}" for d, p in all_ports(ctx.data('infiniband'))
+                                            if is_active(p)) if run.usable else "none on this node")
+                               + " (use `=` for exact names).",
+                        details={"usable": chosen})]
+    if extra:
+        return [Finding("env.ib_hca", WARN, comp, f"{var}={ctx.env[var]}: entries are prefixes; " + "; ".join(extra),
+                        tuple(ev), expected="exact names", expected_source=expected_src,
+                        remedy=f"Prefix the list with '=' ({var}={'=' + ctx.env[var]}) so each entry selects one HCA.",
+                        details={"selected": chosen})]
+    return [Finding("env.ib_hca", PASS, comp, f"{var}={ctx.env[var]} selects {', '.join(chosen)}", tuple(ev))]
+
+
+# ---------------------------------------------------------------- /dev/shm and memlock
+
+def _size(n: int) -> str:
+    for unit, scale in (("GiB", GIB), ("MiB", MIB), ("KiB", 1024)):
+        if n >= scale:
+            return f"{n / scale:g} {unit}"
+    return f"{n} B"
+
+
+def _policy_or_default(ctx: CheckContext, key: str, default_why: str) -> str:
+    return policy_source(ctx, key) if ctx.policy.source else f"built-in default ({default_why})"
+
+
+@check("env.shm", needs=("system",))
+def shm(ctx: CheckContext) -> list[Finding]:
+    """/dev/shm large enough for NCCL's shared-memory buffers (containers default to 64 MiB)."""
+    gated = gate(ctx, "system", "env.shm", "/dev/shm size")
+    if gated:
+        return [gated]
+    comp = Component("limit", "/dev/shm")
+    size = ctx.data("system").shm_bytes
+    want = ctx.policy.min_shm_bytes
+    if size is None:
+        return [Finding("env.shm", UNKNOWN, comp, "/dev/shm size could not be read")]
+    ev = (Evidence("size", size, "statvfs(/dev/shm)"),)
+    src = _policy_or_default(ctx, "min_shm_bytes", "NVIDIA container guidance: --shm-size=1g")
+    if size >= want:
+        return [Finding("env.shm", PASS, comp, f"/dev/shm is {_size(size)}", ev,
+                        expected=f">= {_size(want)}", expected_source=src)]
+    return [Finding(
+        "env.shm", FAIL if size < SHM_FAIL_BELOW else WARN, comp,
+        f"/dev/shm is only {_size(size)}" + (" (the Docker default)" if size == 64 * MIB else ""), ev,
+        expected=f">= {_size(want)}", expected_source=src,
+        remedy="NCCL puts its intra-node buffers in /dev/shm and crashes or fails to initialise when it is "
+               "full. In a container use `--shm-size=1g` (or more) / a Kubernetes emptyDir with medium Memory; "
+               "on the host remount larger (`mount -o remount,size=... /dev/shm`).")]
+
+
+@check("env.memlock", needs=("system", "infiniband"))
+def memlock(ctx: CheckContext) -> list[Finding]:
+    """Locked-memory limit high enough for RDMA memory registration (unlimited unless the policy says)."""
+    comp = Component("limit", "memlock (RLIMIT_MEMLOCK)")
+    if not _rdma_present(ctx):
+        run = ctx.runs.get("infiniband")
+        if run is not None and run.status not in ("ok", "partial", UNAVAILABLE):
+            return [gate(ctx, "infiniband", "env.memlock", "RDMA devices")]
+        return [Finding("env.memlock", SKIP, comp, "no RDMA devices: the locked-memory limit does not matter")]
+    gated = gate(ctx, "system", "env.memlock", "locked-memory limit")
+    if gated:
+        return [gated]
+    s = ctx.data("system")
+    ev = (Evidence("memlock soft/hard", {"soft": s.memlock_soft_bytes, "hard": s.memlock_hard_bytes,
+                                         "unlimited": s.memlock_unlimited}, "RLIMIT_MEMLOCK of the ccdiag process"),)
+    want = ctx.policy.min_memlock_bytes
+    if s.memlock_unlimited:
+        return [Finding("env.memlock", PASS, comp, "memlock unlimited", ev)]
+    soft = s.memlock_soft_bytes
+    if soft is None:
+        return [Finding("env.memlock", UNKNOWN, comp, "locked-memory limit could not be read", ev)]
+    remedy = ("RDMA pins buffers and fails registration (`ibv_reg_mr`: Cannot allocate memory) beyond this "
+              "limit. Set `ulimit -l unlimited` for jobs: LimitMEMLOCK=infinity for slurmd/dockerd, "
+              "`--ulimit memlock=-1` for containers, or memlock in /etc/security/limits.conf. This is the limit "
+              "of the process that ran ccdiag; jobs inherit theirs from their launcher.")
+    if want is not None:
+        if soft >= want:
+            return [Finding("env.memlock", PASS, comp, f"memlock {_size(soft)}", ev, expected=f">= {_size(want)}",
+                            expected_source=policy_source(ctx, "min_memlock_bytes"))]
+        return [Finding("env.memlock", FAIL, comp, f"memlock is {_size(soft)}, below {_size(want)}", ev,
+                        expected=f">= {_size(want)}", expected_source=policy_source(ctx, "min_memlock_bytes"),
+                        remedy=remedy)]
+    return [Finding("env.memlock", FAIL if soft < MEMLOCK_FAIL_BELOW else WARN, comp,
+                    f"memlock is {_size(soft)}, not unlimited, on a node with RDMA devices", ev,
+                    expected="unlimited", expected_source="RDMA memory registration (NVIDIA container guidance: "
+                                                          "--ulimit memlock=-1)",
+                    remedy=remedy)]

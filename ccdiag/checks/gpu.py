@@ -1,0 +1,728 @@
+"""GPU health rules over the NVML observation (with PCI and the system probe as cross-checks).
+
+Every rule names the GPU by index, UUID and PCI address, says which NVML call the value came from,
+and separates three outcomes operators confuse at their cost: the GPU is fine (pass), the value does
+not exist on this GPU (skip: "not supported" is a fact, e.g. no row remapper before Ampere), and
+the value could not be read (unknown: no permission, a hung call). Lifetime totals are shown as
+evidence but only state that needs action (pending remaps, volatile uncorrected ECC, a recovery
+action) fails a node; idle clocks, software power capping and historic counts never do.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable
+
+from ccdiag.checks import CheckContext, check
+from ccdiag.findings import FAIL, PASS, SKIP, UNKNOWN, WARN, Component, Evidence, Finding
+from ccdiag.model import normalize_bdf
+from ccdiag.probes.nvml import clock_event_names
+from ccdiag.probing import TIMEOUT, UNAVAILABLE
+
+NVIDIA_VENDOR = "0x10de"
+NVML = "NVML"
+#: NVML error classes meaning "this GPU does not have that" rather than "could not read it"
+NOT_APPLICABLE = ("not_supported", "not_found")
+
+
+# ----------------------------------------------------------------------------- shared helpers
+# (also used by the xid and nvlink checks)
+
+def gpu_component(g: Any) -> Component:
+    return Component("gpu", f"GPU{g.index}", gpu=g.index, uuid=g.uuid, bdf=normalize_bdf(g.bus_id))
+
+
+NODE = Component("node", "node")
+
+
+def policy_source(ctx: CheckContext) -> str:
+    return f"policy {ctx.policy.source}" if ctx.policy.source else "default policy"
+
+
+def nvidia_pci_gpus(ctx: CheckContext) -> list | None:
+    """NVIDIA GPUs as PCI enumerates them (None when the PCI probe gave nothing usable).
+
+    PCI is the independent witness: a GPU the driver lost is still enumerated on the bus."""
+    pcie = ctx.data("pcie")
+    if pcie is None:
+        return None
+    return [d for d in pcie.devices
+            if d.kind == "gpu" and (d.vendor_id is None or d.vendor_id.lower() == NVIDIA_VENDOR)]
+
+
+def nvswitches_on_pci(ctx: CheckContext) -> list:
+    pcie = ctx.data("pcie")
+    return [d for d in pcie.devices if d.kind == "nvswitch"] if pcie is not None else []
+
+
+def gpu_by_bdf(nvml: Any) -> dict[str, Any]:
+    """GPUs keyed by normalised PCI address (domain:bus:device.function)."""
+    out = {}
+    for g in nvml.gpus:
+        bdf = normalize_bdf(g.bus_id)
+        if bdf:
+            out[bdf] = g
+    return out
+
+
+def read_error(g: Any, *fns: str) -> Any:
+    """The per-GPU ReadError recorded for any of the NVML functions ``fns`` (or None)."""
+    for e in getattr(g, "errors", ()):
+        if any(e.source.startswith(fn) for fn in fns):
+            return e
+    return None
+
+
+def nvml_gate(ctx: CheckContext, check_id: str) -> tuple[Any, list[Finding]]:
+    """Return (observation, []) when NVML data is usable, else (None, [one skip/unknown finding]).
+
+    Skip when there is evidently no NVIDIA GPU (NVML absent and PCI shows none); unknown when GPUs
+    may be there but NVML could not be asked (the ``gpu.driver_unavailable`` and ``probe.*``
+    findings carry the reason and the verdict)."""
+    run = ctx.runs.get("nvml")
+    if run is not None and run.usable:
+        return run.data, []
+    pci = nvidia_pci_gpus(ctx)
+    if run is not None and run.status == UNAVAILABLE and pci is not None and not pci:
+        return None, [Finding(check_id, SKIP, NODE, "No NVIDIA GPU on this node (NVML absent, none on PCI).",
+                              evidence=(Evidence("nvml probe", run.error, NVML),))]
+    if run is None:
+        return None, [Finding(check_id, SKIP, NODE, "Not evaluated: the nvml probe was not run.")]
+    why = f"nvml probe {run.status}: {run.error or ''}".strip()
+    return None, [Finding(check_id, UNKNOWN, NODE, f"Not evaluated: {why}.",
+                          evidence=(Evidence("nvml probe", run.status, NVML),),
+                          remedy="See the gpu.driver_unavailable and probe.* findings.")]
+
+
+def not_read(check_id: str, g: Any, what: str, fns: tuple[str, ...]) -> Finding:
+    """The finding for a value NVML did not give: skip when the GPU lacks it, unknown otherwise."""
+    err = read_error(g, *fns)
+    src = f"{fns[0]}({g.index})"
+    if g.failed:
+        return Finding(check_id, UNKNOWN, gpu_component(g),
+                       f"GPU{g.index}: {what} not read; the GPU failed ({g.failed}).",
+                       evidence=(Evidence("GPU state", g.failed, NVML),),
+                       remedy="See gpu.lost for this GPU.")
+    if err is None or err.kind in NOT_APPLICABLE:
+        return Finding(check_id, SKIP, gpu_component(g), f"GPU{g.index}: {what} not supported on this GPU/driver.",
+                       evidence=(Evidence(what, err.kind if err else None, src),))
+    return Finding(check_id, UNKNOWN, gpu_component(g), f"GPU{g.index}: {what} could not be read ({err.kind}).",
+                   evidence=(Evidence(what, f"{err.kind}: {err.message}", err.source),),
+                   remedy="Run as root (some NVML queries need it) or check the driver.")
+
+
+def per_gpu(ctx: CheckContext, check_id: str, judge: Callable[[Any, Any], Iterable[Finding]]) -> list[Finding]:
+    nvml, gated = nvml_gate(ctx, check_id)
+    if gated:
+        return gated
+    if not nvml.gpus:
+        return [Finding(check_id, SKIP, NODE, "NVML lists no GPU.",
+                        evidence=(Evidence("device count", nvml.device_count, "nvmlDeviceGetCount()"),))]
+    out: list[Finding] = []
+    for g in sorted(nvml.gpus, key=lambda g: g.index):
+        out.extend(judge(g, nvml))
+    return out
+
+
+# ----------------------------------------------------------------------------- presence / driver
+
+@check("gpu.driver_unavailable", needs=("nvml", "pcie"))
+def check_driver(ctx: CheckContext) -> list[Finding]:
+    """NVML must answer when the bus shows NVIDIA GPUs: a missing or hung driver makes every GPU unusable."""
+    cid = "gpu.driver_unavailable"
+    run = ctx.runs.get("nvml")
+    pci = nvidia_pci_gpus(ctx)
+    expected = ctx.policy.expected_gpu_count
+    if run is not None and run.usable:
+        return [Finding(cid, PASS, NODE, f"NVML answered (driver {run.data.driver_version}).",
+                        evidence=(Evidence("driver version", run.data.driver_version, "nvmlSystemGetDriverVersion()"),))]
+    status = run.status if run is not None else None
+    ev = [Evidence("nvml probe", f"{status}: {run.error}" if run else "not run", NVML)]
+    if pci:
+        ev.append(Evidence("NVIDIA GPUs on PCI", [d.bdf for d in pci], "/sys/bus/pci/devices"))
+    remedy = ("Check that the nvidia kernel module is loaded (lsmod | grep nvidia, dmesg | grep NVRM), that "
+              "the user-space driver matches it (no 'Driver/library version mismatch'), then reload the "
+              "driver or reboot. Drain the node until NVML answers.")
+    if status == TIMEOUT and (pci or expected or pci is None):
+        return [Finding(cid, FAIL, NODE, "NVML did not answer before its deadline: the driver is probably hung.",
+                        evidence=tuple(ev), remedy="Drain the node; do not kill NVML clients in a loop. "
+                        "Look for XID 119/79 in the kernel log; a GPU reset or reboot is usually needed.")]
+    if status == UNAVAILABLE or status == TIMEOUT:
+        if pci:
+            return [Finding(cid, FAIL, NODE,
+                            f"PCI shows {len(pci)} NVIDIA GPU(s) but NVML is unavailable.",
+                            evidence=tuple(ev), expected=f"NVML answers for {len(pci)} GPU(s)",
+                            expected_source="PCI enumeration", remedy=remedy)]
+        if expected:
+            return [Finding(cid, FAIL, NODE, f"NVML is unavailable; the policy expects {expected} GPU(s).",
+                            evidence=tuple(ev), expected=f"{expected} GPUs", expected_source=policy_source(ctx),
+                            remedy=remedy)]
+        if pci is not None:
+            return [Finding(cid, SKIP, NODE, "No NVIDIA GPU on this node (NVML absent, none on PCI).",
+                            evidence=tuple(ev))]
+    return [Finding(cid, UNKNOWN, NODE, "Could not tell whether the NVIDIA driver works "
+                    f"(nvml probe {status or 'not run'}; PCI {'unusable' if pci is None else 'shows no GPU'}).",
+                    evidence=tuple(ev))]
+
+
+def _container_restricted(ctx: CheckContext) -> str | None:
+    """NVIDIA_VISIBLE_DEVICES limits what NVML shows inside a container while sysfs still lists
+    every GPU on the host; comparing the two there would be a false alarm."""
+    env = dict(ctx.env)
+    sysobs = ctx.data("system")
+    if sysobs is not None and sysobs.environ:
+        env = {**sysobs.environ, **env}
+    val = env.get("NVIDIA_VISIBLE_DEVICES")
+    if val is not None and val.strip().lower() not in ("all", ""):
+        return val
+    return None
+
+
+@check("gpu.count", needs=("nvml", "pcie"))
+def check_count(ctx: CheckContext) -> list[Finding]:
+    """The GPUs NVML sees, the GPUs on the PCI bus and the policy's count must agree; a GPU can
+    drop out of the driver without any XID (seen in the field), and only PCI still shows it."""
+    cid = "gpu.count"
+    nvml, gated = nvml_gate(ctx, cid)
+    if gated:
+        return gated
+    out: list[Finding] = []
+    by_bdf = gpu_by_bdf(nvml)
+    pci = nvidia_pci_gpus(ctx)
+    restricted = _container_restricted(ctx)
+    if pci is not None and restricted is None:
+        pci_bdfs = {normalize_bdf(d.bdf): d for d in pci}
+        for bdf, dev in sorted(pci_bdfs.items()):
+            if bdf in by_bdf:
+                continue
+            ev = (Evidence("PCI device", f"{bdf} vendor {dev.vendor_id} device {dev.device_id}", f"/sys/bus/pci/devices/{bdf}"),
+                  Evidence("bound driver", dev.driver, f"/sys/bus/pci/devices/{bdf}/driver"),
+                  Evidence("NVML bus ids", sorted(by_bdf), "nvmlDeviceGetPciInfo"))
+            comp = Component("gpu", f"GPU at {bdf}", bdf=bdf)
+            if dev.driver not in (None, "nvidia"):
+                out.append(Finding(cid, WARN, comp, f"NVIDIA GPU {bdf} is bound to {dev.driver}, not nvidia; NVML does not see it.",
+                                   evidence=ev, expected="bound to nvidia", expected_source="PCI enumeration",
+                                   remedy="Intended (e.g. vfio-pci passthrough)? Then ignore it. Otherwise bind it to nvidia "
+                                          "or reboot."))
+            else:
+                out.append(Finding(cid, FAIL, comp, f"PCI sees NVIDIA GPU {bdf} but NVML does not.",
+                                   evidence=ev, expected="every NVIDIA GPU on PCI visible to NVML",
+                                   expected_source="PCI enumeration",
+                                   remedy="Drain the node. Check the kernel log for 'fallen off the bus'/XID 79 and for "
+                                          "NVRM init errors on this address; reset the GPU or reboot; RMA if it stays gone."))
+        for bdf, g in sorted(by_bdf.items()):
+            if bdf not in pci_bdfs:
+                out.append(Finding(cid, FAIL, gpu_component(g), f"NVML reports GPU{g.index} at {bdf}, which PCI does not list.",
+                                   evidence=(Evidence("NVML bus id", bdf, f"nvmlDeviceGetPciInfo({g.index})"),
+                                             Evidence("NVIDIA GPUs on PCI", sorted(pci_bdfs), "/sys/bus/pci/devices")),
+                                   expected="NVML and PCI list the same GPUs", expected_source="PCI enumeration",
+                                   remedy="Re-run; if it persists, compare `lspci -d 10de:` with `nvidia-smi -L` and reboot."))
+    n = len(nvml.gpus)
+    if nvml.device_count is not None and nvml.device_count != n:
+        out.append(Finding(cid, FAIL, NODE, f"nvmlDeviceGetCount says {nvml.device_count} but only {n} GPU(s) could be opened.",
+                           evidence=(Evidence("device count", nvml.device_count, "nvmlDeviceGetCount()"),
+                                     Evidence("GPUs opened", n, "nvmlDeviceGetHandleByIndex")),
+                           remedy="Drain the node; a GPU that cannot be opened needs a reset or reboot."))
+    expected = ctx.policy.expected_gpu_count
+    if expected is not None and n != expected:
+        out.append(Finding(cid, FAIL if n < expected else WARN, NODE,
+                           f"{n} GPU(s) visible, policy expects {expected}.",
+                           evidence=(Evidence("GPU count", n, "nvmlDeviceGetCount()"),),
+                           expected=f"{expected} GPUs", expected_source=policy_source(ctx),
+                           remedy="Fewer: find the missing GPU (PCI findings above, kernel log) and drain. "
+                                  "More: the policy is for another node type."))
+    if not out:
+        ev = [Evidence("GPU count", n, "nvmlDeviceGetCount()")]
+        if pci is not None:
+            ev.append(Evidence("NVIDIA GPUs on PCI", len(pci), "/sys/bus/pci/devices"))
+        summary = f"{n} GPU(s) visible to NVML"
+        if restricted is not None:
+            summary += f" (container restricted to NVIDIA_VISIBLE_DEVICES={restricted}; PCI not compared)"
+        elif pci is not None:
+            summary += ", matching PCI"
+        out.append(Finding(cid, PASS, NODE, summary + ".", evidence=tuple(ev),
+                           expected=f"{expected} GPUs" if expected is not None else None,
+                           expected_source=policy_source(ctx) if expected is not None else None))
+    return out
+
+
+@check("gpu.lost", needs=("nvml",))
+def check_lost(ctx: CheckContext) -> list[Finding]:
+    """A GPU whose NVML calls fail with GPU_IS_LOST / unknown error / timeout is unusable until reset."""
+    cid = "gpu.lost"
+
+    def judge(g, _nvml):
+        if not g.failed:
+            return [Finding(cid, PASS, gpu_component(g), f"GPU{g.index} answers NVML.")]
+        errs = [e for e in g.errors if e.kind == g.failed][:3]
+        ev = tuple(Evidence("NVML error", f"{e.kind}: {e.message}", e.source) for e in errs) or (
+            Evidence("GPU state", g.failed, NVML),)
+        reboot = g.failed in ("gpu_lost",)
+        return [Finding(cid, FAIL, gpu_component(g), f"GPU{g.index} is {g.failed.replace('_', ' ')}.",
+                        evidence=ev, expected="GPU answers NVML",
+                        remedy=("Drain the node, then reboot it (a GPU lost from the bus rarely comes back with a reset)."
+                                if reboot else
+                                f"Drain the node, then reset the GPU when idle (nvidia-smi -r -i {g.index}); "
+                                "reboot if the reset fails."))]
+
+    return per_gpu(ctx, cid, judge)
+
+
+def _norm_version(v: str | None) -> str | None:
+    return v.strip() if v and v.strip() else None
+
+
+@check("gpu.driver_version", needs=("nvml", "system"))
+def check_driver_version(ctx: CheckContext) -> list[Finding]:
+    """The user-space driver (NVML) and the loaded kernel module must be the same release; a
+    mismatch is what an upgrade without reboot or a container with foreign libraries leaves."""
+    cid = "gpu.driver_version"
+    nvml, gated = nvml_gate(ctx, cid)
+    if gated:
+        return gated
+    sysobs = ctx.data("system")
+    user = _norm_version(nvml.driver_version)
+    kernel = _norm_version(sysobs.nvidia_driver_version) if sysobs is not None else None
+    ev = (Evidence("NVML driver version", user, "nvmlSystemGetDriverVersion()"),
+          Evidence("kernel module version", kernel, "/proc/driver/nvidia/version"))
+    if user is None or kernel is None:
+        return [Finding(cid, SKIP, NODE, "Driver versions not compared (one side not read).", evidence=ev)]
+    if user != kernel:
+        return [Finding(cid, FAIL, NODE, f"NVML reports driver {user} but the loaded kernel module is {kernel}.",
+                        evidence=ev, expected=f"NVML driver == kernel module ({kernel})",
+                        expected_source="/proc/driver/nvidia/version",
+                        remedy="Reboot after a driver upgrade (or reload the nvidia modules); in containers, use "
+                               "the host's driver libraries (NVIDIA container toolkit).")]
+    return [Finding(cid, PASS, NODE, f"Driver {user} in both NVML and the kernel module.", evidence=ev)]
+
+
+# ----------------------------------------------------------------------------- memory health
+
+ECC_FN = ("nvmlDeviceGetTotalEccErrors", "nvmlDeviceGetMemoryErrorCounter")
+
+
+@check("gpu.ecc", needs=("nvml",))
+def check_ecc(ctx: CheckContext) -> list[Finding]:
+    """Volatile (since last reset) uncorrectable ECC errors mean corrupted results are possible
+    now; aggregate (lifetime) ones are history that the row remapper should have dealt with."""
+    cid = "gpu.ecc"
+
+    def judge(g, _nvml):
+        comp = gpu_component(g)
+        if g.ecc_volatile_uncorrected is None and g.ecc_aggregate_uncorrected is None:
+            if g.ecc_mode_current is False:
+                return [_ecc_disabled(cid, g)]
+            return [not_read(cid, g, "ECC error counts", ECC_FN)]
+        # nvmlDeviceGetTotalEccErrors(i, error type, counter type): uncorrected 1 / corrected 0,
+        # volatile 0 / aggregate 1
+        ev = (Evidence("volatile uncorrected ECC", g.ecc_volatile_uncorrected, f"nvmlDeviceGetTotalEccErrors({g.index}, 1, 0)"),
+              Evidence("aggregate uncorrected ECC", g.ecc_aggregate_uncorrected, f"nvmlDeviceGetTotalEccErrors({g.index}, 1, 1)"),
+              Evidence("volatile corrected ECC", g.ecc_volatile_corrected, f"nvmlDeviceGetTotalEccErrors({g.index}, 0, 0)"))
+        later = _later_gpu(ctx, g)
+        if later is not None and g.ecc_volatile_uncorrected is not None and later.ecc_volatile_uncorrected is not None:
+            ev += (Evidence(f"volatile uncorrected after {ctx.window_s:g}s", later.ecc_volatile_uncorrected,
+                            f"nvmlDeviceGetTotalEccErrors({g.index}, 1, 0)"),)
+        vol = max(g.ecc_volatile_uncorrected or 0, (later.ecc_volatile_uncorrected or 0) if later else 0)
+        if vol > 0:
+            return [Finding(cid, FAIL, comp, f"GPU{g.index} has {vol} uncorrected ECC error(s) since its last reset.",
+                            evidence=ev, expected="0 volatile uncorrected ECC errors",
+                            expected_source="DCGM health (volatile DBE); imbue cluster-health",
+                            remedy=f"Drain the node and reset GPU{g.index} when idle (nvidia-smi -r -i {g.index}); "
+                                   "check gpu.remapped_rows afterwards; RMA if errors return.")]
+        out = []
+        if g.ecc_mode_current is False:
+            out.append(_ecc_disabled(cid, g))
+        if (g.ecc_aggregate_uncorrected or 0) > 0:
+            out.append(Finding(cid, WARN, comp,
+                               f"GPU{g.index} had {g.ecc_aggregate_uncorrected} uncorrected ECC error(s) in its lifetime "
+                               "(none since the last reset).", evidence=ev,
+                               expected="0 uncorrected ECC errors over the GPU's life",
+                               remedy="History, not a current fault: confirm gpu.remapped_rows passes (no pending or "
+                                      "failed remap) and watch for new errors."))
+        if not out:
+            out.append(Finding(cid, PASS, comp, f"GPU{g.index}: no uncorrected ECC errors.", evidence=ev))
+        return out
+
+    return per_gpu(ctx, cid, judge)
+
+
+def _ecc_disabled(cid: str, g: Any) -> Finding:
+    return Finding(cid, WARN, gpu_component(g), f"GPU{g.index}: ECC is disabled.",
+                   evidence=(Evidence("ECC mode", False, f"nvmlDeviceGetEccMode({g.index})"),),
+                   expected="ECC enabled", expected_source="imbue cluster-health (ECC mode must be Enabled)",
+                   remedy=f"nvidia-smi -i {g.index} -e 1, then reset the GPU or reboot.")
+
+
+def _later_gpu(ctx: CheckContext, g: Any) -> Any:
+    later = ctx.later_data("nvml")
+    if later is None:
+        return None
+    for lg in later.gpus:
+        if lg.index == g.index and lg.uuid == g.uuid:
+            return lg
+    return None
+
+
+# DCGM common/DcgmGPUHardwareLimits.h
+MAX_RETIRED_PAGES = 63
+RETIRED_DBE_SOFT_LIMIT = 15
+ROW_REMAP_UNCORRECTABLE_WARN = 512
+# Azure azure_gpu_ecc.nhc: retired pages >= 62 with a pending retirement = retirement table full
+RETIRED_TABLE_FULL = 62
+
+
+@check("gpu.remapped_rows", needs=("nvml",))
+def check_remapped_rows(ctx: CheckContext) -> list[Finding]:
+    """Row remapping (Ampere+) and page retirement (earlier GPUs) take bad memory out of service,
+    but only after a GPU reset; a pending remap or retirement means the bad memory is still in use."""
+    cid = "gpu.remapped_rows"
+
+    def judge(g, _nvml):
+        comp = gpu_component(g)
+        if g.remapped_rows_pending is not None or g.remapped_rows_failure is not None:
+            return [_judge_remap(cid, g, comp)]
+        if g.retired_pages_pending is not None or g.retired_pages_dbe is not None or g.retired_pages_sbe is not None:
+            return [_judge_retired(cid, g, comp)]
+        return [not_read(cid, g, "row remapping / page retirement state",
+                         ("nvmlDeviceGetRemappedRows", "nvmlDeviceGetRetiredPages"))]
+
+    return per_gpu(ctx, cid, judge)
+
+
+def _judge_remap(cid: str, g: Any, comp: Component) -> Finding:
+    src = f"nvmlDeviceGetRemappedRows({g.index})"
+    ev = (Evidence("pending", g.remapped_rows_pending, src), Evidence("failure occurred", g.remapped_rows_failure, src),
+          Evidence("rows remapped (uncorrectable)", g.remapped_rows_uncorrectable, src),
+          Evidence("rows remapped (correctable)", g.remapped_rows_correctable, src))
+    if g.remapped_rows_failure:
+        return Finding(cid, FAIL, comp, f"GPU{g.index}: a row remapping failed; the bad memory cannot be retired.",
+                       evidence=ev, expected="no remap failure", expected_source="DCGM health; Azure azure_gpu_ecc.nhc",
+                       remedy="Drain the node and open an RMA for this GPU (serial in nvidia-smi -q).")
+    if g.remapped_rows_pending:
+        return Finding(cid, FAIL, comp, f"GPU{g.index}: a row remap is pending; it takes effect only after a GPU reset.",
+                       evidence=ev, expected="no pending remap",
+                       expected_source="Azure azure_gpu_ecc.nhc (fail); Meta GCM (critical); NVIDIA: reset at next opportunity",
+                       remedy=f"Drain the node and reset GPU{g.index} when idle (nvidia-smi -r -i {g.index}) or reboot; "
+                              "re-run ccdiag check.")
+    if (g.remapped_rows_uncorrectable or 0) >= ROW_REMAP_UNCORRECTABLE_WARN:
+        return Finding(cid, WARN, comp, f"GPU{g.index}: {g.remapped_rows_uncorrectable} rows remapped for uncorrectable errors.",
+                       evidence=ev, expected=f"< {ROW_REMAP_UNCORRECTABLE_WARN} uncorrectable remaps",
+                       expected_source="DCGM DcgmGPUHardwareLimits.h",
+                       remedy="Plan an RMA; the remapper is running out of spare rows.")
+    return Finding(cid, PASS, comp, f"GPU{g.index}: no pending or failed row remap.", evidence=ev)
+
+
+def _judge_retired(cid: str, g: Any, comp: Component) -> Finding:
+    src = f"nvmlDeviceGetRetiredPages({g.index}, 0|1)"  # multiple single-bit / double-bit
+    total = (g.retired_pages_sbe or 0) + (g.retired_pages_dbe or 0)
+    ev = (Evidence("retired pages (single-bit)", g.retired_pages_sbe, src),
+          Evidence("retired pages (double-bit)", g.retired_pages_dbe, src),
+          Evidence("retirement pending", g.retired_pages_pending, f"nvmlDeviceGetRetiredPagesPendingStatus({g.index})"))
+    if total >= MAX_RETIRED_PAGES or (g.retired_pages_pending and total >= RETIRED_TABLE_FULL):
+        return Finding(cid, FAIL, comp, f"GPU{g.index}: {total} retired pages; the retirement table is (nearly) full.",
+                       evidence=ev, expected=f"< {MAX_RETIRED_PAGES} retired pages",
+                       expected_source="DCGM DcgmGPUHardwareLimits.h; Azure azure_gpu_ecc.nhc",
+                       remedy="Drain the node and open an RMA for this GPU.")
+    if g.retired_pages_pending:
+        return Finding(cid, FAIL, comp, f"GPU{g.index}: a page retirement is pending; it takes effect only after a reset.",
+                       evidence=ev, expected="no pending retirement",
+                       expected_source="DCGM health (pending retirement); NVIDIA memory error management",
+                       remedy=f"Drain the node and reset GPU{g.index} when idle (nvidia-smi -r -i {g.index}) or reboot.")
+    if (g.retired_pages_dbe or 0) > RETIRED_DBE_SOFT_LIMIT:
+        return Finding(cid, WARN, comp, f"GPU{g.index}: {g.retired_pages_dbe} pages retired for double-bit errors.",
+                       evidence=ev, expected=f"<= {RETIRED_DBE_SOFT_LIMIT} DBE-retired pages",
+                       expected_source="DCGM DcgmGPUHardwareLimits.h (soft limit)",
+                       remedy="Watch the count; DCGM fails the GPU when it keeps growing.")
+    return Finding(cid, PASS, comp, f"GPU{g.index}: {total} retired page(s), none pending.", evidence=ev)
+
+
+@check("gpu.recovery_action", needs=("nvml",))
+def check_recovery_action(ctx: CheckContext) -> list[Finding]:
+    """The driver's own verdict on what the GPU needs (reset, reboot, drain); DCGM once reported
+    healthy while this said reset, so it is read directly."""
+    cid = "gpu.recovery_action"
+    remedies = {
+        "reset": "Drain the node and reset the GPU (nvidia-smi -r -i {i}).",
+        "gpu_reset": "Drain the node and reset the GPU (nvidia-smi -r -i {i}).",
+        "reboot": "Drain the node and reboot it.",
+        "node_reboot": "Drain the node and reboot it.",
+        "system_reboot": "Drain the node and reboot it.",
+        "drain_p2p": "Stop scheduling peer-to-peer work on this GPU (drain), then reset it.",
+        "drain_and_reset": "Drain the node, then reset the GPU (nvidia-smi -r -i {i}).",
+        "bus_reset": "Drain the node; a PCIe bus reset (or reboot) is needed.",
+        "recover_imex_domain": "Drain the node and recover its IMEX domain (restart nvidia-imex on the domain's nodes).",
+    }
+
+    def judge(g, _nvml):
+        src = f"nvmlDeviceGetFieldValues({g.index}, [230])"  # NVML_FI_DEV_GET_GPU_RECOVERY_ACTION
+        if g.recovery_action is None:
+            return [not_read(cid, g, "recovery action", ("nvmlDeviceGetFieldValues",))]
+        ev = (Evidence("recovery action", g.recovery_action, src),)
+        if g.recovery_action == "none":
+            return [Finding(cid, PASS, gpu_component(g), f"GPU{g.index}: no recovery action pending.", evidence=ev)]
+        return [Finding(cid, FAIL, gpu_component(g), f"GPU{g.index}: the driver asks for recovery action '{g.recovery_action}'.",
+                        evidence=ev, expected="none", expected_source="NVML recovery action (driver)",
+                        remedy=remedies.get(g.recovery_action, "Drain the node and follow the driver's recovery action "
+                                            "(NVIDIA 'Error Recovery and Response Flags').").format(i=g.index))]
+
+    return per_gpu(ctx, cid, judge)
+
+
+# ----------------------------------------------------------------------------- clocks / thermal
+
+def clock_reasons(g: Any) -> set[str]:
+    """Active clock event reasons by name (decoded from the raw mask when only that was kept)."""
+    if g.clock_event_names:
+        return set(g.clock_event_names)
+    if g.clock_event_reasons is not None:
+        return set(clock_event_names(g.clock_event_reasons))
+    return set()
+
+
+def is_fault_reason(name: str) -> bool:
+    """Hardware slowdowns (thermal, power brake, external) and the thermal software limit mean the
+    cooling or power delivery is short; idle, power capping, sync boost and application clocks are
+    normal operation."""
+    return name.startswith("hw_") or name.startswith("sw_thermal")
+
+
+@check("gpu.clocks", needs=("nvml",))
+def check_clocks(ctx: CheckContext) -> list[Finding]:
+    """Clocks held down by hardware (thermal, power brake) slow every collective the GPU joins."""
+    cid = "gpu.clocks"
+    fn = "nvmlDeviceGetCurrentClocksEventReasons"
+
+    def judge(g, _nvml):
+        if g.clock_event_reasons is None and not g.clock_event_names:
+            return [not_read(cid, g, "clock event reasons", (fn, "nvmlDeviceGetCurrentClocksThrottleReasons"))]
+        reasons = clock_reasons(g)
+        faults = sorted(r for r in reasons if is_fault_reason(r))
+        ev = [Evidence("clock event reasons", sorted(reasons), f"{fn}({g.index})")]
+        if g.clock_event_reasons is not None:
+            ev.append(Evidence("raw mask", hex(g.clock_event_reasons), f"{fn}({g.index})"))
+        if g.temperature_c is not None:
+            ev.append(Evidence("temperature C", g.temperature_c, f"nvmlDeviceGetTemperature({g.index}, 0)"))
+        if g.power_w is not None:
+            ev.append(Evidence("power W / limit W", (g.power_w, g.power_limit_w), f"nvmlDeviceGetPowerUsage({g.index})"))
+        if not faults:
+            return [Finding(cid, PASS, gpu_component(g),
+                            f"GPU{g.index}: no hardware clock slowdown"
+                            + (f" (active: {', '.join(sorted(reasons))})." if reasons else "."), evidence=tuple(ev))]
+        later = _later_gpu(ctx, g)
+        persistent = None
+        if later is not None and (later.clock_event_reasons is not None or later.clock_event_names):
+            persistent = sorted(r for r in clock_reasons(later) if is_fault_reason(r))
+            ev.append(Evidence(f"slowdowns after {ctx.window_s:g}s", persistent, f"{fn}({g.index})"))
+        summary = f"GPU{g.index}: clocks held down by {', '.join(faults)}"
+        summary += " (still active at the end of the window)." if persistent else "."
+        return [Finding(cid, WARN, gpu_component(g), summary, evidence=tuple(ev),
+                        expected="no hardware or thermal slowdown",
+                        expected_source="DCGM health (thermal/power violations warn)",
+                        remedy="Check cooling (fans, inlet temperature, airflow) and power delivery (PSUs, power "
+                               "brake signal); compare with the other GPUs' temperatures.")]
+
+    return per_gpu(ctx, cid, judge)
+
+
+@check("gpu.temperature", needs=("nvml",))
+def check_temperature(ctx: CheckContext) -> list[Finding]:
+    """A GPU far hotter than its peers or the policy limit is about to slow down or shut off."""
+    cid = "gpu.temperature"
+    limit = ctx.policy.temperature_warn_c
+
+    def judge(g, _nvml):
+        src = f"nvmlDeviceGetTemperature({g.index}, 0)"  # NVML_TEMPERATURE_GPU
+        if g.temperature_c is None:
+            return [not_read(cid, g, "temperature", ("nvmlDeviceGetTemperature",))]
+        ev = (Evidence("temperature C", g.temperature_c, src),)
+        if g.temperature_c > limit:
+            return [Finding(cid, WARN, gpu_component(g), f"GPU{g.index} is at {g.temperature_c:g} C (limit {limit:g} C).",
+                            evidence=ev, expected=f"<= {limit:g} C", expected_source=policy_source(ctx),
+                            remedy="Check the node's cooling and airflow; see gpu.clocks for thermal slowdown.")]
+        return [Finding(cid, PASS, gpu_component(g), f"GPU{g.index} at {g.temperature_c:g} C.", evidence=ev,
+                        expected=f"<= {limit:g} C", expected_source=policy_source(ctx))]
+
+    return per_gpu(ctx, cid, judge)
+
+
+# ----------------------------------------------------------------------------- configuration
+
+@check("gpu.persistence_mode", needs=("nvml",))
+def check_persistence(ctx: CheckContext) -> list[Finding]:
+    """Without persistence mode the driver tears the GPUs down between clients; every job start
+    then pays driver initialisation and NVML queries are slow."""
+    cid = "gpu.persistence_mode"
+
+    def judge(g, _nvml):
+        src = f"nvmlDeviceGetPersistenceMode({g.index})"
+        if g.persistence_mode is None:
+            return [not_read(cid, g, "persistence mode", ("nvmlDeviceGetPersistenceMode",))]
+        ev = (Evidence("persistence mode", g.persistence_mode, src),)
+        if g.persistence_mode:
+            return [Finding(cid, PASS, gpu_component(g), f"GPU{g.index}: persistence mode on.", evidence=ev)]
+        if not ctx.policy.require_persistence_mode:
+            return [Finding(cid, PASS, gpu_component(g), f"GPU{g.index}: persistence mode off (not required by policy).",
+                            evidence=ev, expected_source=policy_source(ctx))]
+        return [Finding(cid, WARN, gpu_component(g), f"GPU{g.index}: persistence mode is off.", evidence=ev,
+                        expected="on", expected_source=policy_source(ctx),
+                        remedy="Enable nvidia-persistenced (systemctl enable --now nvidia-persistenced) or "
+                               "nvidia-smi -pm 1.")]
+
+    return per_gpu(ctx, cid, judge)
+
+
+@check("gpu.mig", needs=("nvml",))
+def check_mig(ctx: CheckContext) -> list[Finding]:
+    """A pending MIG mode change applies only after a reset, and a node mixing MIG and full GPUs
+    breaks schedulers and NCCL jobs that assume identical devices."""
+    cid = "gpu.mig"
+    nvml, gated = nvml_gate(ctx, cid)
+    if gated:
+        return gated
+    out: list[Finding] = []
+    modes: dict[int, bool] = {}
+    for g in sorted(nvml.gpus, key=lambda g: g.index):
+        src = f"nvmlDeviceGetMigMode({g.index})"
+        if g.mig_mode_current is None:
+            continue  # no MIG on this GPU
+        modes[g.index] = g.mig_mode_current
+        ev = (Evidence("current", g.mig_mode_current, src), Evidence("pending", g.mig_mode_pending, src))
+        if g.mig_mode_pending is not None and g.mig_mode_pending != g.mig_mode_current:
+            out.append(Finding(cid, WARN, gpu_component(g),
+                               f"GPU{g.index}: MIG mode change to {'on' if g.mig_mode_pending else 'off'} is pending a GPU reset.",
+                               evidence=ev, expected="pending == current",
+                               remedy=f"Reset GPU{g.index} when idle (nvidia-smi -r -i {g.index}) or revert the change "
+                                      f"(nvidia-smi -i {g.index} -mig {int(g.mig_mode_current)})."))
+        else:
+            out.append(Finding(cid, PASS, gpu_component(g), f"GPU{g.index}: MIG {'on' if g.mig_mode_current else 'off'}.",
+                               evidence=ev))
+    if not modes:
+        return [Finding(cid, SKIP, NODE, "No GPU on this node supports MIG.")]
+    if len(set(modes.values())) > 1:
+        on = sorted(i for i, m in modes.items() if m)
+        off = sorted(i for i, m in modes.items() if not m)
+        out.append(Finding(cid, WARN, NODE, f"MIG is on for GPU(s) {on} and off for GPU(s) {off}.",
+                           evidence=tuple(Evidence(f"GPU{i} MIG", m, f"nvmlDeviceGetMigMode({i})") for i, m in sorted(modes.items())),
+                           expected="the same MIG mode on every GPU",
+                           remedy="Use one mode per node unless the scheduler is set up for mixed MIG."))
+    return out
+
+
+@check("gpu.processes", needs=("nvml",))
+def check_processes(ctx: CheckContext) -> list[Finding]:
+    """Compute processes left on a GPU before a job hold memory and SMs the job expects to own."""
+    cid = "gpu.processes"
+
+    def judge(g, _nvml):
+        src = f"nvmlDeviceGetComputeRunningProcesses({g.index})"
+        if g.compute_processes:
+            procs = [(p.pid, p.used_memory_bytes) for p in g.compute_processes]
+            return [Finding(cid, WARN, gpu_component(g),
+                            f"GPU{g.index}: {len(procs)} compute process(es) running (pids {', '.join(str(p) for p, _ in procs)}).",
+                            evidence=(Evidence("processes (pid, used bytes)", procs, src),),
+                            expected="no compute process before a job",
+                            remedy="If this runs as a job prolog, kill the stray processes (leftovers of a previous "
+                                   "job) or drain; during a job this is expected.")]
+        if read_error(g, "nvmlDeviceGetComputeRunningProcesses") is not None:
+            return [not_read(cid, g, "compute processes", ("nvmlDeviceGetComputeRunningProcesses",))]
+        return [Finding(cid, PASS, gpu_component(g), f"GPU{g.index}: no compute process.",
+                        evidence=(Evidence("processes", 0, src),))]
+
+    return per_gpu(ctx, cid, judge)
+
+
+@check("gpu.model", needs=("nvml",))
+def check_model(ctx: CheckContext) -> list[Finding]:
+    """A node with the wrong GPU model (or a mixed one) breaks fleet-wide expectations."""
+    cid = "gpu.model"
+    want = ctx.policy.gpu_model
+    if want is None:
+        nvml, gated = nvml_gate(ctx, cid)
+        if gated:
+            return gated
+        names = sorted({g.name for g in nvml.gpus if g.name})
+        return [Finding(cid, SKIP, NODE, "No GPU model in the policy; not compared.",
+                        evidence=(Evidence("models", names, "nvmlDeviceGetName"),))]
+
+    def judge(g, _nvml):
+        src = f"nvmlDeviceGetName({g.index})"
+        if g.name is None:
+            return [not_read(cid, g, "model name", ("nvmlDeviceGetName",))]
+        ev = (Evidence("model", g.name, src),)
+        if want.lower() in g.name.lower():
+            return [Finding(cid, PASS, gpu_component(g), f"GPU{g.index}: {g.name}.", evidence=ev,
+                            expected=want, expected_source=policy_source(ctx))]
+        return [Finding(cid, FAIL, gpu_component(g), f"GPU{g.index} is a {g.name}, policy expects {want}.", evidence=ev,
+                        expected=want, expected_source=policy_source(ctx),
+                        remedy="Wrong node type for this policy, or a GPU swapped for another model.")]
+
+    return per_gpu(ctx, cid, judge)
+
+
+# ----------------------------------------------------------------------------- NVSwitch fabric
+
+FABRIC_OK = ("completed",)
+FABRIC_BAD = ("not_started", "in_progress")
+FABRIC_STATUS_OK = ("success", "ok", "nvml_success")
+
+
+@check("gpu.fabric_manager", needs=("nvml", "system", "pcie"))
+def check_fabric_manager(ctx: CheckContext) -> list[Finding]:
+    """On NVSwitch systems the fabric manager must have registered every GPU with the fabric;
+    until then CUDA cannot use NVLink peers (jobs fail or fall back to PCIe)."""
+    cid = "gpu.fabric_manager"
+    nvml, gated = nvml_gate(ctx, cid)
+    if gated:
+        return gated
+    switches = nvswitches_on_pci(ctx)
+    switch_links = [(g.index, lk.link) for g in nvml.gpus for lk in g.nvlinks if lk.remote_device_type == "switch"]
+    if not switches and not switch_links:
+        return [Finding(cid, SKIP, NODE, "No NVSwitch on this node; fabric manager not needed.")]
+    ev_sw = Evidence("NVSwitches", [d.bdf for d in switches] or f"{len(switch_links)} GPU links to a switch",
+                     "/sys/bus/pci/devices" if switches else "nvmlDeviceGetNvLinkRemoteDeviceType")
+    sysobs = ctx.data("system")
+    fm = sysobs.fabric_manager if sysobs is not None else None
+    ev_fm = Evidence("nvidia-fabricmanager", fm, "systemctl is-active nvidia-fabricmanager")
+    out: list[Finding] = []
+    states = {}
+    for g in sorted(nvml.gpus, key=lambda g: g.index):
+        src = f"nvmlDeviceGetGpuFabricInfoV({g.index})"
+        if g.fabric_state is None or g.fabric_state == "not_supported":
+            continue
+        states[g.index] = g.fabric_state
+        ev = (Evidence("fabric state", g.fabric_state, src), Evidence("fabric status", g.fabric_status, src), ev_fm)
+        status_ok = g.fabric_status is None or g.fabric_status.strip().lower() in FABRIC_STATUS_OK
+        if g.fabric_state in FABRIC_OK and status_ok:
+            continue
+        if g.fabric_state in FABRIC_OK:
+            summary = f"GPU{g.index}: fabric registration completed with error '{g.fabric_status}'."
+        else:
+            summary = f"GPU{g.index}: fabric registration is '{g.fabric_state}'."
+        out.append(Finding(cid, FAIL, gpu_component(g), summary, evidence=ev, expected="fabric state completed, status success",
+                           expected_source="NVSwitch present",
+                           remedy="Start or restart nvidia-fabricmanager (its version must equal the driver's) and "
+                                  "check /var/log/fabricmanager.log; reboot if registration stays stuck."))
+    completed = bool(states) and all(s in FABRIC_OK for s in states.values())
+    if fm != "active":
+        if fm is None and completed:
+            pass  # service state unreadable here (e.g. a container), but every GPU is registered
+        elif fm is None:
+            out.append(Finding(cid, UNKNOWN, NODE, "NVSwitch present; fabric manager state could not be read and the GPUs do "
+                               "not report fabric registration.", evidence=(ev_sw, ev_fm),
+                               remedy="Check `systemctl status nvidia-fabricmanager` on the host."))
+        elif completed:
+            out.append(Finding(cid, WARN, NODE, f"Fabric manager service is '{fm}' here, yet every GPU reports fabric "
+                               "registration completed.", evidence=(ev_sw, ev_fm), expected="active",
+                               expected_source="NVSwitch present",
+                               remedy="If ccdiag runs in a container the service runs on the host; otherwise restart "
+                                      "nvidia-fabricmanager before the GPUs are reset."))
+        else:
+            out.append(Finding(cid, FAIL, NODE, f"NVSwitch present but the fabric manager is '{fm}'.",
+                               evidence=(ev_sw, ev_fm), expected="active", expected_source="NVSwitch present",
+                               remedy="systemctl enable --now nvidia-fabricmanager (same version as the driver); check "
+                                      "/var/log/fabricmanager.log."))
+    if not out:
+        out.append(Finding(cid, PASS, NODE, "NVSwitch present; fabric manager "
+                           + (f"{fm}" if fm else "state not readable here") +
+                           (f", {len(states)} GPU(s) registered." if states else "."),
+                           evidence=(ev_sw, ev_fm)))
+    return out

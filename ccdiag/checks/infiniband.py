@@ -1,0 +1,495 @@
+"""InfiniBand / RoCE health: port state, rate and width, error counters over the window, link flaps
+from the kernel log, RoCE v2 GIDs, and whether GPUDirect RDMA can be used (peermem, GPU-NIC path).
+
+Rules and thresholds follow the reference notes: a port must be ACTIVE/LinkUp (Polling means no
+link partner); error counters are judged by their increase over the window (symbol errors alone
+are noise unless link recoveries rise with them; more than 10/s is "excessive" per rdma-core's
+IBswcountlimits); repeated link-down events within the window mean a flapping link (the Azure
+health checks fail at 5 in 24 h).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from ccdiag.checks import CheckContext, check
+from ccdiag.checks.pcie import counter_delta, gate, gpu_ids, node_component, policy_source
+from ccdiag.findings import FAIL, PASS, SKIP, STATUS_RANK, UNKNOWN, WARN, Component, Evidence, Finding
+from ccdiag.model import normalize_bdf
+
+IB_SYS = "/sys/class/infiniband"
+
+#: rate above which an error counter is "excessive" (rdma-core infiniband-diags IBswcountlimits.pm)
+EXCESSIVE_PER_S = 10.0
+#: link-down events within the window that make a flap a failure (Azure azure_ib_link_flapping.nhc: 5 / 24 h)
+FLAPS_FAIL = 5
+#: modules that give the RDMA stack access to GPU memory
+PEERMEM_MODULES = ("nvidia_peermem", "nv_peer_mem")
+#: NCCL path levels from the GPU to its NIC, nearest first
+LEVEL_RANK = {"PIX": 0, "PXB": 1, "P2C": 1, "PHB": 2, "NODE": 3, "SYS": 4}
+
+
+def port_path(dev: str, port: int, attr: str) -> str:
+    return f"{IB_SYS}/{dev}/ports/{port}/{attr}"
+
+
+def port_component(dev: Any, port: Any) -> Component:
+    return Component("ib_port", f"{dev.name} port {port.port}", bdf=normalize_bdf(dev.pci_bdf),
+                     device=dev.name, port=port.port)
+
+
+def all_ports(ib: Any) -> list[tuple[Any, Any]]:
+    return [(d, p) for d in getattr(ib, "devices", ()) or () for p in d.ports]
+
+
+def is_active(port: Any) -> bool:
+    return (port.state or "").upper() == "ACTIVE"
+
+
+def _worst(statuses: Iterable[str]) -> str:
+    return min(statuses, key=lambda s: STATUS_RANK[s], default=PASS)
+
+
+def _ib_or_skip(ctx: CheckContext, check_id: str, what: str) -> tuple[Any, Finding | None]:
+    gated = gate(ctx, "infiniband", check_id, what)
+    if gated:
+        return None, gated
+    ib = ctx.data("infiniband")
+    if not all_ports(ib):
+        return None, Finding(check_id, SKIP, node_component(), f"{what}: no InfiniBand/RoCE ports")
+    return ib, None
+
+
+# ---------------------------------------------------------------- port state
+
+_STATE_REMEDY = {
+    "polling": "The port is enabled but finds no link partner: cable unplugged or faulty, transceiver not "
+               "seated, or the switch/peer port is down. Check the cable at both ends and the switch port; "
+               "replace the cable if the port stays Polling.",
+    "disabled": "The port is administratively disabled (here or on the switch side). Enable it from the "
+                "fabric manager/switch (`ibportstate` / UFM), or for RoCE bring the netdev up "
+                "(`ip link set <netdev> up`).",
+    "sleep": "The port is asleep: check the cable and the switch port configuration.",
+    "portconfigurationtraining": "The link is stuck in training: reseat or replace the cable/transceiver.",
+    "linkerrorrecovery": "The link is recovering from errors: reseat or replace the cable; check ib.counters.",
+}
+_NO_SM = ("The physical link is up but the port was not activated: no subnet manager configured it. "
+          "Check that the subnet manager (opensm or UFM) is running and sees this port.")
+
+
+@check("ib.port_state", needs=("infiniband",))
+def port_state(ctx: CheckContext) -> list[Finding]:
+    """Every port ACTIVE with the physical link up; Polling/Disabled/INIT named with their cause."""
+    ib, skip = _ib_or_skip(ctx, "ib.port_state", "IB port state")
+    if skip:
+        return [skip]
+    out: list[Finding] = []
+    active = 0
+    for dev, p in all_ports(ib):
+        comp = port_component(dev, p)
+        ev = (Evidence("state", f"{p.state_code}: {p.state}" if p.state_code is not None else p.state,
+                       port_path(dev.name, p.port, "state")),
+              Evidence("phys_state", f"{p.phys_state_code}: {p.phys_state}" if p.phys_state_code is not None
+                       else p.phys_state, port_path(dev.name, p.port, "phys_state")))
+        if p.state is None and p.phys_state is None:
+            out.append(Finding("ib.port_state", UNKNOWN if p.errors else SKIP, comp,
+                               f"{comp.name}: state not readable",
+                               tuple(Evidence("read error", e.message or e.kind, e.source) for e in p.errors)))
+            continue
+        phys = (p.phys_state or "").replace(" ", "").lower()
+        phys_up = phys in ("", "linkup") or p.phys_state_code == 5
+        if is_active(p) and phys_up:
+            active += 1
+            out.append(Finding("ib.port_state", PASS, comp, f"{comp.name} ACTIVE, LinkUp ({p.link_layer or '?'})",
+                               ev, expected="ACTIVE / LinkUp", expected_source="InfiniBand port state machine"))
+            continue
+        if phys == "linkup":
+            remedy = _NO_SM if (p.link_layer or "InfiniBand") == "InfiniBand" else \
+                "The link is up but the port is not ACTIVE: check the netdev and the RDMA driver state."
+        else:
+            remedy = _STATE_REMEDY.get(phys, "The port has no working link: check the cable, the transceiver "
+                                             "and the switch port; `ibstat` shows the same state.")
+        out.append(Finding("ib.port_state", FAIL, comp,
+                           f"{comp.name} is {p.state or '?'} / {p.phys_state or '?'}"
+                           + (f" ({', '.join(dev.netdevs)})" if dev.netdevs else ""),
+                           ev, expected="ACTIVE / LinkUp", expected_source="InfiniBand port state machine",
+                           remedy=remedy))
+    want = ctx.policy.expected_ib_ports
+    if want is not None and active < want:
+        out.append(Finding("ib.port_state", FAIL, node_component("IB ports"),
+                           f"{active} active IB/RoCE ports, the fleet expects {want}",
+                           (Evidence("active ports", active, f"{IB_SYS}/*/ports/*/state"),),
+                           expected=str(want), expected_source=policy_source(ctx, "expected_ib_ports"),
+                           remedy="Bring the missing ports up (see the other ib.port_state findings) or "
+                                  "check that every HCA is detected (`ibstat`, `lspci`)."))
+    return out
+
+
+# ---------------------------------------------------------------- rate / width
+
+def _model(dev: Any, port: Any) -> tuple:
+    return (dev.hca_type, dev.board_id, port.link_layer)
+
+
+@check("ib.rate", needs=("infiniband",))
+def rate(ctx: CheckContext) -> list[Finding]:
+    """Active ports at full width (4X on InfiniBand), at the rate of their siblings and the policy."""
+    ib, skip = _ib_or_skip(ctx, "ib.rate", "IB port rate")
+    if skip:
+        return [skip]
+    ports = [(d, p) for d, p in all_ports(ib) if is_active(p)]
+    if not ports:
+        return [Finding("ib.rate", SKIP, node_component(), "no active IB/RoCE port to judge the rate of")]
+    best_rate: dict[tuple, float] = {}
+    best_width: dict[tuple, int] = {}
+    for d, p in ports:
+        k = _model(d, p)
+        if p.rate_gbps is not None:
+            best_rate[k] = max(best_rate.get(k, 0.0), p.rate_gbps)
+        if p.width is not None:
+            best_width[k] = max(best_width.get(k, 0), p.width)
+    has_ib = any((p.link_layer or "InfiniBand") == "InfiniBand" for _, p in ports)
+    want = ctx.policy.ib_rate_gbps
+    out: list[Finding] = []
+    for d, p in ports:
+        comp = port_component(d, p)
+        ev = (Evidence("rate", p.rate_raw or (f"{p.rate_gbps:g} Gb/sec" if p.rate_gbps else None),
+                       port_path(d.name, p.port, "rate")),)
+        if p.rate_gbps is None:
+            out.append(Finding("ib.rate", UNKNOWN if p.errors else SKIP, comp, f"{comp.name}: rate not readable", ev))
+            continue
+        k = _model(d, p)
+        is_ib = (p.link_layer or "InfiniBand") == "InfiniBand"
+        issues: list[tuple[str, str, str, str]] = []  # status, text, expected, expected_source
+        if is_ib and p.width is not None and p.width < 4:
+            if best_width.get(k, 0) >= 4:
+                issues.append((FAIL, f"trained at {p.width}X while other ports of this model run at "
+                               f"{best_width[k]}X: lanes failed", f"{best_width[k]}X",
+                               "other ports of the same HCA model"))
+            else:
+                issues.append((WARN, f"running at {p.width}X width (InfiniBand ports are 4X); a split "
+                               "cable (HDR100/NDR200) does this on purpose, a failed lane does it by accident",
+                               "4X", "InfiniBand port width"))
+        if best_rate.get(k, 0.0) > p.rate_gbps:
+            issues.append((FAIL if is_ib else WARN,
+                           f"{p.rate_gbps:g} Gb/s while other ports of this model run at {best_rate[k]:g} Gb/s",
+                           f"{best_rate[k]:g} Gb/s", "other ports of the same HCA model"))
+        if want is not None and (is_ib or not has_ib) and p.rate_gbps < want:
+            issues.append((FAIL, f"{p.rate_gbps:g} Gb/s is below the fleet minimum {want:g} Gb/s",
+                           f"{want:g} Gb/s or more", policy_source(ctx, "ib_rate_gbps")))
+        if not issues:
+            out.append(Finding("ib.rate", PASS, comp, f"{comp.name} at {p.rate_raw or p.rate_gbps}", ev,
+                               expected=f"{best_rate.get(k, p.rate_gbps):g} Gb/s",
+                               expected_source="ports of the same HCA model"))
+            continue
+        status = _worst(s for s, *_ in issues)
+        first = next(i for i in issues if i[0] == status)
+        out.append(Finding(
+            "ib.rate", status, comp, f"{comp.name}: " + "; ".join(t for _, t, *_ in issues), ev,
+            expected=first[2], expected_source=first[3],
+            remedy="Check the cable and transceiver (`mlxlink -d <dev> -m` shows lanes and errors); reseat or "
+                   "replace it. If the lower width/rate is intended (split cable), set ib_rate_gbps in the policy.",
+            details={"width": p.width, "speed": p.speed_name}))
+    return out
+
+
+# ---------------------------------------------------------------- error counters
+
+#: counters judged over the window, with what their increase means (rdma-core IBswcountlimits.pm)
+COUNTERS = ("symbol_error", "link_error_recovery", "link_downed", "port_rcv_errors",
+            "excessive_buffer_overrun_errors", "local_link_integrity_errors")
+
+
+def _judge_counters(grew: dict[str, int], window_s: float, min_warn: int) -> list[tuple[str, str]]:
+    """(status, reason) for each counter increase; empty when nothing matters."""
+    out: list[tuple[str, str]] = []
+    per_s = {k: v / window_s if window_s > 0 else float(v) for k, v in grew.items()}
+    if grew.get("link_downed", 0) > 0:
+        out.append((FAIL, f"link went down {grew['link_downed']} time(s) during the window"))
+    if grew.get("link_error_recovery", 0) > 0:
+        if grew.get("symbol_error", 0) > 0:
+            out.append((FAIL, "symbol errors with link recoveries: a bad link (cable/transceiver)"))
+        else:
+            out.append((WARN, f"{grew['link_error_recovery']} link error recoveries"))
+    elif grew.get("symbol_error", 0) > 0 and per_s["symbol_error"] > EXCESSIVE_PER_S:
+        out.append((WARN, f"symbol errors at {per_s['symbol_error']:.1f}/s (excessive above {EXCESSIVE_PER_S:g}/s)"))
+    for name, what in (("port_rcv_errors", "received packets with errors: a bad link, check the cable"),
+                       ("local_link_integrity_errors", "local link integrity errors: a bad link")):
+        v = grew.get(name, 0)
+        if v >= min_warn:
+            out.append((FAIL if per_s[name] > EXCESSIVE_PER_S else WARN, f"{v} {what}"))
+    v = grew.get("excessive_buffer_overrun_errors", 0)
+    if v >= min_warn:
+        out.append((WARN, f"{v} buffer overruns (flow-control errors, often caused by physical errors)"))
+    return out
+
+
+@check("ib.counters", needs=("infiniband",))
+def counters(ctx: CheckContext) -> list[Finding]:
+    """Port error counters by their increase over the window; lifetime totals are never a verdict."""
+    ib, skip = _ib_or_skip(ctx, "ib.counters", "IB error counters")
+    if skip:
+        return [skip]
+    later = ctx.later_data("infiniband")
+    if later is None:
+        nonzero = {f"{d.name}:{p.port}": {k: (p.counters or {}).get(k) for k in COUNTERS
+                                           if (p.counters or {}).get(k)}
+                   for d, p in all_ports(ib) if any((p.counters or {}).get(k) for k in COUNTERS)}
+        return [Finding("ib.counters", SKIP, node_component(),
+                        "error counters are judged by their increase over a window; none was taken "
+                        "(lifetime totals are not judged)",
+                        remedy="Run `ccdiag check --window 30` to judge IB error counters.",
+                        details={"lifetime_nonzero": nonzero} if nonzero else {})]
+    after = {(d.name, p.port): p for d, p in all_ports(later)}
+    out: list[Finding] = []
+    for d, p in all_ports(ib):
+        comp = port_component(d, p)
+        p2 = after.get((d.name, p.port))
+        if p.counters is None or p2 is None or p2.counters is None:
+            out.append(Finding("ib.counters", SKIP if not p.errors else UNKNOWN, comp,
+                               f"{comp.name}: counters not readable in both samples"))
+            continue
+        grew = {k: dv for k in COUNTERS
+                for dv in [counter_delta(p.counters.get(k), p2.counters.get(k))] if dv}
+        ev = tuple(Evidence(k, {"before": p.counters.get(k), "after": p2.counters.get(k)},
+                            port_path(d.name, p.port, f"counters/{k}")) for k in grew)
+        verdicts = _judge_counters(grew, ctx.window_s, max(1, ctx.policy.ib_error_rate_warn))
+        if not verdicts:
+            note = f" (counters that rose without meaning a fault: {', '.join(grew)})" if grew else ""
+            out.append(Finding("ib.counters", PASS, comp,
+                               f"{comp.name}: no error counter increase that matters in {ctx.window_s:g}s{note}", ev))
+            continue
+        status = _worst(s for s, _ in verdicts)
+        out.append(Finding(
+            "ib.counters", status, comp,
+            f"{comp.name} in {ctx.window_s:g}s: " + "; ".join(r for _, r in verdicts), ev,
+            expected="no increase", expected_source="rdma-core IBswcountlimits (counter meanings and 10/s rate)",
+            remedy="Check and reseat/replace the cable and transceiver of this port (`mlxlink -d <dev> -c` shows "
+                   "the physical counters); if the errors follow the switch port, involve the fabric team."))
+    return out
+
+
+# ---------------------------------------------------------------- link flaps (kernel log)
+
+def _flap_target(ib: Any, netdev: Any, name: str | None) -> tuple[Any, Any] | None:
+    if not name:
+        return None
+    for d in ib.devices:
+        if d.name == name or name in d.netdevs:
+            return d, (d.ports[0] if len(d.ports) == 1 else None)
+    for i in getattr(netdev, "interfaces", ()) or ():
+        if i.name == name and i.ib_device:
+            for d in ib.devices:
+                if d.name == i.ib_device:
+                    return d, (d.ports[0] if len(d.ports) == 1 else None)
+    return None
+
+
+@check("ib.link_flaps", needs=("infiniband", "kmsg"))
+def link_flaps(ctx: CheckContext) -> list[Finding]:
+    """Link-down events for RDMA ports in the kernel log within the policy window."""
+    ib, skip = _ib_or_skip(ctx, "ib.link_flaps", "IB link flaps")
+    if skip:
+        return [skip]
+    gated = gate(ctx, "kmsg", "ib.link_flaps", "IB link flaps (kernel log)")
+    if gated:
+        return [gated]
+    km = ctx.data("kmsg")
+    window = ctx.policy.xid_window_s
+    recent = []
+    for e in km.events:
+        if e.kind != "ib_link_down":
+            continue
+        if km.uptime_s is not None and e.time_s is not None and km.uptime_s - e.time_s > window:
+            continue
+        recent.append(e)
+    if not recent:
+        return [Finding("ib.link_flaps", PASS, node_component("IB links"),
+                        f"no IB/RoCE link-down events in the kernel log within {window / 3600:g} h",
+                        expected="no link-down events", expected_source="policy xid_window_s")]
+    groups: dict[str, list[Any]] = {}
+    for e in recent:
+        groups.setdefault(e.device or "?", []).append(e)
+    out: list[Finding] = []
+    netdev = ctx.data("netdev")
+    for name, events in sorted(groups.items()):
+        target = _flap_target(ib, netdev, name)
+        if target is not None:
+            d, p = target
+            comp = port_component(d, p) if p is not None else Component(
+                "ib_port", d.name, bdf=normalize_bdf(d.pci_bdf), device=d.name)
+        else:
+            comp = Component("ib_port", name, device=name)
+        n = len(events)
+        out.append(Finding(
+            "ib.link_flaps", FAIL if n >= FLAPS_FAIL else WARN, comp,
+            f"{comp.name}: link went down {n} time(s) within {window / 3600:g} h",
+            tuple(Evidence("kernel log", e.message, f"{km.source or 'kernel log'} @ {e.time_s}")
+                  for e in events[:5]),
+            expected="no link-down events", expected_source=f"{FLAPS_FAIL}+ in the window fail (Azure HPC health checks)",
+            remedy="A flapping link drops NCCL/RDMA connections: check the cable/transceiver and the switch port "
+                   "logs; replace the cable if flaps continue.",
+            details={"count": n}))
+    return out
+
+
+# ---------------------------------------------------------------- RoCE GIDs
+
+def _zero_gid(gid: str) -> bool:
+    return not gid.replace(":", "").strip("0")
+
+
+@check("ib.roce_gid", needs=("infiniband",))
+def roce_gid(ctx: CheckContext) -> list[Finding]:
+    """Every active RoCE (Ethernet link layer) port has a routable RoCE v2 GID."""
+    ib, skip = _ib_or_skip(ctx, "ib.roce_gid", "RoCE GIDs")
+    if skip:
+        return [skip]
+    roce = [(d, p) for d, p in all_ports(ib) if (p.link_layer or "").lower() == "ethernet"]
+    if not roce:
+        return [Finding("ib.roce_gid", SKIP, node_component(), "no RoCE (Ethernet link layer) ports")]
+    out: list[Finding] = []
+    for d, p in roce:
+        comp = port_component(d, p)
+        if not is_active(p):
+            out.append(Finding("ib.roce_gid", SKIP, comp, f"{comp.name} is not active (see ib.port_state)"))
+            continue
+        v2 = [g for g in p.gids if g.gid and not _zero_gid(g.gid) and "v2" in (g.type or "").lower()]
+        routable = [g for g in v2 if not g.gid.lower().startswith("fe80")]
+        src = port_path(d.name, p.port, "gid_attrs/types/*")
+        if routable:
+            out.append(Finding("ib.roce_gid", PASS, comp,
+                               f"{comp.name}: RoCE v2 GID index {routable[0].index} ({routable[0].gid})",
+                               (Evidence("RoCE v2 GIDs", [g.index for g in routable], src),)))
+            continue
+        if not p.gids and p.errors:
+            out.append(Finding("ib.roce_gid", UNKNOWN, comp, f"{comp.name}: GID table not readable",
+                               tuple(Evidence("read error", e.message or e.kind, e.source) for e in p.errors)))
+            continue
+        netdevs = ", ".join(d.netdevs) or "its netdev"
+        if v2:
+            out.append(Finding(
+                "ib.roce_gid", WARN, comp,
+                f"{comp.name}: only link-local RoCE v2 GIDs; no IP address on {netdevs}",
+                (Evidence("RoCE v2 GIDs", [g.gid for g in v2], src),),
+                expected="a RoCE v2 GID built from an IPv4/IPv6 address",
+                expected_source="NCCL GID auto-selection (NCCL_IB_ADDR_FAMILY, default IPv4)",
+                remedy=f"Assign the fabric IP address to {netdevs}; the kernel then adds a RoCE v2 GID for it."))
+            continue
+        out.append(Finding(
+            "ib.roce_gid", FAIL, comp, f"{comp.name}: no RoCE v2 GID ({len(p.gids)} GIDs, none of type RoCE v2)",
+            (Evidence("GID types", sorted({g.type or '?' for g in p.gids}), src),),
+            expected="a RoCE v2 GID", expected_source="NCCL_IB_ROCE_VERSION_NUM default 2",
+            remedy=f"Assign an IP address to {netdevs} and check the RoCE mode (`cma_roce_mode -d {d.name} "
+                   f"-p {p.port}` should say RoCE v2); NCCL needs a RoCE v2 GID to connect."))
+    return out
+
+
+# ---------------------------------------------------------------- GPUDirect RDMA
+
+def _gpu_count(ctx: CheckContext) -> int:
+    nvml = ctx.data("nvml")
+    if nvml is not None and nvml.gpus:
+        return len(nvml.gpus)
+    pcie = ctx.data("pcie")
+    return sum(1 for d in getattr(pcie, "devices", ()) or () if d.kind == "gpu")
+
+
+def _rdma_nic_keys(ib: Any) -> set[str]:
+    """Every name or BDF by which a NIC with an active RDMA port may appear in the topology."""
+    keys: set[str] = set()
+    for d in ib.devices:
+        if any(is_active(p) for p in d.ports):
+            keys.add(d.name)
+            keys.update(d.netdevs)
+            if d.pci_bdf:
+                keys.add(normalize_bdf(d.pci_bdf) or d.pci_bdf)
+    return keys
+
+
+def _nic_name(nic: Any) -> str:
+    return getattr(nic, "label", None) or str(nic)
+
+
+def _affinity(ctx: CheckContext, ib: Any) -> list[Finding]:
+    topo = ctx.topology
+    if topo is None:
+        return [Finding("ib.gpudirect", UNKNOWN, node_component(),
+                        "GPU-to-NIC path levels not judged: no topology was built")]
+    keys = _rdma_nic_keys(ib)
+    ids = gpu_ids(ctx)
+    out: list[Finding] = []
+    for g in topo.gpus():
+        label = getattr(g, "label", None) or f"GPU{getattr(g, 'index', '?')}"
+        bdf = normalize_bdf(getattr(g, "bdf", None))
+        gid = ids.get(bdf) if bdf else None
+        comp = Component("gpu", label, gpu=getattr(g, "index", None), uuid=getattr(g, "uuid", None) or (gid.uuid if gid else None),
+                         bdf=bdf)
+        near = list(topo.nearest_nics(label) or [])
+        rdma = [(n, lv) for n, lv in near
+                if _nic_name(n) in keys or normalize_bdf(getattr(n, "bdf", None)) in keys]
+        near = rdma or near
+        if not near:
+            out.append(Finding("ib.gpudirect", SKIP, comp, f"{label}: no NIC in the topology"))
+            continue
+        nic, level = min(near, key=lambda t: LEVEL_RANK.get(t[1], 99))
+        comp = Component(comp.kind, comp.name, gpu=comp.gpu, uuid=comp.uuid, bdf=comp.bdf, peer=_nic_name(nic))
+        ev = (Evidence("nearest NIC", {"nic": _nic_name(nic), "level": level}, "topology (PCIe tree, NCCL levels)"),)
+        rank = LEVEL_RANK.get(level)
+        if rank is None:
+            out.append(Finding("ib.gpudirect", UNKNOWN, comp, f"{label}: unknown path level {level!r} to {_nic_name(nic)}", ev))
+        elif rank <= 1:
+            out.append(Finding("ib.gpudirect", PASS, comp,
+                               f"{label} reaches {_nic_name(nic)} through PCIe switches only ({level})", ev,
+                               expected="PIX or PXB", expected_source="NCCL GPUDirect RDMA default level (PXB)"))
+        else:
+            where = "through the CPU root complex" if level == "PHB" else \
+                "across the CPU" + (" interconnect between sockets" if level == "SYS" else " (another root port)")
+            out.append(Finding(
+                "ib.gpudirect", WARN, comp,
+                f"{label}'s nearest RDMA NIC {_nic_name(nic)} is {level}: GPUDirect RDMA goes {where}", ev,
+                expected="PIX or PXB", expected_source="NCCL GPUDirect RDMA default level (PXB)",
+                remedy="NCCL uses GPUDirect RDMA only up to PXB by default, so this GPU's network traffic is "
+                       "staged through host memory. Check that the NIC sits in the slot meant for this GPU; in "
+                       "a VM, give NCCL the real PCI tree (NCCL_TOPO_FILE).",
+                details={"level": level}))
+    return out
+
+
+@check("ib.gpudirect", needs=("infiniband", "system", "nvml"))
+def gpudirect(ctx: CheckContext) -> list[Finding]:
+    """GPUDirect RDMA prerequisites: nvidia_peermem loaded, and each GPU near an RDMA NIC."""
+    ib, skip = _ib_or_skip(ctx, "ib.gpudirect", "GPUDirect RDMA")
+    if skip:
+        return [skip]
+    if not any(is_active(p) for _, p in all_ports(ib)):
+        return [Finding("ib.gpudirect", SKIP, node_component(), "no active RDMA port")]
+    if _gpu_count(ctx) == 0:
+        return [Finding("ib.gpudirect", SKIP, node_component(), "no GPU on this node")]
+    out: list[Finding] = []
+    comp = Component("module", "nvidia_peermem", device="nvidia_peermem")
+    if ctx.policy.require_peermem is False:
+        out.append(Finding("ib.gpudirect", SKIP, comp, "peer-memory module not required by the policy"))
+    else:
+        gated = gate(ctx, "system", "ib.gpudirect", "kernel modules")
+        if gated:
+            out.append(gated)
+        else:
+            mods = set(ctx.data("system").modules)
+            loaded = [m for m in PEERMEM_MODULES if m in mods]
+            ev = (Evidence("peer-memory module", loaded or None, "/proc/modules"),)
+            if loaded:
+                out.append(Finding("ib.gpudirect", PASS, Component("module", loaded[0], device=loaded[0]),
+                                   f"{loaded[0]} loaded", ev))
+            else:
+                out.append(Finding(
+                    "ib.gpudirect", FAIL, comp,
+                    "nvidia_peermem is not loaded: RDMA NICs cannot reach GPU memory (no GPUDirect RDMA)", ev,
+                    expected="nvidia_peermem (or nv_peer_mem) loaded",
+                    expected_source=policy_source(ctx, "require_peermem") if ctx.policy.require_peermem
+                    else "GPUs and active RDMA ports are both present",
+                    remedy="`modprobe nvidia_peermem` (it ships with the NVIDIA driver) and add it to "
+                           "/etc/modules-load.d/. If this node uses DMA-BUF for GPUDirect instead, set "
+                           "require_peermem: false in the policy."))
+    out.extend(_affinity(ctx, ib))
+    return out

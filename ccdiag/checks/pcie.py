@@ -1,0 +1,663 @@
+"""PCIe health: link width and speed on every hop, AER and replay counters, ACS on GPU-NIC paths.
+
+Also home of the small helpers the fabric checks share (who a BDF is, probe gating, counter deltas),
+so the InfiniBand and environment checks name GPUs and NICs the same way.
+
+False alarms are the main risk here. An idle GPU lowers its PCIe link to 2.5 GT/s to save power,
+and the switch port above it reports the same link, so a lower *speed* on a GPU path is judged only
+when NVML shows the GPU busy. A lower *width* is never a power state: it is a lane that failed to
+train. A device slower or narrower than the slot above it is "limited by" the slot, a design fact
+that warns rather than fails. Counters are judged by their change over the window, never by the
+lifetime totals a reboot-free year accumulates.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+from ccdiag.checks import CheckContext, check
+from ccdiag.findings import FAIL, PASS, SKIP, UNKNOWN, WARN, Component, Evidence, Finding
+from ccdiag.model import normalize_bdf
+from ccdiag.probing import UNAVAILABLE
+
+ENDPOINT_KINDS = ("gpu", "nic", "nvswitch")
+BRIDGE_KINDS = ("bridge", "root_port")
+
+#: GT/s per lane -> PCIe generation
+GEN_BY_GTS = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6}
+
+#: Replays (and, by the same bit-error budget, correctable errors) per lane per minute that a
+#: link at BER 1e-12 may show; above this the link is worse than spec. Gen1/Gen2 are not in the
+#: source table and are extrapolated by halving. Source: NVIDIA/DCGM
+#: modules/health/DcgmHealthWatch.cpp (GetExpectedPcieReplayRate), as noted in the reference.
+REPLAY_BUDGET_PER_LANE_PER_MIN = {1: 0.12, 2: 0.24, 3: 0.48, 4: 0.96, 5: 1.92, 6: 3.84}
+
+#: ACS features that redirect peer-to-peer requests or completions up to the root complex
+ACS_REDIRECTING = ("ReqRedir", "CmpltRedir", "EgressCtrl")
+
+
+# ---------------------------------------------------------------- shared helpers (fabric checks)
+
+def sysfs_path(bdf: str, attr: str) -> str:
+    return f"/sys/bus/pci/devices/{bdf}/{attr}"
+
+
+def node_component(name: str = "node") -> Component:
+    return Component("node", name)
+
+
+def gate(ctx: CheckContext, probe: str, check_id: str, what: str) -> Finding | None:
+    """A skip/unknown finding when ``probe`` gave nothing to judge, else None.
+
+    Unavailable means the subsystem is absent (no IB stack): the check does not apply, so skip.
+    A probe that failed or timed out leaves the check undecided: unknown, never pass.
+    """
+    run = ctx.runs.get(probe)
+    if run is not None and run.usable:
+        return None
+    if run is None:
+        return Finding(check_id, SKIP, node_component(), f"{what}: probe {probe} was not run")
+    if run.status == UNAVAILABLE:
+        return Finding(check_id, SKIP, node_component(), f"{what}: not present ({run.error or probe})",
+                       details={"probe": probe, "probe_status": run.status})
+    return Finding(check_id, UNKNOWN, node_component(),
+                   f"{what} could not be judged: probe {probe} {run.status} ({run.error})",
+                   remedy="Re-run `ccdiag check`; if the probe keeps failing, attach `ccdiag snapshot` "
+                          "output to a bug report.",
+                   details={"probe": probe, "probe_status": run.status})
+
+
+def counter_delta(before: int | None, after: int | None) -> int | None:
+    """Increase of a monotonic counter; None when unknown or when it went backwards (a reset)."""
+    if before is None or after is None or after < before:
+        return None
+    return after - before
+
+
+@dataclass(frozen=True)
+class GpuId:
+    index: int | None
+    uuid: str | None
+    bdf: str
+    label: str  # "GPU3"
+    gpu: Any = None  # the nvml Gpu, when NVML saw it
+
+
+def gpu_ids(ctx: CheckContext) -> dict[str, GpuId]:
+    """BDF -> GPU identity, from NVML first, then the topology."""
+    out: dict[str, GpuId] = {}
+    nvml = ctx.data("nvml")
+    for g in getattr(nvml, "gpus", ()) or ():
+        bdf = normalize_bdf(g.bus_id)
+        if bdf:
+            out[bdf] = GpuId(g.index, g.uuid, bdf, f"GPU{g.index}", g)
+    topo = ctx.topology
+    if topo is not None:
+        try:
+            nodes = list(topo.gpus())
+        except Exception:  # noqa: BLE001 - a topology that cannot list GPUs just adds nothing
+            nodes = []
+        for n in nodes:
+            bdf = normalize_bdf(getattr(n, "bdf", None))
+            if bdf and bdf not in out:
+                idx = getattr(n, "index", None)
+                label = getattr(n, "label", None) or (f"GPU{idx}" if idx is not None else f"GPU {bdf}")
+                out[bdf] = GpuId(idx, getattr(n, "uuid", None), bdf, label)
+    return out
+
+
+def nic_names(ctx: CheckContext) -> dict[str, str]:
+    """BDF -> the name operators use for the NIC: the RDMA device ("mlx5_0"), else the netdev."""
+    out: dict[str, str] = {}
+    net = ctx.data("netdev")
+    for i in getattr(net, "interfaces", ()) or ():
+        bdf = normalize_bdf(i.pci_bdf)
+        if bdf and not i.virtual:
+            out.setdefault(bdf, i.name)
+    ib = ctx.data("infiniband")
+    for d in getattr(ib, "devices", ()) or ():
+        bdf = normalize_bdf(d.pci_bdf)
+        if bdf:
+            out[bdf] = d.name
+    return out
+
+
+def gpu_activity(gpu: Any) -> str:
+    """"busy", "idle" or "unknown" from NVML, for deciding whether a low PCIe speed means anything.
+
+    NVML's clock-event reasons carry an idle bit; running compute processes without it mean work.
+    """
+    if gpu is None:
+        return "unknown"
+    names = tuple(getattr(gpu, "clock_event_names", ()) or ())
+    if any("idle" in n.lower() for n in names):
+        return "idle"
+    if getattr(gpu, "compute_processes", ()):
+        return "busy"
+    if getattr(gpu, "clock_event_reasons", None) is not None:
+        return "busy"  # reasons were read and the idle bit is clear: the GPU is clocked up for work
+    return "unknown"
+
+
+def gen_of(gts: float | None) -> int | None:
+    if gts is None:
+        return None
+    for rate, gen in GEN_BY_GTS.items():
+        if abs(rate - gts) < 0.05:
+            return gen
+    return None
+
+
+def _speed(gts: float | None) -> str:
+    if gts is None:
+        return "?"
+    gen = gen_of(gts)
+    return f"{gts:g} GT/s (Gen{gen})" if gen else f"{gts:g} GT/s"
+
+
+class Names:
+    """Labels and components for the PCI functions of one observation."""
+
+    def __init__(self, ctx: CheckContext, devices: Iterable[Any]):
+        self.devices = {d.bdf: d for d in devices}
+        self.gpus = gpu_ids(ctx)
+        self.nics = nic_names(ctx)
+        self.children: dict[str, list[Any]] = {}
+        self.served: dict[str, list[str]] = {}
+        for d in self.devices.values():
+            parent = self.parent_bdf(d)
+            if parent:
+                self.children.setdefault(parent, []).append(d)
+        for d in self.endpoints():
+            for hop in d.path:
+                if hop != d.bdf:
+                    self.served.setdefault(hop, []).append(self.label(d))
+
+    def parent_bdf(self, d: Any) -> str | None:
+        if d.parent:
+            return d.parent
+        return d.path[-2] if len(d.path) >= 2 and d.path[-1] == d.bdf else None
+
+    def parent(self, d: Any) -> Any:
+        p = self.parent_bdf(d)
+        return self.devices.get(p) if p else None
+
+    def endpoints(self) -> list[Any]:
+        return sorted((d for d in self.devices.values() if d.kind in ENDPOINT_KINDS), key=self.sort_key)
+
+    def sort_key(self, d: Any) -> tuple:
+        g = self.gpus.get(d.bdf)
+        return (ENDPOINT_KINDS.index(d.kind) if d.kind in ENDPOINT_KINDS else 9,
+                g.index if g and g.index is not None else 1 << 20, d.bdf)
+
+    def label(self, d: Any) -> str:
+        if d.kind == "gpu":
+            g = self.gpus.get(d.bdf)
+            return g.label if g else f"GPU {d.bdf}"
+        if d.kind == "nic":
+            return self.nics.get(d.bdf) or f"NIC {d.bdf}"
+        if d.kind == "nvswitch":
+            return f"NVSwitch {d.bdf}"
+        if d.kind == "root_port":
+            return f"root port {d.bdf}"
+        if d.kind == "bridge":
+            return f"bridge {d.bdf}"
+        return f"PCI {d.bdf}"
+
+    def served_gpus(self, d: Any) -> list[GpuId]:
+        """GPUs at or below ``d``."""
+        if d.kind == "gpu":
+            g = self.gpus.get(d.bdf)
+            return [g] if g else []
+        return [g for e in self.endpoints() if e.kind == "gpu" and d.bdf in e.path
+                for g in [self.gpus.get(e.bdf)] if g]
+
+    def serves_only_gpus(self, d: Any) -> bool:
+        below = [e for e in self.endpoints() if d.bdf in e.path]
+        return bool(below) and all(e.kind == "gpu" for e in below)
+
+    def component(self, d: Any) -> Component:
+        label = self.label(d)
+        if d.kind in ENDPOINT_KINDS:
+            g = self.gpus.get(d.bdf) if d.kind == "gpu" else None
+            return Component("pcie_link", f"{label} PCIe link", gpu=g.index if g else None,
+                             uuid=g.uuid if g else None, bdf=d.bdf,
+                             device=label if d.kind == "nic" else None, peer=self.parent_bdf(d))
+        served = self.served.get(d.bdf) or []
+        return Component("bridge", label, bdf=d.bdf, peer=", ".join(served) or None)
+
+
+def policy_source(ctx: CheckContext, key: str) -> str:
+    return f"policy {ctx.policy.source or '(given)'}: {key}"
+
+
+# ---------------------------------------------------------------- link width / speed
+
+@dataclass
+class _Attr:
+    """How to read and print one link attribute (width or speed)."""
+
+    name: str  # "width" | "speed"
+    cur: Callable[[Any], Any]
+    max: Callable[[Any], Any]
+    fmt: Callable[[Any], str]
+    cur_file: str
+    max_file: str
+    notes: dict[str, list[str]] = field(default_factory=dict)
+
+
+WIDTH = _Attr("width", lambda d: d.current_link_width, lambda d: d.max_link_width, lambda v: f"x{v}",
+              "current_link_width", "max_link_width")
+SPEED = _Attr("speed", lambda d: d.current_link_speed_gts, lambda d: d.max_link_speed_gts, _speed,
+              "current_link_speed", "max_link_speed")
+
+
+def _valid(v: Any) -> bool:
+    return v is not None and v > 0  # VMs report width 0 / "Unknown" speed on emulated ports
+
+
+def _link_evidence(d: Any, a: _Attr) -> list[Evidence]:
+    raw_cur = d.current_link_speed_raw if a is SPEED else None
+    raw_max = d.max_link_speed_raw if a is SPEED else None
+    return [Evidence(f"current link {a.name}", raw_cur or a.fmt(a.cur(d)), sysfs_path(d.bdf, a.cur_file)),
+            Evidence(f"max link {a.name}", raw_max or a.fmt(a.max(d)), sysfs_path(d.bdf, a.max_file))]
+
+
+def _judge_hop(ctx: CheckContext, names: Names, d: Any, a: _Attr, check_id: str) -> tuple[str, Finding | None, str | None]:
+    """Judge one hop. Returns (verdict, finding, note): verdict "ok" | "note" | "problem" | "skip"."""
+    cur, mx = a.cur(d), a.max(d)
+    if not (_valid(cur) and _valid(mx)):
+        return "skip", None, None
+    if cur >= mx:
+        return "ok", None, None
+    kids = names.children.get(d.bdf, [])
+    if any(_valid(a.max(c)) and a.max(c) <= cur for c in kids):
+        return "ok", None, None  # the device below cannot go faster/wider: nothing wrong at this hop
+    if any(a.cur(c) == cur and _valid(a.max(c)) and a.max(c) > a.cur(c) for c in kids):
+        return "skip", None, None  # same link, reported at its lower end
+    comp = names.component(d)
+    ev = _link_evidence(d, a)
+    parent = names.parent(d)
+    if parent is not None and _valid(a.max(parent)) and a.max(parent) < mx and cur >= a.max(parent):
+        ev.append(Evidence(f"upstream max link {a.name}", a.fmt(a.max(parent)),
+                           sysfs_path(parent.bdf, a.max_file)))
+        return "problem", Finding(
+            check_id, WARN, comp,
+            f"{names.label(d)} can run at {a.fmt(mx)} but is limited by {names.label(parent)} "
+            f"(max {a.fmt(a.max(parent))}); it runs at {a.fmt(cur)}",
+            tuple(ev), expected=a.fmt(mx), expected_source=f"device capability ({a.max_file})",
+            remedy=f"Not a fault: the slot or switch port above is the bottleneck. Move the device to a "
+                   f"port that supports {a.fmt(mx)}, or accept the lower host bandwidth.",
+            details={"limited_by": parent.bdf}), None
+    if a is SPEED and (d.kind == "gpu" or (d.kind in BRIDGE_KINDS and names.serves_only_gpus(d))):
+        gpus = names.served_gpus(d)
+        acts = [gpu_activity(g.gpu) for g in gpus]
+        if "busy" not in acts:
+            why = "idle" if acts and all(x == "idle" for x in acts) else "activity unknown"
+            note = (f"{names.label(d)} link at {a.fmt(cur)} of {a.fmt(mx)}: GPU {why}; idle GPUs lower their "
+                    f"PCIe speed to save power, so speed is not judged here")
+            return "note", None, note
+        ev.append(Evidence("GPU activity", "busy", "NVML clock event reasons / compute processes"))
+        return "problem", Finding(
+            check_id, WARN, comp,
+            f"{names.label(d)} PCIe link at {a.fmt(cur)} of {a.fmt(mx)} while the GPU is busy",
+            tuple(ev), expected=a.fmt(mx), expected_source=f"device capability ({a.max_file})",
+            remedy="Re-check under load (e.g. `ccdiag bench h2d_copy`); if the link stays below its "
+                   "capability under load, reseat the GPU/riser and check the slot's BIOS link settings.",
+            details={"gpus": [g.label for g in gpus]}), None
+    status = FAIL if a is WIDTH or d.kind == "nic" else WARN
+    if a is WIDTH:
+        what = "a lane failed to train (a width downgrade is never a power-saving state)"
+        remedy = ("Drain the node; reseat the card, riser or cable at this hop and check for damage or "
+                  "debris; if it persists after a cold boot the slot, riser or device needs service.")
+    else:
+        what = "the link trained below its capability"
+        remedy = ("Reseat the card/riser and check BIOS PCIe speed settings; a link that keeps training "
+                  "slow points at signal integrity (riser, retimer, cable). Re-check after a cold boot.")
+    peers = names.served.get(d.bdf)
+    serving = f" (serves {', '.join(peers)})" if peers and d.kind in BRIDGE_KINDS else ""
+    return "problem", Finding(
+        check_id, status, comp,
+        f"{names.label(d)}{serving} PCIe link at {a.fmt(cur)} of {a.fmt(mx)}: {what}",
+        tuple(ev), expected=a.fmt(mx), expected_source=f"device capability ({a.max_file})",
+        remedy=remedy), None
+
+
+def _policy_min(ctx: CheckContext, names: Names, d: Any, a: _Attr, check_id: str) -> Finding | None:
+    """Fleet minimum (policy) against what the link can do at best: min(device max, slot max)."""
+    pol = ctx.policy
+    want = pol.min_pcie_width if a is WIDTH else pol.min_pcie_gen
+    if want is None or d.kind not in ("gpu", "nic"):
+        return None
+    caps = [d]
+    parent = names.parent(d)
+    if parent is not None:
+        caps.append(parent)
+    vals = [(x, a.max(x)) for x in caps if _valid(a.max(x))]
+    if not vals:
+        return None
+    holder, best = min(vals, key=lambda t: t[1])
+    have = best if a is WIDTH else gen_of(best)
+    if have is None or have >= want:
+        return None
+    shown = f"x{want}" if a is WIDTH else f"Gen{want}"
+    return Finding(check_id, FAIL, names.component(d),
+                   f"{names.label(d)} PCIe link can do at most {a.fmt(best)}, below the fleet minimum {shown}"
+                   + (f" (limited by {names.label(holder)})" if holder is not d else ""),
+                   (Evidence(f"max link {a.name}", a.fmt(best), sysfs_path(holder.bdf, a.max_file)),),
+                   expected=f"{shown} or better",
+                   expected_source=policy_source(ctx, "min_pcie_width" if a is WIDTH else "min_pcie_gen"),
+                   remedy="This node does not meet the fleet's PCIe standard: move the device to a "
+                          "full-capability slot or correct the policy if this hardware is expected.")
+
+
+def _link_check(ctx: CheckContext, a: _Attr, check_id: str) -> list[Finding]:
+    gated = gate(ctx, "pcie", check_id, f"PCIe link {a.name}")
+    if gated:
+        return [gated]
+    names = Names(ctx, ctx.data("pcie").devices)
+    endpoints = names.endpoints()
+    if not endpoints:
+        return [Finding(check_id, SKIP, node_component(), "no GPU, NIC or NVSwitch PCIe functions found")]
+    findings: list[Finding] = []
+    judged: dict[str, tuple[str, Finding | None, str | None]] = {}
+    for e in endpoints:
+        for hop in list(e.path[:-1] if e.path and e.path[-1] == e.bdf else e.path) + [e.bdf]:
+            dev = names.devices.get(hop)
+            if dev is not None and hop not in judged:
+                judged[hop] = _judge_hop(ctx, names, dev, a, check_id)
+                if judged[hop][1] is not None:
+                    findings.append(judged[hop][1])
+    nvml_limit = _nvml_gen_limits(ctx, names) if a is SPEED else {}
+    for e in endpoints:
+        hops = [h for h in (list(e.path) or [e.bdf]) if h in judged] or [e.bdf]
+        if e.bdf not in hops:
+            hops.append(e.bdf)
+        pol = _policy_min(ctx, names, e, a, check_id)
+        if pol:
+            findings.append(pol)
+        if e.bdf in nvml_limit and not any(judged.get(h, ("",))[0] == "problem" for h in hops):
+            findings.append(nvml_limit[e.bdf])
+            continue
+        if any(judged.get(h, ("",))[0] == "problem" for h in hops) or pol:
+            continue
+        cur, mx = a.cur(e), a.max(e)
+        if not (_valid(cur) and _valid(mx)):
+            status = UNKNOWN if e.errors else SKIP
+            findings.append(Finding(check_id, status, names.component(e),
+                                    f"{names.label(e)} PCIe link {a.name} not reported",
+                                    tuple(Evidence("read error", err.message or err.kind, err.source)
+                                          for err in e.errors)))
+            continue
+        notes = [judged[h][2] for h in hops if judged.get(h, ("",))[0] == "note"]
+        summary = (f"{names.label(e)} PCIe link {a.fmt(cur)} of {a.fmt(mx)}"
+                   + ("; every hop to the root port at its capability" if len(hops) > 1 else ""))
+        findings.append(Finding(check_id, PASS, names.component(e), summary, tuple(_link_evidence(e, a)),
+                                expected=a.fmt(mx), expected_source=f"device capability ({a.max_file})",
+                                details={"notes": notes} if notes else {}))
+    return findings
+
+
+def _nvml_gen_limits(ctx: CheckContext, names: Names) -> dict[str, Finding]:
+    """NVML knows the GPU's own max generation and the link's (host side included): a GPU whose
+    link max is below its own max is limited by the host, which sysfs may not show (VMs)."""
+    out: dict[str, Finding] = {}
+    for bdf, g in names.gpus.items():
+        gpu = g.gpu
+        if gpu is None or gpu.pcie_gen_max is None or gpu.pcie_gen_device_max is None:
+            continue
+        if gpu.pcie_gen_max >= gpu.pcie_gen_device_max:
+            continue
+        dev = names.devices.get(bdf)
+        comp = names.component(dev) if dev is not None else Component(
+            "pcie_link", f"{g.label} PCIe link", gpu=g.index, uuid=g.uuid, bdf=bdf)
+        out[bdf] = Finding(
+            "pcie.link_speed", WARN, comp,
+            f"{g.label} supports PCIe Gen{gpu.pcie_gen_device_max} but its link can do at most "
+            f"Gen{gpu.pcie_gen_max}: limited by the host side",
+            (Evidence("GPU max PCIe generation", gpu.pcie_gen_device_max, "NVML nvmlDeviceGetGpuMaxPcieLinkGeneration"),
+             Evidence("link max PCIe generation", gpu.pcie_gen_max, "NVML nvmlDeviceGetMaxPcieLinkGeneration")),
+            expected=f"Gen{gpu.pcie_gen_device_max}", expected_source="GPU max (NVML)",
+            remedy="Not a fault: the slot, switch or CPU root port is the bottleneck. Move the GPU to a "
+                   "faster port, or check the BIOS PCIe generation setting for this slot.")
+    return out
+
+
+@check("pcie.link_width", needs=("pcie",))
+def link_width(ctx: CheckContext) -> list[Finding]:
+    """Every GPU/NIC/NVSwitch link and every bridge on its path at its full lane count."""
+    return _link_check(ctx, WIDTH, "pcie.link_width")
+
+
+@check("pcie.link_speed", needs=("pcie", "nvml"))
+def link_speed(ctx: CheckContext) -> list[Finding]:
+    """Link speed at capability; GPU links judged only when the GPU is busy (idle GPUs downclock)."""
+    return _link_check(ctx, SPEED, "pcie.link_speed")
+
+
+# ---------------------------------------------------------------- AER
+
+def _aer_increase(before: dict[str, int] | None, after: dict[str, int] | None) -> dict[str, int] | None:
+    """Per-error-type increases (only the ones that grew). None when not comparable."""
+    if before is None or after is None:
+        return None
+    keys = [k for k in after if k in before and not k.startswith("TOTAL_")]
+    if not keys:
+        keys = [k for k in after if k in before]
+    grew: dict[str, int] = {}
+    for k in keys:
+        d = counter_delta(before[k], after[k])
+        if d:
+            grew[k] = d
+    return grew
+
+
+def _total(counts: dict[str, int] | None) -> int:
+    if not counts:
+        return 0
+    parts = {k: v for k, v in counts.items() if not k.startswith("TOTAL_")}
+    return sum((parts or counts).values())
+
+
+def _budget(gen: int | None, width: int | None, window_s: float) -> float | None:
+    if gen is None or not width or window_s <= 0:
+        return None
+    return REPLAY_BUDGET_PER_LANE_PER_MIN.get(gen, 0.0) * width * window_s / 60.0
+
+
+@check("pcie.aer", needs=("pcie",))
+def aer(ctx: CheckContext) -> list[Finding]:
+    """AER counters on GPUs, NICs and every port above them, judged by their change over the window."""
+    gated = gate(ctx, "pcie", "pcie.aer", "PCIe AER counters")
+    if gated:
+        return [gated]
+    devices = ctx.data("pcie").devices
+    names = Names(ctx, devices)
+    with_aer = [d for d in devices if d.aer_fatal is not None or d.aer_nonfatal is not None
+                or d.aer_correctable is not None]
+    if not with_aer:
+        return [Finding("pcie.aer", SKIP, node_component(), "no device exposes AER counters in sysfs")]
+    later = ctx.later_data("pcie")
+    if later is None:
+        lifetime = {d.bdf: {"fatal": _total(d.aer_fatal), "nonfatal": _total(d.aer_nonfatal),
+                            "correctable": _total(d.aer_correctable)}
+                    for d in with_aer if _total(d.aer_fatal) or _total(d.aer_nonfatal) or _total(d.aer_correctable)}
+        return [Finding("pcie.aer", SKIP, node_component(),
+                        "AER counters are judged by their change over a window; none was taken "
+                        "(lifetime totals since boot are not a verdict)",
+                        remedy="Run `ccdiag check --window 30` to judge AER counters.",
+                        details={"lifetime_nonzero": lifetime} if lifetime else {})]
+    after = {d.bdf: d for d in later.devices}
+    findings: list[Finding] = []
+    for d in sorted(with_aer, key=lambda x: x.bdf):
+        d2 = after.get(d.bdf)
+        if d2 is None:
+            continue
+        grew = {kind: _aer_increase(getattr(d, f"aer_{kind}"), getattr(d2, f"aer_{kind}"))
+                for kind in ("fatal", "nonfatal", "correctable")}
+        ev = tuple(Evidence(f"AER {kind} increase", inc, sysfs_path(d.bdf, f"aer_dev_{kind}"))
+                   for kind, inc in grew.items() if inc)
+        uncorrectable = {k: v for kind in ("fatal", "nonfatal") for k, v in (grew[kind] or {}).items()}
+        comp = names.component(d)
+        if uncorrectable:
+            findings.append(Finding(
+                "pcie.aer", FAIL, comp,
+                f"{names.label(d)}: uncorrectable PCIe errors in the last {ctx.window_s:g}s "
+                f"({', '.join(f'{k} +{v}' for k, v in uncorrectable.items())})",
+                ev, expected="no increase", expected_source="Linux AER counters (sysfs aer_dev_*)",
+                remedy="Drain the node. Read the kernel log's AER lines for this device; reseat or replace "
+                       "the card, riser or cable. Errors counted at a root or switch port usually point at "
+                       "the device below it (the link partner)."))
+            continue
+        corr = sum((grew["correctable"] or {}).values())
+        if corr:
+            gen = gen_of(d.current_link_speed_gts or d.max_link_speed_gts)
+            budget = _budget(gen, d.current_link_width or d.max_link_width, ctx.window_s)
+            if budget is None or corr > budget:
+                findings.append(Finding(
+                    "pcie.aer", WARN, comp,
+                    f"{names.label(d)}: {corr} correctable PCIe errors in {ctx.window_s:g}s"
+                    + (f", above the {budget:.1f} a healthy link may show" if budget is not None else ""),
+                    ev, expected=f"at most {budget:.1f} in {ctx.window_s:g}s" if budget is not None else "no increase",
+                    expected_source="BER 1e-12 budget per lane (DCGM PCIe replay rate rule)",
+                    remedy="A marginal link: watch the rate; reseat the card/riser if it keeps rising, and "
+                           "drain if uncorrectable errors follow."))
+                continue
+        if corr:
+            findings.append(Finding("pcie.aer", PASS, comp,
+                                    f"{names.label(d)}: {corr} correctable errors in {ctx.window_s:g}s, within budget",
+                                    ev))
+    if not findings:
+        findings.append(Finding("pcie.aer", PASS, node_component("PCIe devices"),
+                                f"no AER counter increased on {len(with_aer)} devices over {ctx.window_s:g}s"))
+    return findings
+
+
+# ---------------------------------------------------------------- NVML replay counter
+
+@check("pcie.replay", needs=("nvml",))
+def replay(ctx: CheckContext) -> list[Finding]:
+    """PCIe replay counter of each GPU (NVML) against the bit-error budget of its link, over the window."""
+    gated = gate(ctx, "nvml", "pcie.replay", "GPU PCIe replay counters")
+    if gated:
+        return [gated]
+    gpus = [g for g in ctx.data("nvml").gpus if g.failed is None]
+    if not gpus:
+        return [Finding("pcie.replay", SKIP, node_component(), "no GPU to read replay counters from")]
+    later = ctx.later_data("nvml")
+    if later is None:
+        return [Finding("pcie.replay", SKIP, node_component(),
+                        "replay counters are judged by their change over a window; none was taken",
+                        remedy="Run `ccdiag check --window 30` to judge replay counters.")]
+    after = {g.index: g for g in later.gpus}
+    out: list[Finding] = []
+    for g in gpus:
+        comp = Component("pcie_link", f"GPU{g.index} PCIe link", gpu=g.index, uuid=g.uuid,
+                         bdf=normalize_bdf(g.bus_id))
+        g2 = after.get(g.index)
+        delta = counter_delta(g.pcie_replay_counter, g2.pcie_replay_counter if g2 else None)
+        if delta is None:
+            out.append(Finding("pcie.replay", SKIP, comp, f"GPU{g.index}: replay counter not comparable "
+                               "across the window (not read, or reset)"))
+            continue
+        ev = (Evidence("PCIe replay counter", {"before": g.pcie_replay_counter, "after": g2.pcie_replay_counter},
+                       "NVML nvmlDeviceGetPcieReplayCounter"),)
+        gen = g.pcie_gen_current or g.pcie_gen_max
+        budget = _budget(gen, g.pcie_width_current or g.pcie_width_max, ctx.window_s)
+        if delta and (budget is None or delta > budget):
+            out.append(Finding(
+                "pcie.replay", WARN, comp,
+                f"GPU{g.index}: {delta} PCIe replays in {ctx.window_s:g}s"
+                + (f", above the {budget:.1f} a healthy Gen{gen} link may show" if budget is not None else ""),
+                ev, expected=f"at most {budget:.1f}" if budget is not None else "no increase",
+                expected_source="BER 1e-12 budget per lane (DCGM PCIe replay rate rule)",
+                remedy="Replays are retransmissions after link errors: reseat the GPU or riser if the rate "
+                       "persists; check pcie.aer for the same link."))
+        else:
+            out.append(Finding("pcie.replay", PASS, comp,
+                               f"GPU{g.index}: {delta} PCIe replays in {ctx.window_s:g}s", ev,
+                               expected=f"at most {budget:.1f}" if budget is not None else None,
+                               expected_source="BER 1e-12 budget per lane (DCGM PCIe replay rate rule)"
+                               if budget is not None else None))
+    return out
+
+
+# ---------------------------------------------------------------- ACS
+
+def _common_hops(a: Any, b: Any) -> list[str] | None:
+    """Bridges a peer-to-peer transfer between ``a`` and ``b`` crosses inside a shared switch tree:
+    the last common bridge and everything below it on both sides. None without a common bridge (the
+    traffic goes through the CPU anyway and ACS is not what decides it)."""
+    pa, pb = list(a.path[:-1]), list(b.path[:-1])
+    n = 0
+    while n < min(len(pa), len(pb)) and pa[n] == pb[n]:
+        n += 1
+    if n == 0:
+        return None
+    return [pa[n - 1]] + pa[n:] + pb[n:]
+
+
+def _acs_unreadable(d: Any) -> bool:
+    return d.acs_ctrl is None and any("acs" in (e.source + e.message).lower() or "config" in e.source.lower()
+                                      for e in d.errors)
+
+
+@check("pcie.acs", needs=("pcie",))
+def acs(ctx: CheckContext) -> list[Finding]:
+    """ACS redirection on bridges between GPUs and NICs forces GPUDirect traffic through the CPU."""
+    gated = gate(ctx, "pcie", "pcie.acs", "PCIe ACS")
+    if gated:
+        return [gated]
+    names = Names(ctx, ctx.data("pcie").devices)
+    gpus = [e for e in names.endpoints() if e.kind == "gpu"]
+    nics = [e for e in names.endpoints() if e.kind == "nic"]
+    if not gpus or not nics:
+        return [Finding("pcie.acs", SKIP, node_component(),
+                        "ACS matters for GPU-NIC peer-to-peer paths; this node lacks GPUs or NICs on PCIe")]
+    pairs: dict[str, list[str]] = {}  # bridge -> "GPU3<->mlx5_3"
+    for g in gpus:
+        for n in nics:
+            for hop in _common_hops(g, n) or []:
+                pairs.setdefault(hop, []).append(f"{names.label(g)}<->{names.label(n)}")
+    if not pairs:
+        return [Finding("pcie.acs", SKIP, node_component(),
+                        "no GPU shares a PCIe switch with a NIC; their traffic crosses the CPU regardless of ACS")]
+    findings: list[Finding] = []
+    unreadable: list[str] = []
+    for bdf in sorted(pairs):
+        d = names.devices.get(bdf)
+        if d is None:
+            continue
+        if _acs_unreadable(d):
+            unreadable.append(bdf)
+            continue
+        if not d.acs_enabled:
+            continue
+        redirecting = [f for f in d.acs_enabled if f in ACS_REDIRECTING]
+        status = FAIL if redirecting else WARN
+        comp = names.component(d)
+        sample = pairs[bdf][:4]
+        findings.append(Finding(
+            "pcie.acs", status, comp,
+            f"{names.label(d)}: ACS {'/'.join(d.acs_enabled)} enabled on the path of "
+            f"{', '.join(sample)}{' ...' if len(pairs[bdf]) > 4 else ''}"
+            + ("; peer-to-peer requests are redirected to the root complex" if redirecting else ""),
+            (Evidence("ACS control", {"register": f"0x{d.acs_ctrl:04x}" if d.acs_ctrl is not None else None,
+                                      "enabled": list(d.acs_enabled)}, sysfs_path(bdf, "config") + " (ACS extended capability)"),),
+            expected="ACS redirection off on switch ports between GPUs and NICs",
+            expected_source="NCCL troubleshooting guide (PCI Access Control Services)",
+            remedy=f"Disable ACS on this port: `setpci -s {bdf} ECAP_ACS+0x6.w=0000` (not persistent: run it "
+                   "at boot, e.g. from a systemd unit), or turn ACS off in the BIOS. Otherwise GPUDirect RDMA "
+                   "and PCIe P2P go through the CPU: lower bandwidth, and NCCL hangs have been traced to it.",
+            details={"pairs": pairs[bdf], "redirecting": redirecting}))
+    if unreadable and not findings:
+        findings.append(Finding("pcie.acs", UNKNOWN, node_component(),
+                                f"ACS control of {len(unreadable)} bridge(s) on GPU-NIC paths could not be read "
+                                "(PCI config space beyond 64 bytes needs root)",
+                                remedy="Run `ccdiag check` as root to read ACS.",
+                                details={"bridges": unreadable}))
+    elif not findings:
+        findings.append(Finding("pcie.acs", PASS, node_component("GPU-NIC PCIe paths"),
+                                f"no ACS redirection on the {len(pairs)} bridges between GPUs and NICs"))
+    return findings

@@ -1,0 +1,150 @@
+"""``ccdiag check``: is this node fit to run a job, and if not, what exactly is broken?
+
+Made to run in a Slurm prolog or ``HealthCheckProgram``: bounded by ``--timeout`` (default 30 s,
+inside Slurm's 60 s), one verdict line first, one line per failure, and an exit code scripts can
+branch on:
+
+* ``0``: no failure (warnings allowed unless ``--strict``). Also a box with no NVIDIA GPU on its
+  PCI bus and no policy expecting one: the GPU checks skip, and skipping is not failing.
+* ``1``: a failure (or, with ``--strict``, a warning). A GPU node without a working driver fails.
+* ``2``: bad usage or input (unreadable ``--replay`` snapshot, malformed ``--policy`` or
+  ``--env-file``).
+* ``3``: no verdict: a probe timed out, a check could not be evaluated, or the deadline came first
+  (and nothing had failed; a failure already found still gives ``1``).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+
+import click
+
+from ccdiag.checkrun import DEFAULT_DEADLINE_S, EnvFileError, close_host, evaluate, load_env_file
+from ccdiag.commands.common import host_options, make_host
+from ccdiag.errors import InputError
+from ccdiag.exitcodes import ExitCode
+from ccdiag.host import RecordingHost
+from ccdiag.policy import PolicyError, load_policy
+
+#: default sampling window on a live node: long enough to see an error counter move, short enough
+#: for a prolog
+DEFAULT_WINDOW_S = 2.0
+
+
+def snapshot_name(hostname: str | None, when: float | None = None) -> str:
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(when if when is not None else time.time()))
+    return f"ccdiag-{(hostname or 'host').split('.')[0]}-{stamp}.snap.tar.gz"
+
+
+def _save_failure_snapshot(host: RecordingHost, result, directory: str) -> str:
+    """Write what this failing run read to ``directory``; returns the path."""
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"cannot create {directory}: {exc.strerror or exc}") from None
+    snap = host.snapshot(window_s=result.window_s, probes={n: r.status for n, r in result.runs.items()},
+                         recorded_probes=list(result.runs), verdict=result.status)
+    path = os.path.join(directory, snapshot_name(snap.meta.get("hostname") or socket.gethostname()))
+    try:
+        snap.save(path)
+    except OSError as exc:
+        raise InputError(f"cannot write snapshot {path}: {exc.strerror or exc}") from None
+    return path
+
+
+@click.command(name="check")
+@host_options
+@click.option("--policy", "policy_file", metavar="FILE", type=click.Path(dir_okay=False),
+              help="Hold the node to this policy (TOML, from `ccdiag policy init`).")
+@click.option("--env-file", "env_file", metavar="FILE", type=click.Path(dir_okay=False),
+              help="KEY=VALUE lines (NCCL_* ...) to judge instead of this process's environment.")
+@click.option("--timeout", type=click.FloatRange(1, 3600), default=DEFAULT_DEADLINE_S, show_default=True,
+              metavar="S", help="Deadline for the whole run; a probe still running then is reported unknown.")
+@click.option("--window", type=click.FloatRange(0, 600), default=DEFAULT_WINDOW_S, show_default=True,
+              metavar="S", help="Read error counters again after S seconds and judge their change "
+                                "(live only; a replayed snapshot uses its recorded window).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON report on stdout.")
+@click.option("-o", "--output", "output", metavar="FILE", help="Also write the JSON report to FILE.")
+@click.option("--strict", is_flag=True, help="Warnings fail too (exit 1).")
+@click.option("--snapshot-on-fail", "snapshot_dir", metavar="DIR",
+              help="When the verdict is a failure, save a snapshot of what was read to DIR (live only).")
+@click.option("--only", "only", multiple=True, metavar="PREFIX",
+              help="Only checks whose id starts with PREFIX (repeatable), e.g. --only pcie --only gpu.ecc.")
+@click.option("-q", "--quiet", is_flag=True, help="Only the verdict and the problem lines.")
+def command(replay, root, policy_file, env_file, timeout, window, as_json, output, strict, snapshot_dir, only,
+            quiet):
+    """Judge this node (or a snapshot) and exit 0 ok, 1 failed, 2 bad input, 3 could not evaluate."""
+    policy = None
+    if policy_file:
+        try:
+            policy = load_policy(policy_file)
+        except PolicyError as exc:
+            raise InputError(str(exc)) from None
+    env = None
+    env_source = None
+    if env_file:
+        try:
+            env = load_env_file(env_file)
+        except EnvFileError as exc:
+            raise InputError(str(exc)) from None
+        env_source = f"env file {env_file}"
+    if only:
+        from ccdiag.checks import load_all
+
+        names = list(load_all())
+        unmatched = [p for p in only if not any(n.startswith(p) for n in names)]
+        if unmatched:
+            raise InputError(f"--only {unmatched[0]}: no check id starts with it "
+                             f"(checks: {', '.join(sorted(names)) or 'none installed'})")
+    record = bool(snapshot_dir) and not replay
+    host = make_host(replay, root, record=record)
+    result = None
+    try:
+        result = evaluate(host, policy, window_s=window, deadline_s=timeout, env=env, env_source=env_source,
+                          strict=strict, only=only or None)
+        snap_path = None
+        if record and result.exit_code == ExitCode.FAIL:
+            assert isinstance(host, RecordingHost)
+            snap_path = _save_failure_snapshot(host, result, snapshot_dir)
+    finally:
+        close_host(host, result=result)
+
+    doc = None
+    if as_json or output:
+        from ccdiag.report import build_report
+
+        extra = {"policy": _policy_section(result.policy)}
+        if snap_path:
+            extra["failure_snapshot"] = snap_path
+        doc = build_report("check", result.meta, runs=result.runs, topology=result.topology,
+                           findings=result.findings, exit_code=result.exit_code,
+                           run_info=result.run_info(replay), extra=extra)
+    if output:
+        from ccdiag.output import write_atomic
+        from ccdiag.report import dumps
+
+        try:
+            write_atomic(output, dumps(doc) + "\n")
+        except OSError as exc:
+            raise InputError(f"cannot write report {output}: {exc.strerror or exc}") from None
+    if as_json:
+        from ccdiag.output import emit_json
+
+        emit_json(doc)
+    else:
+        from ccdiag.render import print_result
+
+        print_result(result.findings, result.exit_code, result.hostname, result.timed_out, quiet)
+    if snap_path:
+        click.echo(f"ccdiag: failure snapshot written to {snap_path}", err=True)
+    sys.stdout.flush()
+    return int(result.exit_code)
+
+
+def _policy_section(policy) -> dict:
+    from dataclasses import asdict
+
+    return {"source": policy.source, "values": {k: v for k, v in asdict(policy).items() if k != "source"}}

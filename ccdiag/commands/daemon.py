@@ -1,0 +1,66 @@
+"""``ccdiag daemon``: serve Prometheus metrics from a background collection loop.
+
+Settings come from ``--config FILE`` (TOML: ``listen``, ``interval``, ``policy``, ``web_config``,
+``deadline``, ``max_stale``, ``probes``) with the command line on top; SIGHUP re-reads them.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from ccdiag.commands.common import host_options
+from ccdiag.errors import InputError
+from ccdiag.exitcodes import ExitCode
+
+
+@click.command(name="daemon")
+@host_options
+@click.option("--listen", metavar="ADDR:PORT", help="Address to serve on [default: 127.0.0.1:9835]; "
+              "port 0 picks a free port (the URL is printed on stderr).")
+@click.option("--interval", type=click.FloatRange(min=0.1), metavar="S",
+              help="Seconds between collection cycles [default: 15].")
+@click.option("--config", "config_file", metavar="FILE", type=click.Path(dir_okay=False),
+              help="TOML settings file (re-read on SIGHUP).")
+@click.option("--web-config", metavar="FILE", type=click.Path(dir_okay=False),
+              help="TLS and basic-auth settings in the Prometheus exporter-toolkit format.")
+@click.option("--policy", metavar="FILE", type=click.Path(dir_okay=False), help="Policy file the checks use.")
+@click.option("--deadline", type=click.FloatRange(min=0.5), metavar="S",
+              help="Bound on one collection cycle [default: 30].")
+@click.option("--once", is_flag=True, help="Run one cycle, print the exposition on stdout and exit.")
+def command(replay, root, listen, interval, config_file, web_config, policy, deadline, once):
+    """Serve Prometheus metrics for GPUs, NVLinks, PCIe links and RDMA ports, and every check's status.
+
+    Probes run on their own interval; a scrape serves the last completed cycle and its age
+    (ccdiag_collection_age_seconds) and never waits on a probe. A failing or hung probe shows as
+    ccdiag_probe_success 0 while its last good values stay served (ccdiag_probe_data_stale 1) for up
+    to max_stale seconds. Endpoints: /metrics, /-/healthy, /-/ready.
+
+    Signals: SIGTERM/SIGINT stop (exit 0), SIGHUP reloads the configuration, SIGUSR1 collects now.
+    """
+    from ccdiag.exporters.daemon import ConfigError, Daemon, load_config
+    from ccdiag.exporters.webconfig import WebConfigError
+    from ccdiag.policy import PolicyError
+    from ccdiag.snapshot import SnapshotError
+
+    overrides = {"listen": listen, "interval_s": interval, "web_config": web_config, "policy": policy,
+                 "deadline_s": deadline, "replay": replay, "root": root if root != "/" else None}
+    try:
+        config = load_config(config_file, overrides)
+        daemon = Daemon(config, reload_config=lambda: load_config(config_file, overrides))
+    except (ConfigError, WebConfigError, PolicyError, SnapshotError) as exc:
+        raise InputError(str(exc)) from None
+    if once:
+        daemon.run_cycle()
+        sys.stdout.buffer.write(daemon.collector.exposition())
+        sys.stdout.flush()
+        return int(ExitCode.OK)
+    def started() -> None:
+        click.echo(f"ccdiag daemon: serving {daemon.server.url} (collecting every {config.interval_s:g}s)",
+                   err=True)
+
+    try:
+        return daemon.serve(on_started=started)
+    except OSError as exc:
+        raise InputError(f"cannot listen on {config.listen}: {exc.strerror or exc}") from None

@@ -1,0 +1,115 @@
+"""``ccdiag policy init|show``: write the standard of a healthy node, or show the one a file sets.
+
+A fleet is held to one standard by running ``ccdiag policy init -o fleet.toml`` on a node known to
+be healthy and ``ccdiag check --policy fleet.toml`` everywhere else; a node that lost a GPU or
+trained a link down then fails against the fleet, not only against itself.
+"""
+
+from __future__ import annotations
+
+import time
+
+import click
+
+from ccdiag.commands.common import host_options, make_host
+from ccdiag.errors import InputError, NotEvaluated
+from ccdiag.exitcodes import ExitCode
+from ccdiag.policy import DEFAULT_POLICY, FIELD_HELP, Policy, PolicyError, init_header, load_policy, \
+    policy_from_observations, to_toml
+
+#: probes whose observations a policy is made from
+POLICY_PROBES = ("nvml", "pcie", "infiniband")
+
+
+@click.group(name="policy")
+def group() -> None:
+    """Write (init) or show the expectations `ccdiag check --policy FILE` holds a node to."""
+
+
+@group.command(name="init")
+@host_options
+@click.option("-o", "--output", "output", metavar="FILE", help="Write the policy here instead of stdout.")
+@click.option("--timeout", type=click.FloatRange(1, 3600), default=30.0, show_default=True, metavar="S",
+              help="Deadline for reading the node.")
+@click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")
+def init(replay, root, output, timeout, force):
+    """Write a TOML policy from this node (or a snapshot of one) known to be healthy.
+
+    It sets the GPU count and model, the lowest PCIe generation and width the GPU links are capable
+    of, and the rate and number of active RDMA ports; thresholds keep their defaults.
+    """
+    import os
+
+    from ccdiag.checkrun import close_host
+    from ccdiag.probing import run_probes
+
+    if output and os.path.exists(output) and not force:
+        raise InputError(f"{output} exists; pass --force to overwrite it")
+    host = make_host(replay, root)
+    try:
+        runs = run_probes(host, POLICY_PROBES, deadline=time.monotonic() + timeout)
+        meta = host.meta()
+    finally:
+        close_host(host)
+    if not any(r.usable for r in runs.values()):
+        why = "; ".join(f"{n}: {r.status}{' (' + r.error + ')' if r.error else ''}" for n, r in runs.items())
+        raise NotEvaluated(f"nothing to make a policy from ({why})")
+    topology = None
+    try:
+        from ccdiag.topology import build_topology
+
+        topology = build_topology(runs)
+    except Exception:  # noqa: BLE001 - the policy needs only the probe runs
+        topology = None
+    policy = policy_from_observations(runs, topology)
+    text = to_toml(policy, init_header(meta))
+    if output:
+        from ccdiag.output import write_atomic
+
+        try:
+            write_atomic(output, text)
+        except OSError as exc:
+            raise InputError(f"cannot write {output}: {exc.strerror or exc}") from None
+        unset = [k for k in ("expected_gpu_count", "gpu_model", "min_pcie_gen", "min_pcie_width",
+                             "ib_rate_gbps", "expected_ib_ports") if getattr(policy, k) is None]
+        click.echo(f"wrote {output}" + (f" (not observed, left unset: {', '.join(unset)})" if unset else ""),
+                   err=True)
+    else:
+        click.echo(text, nl=False)
+    return int(ExitCode.OK)
+
+
+@group.command(name="show")
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Print the effective policy as JSON.")
+def show(file, as_json):
+    """Show the effective policy FILE sets: each value, whether it comes from the file or the default."""
+    try:
+        policy = load_policy(file)
+    except PolicyError as exc:
+        raise InputError(str(exc)) from None
+    rows = []
+    for name in Policy.field_names():
+        if name == "source":
+            continue
+        value = getattr(policy, name)
+        origin = "file" if value != getattr(DEFAULT_POLICY, name) else "default"
+        rows.append((name, value, origin, FIELD_HELP.get(name, "")))
+    if as_json:
+        from ccdiag.output import emit_json
+        from ccdiag.report import build_report
+
+        emit_json(build_report("policy", {}, run_info={},
+                               extra={"policy": {"source": file,
+                                                 "values": {n: (list(v) if isinstance(v, tuple) else v)
+                                                            for n, v, _, _ in rows},
+                                                 "origin": {n: o for n, _, o, _ in rows}}}))
+        return int(ExitCode.OK)
+    from ccdiag.output import console, table
+
+    out = console()
+    out.print(f"policy {file}")
+    out.print(table(None, ("key", "value", "from", "meaning"),
+                    [(n, "(none)" if v is None else (list(v) if isinstance(v, tuple) else v), o, h)
+                     for n, v, o, h in rows]))
+    return int(ExitCode.OK)

@@ -1,0 +1,153 @@
+"""Terminal rendering of findings: the verdict first, then what to act on, then the rest.
+
+Made for the operator reading a Slurm log or a terminal at 3 a.m.: the first line is the verdict,
+each failure is one grep-able line (status, id, component with UUID and BDF, what is wrong, the
+evidence, what to do), details follow for everything that is not a pass, and passes are only
+counted. Plain text; colour is added by :func:`print_result` only on a TTY.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Iterable
+
+from ccdiag.exitcodes import ExitCode
+from ccdiag.findings import FAIL, PASS, SKIP, UNKNOWN, WARN, Evidence, Finding
+
+VERDICT_WORD = {ExitCode.OK: "OK", ExitCode.FAIL: "FAIL", ExitCode.UNEVALUATED: "UNKNOWN"}
+STATUS_WORD = {FAIL: "FAIL", WARN: "WARN", UNKNOWN: "UNKNOWN", SKIP: "SKIP", PASS: "PASS"}
+STYLE = {FAIL: "bold red", WARN: "yellow", UNKNOWN: "magenta", SKIP: "dim", PASS: "green"}
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def verdict_line(findings: list[Finding], exit_code: int, hostname: str | None, timed_out: bool = False) -> str:
+    """``FAIL: 3 failed, 1 warning (node hgx-01)``."""
+    counts = Counter(f.status for f in findings)
+    code = ExitCode(exit_code) if exit_code in iter(ExitCode) else ExitCode.INTERNAL
+    word = VERDICT_WORD.get(code, "ERROR")
+    if code == ExitCode.OK and counts[WARN]:
+        word = "WARN"
+    parts = [f"{counts[FAIL]} failed"]
+    if counts[WARN]:
+        parts.append(_plural(counts[WARN], "warning"))
+    if counts[UNKNOWN]:
+        parts.append(f"{counts[UNKNOWN]} unknown")
+    if code != ExitCode.FAIL:
+        parts.append(f"{counts[PASS]} passed")
+        if counts[SKIP]:
+            parts.append(f"{counts[SKIP]} skipped")
+    tail = f" (node {hostname or 'unknown'})"
+    if timed_out:
+        tail += ", deadline reached"
+    return f"{word}: {', '.join(parts)}{tail}"
+
+
+def short_remedy(remedy: str | None, limit: int = 100) -> str | None:
+    """The remedy's first sentence, lower-cased start, for a one-line summary."""
+    if not remedy:
+        return None
+    first = remedy.strip().split("\n")[0]
+    for stop in (". ", "; "):
+        cut = first.find(stop)
+        if cut > 0:
+            first = first[:cut]
+    first = first.rstrip(".")
+    if len(first) > limit:
+        first = first[: limit - 1].rstrip() + "…"
+    return first[:1].lower() + first[1:] if first[:2] != first[:2].upper() else first
+
+
+def _evidence_text(ev: Evidence) -> str:
+    return f"{ev.source}: {ev.value}"
+
+
+def one_line(f: Finding) -> str:
+    """``FAIL gpu.lost GPU6 (GPU-..., 0000:...) lost on the bus [nvmlDeviceGetUUID(6): gpu_lost] -> reboot``."""
+    line = f"{STATUS_WORD.get(f.status, f.status.upper())} {f.check} {f.component.label()} {f.summary}"
+    if f.evidence:
+        line += f" [{_evidence_text(f.evidence[0])}]"
+    remedy = short_remedy(f.remedy)
+    if remedy and f.status in (FAIL, WARN, UNKNOWN):
+        line += f" -> {remedy}"
+    return line
+
+
+def detail_lines(f: Finding) -> list[str]:
+    """Everything an operator needs beyond the one-liner: each piece of evidence with where it was
+    read, what was expected and why, and the full remedy."""
+    out = [f"{STATUS_WORD.get(f.status, f.status.upper())} {f.check}: {f.component.label()}"]
+    out.append(f"    {f.summary}")
+    for ev in f.evidence:
+        out.append(f"    evidence: {ev.what} = {ev.value}  ({ev.source})")
+    if f.expected:
+        src = f"  ({f.expected_source})" if f.expected_source else ""
+        out.append(f"    expected: {f.expected}{src}")
+    if f.remedy:
+        out.append(f"    remedy:   {f.remedy}")
+    return out
+
+
+def pass_summary(findings: Iterable[Finding], status: str = PASS) -> str | None:
+    """``passed: gpu.ecc x8, pcie.link x9, ...`` (one line, check ids with how many components)."""
+    counts = Counter(f.check for f in findings if f.status == status)
+    if not counts:
+        return None
+    word = {PASS: "passed", SKIP: "skipped"}.get(status, status)
+    items = [name if n == 1 else f"{name} x{n}" for name, n in sorted(counts.items())]
+    return f"{word} ({sum(counts.values())}): " + ", ".join(items)
+
+
+def render_lines(findings: list[Finding], exit_code: int, hostname: str | None, timed_out: bool = False,
+                 quiet: bool = False) -> list[tuple[str, str | None]]:
+    """(text, style) lines of the terminal report. ``quiet``: verdict and problem one-liners only."""
+    lines: list[tuple[str, str | None]] = [
+        (verdict_line(findings, exit_code, hostname, timed_out), STYLE.get(_verdict_status(exit_code, findings)))]
+    problems = [f for f in findings if f.status in (FAIL, UNKNOWN, WARN)]  # findings come sorted: fail first
+    for f in problems:
+        lines.append((one_line(f), STYLE[f.status]))
+    if quiet:
+        return lines
+    if problems:
+        lines.append(("", None))
+        for f in problems:
+            for i, text in enumerate(detail_lines(f)):
+                lines.append((text, STYLE[f.status] if i == 0 else None))
+            lines.append(("", None))
+    skipped = [f for f in findings if f.status == SKIP]
+    if skipped:
+        if not problems:
+            lines.append(("", None))
+        for f in skipped:
+            lines.append((f"SKIP {f.check} {f.component.label()}: {f.summary}", STYLE[SKIP]))
+    passed = pass_summary(findings)
+    if passed:
+        lines.append((passed, STYLE[PASS]))
+    return lines
+
+
+def _verdict_status(exit_code: int, findings: list[Finding]) -> str:
+    if exit_code == ExitCode.FAIL:
+        return FAIL
+    if exit_code == ExitCode.UNEVALUATED:
+        return UNKNOWN
+    return WARN if any(f.status == WARN for f in findings) else PASS
+
+
+def render_text(findings: list[Finding], exit_code: int, hostname: str | None, timed_out: bool = False,
+                quiet: bool = False) -> str:
+    return "\n".join(t for t, _ in render_lines(findings, exit_code, hostname, timed_out, quiet)) + "\n"
+
+
+def print_result(findings: list[Finding], exit_code: int, hostname: str | None, timed_out: bool = False,
+                 quiet: bool = False) -> None:
+    """Print on stdout, coloured only on a terminal (``ccdiag.output.console`` decides)."""
+    from rich.text import Text
+
+    from ccdiag.output import console
+
+    out = console()
+    for text, style in render_lines(findings, exit_code, hostname, timed_out, quiet):
+        out.print(Text(text, style=style or ""), soft_wrap=True)

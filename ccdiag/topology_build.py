@@ -1,0 +1,380 @@
+"""Turns probe observations into a :class:`ccdiag.topology.Topology`.
+
+Kept apart from the query code because it is the part that must tolerate every partial input:
+GPUs may come from NVML, from PCI, or from both (matched by bus id); NICs from InfiniBand sysfs
+and PCI; NUMA facts from the system probe and from each device's ``numa_node``.
+
+PCIe ports are grouped the way NCCL and nvidia-smi count them: a switch (its upstream port and
+all its downstream ports) is one bridge. In a device's path from the root port down, bridges
+alternate upstream port, downstream port, upstream port, ... because every switch is entered
+through its upstream port, so consecutive pairs are one switch each.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ccdiag.model import normalize_bdf
+from ccdiag.topology import (GpuNode, Link, NicNode, Topology, _data, _fmt_gen, _natural, pcie_gbs,
+                             pcie_gen, wire_gbs)
+
+ENDPOINT_KINDS = ("gpu", "nic", "nvswitch", "other")
+
+
+def _min(*vals: Any) -> Any:
+    known = [v for v in vals if v is not None]
+    return min(known) if known else None
+
+
+class Builder:
+    def __init__(self, topo: Topology, runs: Any):
+        self.t = topo
+        self.g = topo.graph
+        self.pcie = _data(runs, "pcie")
+        self.nvml = _data(runs, "nvml")
+        self.ib = _data(runs, "infiniband")
+        self.system = _data(runs, "system")
+        self.netdev = _data(runs, "netdev")
+        self.devs: dict[str, Any] = {}
+        self.node_of_bdf: dict[str, str] = {}
+
+    def build(self) -> Topology:
+        self._numa()
+        self._pcie()
+        self._gpus()
+        self._nvswitches()
+        self._nics()
+        self._nvlinks()
+        self._smp()
+        return self.t
+
+    # -- NUMA -------------------------------------------------------------------------------
+    def _numa(self) -> None:
+        nodes = getattr(self.system, "numa_nodes", ()) or ()
+        for n in nodes:
+            self.t.numa_cpus[n.node] = n.cpulist
+            self._add_numa(n.node)
+        self.t.single_numa = len(nodes) == 1
+
+    def _add_numa(self, numa: int) -> str:
+        nid = f"numa:{numa}"
+        if nid not in self.g:
+            self.g.add_node(nid, kind="numa", label=f"NUMA{numa}", numa=numa,
+                            cpus=self.t.numa_cpus.get(numa))
+        return nid
+
+    def _numa_for(self, numa: int | None) -> int | None:
+        if numa is None and self.t.single_numa:
+            return next(iter(self.t.numa_cpus))
+        return numa
+
+    # -- PCIe ------------------------------------------------------------------------------
+    def _pcie(self) -> None:
+        devices = getattr(self.pcie, "devices", None)
+        if not devices:
+            return
+        self.t.have_pcie = True
+        self.devs = {d.bdf: d for d in devices}
+        for d in sorted(devices, key=lambda d: d.bdf):
+            if d.kind in ("bridge", "root_port"):
+                continue
+            self._place(d)
+
+    def _attach_host_bridge(self, d: Any, first: str) -> str:
+        rc = d.root_complex or f"pci{first[:4]}:{first[5:7]}"
+        hb = f"hb:{rc}"
+        numa = self._numa_for(d.numa_node)
+        if hb not in self.g:
+            self.g.add_node(hb, kind="host_bridge", label=rc, numa=numa)
+        elif self.g.nodes[hb].get("numa") is None and numa is not None:
+            self.g.nodes[hb]["numa"] = numa
+        hb_numa = self.g.nodes[hb].get("numa")
+        if hb_numa is not None and hb not in self.t.parent:
+            self.t.parent[hb] = self._add_numa(hb_numa)
+            self.g.add_edge(hb, self.t.parent[hb], kind="host")
+        return hb
+
+    def _hop(self, parent: str, child: str, child_bdf: str, parent_port: Any, label: str) -> None:
+        """The PCIe link between ``parent`` (node) and ``child`` (node). Values are those read at
+        the child (its link above); the port above (root or downstream port) reports the same
+        link, so its capability bounds the link's too."""
+        if child in self.t.parent:
+            return
+        self.t.parent[child] = parent
+        cd = self.devs.get(child_bdf)
+        if cd is None:
+            return
+        max_s = _min(cd.max_link_speed_gts, getattr(parent_port, "max_link_speed_gts", None))
+        max_w = _min(cd.max_link_width, getattr(parent_port, "max_link_width", None))
+        cur_s = cd.current_link_speed_gts
+        if cur_s is None and parent_port is not None:
+            cur_s = parent_port.current_link_speed_gts
+        cur_w = cd.current_link_width
+        if cur_w is None and parent_port is not None:
+            cur_w = parent_port.current_link_width
+        upper = getattr(parent_port, "bdf", None) or self.g.nodes[parent].get("label")
+        link = Link("pcie", parent, child, f"{label} <- {upper}", max_gbs=pcie_gbs(max_s, max_w),
+                    current_gbs=pcie_gbs(cur_s, cur_w), max_desc=_fmt_gen(max_s, max_w),
+                    current_desc=_fmt_gen(cur_s, cur_w), gen_max=pcie_gen(max_s),
+                    gen_current=pcie_gen(cur_s), width_max=max_w, width_current=cur_w,
+                    source=f"/sys/bus/pci/devices/{child_bdf}")
+        self.t.up_link[child] = link
+        self.t._links.append(link)
+        self.g.add_edge(parent, child, kind="pcie", link=link.name)
+
+    def _place(self, d: Any) -> None:
+        chain = list(d.path) or [d.bdf]
+        if chain[-1] != d.bdf:
+            chain.append(d.bdf)
+        hb = self._attach_host_bridge(d, chain[0])
+        parent, parent_port = hb, None
+        bridges = chain[:-1]
+        if bridges and self.devs.get(bridges[0]) is not None and self.devs[bridges[0]].kind == "root_port":
+            rp = f"rp:{bridges[0]}"
+            if rp not in self.g:
+                self.g.add_node(rp, kind="root_port", label=bridges[0], bdf=bridges[0])
+            if rp not in self.t.parent:
+                self.t.parent[rp] = hb
+                self.g.add_edge(hb, rp, kind="host")
+            parent, parent_port = rp, self.devs[bridges[0]]
+            bridges = bridges[1:]
+        i = 0
+        while i < len(bridges):
+            up = bridges[i]
+            down = bridges[i + 1] if i + 1 < len(bridges) else None
+            sw = f"sw:{up}"
+            if sw not in self.g:
+                self.g.add_node(sw, kind="switch", label=f"switch {up}", bdf=up, ports=[])
+            if down and down not in self.g.nodes[sw]["ports"]:
+                self.g.nodes[sw]["ports"].append(down)
+            self._hop(parent, sw, up, parent_port, f"switch {up}")
+            parent, parent_port = sw, self.devs.get(down) if down else None
+            i += 2
+        node = self._endpoint_node(d)
+        self._hop(parent, node, d.bdf, parent_port, self.g.nodes[node]["label"])
+
+    def _endpoint_node(self, d: Any) -> str:
+        kind = d.kind if d.kind in ENDPOINT_KINDS else "other"
+        prefix = {"gpu": "gpu", "nic": "nic", "nvswitch": "nvswitch"}.get(kind, "pci")
+        node = f"{prefix}:{d.bdf}"
+        if node not in self.g:
+            self.g.add_node(node, kind=prefix if prefix != "pci" else "pci", label=d.bdf, bdf=d.bdf,
+                            numa=self._numa_for(d.numa_node), pci_kind=d.kind)
+        self.node_of_bdf[d.bdf] = node
+        return node
+
+    # -- GPUs -----------------------------------------------------------------------------------
+    def _gpus(self) -> None:
+        nv_gpus = list(getattr(self.nvml, "gpus", ()) or ())
+        if self.nvml is not None:
+            self.t.have_nvml = True
+            self.t.driver_version = getattr(self.nvml, "driver_version", None)
+        pci_gpus = sorted(n for n, a in self.g.nodes(data=True) if a.get("kind") == "gpu")
+        by_bdf = {self.g.nodes[n]["bdf"]: n for n in pci_gpus}
+        matched: dict[int, str] = {}
+        unmatched_nv = []
+        for g in nv_gpus:
+            bdf = normalize_bdf(g.bus_id)
+            if bdf and bdf in by_bdf:
+                matched[g.index] = by_bdf.pop(bdf)
+            elif bdf:
+                node = f"gpu:{bdf}"
+                self.g.add_node(node, kind="gpu", label=bdf, bdf=bdf, numa=self._numa_for(g.numa_node))
+                matched[g.index] = node
+            else:
+                unmatched_nv.append(g)
+        # NVML GPUs without a bus id (lost before it was read) take the PCI GPUs left, in bus order
+        rest = sorted(by_bdf)
+        for g in sorted(unmatched_nv, key=lambda g: g.index):
+            if rest:
+                matched[g.index] = by_bdf.pop(rest.pop(0))
+            else:
+                node = f"gpu:nvml{g.index}"
+                self.g.add_node(node, kind="gpu", label=node, bdf=None, numa=None)
+                matched[g.index] = node
+        used = set(matched)
+        nxt = 0
+        for bdf in sorted(by_bdf):  # GPUs PCI shows but NVML does not (or no NVML)
+            while nxt in used:
+                nxt += 1
+            matched[nxt] = by_bdf[bdf]
+            used.add(nxt)
+            if self.nvml is not None:
+                self.t.notes.append(f"GPU at {bdf} is on the PCI bus but not listed by NVML")
+        nv_by_index = {g.index: g for g in nv_gpus}
+        for index in sorted(matched):
+            node = matched[index]
+            attrs = self.g.nodes[node]
+            g = nv_by_index.get(index)
+            numa = attrs.get("numa")
+            if numa is None and g is not None:
+                numa = self._numa_for(g.numa_node)
+            label = f"GPU{index}"
+            attrs.update(label=label, index=index, numa=numa, uuid=getattr(g, "uuid", None),
+                         name=getattr(g, "name", None), failed=getattr(g, "failed", None), nvml=g is not None)
+            if numa is not None and node not in self.t.parent:
+                # no PCIe data: hang the GPU off its NUMA node so SYS/NODE can still be told apart
+                pass
+            self.t._gpus.append(GpuNode(label, index, attrs.get("bdf"), attrs.get("uuid"), numa,
+                                        attrs.get("name"), attrs.get("failed"), node))
+        for g in self.t._gpus:
+            if g.failed:
+                self.t.notes.append(f"{g.label} ({g.bdf or 'bus id unknown'}) failed in NVML ({g.failed}): "
+                                    "its NVLinks are unknown, so its levels are PCIe-only")
+        self._relabel_links()
+
+    def _relabel_links(self) -> None:
+        """PCIe links were named by BDF before the GPUs had labels; use the labels now."""
+        for i, l in enumerate(self.t._links):
+            lbl = self.g.nodes[l.b].get("label")
+            if l.kind == "pcie" and lbl and not l.name.startswith(lbl):
+                new = Link(**{**l.__dict__, "name": f"{lbl} <- {l.name.split(' <- ', 1)[1]}"})
+                self.t._links[i] = new
+                self.t.up_link[l.b] = new
+
+    # -- NVSwitches -------------------------------------------------------------------------------
+    def _nvswitches(self) -> None:
+        sw = {n for n, a in self.g.nodes(data=True) if a.get("kind") == "nvswitch"}
+        for g in getattr(self.nvml, "gpus", ()) or ():
+            for l in g.nvlinks:
+                if l.remote_device_type == "switch" and l.remote_bus_id:
+                    bdf = normalize_bdf(l.remote_bus_id)
+                    node = self.node_of_bdf.get(bdf) or f"nvswitch:{bdf}"
+                    if node not in self.g:
+                        self.g.add_node(node, kind="nvswitch", label=bdf, bdf=bdf, numa=None)
+                    sw.add(node)
+        for i, node in enumerate(sorted(sw)):
+            self.g.nodes[node]["label"] = f"NVSwitch{i}"
+            self.t.nvswitches.append(node)
+        self._relabel_links()
+
+    # -- NICs ------------------------------------------------------------------------------------
+    def _nics(self) -> None:
+        devices = sorted(getattr(self.ib, "devices", ()) or (), key=lambda d: _natural(d.name))
+        netdev_by_ib: dict[str, list[str]] = {}
+        for itf in getattr(self.netdev, "interfaces", ()) or ():
+            if itf.ib_device:
+                netdev_by_ib.setdefault(itf.ib_device, []).append(itf.name)
+        for d in devices:
+            bdf = normalize_bdf(d.pci_bdf)
+            node = self.node_of_bdf.get(bdf) if bdf else None
+            if node is None or self.g.nodes[node].get("kind") not in ("nic", "pci"):
+                node = f"nic:{bdf}" if bdf else f"nic:{d.name}"
+                if node in self.g and self.g.nodes[node].get("ib"):
+                    node = f"nic:{d.name}"
+                if node not in self.g:
+                    self.g.add_node(node, kind="nic", label=d.name, bdf=bdf, numa=None)
+            attrs = self.g.nodes[node]
+            attrs.update(kind="nic", label=d.name, ib=True)
+            active = [p for p in d.ports if (p.state or "").upper() == "ACTIVE"]
+            layers = [p.link_layer for p in d.ports if p.link_layer]
+            rate = max((p.rate_gbps for p in active if p.rate_gbps is not None), default=None)
+            netdevs = tuple(sorted(set(d.netdevs) | set(netdev_by_ib.get(d.name, ())), key=_natural))
+            nic = NicNode(d.name, bdf, attrs.get("numa"), layers[0] if layers else None, rate,
+                          tuple(p.port for p in d.ports), netdevs, node)
+            self.t._nics.append(nic)
+        typical = self._typical_rates(devices)
+        for d in devices:
+            node = next(n.node for n in self.t._nics if n.label == d.name)
+            for p in d.ports:
+                self._wire(d.name, node, p, typical)
+        self._label_plain_nics()
+        self._relabel_links()
+
+    @staticmethod
+    def _typical_rates(devices: list) -> dict[str, tuple[float, str | None]]:
+        """Per link layer, the rate most active ports run at: what a port that is down should
+        reach when it comes back (its own sysfs rate is meaningless while down)."""
+        seen: dict[str, dict[float, list]] = {}
+        for d in devices:
+            for p in d.ports:
+                if (p.state or "").upper() == "ACTIVE" and p.rate_gbps:
+                    seen.setdefault(p.link_layer or "", {}).setdefault(p.rate_gbps, []).append(p.rate_raw)
+        out = {}
+        for layer, rates in seen.items():
+            rate, raws = max(rates.items(), key=lambda kv: (len(kv[1]), kv[0]))
+            out[layer] = (rate, raws[0])
+        return out
+
+    def _wire(self, name: str, node: str, p: Any, typical: dict) -> None:
+        up = (p.state or "").upper() == "ACTIVE"
+        kind = "roce" if (p.link_layer or "").lower() == "ethernet" else "ib"
+        wire = f"wire:{name}:{p.port}"
+        self.g.add_node(wire, kind="wire", label=f"{name} port {p.port} fabric")
+        rate_desc = p.rate_raw or (f"{p.rate_gbps:g} Gb/s" if p.rate_gbps else None)
+        if up:
+            max_rate, max_desc = p.rate_gbps, rate_desc
+        elif (p.link_layer or "") in typical:
+            max_rate, raw = typical[p.link_layer or ""]
+            max_desc = f"{raw or f'{max_rate:g} Gb/s'} (as the node's other active ports)"
+        else:
+            max_rate, max_desc = None, "unknown while down"
+        link = Link(kind, node, wire, f"{name} port {p.port}", max_gbs=wire_gbs(max_rate),
+                    current_gbs=wire_gbs(p.rate_gbps) if up else 0.0, max_desc=max_desc,
+                    current_desc=f"{p.state or '?'} / {p.phys_state or '?'}" + (
+                        f", {rate_desc}" if up and rate_desc else ""),
+                    rate_gbps=p.rate_gbps, state=p.state, source=f"/sys/class/infiniband/{name}/ports/{p.port}")
+        self.t._links.append(link)
+        self.g.add_edge(node, wire, kind=kind, link=link.name)
+
+    def _label_plain_nics(self) -> None:
+        """NICs without RDMA (a management Ethernet port) are labelled by their interface name."""
+        for itf in getattr(self.netdev, "interfaces", ()) or ():
+            bdf = normalize_bdf(itf.pci_bdf) if itf.pci_bdf else None
+            node = self.node_of_bdf.get(bdf) if bdf else None
+            if node and not self.g.nodes[node].get("ib") and self.g.nodes[node].get("label") == bdf:
+                self.g.nodes[node]["label"] = itf.name
+
+    # -- NVLink -----------------------------------------------------------------------------------
+    def _nvlinks(self) -> None:
+        node_by_index = {g.index: g.node for g in self.t._gpus}
+        gpu_by_bdf = {g.bdf: g.node for g in self.t._gpus if g.bdf}
+        for g in getattr(self.nvml, "gpus", ()) or ():
+            me = node_by_index.get(g.index)
+            if me is None or not g.nvlinks:
+                continue
+            remotes = self.t.nv.setdefault(me, {})
+            for l in g.nvlinks:
+                bdf = normalize_bdf(l.remote_bus_id)
+                if bdf is None:
+                    if l.active:  # an active link whose far end could not be read
+                        remote = "nvswitch-fabric" if self.t.nvswitches else "nvlink:unknown"
+                    else:
+                        continue
+                elif bdf in gpu_by_bdf:
+                    remote = gpu_by_bdf[bdf]
+                else:
+                    remote = self.node_of_bdf.get(bdf) or f"nvswitch:{bdf}"
+                    if remote not in self.t.nvswitches:
+                        if remote not in self.g:
+                            self.g.add_node(remote, kind="nvswitch", label=bdf, bdf=bdf)
+                            self.t.nvswitches.append(remote)
+                        elif self.g.nodes[remote].get("kind") == "nvswitch":
+                            self.t.nvswitches.append(remote)
+                entry = remotes.setdefault(remote, [0, 0, None])
+                entry[0] += 1
+                entry[1] += 1 if l.active else 0
+                if entry[2] is None and l.version is not None:
+                    entry[2] = l.version
+        for me, remotes in self.t.nv.items():
+            for remote, (total, active, version) in remotes.items():
+                if remote in self.g:
+                    self.g.add_edge(me, remote, kind="nvlink", links_total=total, links_active=active,
+                                    version=version)
+        for gpu in self.t._gpus:
+            if gpu.node in self.t.nv:
+                bundles = [self.t._nv_bundle(gpu.node)] + [
+                    self.t._nv_bundle(gpu.node, r) for r in self.t.nv[gpu.node]
+                    if self.g.nodes.get(r, {}).get("kind") == "gpu"]
+                self.t._links.extend(b for b in bundles if b is not None)
+
+    # -- inter-socket ------------------------------------------------------------------------------
+    def _smp(self) -> None:
+        numas = sorted(a["numa"] for _, a in self.g.nodes(data=True) if a.get("kind") == "numa")
+        for i, x in enumerate(numas):
+            for y in numas[i + 1:]:
+                link = Link("smp", f"numa:{x}", f"numa:{y}", f"SMP NUMA{x} - NUMA{y}",
+                            max_desc="inter-socket interconnect (rate not known)",
+                            current_desc="inter-socket interconnect", source="system")
+                self.t._links.append(link)
+                self.g.add_edge(link.a, link.b, kind="smp", link=link.name)

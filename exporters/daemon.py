@@ -1,0 +1,309 @@
+"""``ccdiag daemon``: a collection loop on its own interval and an endpoint that serves its result.
+
+Collection and scrapes are decoupled. A background thread runs one evaluation per interval (the same
+:func:`ccdiag.checkrun.evaluate` that ``ccdiag check`` runs, bounded by its deadline) and publishes
+the finished cycle; scrapes only ever read the last published cycle and its age, so Prometheus'
+scrape timeout is never spent waiting on NVML.
+
+A probe that hangs is abandoned at its deadline by the probe runner, but its thread cannot be
+killed. Starting it again every interval would pile up one stuck thread per cycle, so while a
+probe's thread from an earlier cycle is still alive the probe is not started again: it is reported
+as ``timeout`` (``ccdiag_probe_success 0``) until its thread returns.
+
+Signals: SIGTERM/SIGINT stop cleanly (exit 0), SIGHUP re-reads the config file, policy and web
+config (a bad new file is logged and the old settings stay), SIGUSR1 starts a cycle now.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import signal
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ccdiag.checkrun import CheckResult, close_host, evaluate
+from ccdiag.exporters import sdnotify
+from ccdiag.exporters.collector import CycleCollector
+from ccdiag.exporters.cycle import DEFAULT_MAX_STALE_S, CycleState
+from ccdiag.exporters.server import MetricsServer, parse_listen
+from ccdiag.exporters.webconfig import WebConfig, load_web_config
+from ccdiag.findings import UNKNOWN, Component, Evidence, Finding
+from ccdiag.host import Host, LiveHost, ReplayHost
+from ccdiag.policy import DEFAULT_POLICY, Policy, load_policy
+from ccdiag.probing import ALL_PROBES, TIMEOUT, ProbeRun
+
+log = logging.getLogger("ccdiag.daemon")
+
+#: loopback by default: exposing node internals to the network is an explicit decision
+DEFAULT_LISTEN = "127.0.0.1:9835"
+DEFAULT_INTERVAL_S = 15.0
+DEFAULT_DEADLINE_S = 30.0
+CONFIG_KEYS = {"listen": str, "interval": float, "policy": str, "web_config": str, "deadline": float,
+               "max_stale": float, "probes": list}
+
+
+class ConfigError(ValueError):
+    """A daemon configuration that cannot be used; the message names the file and key."""
+
+
+@dataclass(frozen=True)
+class DaemonConfig:
+    listen: str = DEFAULT_LISTEN
+    interval_s: float = DEFAULT_INTERVAL_S
+    policy: str | None = None
+    web_config: str | None = None
+    deadline_s: float = DEFAULT_DEADLINE_S
+    max_stale_s: float = DEFAULT_MAX_STALE_S
+    probes: tuple[str, ...] = ALL_PROBES
+    replay: str | None = None
+    root: str = "/"
+
+    def validate(self, source: str = "configuration") -> "DaemonConfig":
+        try:
+            parse_listen(self.listen)
+        except ValueError as exc:
+            raise ConfigError(f"{source}: {exc}") from None
+        if not self.interval_s > 0:
+            raise ConfigError(f"{source}: interval must be a positive number of seconds")
+        if not self.deadline_s > 0:
+            raise ConfigError(f"{source}: deadline must be a positive number of seconds")
+        unknown = [p for p in self.probes if p not in ALL_PROBES]
+        if unknown:
+            raise ConfigError(f"{source}: unknown probe {unknown[0]!r} (known: {', '.join(ALL_PROBES)})")
+        return self
+
+
+def parse_config(text: str, source: str = "<config>") -> dict[str, Any]:
+    """The settings of a daemon TOML file, as ``DaemonConfig`` field values."""
+    import tomllib
+
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{source}: not valid TOML: {exc}") from None
+    out: dict[str, Any] = {}
+    for key, value in doc.items():
+        kind = CONFIG_KEYS.get(key)
+        if kind is None:
+            raise ConfigError(f"{source}: unknown key {key!r} (known: {', '.join(sorted(CONFIG_KEYS))})")
+        if kind is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+            value = float(value)
+        elif kind is list and isinstance(value, list) and all(isinstance(v, str) for v in value):
+            value = tuple(value)
+        elif not isinstance(value, kind):
+            raise ConfigError(f"{source}: {key} must be a {kind.__name__}, not {value!r}")
+        field = {"interval": "interval_s", "deadline": "deadline_s", "max_stale": "max_stale_s"}.get(key, key)
+        out[field] = value
+    return out
+
+
+def load_config(path: str | None, overrides: dict[str, Any]) -> DaemonConfig:
+    """The file's settings with the command line's on top (``None`` values do not override)."""
+    values: dict[str, Any] = {}
+    if path:
+        try:
+            with open(path, encoding="utf-8") as fh:
+                text = fh.read()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{path}: cannot read ({getattr(exc, 'strerror', None) or exc})") from None
+        values.update(parse_config(text, path))
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    return DaemonConfig(**values).validate(path or "command line")
+
+
+def _probe_thread_alive(name: str) -> bool:
+    """Whether a thread of the probe runner for ``name`` (named ``probe-<name>``) is still running."""
+    return any(t.name == f"probe-{name}" and t.is_alive() for t in threading.enumerate())
+
+
+def _hung_finding(name: str) -> Finding:
+    return Finding(
+        check="probe.timeout", status=UNKNOWN, component=Component("probe", name, device=name),
+        summary=f"probe {name} is still blocked since an earlier cycle; not started again",
+        evidence=(Evidence("probe thread", "alive", f"probe {name}"),),
+        expected="every probe finishes within its deadline",
+        remedy=("A driver call or command that never returns usually means a wedged GPU or driver: check "
+                "`dmesg` for XIDs, then drain and reset or reboot the node."))
+
+
+def _with_hung(result: CheckResult | None, hung: list[str]) -> CheckResult:
+    """``result`` plus a ``timeout`` run and an ``unknown`` finding for each probe left out."""
+    runs = dict(result.runs) if result else {}
+    findings = list(result.findings) if result else []
+    for name in hung:
+        runs[name] = ProbeRun(name, TIMEOUT, 0.0, None, f"probe {name} still blocked since an earlier cycle")
+        findings.append(_hung_finding(name))
+    findings.sort(key=Finding.sort_key)
+    if result is None:
+        return CheckResult(runs=runs, later=None, topology=None, findings=findings, exit_code=3, timed_out=True)
+    return dataclasses.replace(result, runs=runs, findings=findings, timed_out=True)
+
+
+class Daemon:
+    """The collection loop, the endpoint and the signal handling around them."""
+
+    def __init__(self, config: DaemonConfig, reload_config: Callable[[], DaemonConfig] | None = None,
+                 host: Host | None = None, clock: Callable[[], float] = time.time):
+        self.config = config
+        self._reload_config = reload_config
+        self.clock = clock
+        self.host = host if host is not None else self._open_host(config)
+        self.policy = self._load_policy(config)
+        self.web = load_web_config(config.web_config) if config.web_config else WebConfig()
+        self.collector = CycleCollector(interval_s=config.interval_s, clock=clock)
+        self.state = CycleState(max_stale_s=config.max_stale_s)
+        self.server: MetricsServer | None = None
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._reload = threading.Event()
+        self._loop: threading.Thread | None = None
+        self._server_thread: threading.Thread | None = None
+        self._started = time.monotonic()
+        self._last_cycle_mono: float | None = None
+        self._cycle_lock = threading.Lock()
+
+    # -- configuration ----------------------------------------------------------------------
+    @staticmethod
+    def _open_host(config: DaemonConfig) -> Host:
+        return ReplayHost(config.replay) if config.replay else LiveHost(config.root)
+
+    @staticmethod
+    def _load_policy(config: DaemonConfig) -> Policy:
+        return load_policy(config.policy) if config.policy else DEFAULT_POLICY
+
+    def reload(self) -> bool:
+        """Re-read the configuration; keep the running one when the new one is unusable."""
+        if self._reload_config is None:
+            return False
+        sdnotify.notify(f"RELOADING=1\nMONOTONIC_USEC={sdnotify.monotonic_usec()}")
+        try:
+            new = self._reload_config()
+            policy = self._load_policy(new)
+            web = load_web_config(new.web_config) if new.web_config else WebConfig()
+            host = self._open_host(new) if (new.replay, new.root) != (self.config.replay, self.config.root) else None
+        except Exception as exc:  # noqa: BLE001 - a bad reload must never stop a running exporter
+            log.error("reload failed, keeping the running configuration: %s", exc)
+            sdnotify.notify("READY=1\nSTATUS=reload failed; running the previous configuration")
+            return False
+        if new.listen != self.config.listen:
+            log.warning("listen address changed to %s: takes effect after a restart", new.listen)
+        with self._cycle_lock:
+            if host is not None:
+                old, self.host = self.host, host
+                close_host(old)
+            self.config, self.policy, self.web = new, policy, web
+            self.collector.interval_s = new.interval_s
+            self.state.max_stale_s = new.max_stale_s
+        log.warning("configuration reloaded")
+        sdnotify.notify("READY=1\nSTATUS=configuration reloaded")
+        self._wake.set()
+        return True
+
+    # -- collection -------------------------------------------------------------------------
+    def run_cycle(self) -> None:
+        """One evaluation, published for scrapes. Never raises."""
+        with self._cycle_lock:
+            cfg, host, policy = self.config, self.host, self.policy
+            hung = [n for n in cfg.probes if _probe_thread_alive(n)]
+            names = [n for n in cfg.probes if n not in hung]
+            result = None
+            try:
+                if isinstance(host, ReplayHost):
+                    host.epoch = 0  # every cycle replays the snapshot from its first sample
+                if names:
+                    env = None if not host.live else {}
+                    result = evaluate(host, policy, 0.0, cfg.deadline_s, env,
+                                      None if env is None else "none (the daemon has no job environment)",
+                                      probes=names)
+            except Exception as exc:  # noqa: BLE001 - the loop must survive anything a cycle does
+                log.error("collection cycle failed: %s: %s", type(exc).__name__, exc)
+                return
+            if hung or result is None:
+                result = _with_hung(result, hung)
+            cycle = self.state.advance(result, completed_at=self.clock())
+            self.collector.publish(cycle)
+            self._last_cycle_mono = time.monotonic()
+
+    def _collect_loop(self) -> None:
+        while not self._stop.is_set():
+            started = time.monotonic()
+            self.run_cycle()
+            self._wake.clear()
+            wait = max(0.0, started + self.config.interval_s - time.monotonic())
+            while wait > 0 and not self._stop.is_set() and not self._wake.is_set():
+                self._wake.wait(min(wait, 1.0))
+                wait = started + self.config.interval_s - time.monotonic()
+
+    def request_cycle(self) -> None:
+        self._wake.set()
+
+    # -- health -------------------------------------------------------------------------------
+    def _max_age(self) -> float:
+        return 2 * self.config.interval_s + self.config.deadline_s + 5.0
+
+    def health(self) -> tuple[bool, str]:
+        """Healthy while the loop keeps completing cycles (it may still be serving stale probes:
+        those show in ``ccdiag_probe_success``)."""
+        if self._loop is None or not self._loop.is_alive():
+            return False, "collection loop not running"
+        since = self._last_cycle_mono if self._last_cycle_mono is not None else self._started
+        age = time.monotonic() - since
+        if age > self._max_age():
+            return False, f"no collection cycle completed for {age:.0f}s"
+        return True, "ok"
+
+    def ready(self) -> bool:
+        return self.collector.cycle is not None
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Bind the endpoint and start the collection loop (returns at once)."""
+        self.server = MetricsServer(parse_listen(self.config.listen), self.collector, lambda: self.web,
+                                    self.health, self.ready)
+        self._server_thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.2},
+                                               name="ccdiag-http", daemon=True)
+        self._server_thread.start()
+        self._loop = threading.Thread(target=self._collect_loop, name="ccdiag-collect", daemon=True)
+        self._loop.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        sdnotify.notify("STOPPING=1")
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+        if self._loop is not None:
+            self._loop.join(2.0)  # a cycle in a hung call is abandoned: its thread is a daemon
+        close_host(self.host)
+
+    def serve(self, on_started: Callable[[], None] | None = None) -> int:
+        """Start, then run until SIGTERM/SIGINT (main thread only). Returns the exit status."""
+        handlers = {signal.SIGTERM: lambda *_: self._stop.set(), signal.SIGINT: lambda *_: self._stop.set(),
+                    signal.SIGHUP: lambda *_: self._reload.set(),
+                    signal.SIGUSR1: lambda *_: self.request_cycle()}
+        previous = {sig: signal.signal(sig, h) for sig, h in handlers.items()}
+        try:
+            self.start()
+            if on_started is not None:
+                on_started()
+            watchdog = sdnotify.watchdog_interval()
+            announced = False
+            while not self._stop.is_set():
+                self._stop.wait(min(watchdog or 1.0, 1.0))
+                if self._reload.is_set():
+                    self._reload.clear()
+                    self.reload()
+                if not announced and self.ready():
+                    announced = True
+                    sdnotify.notify(f"READY=1\nSTATUS=serving {self.server.url}")
+                if watchdog and self.health()[0]:
+                    sdnotify.notify("WATCHDOG=1")
+        finally:
+            self.stop()
+            for sig, h in previous.items():
+                signal.signal(sig, h)
+        return 0

@@ -1,0 +1,346 @@
+"""A collection cycle as Prometheus metric families: a pure function, no I/O, no clock.
+
+:func:`families` turns a :class:`~ccdiag.exporters.cycle.Cycle` into ``prometheus_client`` metric
+families declared in :mod:`ccdiag.exporters.spec`. Devices, links and ports are emitted in a stable
+order (the client library keeps the order it is given), so the whole exposition can be compared
+against a golden file. Anything that was not read is left out; nothing is zero-filled.
+"""
+
+from __future__ import annotations
+
+import platform
+import re
+from typing import Any, Callable, Iterable
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from ccdiag import __version__
+from ccdiag.exporters import spec as S
+from ccdiag.exporters.cycle import Cycle, xid_keys
+from ccdiag.findings import STATUSES, Finding
+from ccdiag.model import normalize_bdf
+from ccdiag.probing import OK, PARTIAL, UNAVAILABLE
+
+#: kernel modules whose presence decides whether GPU or RDMA work can run
+WATCHED_MODULES = ("nvidia", "nvidia_uvm", "nvidia_modeset", "nvidia_peermem", "nv_peer_mem", "gdrdrv",
+                   "nvidia_fs", "ib_core", "ib_uverbs", "mlx5_core", "mlx5_ib")
+FABRIC_STATES = ("not_supported", "not_started", "in_progress", "completed")
+RECOVERY_ACTIONS = ("none", "reset", "reboot", "drain_p2p", "drain_and_reset")
+NVLINK_ERRORS = (("crc_flit", "crc_flit_errors"), ("crc_data", "crc_data_errors"),
+                 ("replay", "replay_errors"), ("recovery", "recovery_errors"))
+#: IB counters exported under their own names, with the factor to base units (data counters
+#: count 32-bit words: IBTA PortCounters, PortXmitData/PortRcvData "divided by 4")
+IB_NAMED = {"port_xmit_data": ("infiniband_port_transmitted_bytes", 4),
+            "port_rcv_data": ("infiniband_port_received_bytes", 4),
+            "port_xmit_packets": ("infiniband_port_transmitted_packets", 1),
+            "port_rcv_packets": ("infiniband_port_received_packets", 1)}
+#: hw_counters files that are settings, not counters
+IB_HW_NOT_COUNTERS = frozenset({"lifespan"})
+
+
+def _clock_reasons() -> tuple[str, ...]:
+    try:
+        from ccdiag.probes.nvml import CLOCK_EVENT_BITS
+    except ImportError:  # pragma: no cover - the probe ships with the package
+        return ()
+    return tuple(name for _, name in CLOCK_EVENT_BITS)
+
+
+class _Families:
+    """Collects samples per declared metric and returns only the families that got samples."""
+
+    def __init__(self) -> None:
+        self._fams: dict[str, Metric] = {}
+
+    def add(self, name: str, labels: Iterable[Any], value: Any) -> None:
+        if value is None:
+            return
+        if isinstance(value, bool):
+            value = int(value)
+        full = "ccdiag_" + name
+        fam = self._fams.get(full)
+        if fam is None:
+            sp = S.BY_NAME.get(full) or S.BY_NAME[full + "_total"]
+            cls = CounterMetricFamily if sp.type == S.COUNTER else GaugeMetricFamily
+            fam = self._fams[full] = cls(sp.family_name, sp.help, labels=list(sp.labels))
+        fam.add_metric(["" if v is None else str(v) for v in labels], float(value))
+
+    def ordered(self) -> list[Metric]:
+        order = {sp.family_name: i for i, sp in enumerate(S.SPECS)}
+        return sorted(self._fams.values(), key=lambda f: order[f.name])
+
+
+def dcgm_bus_id(bdf: str | None) -> str | None:
+    """``0000:18:00.0`` in dcgm-exporter's ``pci_bus_id`` spelling, ``00000000:18:00.0``."""
+    b = normalize_bdf(bdf)
+    if b is None:
+        return None
+    dom, bus, devfn = b.split(":")
+    return f"{int(dom, 16):08X}:{bus.upper()}:{devfn.upper()}"
+
+
+def _natural(s: str) -> list:
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", s)]
+
+
+# -- sections ---------------------------------------------------------------------------------------
+def _self_metrics(out: _Families, cycle: Cycle, interval_s: float | None, cycles_total: int | None) -> None:
+    out.add("build_info", (__version__, platform.python_version()), 1)
+    out.add("last_collection_timestamp_seconds", (), cycle.completed_at)
+    out.add("collection_duration_seconds", (), cycle.duration_s)
+    out.add("collection_interval_seconds", (), interval_s)
+    out.add("collection_cycles", (), cycles_total)
+    for stage in sorted(cycle.stages):
+        out.add("collection_stage_success", (stage,), cycle.stages[stage])
+    for name in sorted(cycle.runs):
+        run = cycle.runs[name]
+        out.add("probe_success", (name,), run.status in (OK, PARTIAL, UNAVAILABLE))
+        for status in S.PROBE_STATUSES:
+            out.add("probe_status", (name, status), run.status == status)
+        out.add("probe_duration_seconds", (name,), run.duration_s)
+    for name in sorted(cycle.last_success):
+        out.add("probe_last_success_timestamp_seconds", (name,), cycle.last_success[name])
+    for name in sorted(cycle.data):
+        out.add("probe_data_stale", (name,), name in cycle.stale)
+        out.add("probe_read_errors", (name,), _count_errors(cycle.data[name]))
+
+
+def _count_errors(obj: Any, depth: int = 0) -> int:
+    """ReadError entries anywhere in an observation (its own and its devices', links', ports')."""
+    if depth > 4 or obj is None:
+        return 0
+    n = len(getattr(obj, "errors", ()) or ())
+    for attr in ("gpus", "nvlinks", "devices", "ports", "interfaces"):
+        for child in getattr(obj, attr, ()) or ():
+            n += _count_errors(child, depth + 1)
+    return n
+
+
+def _system(out: _Families, sysobs: Any, nvml: Any) -> None:
+    if nvml is not None:
+        if nvml.driver_version or nvml.cuda_driver_version:
+            out.add("nvidia_driver_info", (nvml.driver_version, nvml.cuda_driver_version), 1)
+        out.add("nvml_devices", (), nvml.device_count)
+    if sysobs is None:
+        return
+    out.add("system_info", (sysobs.kernel, sysobs.os_release, sysobs.iommu), 1)
+    if sysobs.modules:
+        loaded = set(sysobs.modules)
+        for mod in WATCHED_MODULES:
+            out.add("kernel_module_loaded", (mod,), mod in loaded)
+    if sysobs.fabric_manager is not None:
+        out.add("fabric_manager_active", (), sysobs.fabric_manager == "active")
+    out.add("shm_size_bytes", (), sysobs.shm_bytes)
+    out.add("memlock_unlimited", (), sysobs.memlock_unlimited)
+    if not sysobs.memlock_unlimited:
+        out.add("memlock_limit_bytes", ("soft",), sysobs.memlock_soft_bytes)
+        out.add("memlock_limit_bytes", ("hard",), sysobs.memlock_hard_bytes)
+
+
+def _gpu_ids(gpu: Any) -> tuple:
+    return (gpu.index, gpu.uuid, dcgm_bus_id(gpu.bus_id))
+
+
+def _xid_counts(cycle: Cycle) -> dict[tuple, int]:
+    if cycle.xid_counts is not None:
+        return dict(cycle.xid_counts)
+    counts: dict[tuple, int] = {}
+    for bdf, code in xid_keys(cycle.data.get("kmsg")).values():
+        counts[(bdf, code)] = counts.get((bdf, code), 0) + 1
+    return counts
+
+
+def _gpus(out: _Families, cycle: Cycle, nvml: Any) -> None:
+    gpus = sorted(getattr(nvml, "gpus", ()) or (), key=lambda g: g.index)
+    by_bdf = {normalize_bdf(g.bus_id): g for g in gpus if g.bus_id}
+    reasons = _clock_reasons()
+    for g in gpus:
+        ids = _gpu_ids(g)
+        out.add("gpu_info", ids + (g.name, g.numa_node), 1)
+        out.add("gpu_up", ids, g.failed is None)
+        out.add("gpu_memory_total_bytes", ids, g.memory_total_bytes)
+        out.add("gpu_memory_used_bytes", ids, g.memory_used_bytes)
+        if g.failed is None:
+            out.add("gpu_compute_processes", ids, len(g.compute_processes))
+        out.add("gpu_persistence_mode_enabled", ids, g.persistence_mode)
+        out.add("gpu_mig_mode_enabled", ids, g.mig_mode_current)
+        out.add("gpu_ecc_mode_enabled", ids, g.ecc_mode_current)
+        for typ in ("corrected", "uncorrected"):
+            for scope in ("volatile", "aggregate"):
+                out.add("gpu_ecc_errors", ids + (typ, scope), getattr(g, f"ecc_{scope}_{typ}"))
+        out.add("gpu_retired_pages", ids + ("sbe",), g.retired_pages_sbe)
+        out.add("gpu_retired_pages", ids + ("dbe",), g.retired_pages_dbe)
+        out.add("gpu_retired_pages_pending", ids, g.retired_pages_pending)
+        out.add("gpu_remapped_rows", ids + ("correctable",), g.remapped_rows_correctable)
+        out.add("gpu_remapped_rows", ids + ("uncorrectable",), g.remapped_rows_uncorrectable)
+        out.add("gpu_remapped_rows_pending", ids, g.remapped_rows_pending)
+        out.add("gpu_remapped_rows_failed", ids, g.remapped_rows_failure)
+        if g.clock_event_reasons is not None:
+            out.add("gpu_clock_event_reasons", ids, g.clock_event_reasons)
+            active = set(g.clock_event_names)
+            for reason in reasons + tuple(sorted(active - set(reasons))):
+                out.add("gpu_clock_event_reason_active", ids + (reason,), reason in active)
+        out.add("gpu_temperature_celsius", ids, g.temperature_c)
+        out.add("gpu_power_usage_watts", ids, g.power_w)
+        out.add("gpu_power_limit_watts", ids, g.power_limit_w)
+        out.add("gpu_pcie_current_link_generation", ids, g.pcie_gen_current)
+        out.add("gpu_pcie_max_link_generation", ids, g.pcie_gen_max)
+        out.add("gpu_pcie_device_max_link_generation", ids, g.pcie_gen_device_max)
+        out.add("gpu_pcie_current_link_width", ids, g.pcie_width_current)
+        out.add("gpu_pcie_max_link_width", ids, g.pcie_width_max)
+        out.add("gpu_pcie_replay_errors", ids, g.pcie_replay_counter)
+        if g.fabric_state is not None:
+            for state in FABRIC_STATES + ((g.fabric_state,) if g.fabric_state not in FABRIC_STATES else ()):
+                out.add("gpu_fabric_state", ids + (state,), state == g.fabric_state)
+        if g.recovery_action is not None:
+            extra = (g.recovery_action,) if g.recovery_action not in RECOVERY_ACTIONS else ()
+            for action in RECOVERY_ACTIONS + extra:
+                out.add("gpu_recovery_action", ids + (action,), action == g.recovery_action)
+    # XIDs: per GPU by bus id; records naming a bus id NVML does not list keep that bus id
+    for (bdf, code), count in sorted(_xid_counts(cycle).items(), key=lambda kv: (kv[0][0] or "", kv[0][1])):
+        g = by_bdf.get(normalize_bdf(bdf))
+        ids = _gpu_ids(g) if g is not None else (None, None, dcgm_bus_id(bdf))
+        out.add("gpu_xid_errors", ids + (code,), count)
+    # NVLinks
+    for g in gpus:
+        ids = _gpu_ids(g)
+        for link in sorted(g.nvlinks, key=lambda nl: nl.link):
+            lid = ids + (link.link,)
+            out.add("nvlink_up", lid, link.active)
+            peer = by_bdf.get(normalize_bdf(link.remote_bus_id)) if link.remote_bus_id else None
+            peer_label = f"GPU{peer.index}" if peer is not None else None
+            if link.remote_bus_id or link.version is not None or link.remote_device_type:
+                out.add("nvlink_info", lid + (link.version, dcgm_bus_id(link.remote_bus_id),
+                                              link.remote_device_type, peer_label), 1)
+            for typ, attr in NVLINK_ERRORS:
+                out.add("nvlink_errors", lid + (typ,), getattr(link, attr))
+
+
+def _pcie(out: _Families, pcie: Any) -> None:
+    devices = {d.bdf: d for d in getattr(pcie, "devices", ()) or ()}
+    endpoints = [d for d in devices.values() if d.kind in ("gpu", "nic", "nvswitch")]
+    serves: dict[str, set[str]] = {}
+    for ep in endpoints:
+        for bdf in tuple(ep.path) + (ep.bdf,):
+            serves.setdefault(bdf, set()).add(ep.bdf)
+    for bdf in sorted(serves):
+        d = devices.get(bdf)
+        if d is None:
+            continue
+        ids = (d.bdf, d.kind)
+        out.add("pcie_device_info", ids + (d.vendor_id, d.device_id, d.driver, d.parent, d.numa_node,
+                                           ",".join(sorted(serves[bdf]))), 1)
+        out.add("pcie_current_link_transfers_per_second", ids, _gts(d.current_link_speed_gts))
+        out.add("pcie_max_link_transfers_per_second", ids, _gts(d.max_link_speed_gts))
+        out.add("pcie_current_link_width", ids, d.current_link_width)
+        out.add("pcie_max_link_width", ids, d.max_link_width)
+        for severity, counters in (("correctable", d.aer_correctable), ("nonfatal", d.aer_nonfatal),
+                                   ("fatal", d.aer_fatal)):
+            for name in sorted(counters or {}):
+                if not name.startswith("TOTAL_"):  # the kernel's sum of the others
+                    out.add("pcie_aer_errors", ids + (severity, name), counters[name])
+        if d.acs_ctrl is not None:
+            out.add("pcie_acs_request_redirect_enabled", ids, "ReqRedir" in d.acs_enabled)
+
+
+def _gts(gts: float | None) -> float | None:
+    return None if gts is None else gts * 1e9
+
+
+def _near(topology: Any, nic: str) -> list[str]:
+    if topology is None:
+        return []
+    try:
+        return list(topology.gpus_near_nic(nic))
+    except Exception:  # noqa: BLE001 - a NIC the topology does not know serves no GPU we can name
+        return []
+
+
+def _infiniband(out: _Families, ib: Any, topology: Any, nvml: Any) -> None:
+    by_index = {g.index: g for g in getattr(nvml, "gpus", ()) or ()}
+    topo_gpus = {}
+    if topology is not None:
+        try:
+            topo_gpus = {g.label: g for g in topology.gpus()}
+        except Exception:  # noqa: BLE001
+            topo_gpus = {}
+    for dev in sorted(getattr(ib, "devices", ()) or (), key=lambda d: _natural(d.name)):
+        near = _near(topology, dev.name)
+        for port in sorted(dev.ports, key=lambda p: p.port):
+            ids = (dev.name, port.port)
+            out.add("infiniband_port_info", ids + (port.link_layer, dev.pci_bdf, ",".join(dev.netdevs),
+                                                   dev.hca_type, dev.fw_ver, ",".join(near)), 1)
+            out.add("infiniband_port_state_id", ids, port.state_code)
+            out.add("infiniband_port_physical_state_id", ids, port.phys_state_code)
+            out.add("infiniband_port_rate_bytes_per_second", ids,
+                    None if port.rate_gbps is None else port.rate_gbps * 1e9 / 8)
+            out.add("infiniband_port_link_width", ids, port.width)
+            counters = port.counters or {}
+            for raw, (name, factor) in IB_NAMED.items():
+                if counters.get(raw) is not None:
+                    out.add(name, ids, counters[raw] * factor)
+            for name in sorted(counters):
+                if name not in IB_NAMED:
+                    out.add("infiniband_port_stats", ids + (name,), counters[name])
+            hw = port.hw_counters or {}
+            for name in sorted(hw):
+                if name not in IB_HW_NOT_COUNTERS:
+                    out.add("infiniband_port_hw_stats", ids + (name,), hw[name])
+        for label in sorted(near, key=_natural):
+            tg = topo_gpus.get(label)
+            g = by_index.get(tg.index) if tg is not None else None
+            gid = _gpu_ids(g) if g is not None else (
+                (tg.index, tg.uuid, dcgm_bus_id(tg.bdf)) if tg is not None else (None, None, None))
+            try:
+                level = topology.level(dev.name, label)
+            except Exception:  # noqa: BLE001
+                level = None
+            out.add("infiniband_nearest_gpu_info", (dev.name,) + gid + (level,), 1)
+
+
+def _check_labels(f: Finding) -> tuple:
+    c = f.component
+    return (f.check, c.name, c.kind, c.gpu, c.uuid, c.device, c.port)
+
+
+def _checks(out: _Families, findings: tuple[Finding, ...] | None) -> None:
+    if findings is None:
+        return
+    # one series per (check, component): when a check reports a component twice, the worst wins
+    worst: dict[tuple, str] = {}
+    for f in findings:
+        key = tuple("" if v is None else str(v) for v in _check_labels(f))
+        if key not in worst or S.SEVERITY[f.status] > S.SEVERITY[worst[key]]:
+            worst[key] = f.status
+    for key in sorted(worst):
+        for status in ("pass", "warn", "fail", "skip", "unknown"):
+            out.add("check_status", key + (status,), worst[key] == status)
+    for key in sorted(worst):
+        out.add("check_severity", key, S.SEVERITY[worst[key]])
+    counts = {s: 0 for s in STATUSES}
+    for f in findings:
+        counts[f.status] = counts.get(f.status, 0) + 1
+    for status in sorted(counts):
+        out.add("findings", (status,), counts[status])
+    out.add("verdict_severity", (), max((S.SEVERITY[f.status] for f in findings), default=0))
+
+
+def families(cycle: Cycle, *, interval_s: float | None = None, cycles_total: int | None = None,
+             include: Callable[[str], bool] | None = None) -> list[Metric]:
+    """Every family of ``cycle`` except the scrape-time age (see :func:`age_family`)."""
+    out = _Families()
+    _self_metrics(out, cycle, interval_s, cycles_total)
+    nvml = cycle.data.get("nvml")
+    _system(out, cycle.data.get("system"), nvml)
+    _gpus(out, cycle, nvml)
+    _pcie(out, cycle.data.get("pcie"))
+    _infiniband(out, cycle.data.get("infiniband"), cycle.topology, nvml)
+    _checks(out, cycle.findings)
+    fams = out.ordered()
+    return [f for f in fams if include(f.name)] if include else fams
+
+
+def age_family(cycle: Cycle, now: float) -> Metric:
+    """``ccdiag_collection_age_seconds``, computed when a scrape asks."""
+    sp = S.BY_NAME["ccdiag_collection_age_seconds"]
+    return GaugeMetricFamily(sp.name, sp.help, value=max(0.0, now - cycle.completed_at))

@@ -1,0 +1,191 @@
+"""TLS and basic authentication for the metrics endpoint, configured like every Prometheus exporter.
+
+The file uses the exporter-toolkit web-configuration format, so a site that already has one for
+node_exporter reuses it unchanged::
+
+    tls_server_config:
+      cert_file: server.crt          # relative paths are relative to this file
+      key_file: server.key
+      client_auth_type: RequireAndVerifyClientCert   # optional; needs client_ca_file
+      client_ca_file: clients.pem
+      min_version: TLS12             # default TLS12
+    http_server_config:
+      headers: {X-Frame-Options: deny}
+    basic_auth_users:
+      prometheus: $2b$10$...         # bcrypt hash (htpasswd -nBC 10 "" | tr -d ':\\n')
+
+Differences from the toolkit, on purpose: the file is read at start and on SIGHUP, not on every
+request; settings this implementation does not honour (cipher_suites, curve_preferences, http2,
+rate_limit, client_allowed_sans) are refused with a message rather than silently ignored, because
+a security setting that looks applied but is not is worse than none.
+
+A bcrypt check costs tens of milliseconds by design, so a successful (user, password) pair is
+remembered by its SHA-256 for the life of the configuration; a failed one is checked again every
+time. An unknown user still pays one bcrypt check, so response time does not reveal which user
+names exist.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import os
+import ssl
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+TLS_VERSIONS = {"TLS10": ssl.TLSVersion.TLSv1, "TLS11": ssl.TLSVersion.TLSv1_1,
+                "TLS12": ssl.TLSVersion.TLSv1_2, "TLS13": ssl.TLSVersion.TLSv1_3}
+CLIENT_AUTH = {"NoClientCert": ssl.CERT_NONE, "VerifyClientCertIfGiven": ssl.CERT_OPTIONAL,
+               "RequireAndVerifyClientCert": ssl.CERT_REQUIRED}
+_TLS_KEYS = {"cert_file", "key_file", "client_auth_type", "client_ca_file", "min_version", "max_version"}
+_TOP_KEYS = {"tls_server_config", "http_server_config", "basic_auth_users"}
+#: a valid bcrypt hash of a random password, checked for unknown users (constant-time answer)
+_DUMMY_HASH = b"$2b$10$A4Q1bH9R5VTiMjlINiOfUueDEnst0a59t3KaeEX9kUzEeTrSbSzWC"
+
+
+class WebConfigError(ValueError):
+    """A web configuration that cannot be used; the message names the file and the setting."""
+
+
+class BasicAuth:
+    """Checks ``Authorization: Basic`` headers against bcrypt hashes."""
+
+    def __init__(self, users: dict[str, str]):
+        self.users = {u: h.encode() for u, h in users.items()}
+        self._ok: set[tuple[str, bytes]] = set()
+        self._lock = threading.Lock()
+
+    def check(self, header: str | None) -> bool:
+        if not header or not header.startswith("Basic "):
+            return False
+        try:
+            user, sep, password = base64.b64decode(header[6:].strip(), validate=True).decode("utf-8").partition(":")
+        except (binascii.Error, UnicodeDecodeError, ValueError):
+            return False
+        if not sep:
+            return False
+        digest = hashlib.sha256(password.encode()).digest()
+        with self._lock:
+            if any(u == user and hmac.compare_digest(d, digest) for u, d in self._ok):
+                return True
+        import bcrypt
+
+        hashed = self.users.get(user)
+        try:
+            ok = bcrypt.checkpw(password.encode(), hashed or _DUMMY_HASH) and hashed is not None
+        except ValueError:  # a malformed hash in the file
+            ok = False
+        if ok:
+            with self._lock:
+                self._ok.add((user, digest))
+        return ok
+
+
+@dataclass
+class WebConfig:
+    ssl_context: ssl.SSLContext | None = None
+    auth: BasicAuth | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    source: str | None = None
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.ssl_context is not None else "http"
+
+
+def _path(base: str, value: Any, what: str, source: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise WebConfigError(f"{source}: {what} must be a file path")
+    return value if os.path.isabs(value) else os.path.join(base, value)
+
+
+def _tls_context(tls: dict, base: str, source: str) -> ssl.SSLContext | None:
+    unknown = set(tls) - _TLS_KEYS
+    if unknown:
+        raise WebConfigError(f"{source}: tls_server_config.{sorted(unknown)[0]} is not supported here "
+                             f"(supported: {', '.join(sorted(_TLS_KEYS))})")
+    if not tls.get("cert_file") and not tls.get("key_file"):
+        return None
+    if not (tls.get("cert_file") and tls.get("key_file")):
+        raise WebConfigError(f"{source}: tls_server_config needs both cert_file and key_file")
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        ctx.minimum_version = TLS_VERSIONS[str(tls.get("min_version", "TLS12"))]
+        if "max_version" in tls:
+            ctx.maximum_version = TLS_VERSIONS[str(tls["max_version"])]
+    except KeyError as exc:
+        raise WebConfigError(f"{source}: unknown TLS version {exc.args[0]} "
+                             f"(use one of {', '.join(TLS_VERSIONS)})") from None
+    try:
+        ctx.load_cert_chain(_path(base, tls["cert_file"], "cert_file", source),
+                            _path(base, tls["key_file"], "key_file", source))
+    except (OSError, ssl.SSLError) as exc:
+        raise WebConfigError(f"{source}: cannot load the TLS certificate/key: {exc}") from None
+    auth_type = str(tls.get("client_auth_type", "NoClientCert"))
+    if auth_type not in CLIENT_AUTH:
+        raise WebConfigError(f"{source}: client_auth_type {auth_type} is not supported "
+                             f"(use one of {', '.join(CLIENT_AUTH)})")
+    ctx.verify_mode = CLIENT_AUTH[auth_type]
+    if ctx.verify_mode != ssl.CERT_NONE:
+        if not tls.get("client_ca_file"):
+            raise WebConfigError(f"{source}: client_auth_type {auth_type} needs client_ca_file")
+        try:
+            ctx.load_verify_locations(_path(base, tls["client_ca_file"], "client_ca_file", source))
+        except (OSError, ssl.SSLError) as exc:
+            raise WebConfigError(f"{source}: cannot load client_ca_file: {exc}") from None
+    return ctx
+
+
+def parse_web_config(doc: Any, base_dir: str = ".", source: str = "<web-config>") -> WebConfig:
+    """A :class:`WebConfig` from the parsed YAML document ``doc``."""
+    if doc is None:
+        return WebConfig(source=source)
+    if not isinstance(doc, dict):
+        raise WebConfigError(f"{source}: expected a mapping at the top level")
+    unknown = set(doc) - _TOP_KEYS
+    if unknown:
+        raise WebConfigError(f"{source}: {sorted(unknown)[0]} is not supported here "
+                             f"(supported: {', '.join(sorted(_TOP_KEYS))})")
+    tls = doc.get("tls_server_config") or {}
+    if not isinstance(tls, dict):
+        raise WebConfigError(f"{source}: tls_server_config must be a mapping")
+    ctx = _tls_context(tls, base_dir, source)
+    http = doc.get("http_server_config") or {}
+    if not isinstance(http, dict) or set(http) - {"headers"}:
+        raise WebConfigError(f"{source}: http_server_config supports only 'headers' here")
+    headers = {str(k): str(v) for k, v in (http.get("headers") or {}).items()}
+    users = doc.get("basic_auth_users") or {}
+    if not isinstance(users, dict):
+        raise WebConfigError(f"{source}: basic_auth_users must map user names to bcrypt hashes")
+    auth = None
+    if users:
+        try:
+            import bcrypt  # noqa: F401
+        except ImportError:
+            raise WebConfigError(f"{source}: basic_auth_users needs the 'bcrypt' Python package "
+                                 f"(pip install bcrypt, or apt install python3-bcrypt)") from None
+        for user, hashed in users.items():
+            if not isinstance(hashed, str) or not hashed.startswith(("$2a$", "$2b$", "$2y$")):
+                raise WebConfigError(f"{source}: basic_auth_users.{user} must be a bcrypt hash ($2b$...)")
+        auth = BasicAuth({str(u): h for u, h in users.items()})
+    return WebConfig(ssl_context=ctx, auth=auth, headers=headers, source=source)
+
+
+def load_web_config(path: str) -> WebConfig:
+    """Read a web-config YAML file (raises :class:`WebConfigError`)."""
+    try:
+        import yaml
+    except ImportError:
+        raise WebConfigError(f"{path}: reading a web config needs the 'PyYAML' package") from None
+    try:
+        with open(path, encoding="utf-8") as fh:
+            doc = yaml.safe_load(fh)
+    except OSError as exc:
+        raise WebConfigError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise WebConfigError(f"{path}: not valid YAML: {exc}") from None
+    return parse_web_config(doc, os.path.dirname(os.path.abspath(path)), path)

@@ -1,0 +1,123 @@
+#!/bin/bash
+# Slurm HealthCheckProgram: drain this node when `ccdiag check` fails, resume it when a later check
+# passes and the drain was ccdiag's own.
+#
+# slurmd runs this with an empty environment, as root, every HealthCheckInterval seconds, and kills
+# it after 60 s; so PATH is set here, ccdiag gets a 40 s deadline, and SLURM_CONF / CCDIAG_ARGS can
+# come from the environment or from ${CCDIAG_DEFAULTS:-/etc/default/ccdiag} (sourced when readable).
+#
+#   ccdiag exit 0  node fine: resume it if it is drained with a "ccdiag:" reason (never another one)
+#   ccdiag exit 1  failure: drain it, reason "ccdiag: <first failure id> <component>" (<= 60 chars),
+#                  unless someone else already drained it (their reason is kept)
+#   ccdiag exit 3  no verdict (probe timed out, deadline): leave the node as it is, log why
+#   other          ccdiag misconfigured or broken: leave the node as it is, log why
+#
+# Environment: CCDIAG (the ccdiag command), CCDIAG_ARGS (extra `ccdiag check` arguments, split on
+# blanks), CCDIAG_TIMEOUT (default 40), CCDIAG_NODENAME (default $SLURMD_NODENAME or hostname -s),
+# CCDIAG_LOG (a file to append one line per run to), CCDIAG_PYTHON (to read the JSON report),
+# SLURM_CONF (passed on to scontrol/sinfo when the configuration is not in /etc/slurm).
+
+set -u
+PATH="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin${PATH:+:$PATH}"
+export PATH
+
+defaults="${CCDIAG_DEFAULTS:-/etc/default/ccdiag}"
+# shellcheck disable=SC1090
+[ -r "$defaults" ] && . "$defaults"
+[ -n "${SLURM_CONF:-}" ] && export SLURM_CONF
+
+CCDIAG="${CCDIAG:-ccdiag}"
+PYTHON="${CCDIAG_PYTHON:-python3}"
+NODE="${CCDIAG_NODENAME:-${SLURMD_NODENAME:-$(hostname -s)}}"
+TAG="ccdiag-healthcheck"
+
+log() {
+    local line="$TAG: node $NODE: $*"
+    echo "$line" >&2
+    command -v logger >/dev/null 2>&1 && logger -t "$TAG" -- "$line" 2>/dev/null
+    if [ -n "${CCDIAG_LOG:-}" ]; then
+        echo "$(date -u +%Y-%m-%dT%H:%M:%SZ) $line" >>"$CCDIAG_LOG" 2>/dev/null
+    fi
+    return 0
+}
+
+# The drain reason: "ccdiag: <check id> <component name>" of the first failure, at most 60 chars.
+reason_from_report() {
+    "$PYTHON" -c '
+import json, sys
+try:
+    doc = json.load(open(sys.argv[1]))
+    fails = [f for f in doc.get("findings", []) if f.get("status") == "fail"]
+    f = fails[0]
+    text = "ccdiag: %s %s" % (f["check"], f["component"]["name"])
+    if len(fails) > 1:
+        text += " (+%d)" % (len(fails) - 1)
+except Exception:
+    text = "ccdiag: check failed"
+text = " ".join(text.replace("\"", "").split())
+print(text if len(text) <= 60 else text[:59] + "~")
+' "$1" 2>/dev/null || echo "ccdiag: check failed"
+}
+
+# "<state>|<reason>" of this node as sinfo reports it (state lower case: idle, drained, draining ...)
+node_state() {
+    sinfo -h -N -n "$NODE" -o "%T|%E" 2>/dev/null | head -n 1
+}
+
+report="$(mktemp "${TMPDIR:-/tmp}/ccdiag-hc.XXXXXX")" || { log "cannot create a temporary file"; exit 0; }
+errors="$report.err"
+trap 'rm -f "$report" "$errors"' EXIT
+
+read -r -a extra <<<"${CCDIAG_ARGS:-}"
+"$CCDIAG" check --json --timeout "${CCDIAG_TIMEOUT:-40}" "${extra[@]}" >"$report" 2>"$errors"
+rc=$?
+
+state="$(node_state)"
+current_state="${state%%|*}"
+current_reason="${state#*|}"
+
+case "$rc" in
+0)
+    case "$current_state" in
+    *drain*)
+        case "$current_reason" in
+        ccdiag:*)
+            if scontrol update nodename="$NODE" state=resume; then
+                log "check passed; resumed (was drained: $current_reason)"
+            else
+                log "check passed but scontrol resume failed"
+            fi
+            ;;
+        *) log "check passed; left drained by someone else (reason: $current_reason)" ;;
+        esac
+        ;;
+    *) log "check passed" ;;
+    esac
+    ;;
+1)
+    reason="$(reason_from_report "$report")"
+    case "$current_state" in
+    *drain*)
+        case "$current_reason" in
+        ccdiag:*) ;;  # ours: refresh the reason below
+        *)
+            log "check failed ($reason); already drained by someone else (reason: $current_reason), left as is"
+            exit 1
+            ;;
+        esac
+        ;;
+    esac
+    if scontrol update nodename="$NODE" state=drain reason="$reason"; then
+        log "check failed; drained: $reason"
+    else
+        log "check failed ($reason) but scontrol drain failed"
+    fi
+    ;;
+3)
+    log "no verdict (exit 3: a probe timed out or the deadline was reached); node left as is: $(head -c 300 "$errors" | tr '\n' ' ')"
+    ;;
+*)
+    log "ccdiag exited $rc (bad arguments or a ccdiag bug); node left as is: $(head -c 300 "$errors" | tr '\n' ' ')"
+    ;;
+esac
+exit "$rc"
