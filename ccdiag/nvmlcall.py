@@ -64,6 +64,14 @@ _DEVICE_ARGS: dict[str, tuple[int, ...]] = {
 }
 
 
+#: functions whose binding wrapper wants an output structure made by the caller, with the name of
+#: that structure in the binding; called with a GPU index only, the facade makes and returns it
+_OUT_STRUCTS: dict[str, str] = {
+    "nvmlDeviceGetGpuFabricInfoV": "c_nvmlGpuFabricInfoV_t",
+    "nvmlDeviceGetGpuFabricInfo": "c_nvmlGpuFabricInfo_t",
+}
+
+
 class NvmlCallError(Exception):
     """An NVML call that did not return a value. ``error_class`` is one of the constants above."""
 
@@ -239,8 +247,21 @@ class NvmlFacade:
             for pos in device_positions:
                 if pos < len(real_args):
                     real_args[pos] = self._handle(int(real_args[pos]))
-            value = self._run(fn, args, lambda: func(*real_args), self.call_timeout,
-                              devices[0] if devices else None)
+            thunk = lambda: func(*real_args)  # noqa: E731
+            struct_name = _OUT_STRUCTS.get(fn)
+            if struct_name is not None and len(args) == 1:
+                struct_cls = getattr(binding, struct_name, None)
+                if struct_cls is None:
+                    raise NvmlCallError(fn, args, NOT_SUPPORTED, 13, f"{struct_name} is not in this nvidia-ml-py")
+                out = struct_cls()
+                if hasattr(out, "version") and hasattr(binding, "nvmlGpuFabricInfo_v2"):
+                    # versioned structures must say which layout the caller allocated
+                    out.version = binding.nvmlGpuFabricInfo_v2
+
+                def thunk() -> Any:
+                    func(*real_args, out)
+                    return out
+            value = self._run(fn, args, thunk, self.call_timeout, devices[0] if devices else None)
             return jsonify(value)
 
     def shutdown(self) -> None:

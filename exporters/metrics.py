@@ -236,9 +236,14 @@ def _pcie(out: _Families, pcie: Any) -> None:
         out.add("pcie_max_link_width", ids, d.max_link_width)
         for severity, counters in (("correctable", d.aer_correctable), ("nonfatal", d.aer_nonfatal),
                                    ("fatal", d.aer_fatal)):
-            for name in sorted(counters or {}):
-                if not name.startswith("TOTAL_"):  # the kernel's sum of the others
-                    out.add("pcie_aer_errors", ids + (severity, name), counters[name])
+            if counters is None:
+                continue
+            kinds = {k: v for k, v in counters.items() if not k.startswith("TOTAL_")}
+            totals = [v for k, v in counters.items() if k.startswith("TOTAL_")]
+            out.add("pcie_aer_errors", ids + (severity,), totals[0] if totals else sum(kinds.values()))
+            for name in sorted(kinds):
+                if kinds[name]:
+                    out.add("pcie_aer_error_kinds", ids + (severity, name), kinds[name])
         if d.acs_ctrl is not None:
             out.add("pcie_acs_request_redirect_enabled", ids, "ReqRedir" in d.acs_enabled)
 

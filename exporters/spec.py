@@ -140,8 +140,10 @@ SPECS: tuple[MetricSpec, ...] = (
     _g("pcie_max_link_transfers_per_second", "Highest speed the link above this function supports.", PCIE),
     _g("pcie_current_link_width", "Lanes the link above this function runs with now.", PCIE),
     _g("pcie_max_link_width", "Lanes the link above this function supports.", PCIE),
-    _c("pcie_aer_errors", "PCIe Advanced Error Reporting counters, by severity and error name.",
-       PCIE + ("severity", "error")),
+    _c("pcie_aer_errors", "PCIe Advanced Error Reporting errors, by severity (correctable, nonfatal, fatal).",
+       PCIE + ("severity",)),
+    _c("pcie_aer_error_kinds", "PCIe AER errors by error name; a series appears once its count is non-zero "
+       "(about 40 names per function would otherwise be exported as zeros).", PCIE + ("severity", "error")),
     _g("pcie_acs_request_redirect_enabled", "Whether ACS request redirect is on at this bridge (it sends GPU "
        "peer-to-peer traffic up to the root complex).", PCIE),
     # -- InfiniBand / RoCE ------------------------------------------------------------------------

@@ -76,14 +76,24 @@ def addresses_from_psutil(items: list[dict] | None) -> tuple[tuple[Address, ...]
 
 
 # -- reading -------------------------------------------------------------------------------------
-def _speed(host, path: str, errors: list[ReadError]) -> int | None:
+def _number(host, path: str, errors: list[ReadError], quiet_kinds: tuple[str, ...] = ("missing",)) -> int | None:
+    """An integer attribute; a value that is not an integer is a parse error on that file."""
     try:
-        return parse_speed(host.read_attr(path))
+        text = host.read_attr(path)
     except HostReadError as exc:
-        # EINVAL: link down or a virtual device without a speed; absence is normal too
-        if exc.kind not in ("missing", "invalid"):
+        if exc.kind not in quiet_kinds:
             errors.append(read_error(exc))
         return None
+    value = parse_int(text)
+    if value is None:
+        errors.append(ReadError(path, "parse", f"not an integer: {text[:40]!r}"))
+    return value
+
+
+def _speed(host, path: str, errors: list[ReadError]) -> int | None:
+    # EINVAL: link down or a virtual device without a speed; absence is normal too
+    value = _number(host, path, errors, ("missing", "invalid"))
+    return value if value is not None and value > 0 else None
 
 
 def _read_interface(host, name: str, facts: dict, in_sysfs: bool) -> NetInterface:
@@ -95,7 +105,7 @@ def _read_interface(host, name: str, facts: dict, in_sysfs: bool) -> NetInterfac
     if in_sysfs:
         base = f"{NET_CLASS}/{name}"
         operstate = attr(host, f"{base}/operstate", errors)
-        mtu = parse_int(attr(host, f"{base}/mtu", errors))
+        mtu = _number(host, f"{base}/mtu", errors)
         speed = _speed(host, f"{base}/speed", errors)
         mac = attr(host, f"{base}/address", errors)
         try:

@@ -162,6 +162,7 @@ for _p in sys.path:
     if os.path.dirname(_cand) != _here and os.path.exists(_cand):
         _spec = importlib.util.spec_from_file_location("_real_pynvml", _cand)
         _real = importlib.util.module_from_spec(_spec)
+        sys.modules["_real_pynvml"] = _real
         _spec.loader.exec_module(_real)
         globals().update({k: v for k, v in vars(_real).items() if not k.startswith("__")})
         break

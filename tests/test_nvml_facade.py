@@ -291,8 +291,6 @@ def test_probe_on_live_host_without_library():
     assert "NVML library not found" in str(info.value)
 
 
-@pytest.mark.xfail(strict=True, reason="NvmlFacade does not yet make the output structure that "
-                   "pynvml's nvmlDeviceGetGpuFabricInfoV(handle, info) wants (change requested)")
 def test_fabric_info_through_the_facade():
     pynvml = pytest.importorskip("pynvml")
 

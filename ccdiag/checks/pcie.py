@@ -391,8 +391,11 @@ def _link_check(ctx: CheckContext, a: _Attr, check_id: str) -> list[Finding]:
                                           for err in e.errors)))
             continue
         notes = [judged[h][2] for h in hops if judged.get(h, ("",))[0] == "note"]
-        summary = (f"{names.label(e)} PCIe link {a.fmt(cur)} of {a.fmt(mx)}"
-                   + ("; every hop to the root port at its capability" if len(hops) > 1 else ""))
+        if notes:
+            summary = notes[0] if len(notes) == 1 else "; ".join(notes)
+        else:
+            summary = (f"{names.label(e)} PCIe link {a.fmt(cur)} of {a.fmt(mx)}"
+                       + ("; every hop to the root port at its capability" if len(hops) > 1 else ""))
         findings.append(Finding(check_id, PASS, names.component(e), summary, tuple(_link_evidence(e, a)),
                                 expected=a.fmt(mx), expected_source=f"device capability ({a.max_file})",
                                 details={"notes": notes} if notes else {}))

@@ -288,6 +288,42 @@ def _from_smi(path: str, as_json: bool, output: str | None) -> int:
     return int(ExitCode.OK)
 
 
+# -- the pipeline (also used by tests and other commands) -----------------------------------------------
+
+
+def gather(host, timeout: float = DEFAULT_DEADLINE_S):
+    """Run the topology probes on ``host`` under one deadline and build the topology.
+
+    Returns (probe runs, topology, nvidia-smi's parsed matrix or None, mismatches or None)."""
+    from ccdiag.probing import run_probes
+    from ccdiag.topology import build_topology
+
+    try:
+        runs = run_probes(host, PROBES, deadline=time.monotonic() + timeout)
+    finally:
+        try:
+            host.close()
+        except Exception:  # noqa: BLE001 - closing NVML must not hide the result
+            pass
+    topo = build_topology(runs)
+    smi = runs.get("smi_topo")
+    smi_matrix = getattr(getattr(smi, "data", None), "matrix", None)
+    smi_diffs = topo.compare_smi(smi_matrix) if (smi_matrix is not None and topo.gpus()) else None
+    return runs, topo, smi_matrix, smi_diffs
+
+
+def topo_report(meta: dict, runs, topo, smi_diffs, started: float, replay: str | None = None,
+                timeout: float = DEFAULT_DEADLINE_S) -> dict:
+    """The ``kind: topo`` JSON report."""
+    from ccdiag.report import build_report, now_info
+
+    code = ExitCode.OK if topo.gpus() else ExitCode.UNEVALUATED
+    timed_out = any(r.status == "timeout" for r in runs.values())
+    return build_report("topo", meta, runs=runs, topology=topo,
+                        run_info=now_info(started, replayed_from=replay, deadline_s=timeout, timed_out=timed_out),
+                        extra={"smi_mismatches": smi_diffs, "exit_code": int(code)})
+
+
 # -- the command -----------------------------------------------------------------------------------
 
 
@@ -313,25 +349,11 @@ def command(replay, root, as_json, output, dot_path, svg_path, png_path, from_sm
     if from_smi:
         return _from_smi(from_smi, as_json, output)
     from ccdiag.output import console, emit_json
-    from ccdiag.probing import run_probes
-    from ccdiag.report import build_report, now_info
-    from ccdiag.topology import build_topology
 
     started = time.monotonic()
     host = make_host(replay, root)
-    try:
-        runs = run_probes(host, PROBES, deadline=started + timeout)
-    finally:
-        try:
-            host.close()
-        except Exception:  # noqa: BLE001 - closing NVML must not hide the result
-            pass
-    topo = build_topology(runs)
-    smi = runs.get("smi_topo")
-    smi_matrix = getattr(getattr(smi, "data", None), "matrix", None)
-    smi_diffs = topo.compare_smi(smi_matrix) if (smi_matrix is not None and topo.gpus()) else None
+    runs, topo, smi_matrix, smi_diffs = gather(host, timeout)
     code = ExitCode.OK if topo.gpus() else ExitCode.UNEVALUATED
-    timed_out = any(r.status == "timeout" for r in runs.values())
     meta = host.meta()
     if dot_path or svg_path or png_path:
         dot_text = topo.to_dot()
@@ -342,10 +364,7 @@ def command(replay, root, as_json, output, dot_path, svg_path, png_path, from_sm
         if png_path:
             _write_graphviz(dot_text, png_path, "png")
     if as_json:
-        doc = build_report("topo", meta, runs=runs, topology=topo,
-                           run_info=now_info(started, replayed_from=replay, deadline_s=timeout, timed_out=timed_out),
-                           extra={"smi_mismatches": smi_diffs, "exit_code": int(code)})
-        emit_json(doc, output)
+        emit_json(topo_report(meta, runs, topo, smi_diffs, started, replay, timeout), output)
     else:
         if output:
             import io
