@@ -58,8 +58,8 @@ DEFAULT_POLICY = Policy()
 FIELD_HELP: dict[str, str] = {
     "expected_gpu_count": "GPUs NVML must see; fewer is a failure (a GPU fell off the bus or is hidden)",
     "gpu_model": "substring every GPU's NVML name must contain",
-    "min_pcie_gen": "lowest PCIe generation a GPU link may be capable of (judged on max, not idle current)",
-    "min_pcie_width": "lowest PCIe link width (lanes) a GPU link may be capable of",
+    "min_pcie_gen": "lowest PCIe generation a GPU or NIC link may be capable of (judged on max, not idle current)",
+    "min_pcie_width": "lowest PCIe link width (lanes) a GPU or NIC link may be capable of",
     "ib_rate_gbps": "every active RDMA port (InfiniBand or RoCE) must run at least this rate, Gb/s",
     "expected_ib_ports": "number of RDMA ports that must be ACTIVE",
     "ignore_xids": "XID codes never reported (e.g. 13, 31, 43: application faults, not hardware)",
@@ -94,7 +94,7 @@ def _expected_type(name: str) -> str:
 
 
 def _line_of(text: str, key: str) -> int | None:
-    pat = re.compile(r"^\s*" + re.escape(key) + r"\s*=")
+    pat = re.compile(r"^\s*(?:" + re.escape(key) + r"\s*=|\[+\s*" + re.escape(key) + r"\s*[\].])")
     for n, line in enumerate(text.splitlines(), 1):
         if pat.match(line):
             return n
@@ -170,6 +170,12 @@ def load_policy(path: str) -> Policy:
     return parse_policy(text, source=path)
 
 
+def file_keys(path: str) -> set[str]:
+    """The keys a (valid) policy file sets itself, to tell them from defaults."""
+    with open(path, "rb") as fh:
+        return set(_toml.load(fh))
+
+
 # -- writing -----------------------------------------------------------------------------------
 def _toml_value(value: Any) -> str:
     if isinstance(value, bool):
@@ -231,14 +237,20 @@ def _usable(runs: dict, name: str) -> Any:
     return run.data
 
 
-def _gpu_link_caps(pcie_obs: Any, nvml_obs: Any) -> tuple[list, list]:
-    """(gens, widths) each GPU link is capable of: the lower of the GPU's and its upstream port's
-    maximum. Maxima, not current values: an idle GPU legitimately drops its link to Gen1."""
+#: device kinds the fleet PCIe minimum applies to (the pcie checks judge the same kinds)
+POLICY_PCIE_KINDS = ("gpu", "nic")
+
+
+def _link_caps(pcie_obs: Any, nvml_obs: Any) -> tuple[list, list]:
+    """(gens, widths) each GPU and NIC link is capable of: the lower of the device's and its
+    upstream port's maximum. Maxima, not current values: an idle GPU legitimately drops its link
+    to Gen1, and a policy must not encode that."""
     gens: list = []
     widths: list = []
     devices = {d.bdf: d for d in getattr(pcie_obs, "devices", ())} if pcie_obs is not None else {}
-    gpus = [d for d in devices.values() if d.kind == "gpu"]
-    for dev in gpus:
+    for dev in devices.values():
+        if dev.kind not in POLICY_PCIE_KINDS:
+            continue
         parent = devices.get(dev.parent) if dev.parent else None
         gen = pcie_gen(dev.max_link_speed_gts)
         width = dev.max_link_width
@@ -257,8 +269,9 @@ def _gpu_link_caps(pcie_obs: Any, nvml_obs: Any) -> tuple[list, list]:
 def policy_from_observations(runs: dict, topology: Any = None) -> Policy:
     """The standard a fleet of nodes like this healthy one is held to.
 
-    GPU count and model come from NVML; minimum PCIe generation and width from what each GPU link is
-    capable of (pcie probe, NVML as fallback); IB rate and port count from the ports that are ACTIVE.
+    GPU count and model come from NVML; minimum PCIe generation and width from what each GPU and NIC
+    link is capable of (pcie probe, NVML as fallback), so the node it was made from always passes it;
+    IB rate and port count from the ports that are ACTIVE.
     ``topology`` is accepted for symmetry with the checks; everything needed is in the probe runs.
     """
     nvml = _usable(runs, "nvml")
@@ -271,7 +284,7 @@ def policy_from_observations(runs: dict, topology: Any = None) -> Policy:
         names = {g.name for g in gpus if g.name}
         if len(names) == 1:
             values["gpu_model"] = names.pop()
-    gens, widths = _gpu_link_caps(pcie, nvml)
+    gens, widths = _link_caps(pcie, nvml)
     values["min_pcie_gen"] = _min(gens)
     values["min_pcie_width"] = _min(widths)
     if ib is not None:
@@ -293,5 +306,5 @@ def init_header(meta: dict) -> list[str]:
     ]
 
 
-__all__ = ["DEFAULT_POLICY", "FIELD_HELP", "Policy", "PolicyError", "init_header", "load_policy",
+__all__ = ["DEFAULT_POLICY", "FIELD_HELP", "file_keys", "Policy", "PolicyError", "init_header", "load_policy",
            "parse_policy", "pcie_gen", "policy_from_observations", "to_toml"]

@@ -23,7 +23,8 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
-def verdict_line(findings: list[Finding], exit_code: int, hostname: str | None, timed_out: bool = False) -> str:
+def verdict_line(findings: list[Finding], exit_code: int, hostname: str | None, timed_out: bool = False,
+                 strict: bool = False) -> str:
     """``FAIL: 3 failed, 1 warning (node hgx-01)``."""
     counts = Counter(f.status for f in findings)
     code = ExitCode(exit_code) if exit_code in iter(ExitCode) else ExitCode.INTERNAL
@@ -42,6 +43,8 @@ def verdict_line(findings: list[Finding], exit_code: int, hostname: str | None, 
     tail = f" (node {hostname or 'unknown'})"
     if timed_out:
         tail += ", deadline reached"
+    if strict and code == ExitCode.FAIL and not counts[FAIL] and counts[WARN]:
+        tail += ", warnings fail with --strict"
     return f"{word}: {', '.join(parts)}{tail}"
 
 
@@ -56,7 +59,7 @@ def short_remedy(remedy: str | None, limit: int = 100) -> str | None:
             first = first[:cut]
     first = first.rstrip(".")
     if len(first) > limit:
-        first = first[: limit - 1].rstrip() + "…"
+        first = first[: limit - 3].rstrip() + "..."
     return first[:1].lower() + first[1:] if first[:2] != first[:2].upper() else first
 
 
@@ -90,6 +93,21 @@ def detail_lines(f: Finding) -> list[str]:
     return out
 
 
+def skip_lines(findings: Iterable[Finding]) -> list[str]:
+    """One line per distinct reason for skipping: on a node without GPUs a dozen GPU checks skip
+    for the same reason, and one line says so."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for f in findings:
+        if f.status == SKIP:
+            groups.setdefault((f.component.label(), f.summary), []).append(f.check)
+    out = []
+    for (label, summary), checks in groups.items():
+        names = checks[0] if len(checks) == 1 else f"{checks[0]} (+{len(checks) - 1}: {', '.join(checks[1:])})"
+        where = "" if label == "node" else f" {label}"
+        out.append(f"SKIP {names}{where}: {summary}")
+    return out
+
+
 def pass_summary(findings: Iterable[Finding], status: str = PASS) -> str | None:
     """``passed: gpu.ecc x8, pcie.link x9, ...`` (one line, check ids with how many components)."""
     counts = Counter(f.check for f in findings if f.status == status)
@@ -101,10 +119,10 @@ def pass_summary(findings: Iterable[Finding], status: str = PASS) -> str | None:
 
 
 def render_lines(findings: list[Finding], exit_code: int, hostname: str | None, timed_out: bool = False,
-                 quiet: bool = False) -> list[tuple[str, str | None]]:
+                 quiet: bool = False, strict: bool = False) -> list[tuple[str, str | None]]:
     """(text, style) lines of the terminal report. ``quiet``: verdict and problem one-liners only."""
     lines: list[tuple[str, str | None]] = [
-        (verdict_line(findings, exit_code, hostname, timed_out), STYLE.get(_verdict_status(exit_code, findings)))]
+        (verdict_line(findings, exit_code, hostname, timed_out, strict), STYLE.get(_verdict_status(exit_code, findings)))]
     problems = [f for f in findings if f.status in (FAIL, UNKNOWN, WARN)]  # findings come sorted: fail first
     for f in problems:
         lines.append((one_line(f), STYLE[f.status]))
@@ -116,12 +134,11 @@ def render_lines(findings: list[Finding], exit_code: int, hostname: str | None, 
             for i, text in enumerate(detail_lines(f)):
                 lines.append((text, STYLE[f.status] if i == 0 else None))
             lines.append(("", None))
-    skipped = [f for f in findings if f.status == SKIP]
+    skipped = skip_lines(findings)
     if skipped:
         if not problems:
             lines.append(("", None))
-        for f in skipped:
-            lines.append((f"SKIP {f.check} {f.component.label()}: {f.summary}", STYLE[SKIP]))
+        lines.extend((text, STYLE[SKIP]) for text in skipped)
     passed = pass_summary(findings)
     if passed:
         lines.append((passed, STYLE[PASS]))
@@ -137,17 +154,17 @@ def _verdict_status(exit_code: int, findings: list[Finding]) -> str:
 
 
 def render_text(findings: list[Finding], exit_code: int, hostname: str | None, timed_out: bool = False,
-                quiet: bool = False) -> str:
-    return "\n".join(t for t, _ in render_lines(findings, exit_code, hostname, timed_out, quiet)) + "\n"
+                quiet: bool = False, strict: bool = False) -> str:
+    return "\n".join(t for t, _ in render_lines(findings, exit_code, hostname, timed_out, quiet, strict)) + "\n"
 
 
 def print_result(findings: list[Finding], exit_code: int, hostname: str | None, timed_out: bool = False,
-                 quiet: bool = False) -> None:
+                 quiet: bool = False, strict: bool = False) -> None:
     """Print on stdout, coloured only on a terminal (``ccdiag.output.console`` decides)."""
     from rich.text import Text
 
     from ccdiag.output import console
 
     out = console()
-    for text, style in render_lines(findings, exit_code, hostname, timed_out, quiet):
+    for text, style in render_lines(findings, exit_code, hostname, timed_out, quiet, strict):
         out.print(Text(text, style=style or ""), soft_wrap=True)

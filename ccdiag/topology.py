@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 import networkx as nx
 
@@ -261,6 +261,10 @@ class Topology:
             return self.graph.nodes[top].get("numa")
         return None
 
+    def is_switch(self, node: str) -> bool:
+        """An NVSwitch, or the fabric an active link reaches when its far end was not readable."""
+        return node in self.nvswitches or node == "nvswitch-fabric"
+
     def nvlink_count(self, a: str, b: str) -> int:
         """Active NVLinks joining GPUs ``a`` and ``b``: direct ones, or through NVSwitches the
         smaller of the two GPUs' active links to switches (what nvidia-smi shows as NV18 on HGX)."""
@@ -269,8 +273,8 @@ class Topology:
         direct = max(la.get(nb, (0, 0, None))[1], lb.get(na, (0, 0, None))[1])
         if direct:
             return direct
-        sa = sum(v[1] for r, v in la.items() if r in self.nvswitches)
-        sb = sum(v[1] for r, v in lb.items() if r in self.nvswitches)
+        sa = sum(v[1] for r, v in la.items() if self.is_switch(r))
+        sb = sum(v[1] for r, v in lb.items() if self.is_switch(r))
         return min(sa, sb)
 
     def pcie_level(self, a: str, b: str) -> str:
@@ -366,7 +370,7 @@ class Topology:
     def _nv_bundle(self, gpu: str, toward: str | None = None) -> Link | None:
         """One GPU's NVLinks as one link: to one peer GPU, or (``toward`` None) to the NVSwitches."""
         remotes = self.nv.get(gpu, {})
-        sel = {r: v for r, v in remotes.items() if (r == toward if toward else r in self.nvswitches)}
+        sel = {r: v for r, v in remotes.items() if (r == toward if toward else self.is_switch(r))}
         if not sel:
             return None
         total = sum(v[0] for v in sel.values())
@@ -453,10 +457,10 @@ class Topology:
         if node not in self.nv and not self.graph.nodes[node].get("nvml"):
             return None
         own = self.nv.get(node, {})
-        if any(r in self.nvswitches for r in own) or (not own and self.nvswitches):
+        if any(self.is_switch(r) for r in own) or (not own and self.nvswitches):
             best = 0
             for other, remotes in self.nv.items():
-                best = max(best, sum(v[0] for r, v in remotes.items() if r in self.nvswitches))
+                best = max(best, sum(v[0] for r, v in remotes.items() if self.is_switch(r)))
             return best
         peer = 0
         for other, remotes in self.nv.items():

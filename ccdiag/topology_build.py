@@ -212,9 +212,6 @@ class Builder:
             label = f"GPU{index}"
             attrs.update(label=label, index=index, numa=numa, uuid=getattr(g, "uuid", None),
                          name=getattr(g, "name", None), failed=getattr(g, "failed", None), nvml=g is not None)
-            if numa is not None and node not in self.t.parent:
-                # no PCIe data: hang the GPU off its NUMA node so SYS/NODE can still be told apart
-                pass
             self.t._gpus.append(GpuNode(label, index, attrs.get("bdf"), attrs.get("uuid"), numa,
                                         attrs.get("name"), attrs.get("failed"), node))
         for g in self.t._gpus:

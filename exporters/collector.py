@@ -12,6 +12,7 @@ never triggers a collection.
 
 from __future__ import annotations
 
+import gzip
 import threading
 import time
 from typing import Callable, Iterator
@@ -46,12 +47,13 @@ class CycleCollector:
         self._cycle: Cycle | None = None
         self._cycles_total = 0
         self._static: bytes | None = None
+        self._static_gz: bytes | None = None
 
     def publish(self, cycle: Cycle) -> None:
         with self._lock:
             self._cycle = cycle
             self._cycles_total += 1
-            self._static = None  # rendered lazily by the first scrape of this cycle
+            self._static = self._static_gz = None  # rendered lazily by the first scrape of this cycle
 
     @property
     def cycle(self) -> Cycle | None:
@@ -79,19 +81,36 @@ class CycleCollector:
         if cycle is not None:
             yield M.age_family(cycle, self.clock())
 
+    def _rendered(self, compressed: bool) -> tuple[Cycle | None, bytes]:
+        with self._lock:
+            cycle, total, static, static_gz = self._cycle, self._cycles_total, self._static, self._static_gz
+        if static is None:
+            static = generate_latest(StaticCollector(self._families(cycle, total)))
+        if compressed and static_gz is None:
+            static_gz = gzip.compress(static, compresslevel=6)
+        with self._lock:
+            if self._cycle is cycle and self._cycles_total == total:
+                self._static = static
+                if static_gz is not None:
+                    self._static_gz = static_gz
+        return cycle, (static_gz if compressed else static)
+
+    def _age_text(self, cycle: Cycle) -> bytes:
+        return generate_latest(StaticCollector([M.age_family(cycle, self.clock())]))
+
     def exposition(self) -> bytes:
         """The whole text exposition; equal to ``generate_latest`` over a registry holding this
         collector, but with the per-cycle part rendered once."""
-        with self._lock:
-            cycle, total, static = self._cycle, self._cycles_total, self._static
-        if static is None:
-            static = generate_latest(StaticCollector(self._families(cycle, total)))
-            with self._lock:
-                if self._cycle is cycle:
-                    self._static = static
+        cycle, static = self._rendered(False)
+        return static if cycle is None else static + self._age_text(cycle)
+
+    def exposition_gzip(self) -> bytes:
+        """:meth:`exposition`, gzip-compressed: the cached per-cycle part and the age as two gzip
+        members, which RFC 1952 readers (Prometheus' among them) decode as one stream."""
+        cycle, static_gz = self._rendered(True)
         if cycle is None:
-            return static
-        return static + generate_latest(StaticCollector([M.age_family(cycle, self.clock())]))
+            return static_gz
+        return static_gz + gzip.compress(self._age_text(cycle), compresslevel=1)
 
 
 def make_registry(collector: CycleCollector) -> CollectorRegistry:

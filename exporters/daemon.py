@@ -230,8 +230,8 @@ class Daemon:
     def _collect_loop(self) -> None:
         while not self._stop.is_set():
             started = time.monotonic()
+            self._wake.clear()  # a request arriving during this cycle starts the next one at once
             self.run_cycle()
-            self._wake.clear()
             wait = max(0.0, started + self.config.interval_s - time.monotonic())
             while wait > 0 and not self._stop.is_set() and not self._wake.is_set():
                 self._wake.wait(min(wait, 1.0))

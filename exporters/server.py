@@ -17,13 +17,13 @@ import ssl
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable
 
-from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
-
 from ccdiag.exporters.collector import CycleCollector
 from ccdiag.exporters.webconfig import WebConfig
 
 log = logging.getLogger("ccdiag.daemon")
 
+#: the text format generate_latest writes (named here: older prometheus_client lacks the constant)
+CONTENT_TYPE_PLAIN_0_0_4 = "text/plain; version=0.0.4; charset=utf-8"
 #: seconds a connection may sit idle (keep-alive) or take for its TLS handshake
 CONNECTION_TIMEOUT_S = 30.0
 
@@ -112,7 +112,12 @@ class _Handler(BaseHTTPRequestHandler):
             return
         path = self.path.split("?", 1)[0]
         if path == "/metrics":
-            self._send(200, self.server.collector.exposition(), CONTENT_TYPE_PLAIN_0_0_4)
+            if "gzip" in self.headers.get("Accept-Encoding", ""):
+                self._send(200, self.server.collector.exposition_gzip(), CONTENT_TYPE_PLAIN_0_0_4,
+                           extra={"Content-Encoding": "gzip", "Vary": "Accept-Encoding"})
+            else:
+                self._send(200, self.server.collector.exposition(), CONTENT_TYPE_PLAIN_0_0_4,
+                           extra={"Vary": "Accept-Encoding"})
         elif path == "/-/healthy":
             ok, why = self.server.health()
             self._send(200 if ok else 503, (why + "\n").encode())

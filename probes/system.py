@@ -57,7 +57,8 @@ def parse_cpulist(text: str | None) -> int | None:
     for part in text.strip().split(","):
         lo, sep, hi = part.partition("-")
         try:
-            count += (int(hi) - int(lo) + 1) if sep else 1
+            first = int(lo)
+            count += (int(hi) - first + 1) if sep else 1
         except ValueError:
             return None
     return count
@@ -154,7 +155,10 @@ def _numa_nodes(host, errors: list[ReadError]) -> tuple[NumaNode, ...]:
 
 
 def _cpu_count(host, errors: list[ReadError]) -> int | None:
-    count = parse_cpulist(attr(host, "/sys/devices/system/cpu/online", errors))
+    online = attr(host, "/sys/devices/system/cpu/online", errors)
+    count = parse_cpulist(online)
+    if online and count is None:
+        errors.append(ReadError("/sys/devices/system/cpu/online", "parse", f"not a cpulist: {online[:40]!r}"))
     if count is None:
         text = _text(host, "/proc/cpuinfo", errors)
         count = parse_cpuinfo_count(text) if text else None

@@ -7,6 +7,10 @@ snapshot samples instead.
 
 from __future__ import annotations
 
+import dataclasses
+import pathlib
+import re
+
 from ccdiag.checkrun import CheckResult
 from ccdiag.findings import Component, Finding
 from ccdiag.model import ReadError
@@ -124,3 +128,38 @@ class FakeTopology:
 def result(**override) -> CheckResult:
     return CheckResult(runs=runs(**override), later=None, topology=FakeTopology(), findings=findings(),
                        exit_code=1, timed_out=False, duration_s=0.75)
+
+
+# -- the bundled samples, made deterministic for golden files ---------------------------------------
+SAMPLES = pathlib.Path(__file__).resolve().parent.parent / "samples"
+HEALTHY = SAMPLES / "hgx-h100-8gpu-healthy.snap.tar.gz"
+DEGRADED = SAMPLES / "hgx-h100-8gpu-degraded.snap.tar.gz"
+#: the wall-clock time golden cycles "complete" at, and the scrape 1.5 s later
+FIXED_TIME = 1700000000.0
+
+
+def frozen(result: CheckResult) -> CheckResult:
+    """``result`` with every duration set to 0, so its exposition does not depend on the machine."""
+    def zero(runs):
+        return None if runs is None else {n: dataclasses.replace(r, duration_s=0.0) for n, r in runs.items()}
+
+    return dataclasses.replace(result, runs=zero(result.runs), later=zero(result.later), duration_s=0.0)
+
+
+def sample_result(path) -> CheckResult:
+    from ccdiag.checkrun import evaluate
+    from ccdiag.host import ReplayHost
+
+    return evaluate(ReplayHost(str(path)), deadline_s=120.0)
+
+
+def golden_exposition(path) -> str:
+    """The whole /metrics text for a sample, with times fixed and the Python version masked."""
+    from ccdiag.exporters.collector import CycleCollector
+    from ccdiag.exporters.cycle import CycleState
+
+    cycle = CycleState().advance(frozen(sample_result(path)), completed_at=FIXED_TIME)
+    collector = CycleCollector(interval_s=15.0, clock=lambda: FIXED_TIME + 1.5)
+    collector.publish(cycle)
+    text = collector.exposition().decode("utf-8")
+    return re.sub(r'python_version="[^"]*"', 'python_version="any"', text)

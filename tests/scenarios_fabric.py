@@ -8,7 +8,6 @@ do. Each fault scenario changes the few fields the fault changes. Counter values
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
@@ -16,7 +15,7 @@ from ccdiag.checks import CheckContext
 from ccdiag.policy import DEFAULT_POLICY, Policy
 from ccdiag.probing import ProbeRun
 from ccdiag.probes.infiniband import Gid, IbDevice, IbObservation, IbPort
-from ccdiag.probes.kmsg import KernelEvent, KmsgObservation
+from ccdiag.probes.kmsg import KmsgObservation
 from ccdiag.probes.netdev import Address, NetdevObservation, NetInterface
 from ccdiag.probes.nvml import Gpu, NvmlObservation
 from ccdiag.probes.pcie import PcieDevice, PcieObservation
@@ -66,7 +65,7 @@ def healthy_nvml() -> NvmlObservation:
     gpus = tuple(Gpu(index=i, uuid=f"GPU-5e0e0000-0000-0000-0000-00000000000{i}", name="NVIDIA H100 80GB HBM3",
                      bus_id="0000" + bdfs(i)["gpu"].upper(), pcie_gen_current=1, pcie_gen_max=5,
                      pcie_gen_device_max=5, pcie_width_current=16, pcie_width_max=16, pcie_replay_counter=0,
-                     clock_event_reasons=1, clock_event_names=("gpu_idle",), persistence_mode=True)
+                     clock_event_reasons=1, clock_event_names=("idle",), persistence_mode=True)
                  for i in range(N))
     return NvmlObservation(driver_version="550.90.07", device_count=N, gpus=gpus)
 
@@ -146,14 +145,14 @@ class FakeTopology:
             return "PIX"
         return "NODE" if gi // 4 == ni // 4 else "SYS"
 
-    def nearest_nics(self, gpu_label: str):
+    def nearest_nics(self, gpu_label: str) -> list[tuple[str, str]]:
+        """Every NIC label with its level, best first (as ccdiag.topology answers)."""
         order = {"PIX": 0, "PXB": 1, "PHB": 2, "NODE": 3, "SYS": 4}
-        pairs = [(n, self.level(gpu_label, n.label)) for n in self._nics]
-        best = min(order[lv] for _, lv in pairs)
-        return [(n, lv) for n, lv in pairs if order[lv] == best]
+        pairs = [(n.label, self.level(gpu_label, n.label)) for n in self._nics]
+        return sorted(pairs, key=lambda p: order[p[1]])
 
-    def gpus_near_nic(self, nic: str):
-        return [g for g in self._gpus if self.level(g.label, nic) in ("PIX", "PXB")]
+    def gpus_near_nic(self, nic: str) -> list[str]:
+        return [g.label for g in self._gpus if self.level(g.label, nic) in ("PIX", "PXB")]
 
 
 def runs_of(**data: Any) -> dict[str, ProbeRun]:
@@ -281,7 +280,8 @@ def sc_acs_on() -> CheckContext:
     b = bdfs(4)
     runs = healthy_runs()
     for port in ("dn_gpu", "dn_nic"):
-        runs = edit_pcie(runs, b[port], acs_ctrl=0x1D, acs_enabled=("SrcValid", "ReqRedir", "CmpltRedir", "UpstreamFwd"))
+        runs = edit_pcie(runs, b[port], acs_ctrl=0x1D,
+                         acs_enabled=("SrcValid", "ReqRedir", "CmpltRedir", "UpstreamFwd"))
     return make_ctx(runs)
 
 
@@ -299,10 +299,3 @@ def counter_window(**increments: int) -> tuple[dict[str, ProbeRun], dict[str, Pr
     before = healthy_runs()
     return before, bump_counters(before, "mlx5_3", **increments)
 
-
-PROBE_BUILDERS = {"pcie": healthy_pcie, "nvml": healthy_nvml, "infiniband": healthy_ib,
-                  "netdev": healthy_netdev, "system": healthy_system, "kmsg": healthy_kmsg}
-
-
-def fields_of(obj: Any) -> list[str]:
-    return [f.name for f in dataclasses.fields(obj)]

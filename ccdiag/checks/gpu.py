@@ -10,11 +10,12 @@ action) fails a node; idle clocks, software power capping and historic counts ne
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Callable, Iterable
 
 from ccdiag.checks import CheckContext, check
 from ccdiag.findings import FAIL, PASS, SKIP, UNKNOWN, WARN, Component, Evidence, Finding
-from ccdiag.model import normalize_bdf
+from ccdiag.model import ReadError, normalize_bdf
 from ccdiag.probes.nvml import clock_event_names
 from ccdiag.probing import TIMEOUT, UNAVAILABLE
 
@@ -72,6 +73,33 @@ def read_error(g: Any, *fns: str) -> Any:
     return None
 
 
+#: evidence source for a bus id ccdiag worked out rather than read
+INFERRED_BDF = "inferred: the NVIDIA GPU on PCI that no other NVML GPU claims (NVML enumerates in PCI order)"
+
+
+def with_inferred_bus_ids(nvml: Any, pci: list | None) -> Any:
+    """Fill the bus id of GPUs NVML lost before it could say where they sit.
+
+    A GPU that fell off the bus often fails its first NVML call, so NVML lists "GPU6, lost" with
+    no address while PCI still shows the device. When the GPUs without an address and the PCI
+    GPUs no NVML GPU claims are equally many, pair them in order (NVML indexes GPUs by PCI bus
+    order), so findings and XIDs name the physical part. The GPU's ``errors`` keep a note."""
+    if pci is None:
+        return nvml
+    missing = sorted((g for g in nvml.gpus if not normalize_bdf(g.bus_id)), key=lambda g: g.index)
+    if not missing:
+        return nvml
+    claimed = set(gpu_by_bdf(nvml))
+    free = sorted(b for b in (normalize_bdf(d.bdf) for d in pci) if b and b not in claimed)
+    if len(free) != len(missing):
+        return nvml
+    fill = {g.index: b for g, b in zip(missing, free)}
+    gpus = tuple(replace(g, bus_id=fill[g.index],
+                         errors=g.errors + (ReadError(f"nvmlDeviceGetPciInfo_v3({g.index})", "inferred", INFERRED_BDF),))
+                 if g.index in fill else g for g in nvml.gpus)
+    return replace(nvml, gpus=gpus)
+
+
 def nvml_gate(ctx: CheckContext, check_id: str) -> tuple[Any, list[Finding]]:
     """Return (observation, []) when NVML data is usable, else (None, [one skip/unknown finding]).
 
@@ -80,7 +108,7 @@ def nvml_gate(ctx: CheckContext, check_id: str) -> tuple[Any, list[Finding]]:
     findings carry the reason and the verdict)."""
     run = ctx.runs.get("nvml")
     if run is not None and run.usable:
-        return run.data, []
+        return with_inferred_bus_ids(run.data, nvidia_pci_gpus(ctx)), []
     pci = nvidia_pci_gpus(ctx)
     if run is not None and run.status == UNAVAILABLE and pci is not None and not pci:
         return None, [Finding(check_id, SKIP, NODE, "No NVIDIA GPU on this node (NVML absent, none on PCI).",
@@ -223,13 +251,25 @@ def check_count(ctx: CheckContext) -> list[Finding]:
                                      Evidence("GPUs opened", n, "nvmlDeviceGetHandleByIndex")),
                            remedy="Drain the node; a GPU that cannot be opened needs a reset or reboot."))
     expected = ctx.policy.expected_gpu_count
-    if expected is not None and n != expected:
-        out.append(Finding(cid, FAIL if n < expected else WARN, NODE,
-                           f"{n} GPU(s) visible, policy expects {expected}.",
-                           evidence=(Evidence("GPU count", n, "nvmlDeviceGetCount()"),),
+    failed = [g for g in sorted(nvml.gpus, key=lambda g: g.index) if g.failed]
+    usable = n - len(failed)
+    failed_txt = ", ".join(f"GPU{g.index} {g.failed}" for g in failed)
+    count_ev = (Evidence("GPU count", n, "nvmlDeviceGetCount()"),
+                Evidence("failed GPUs", [f"GPU{g.index}" for g in failed], "NVML (see gpu.lost)"))
+    if expected is not None and (usable < expected or n > expected):
+        short = usable < expected
+        summary = (f"{usable} usable GPU(s)" + (f" ({failed_txt})" if failed else "") + f", policy expects {expected}."
+                   if short else f"{n} GPU(s) visible, policy expects {expected}.")
+        out.append(Finding(cid, FAIL if short else WARN, NODE, summary, evidence=count_ev,
                            expected=f"{expected} GPUs", expected_source=policy_source(ctx),
-                           remedy="Fewer: find the missing GPU (PCI findings above, kernel log) and drain. "
+                           remedy="Fewer: find the missing or failed GPU (findings above, kernel log) and drain. "
                                   "More: the policy is for another node type."))
+    elif failed:
+        # a lost GPU still counts in nvmlDeviceGetCount but is not a GPU a job can use
+        out.append(Finding(cid, FAIL, NODE, f"{usable} of {n} GPU(s) usable ({failed_txt}).", evidence=count_ev,
+                           expected=f"{n} usable GPUs",
+                           expected_source="PCI enumeration" if pci is not None else "nvmlDeviceGetCount()",
+                           remedy="See gpu.lost: drain the node, then reset or reboot."))
     if not out:
         ev = [Evidence("GPU count", n, "nvmlDeviceGetCount()")]
         if pci is not None:
@@ -245,6 +285,15 @@ def check_count(ctx: CheckContext) -> list[Finding]:
     return out
 
 
+FAILED_STATES = {
+    "gpu_lost": "lost (NVML: GPU is lost; it fell off the bus or stopped answering)",
+    "hung": "hung (an NVML call did not return)",
+    "timeout": "hung (NVML calls time out)",
+    "unknown_error": "in an error state (NVML: unknown error)",
+    "reset_required": "waiting for a reset (NVML: reset required)",
+}
+
+
 @check("gpu.lost", needs=("nvml",))
 def check_lost(ctx: CheckContext) -> list[Finding]:
     """A GPU whose NVML calls fail with GPU_IS_LOST / unknown error / timeout is unusable until reset."""
@@ -256,8 +305,12 @@ def check_lost(ctx: CheckContext) -> list[Finding]:
         errs = [e for e in g.errors if e.kind == g.failed][:3]
         ev = tuple(Evidence("NVML error", f"{e.kind}: {e.message}", e.source) for e in errs) or (
             Evidence("GPU state", g.failed, NVML),)
+        inferred = [e for e in g.errors if e.kind == "inferred"]
+        if inferred:
+            ev += (Evidence("bus id", g.bus_id, inferred[0].message),)
         reboot = g.failed in ("gpu_lost",)
-        return [Finding(cid, FAIL, gpu_component(g), f"GPU{g.index} is {g.failed.replace('_', ' ')}.",
+        state = FAILED_STATES.get(g.failed, f"failed ({g.failed})")
+        return [Finding(cid, FAIL, gpu_component(g), f"GPU{g.index} is {state}.",
                         evidence=ev, expected="GPU answers NVML",
                         remedy=("Drain the node, then reboot it (a GPU lost from the bus rarely comes back with a reset)."
                                 if reboot else
@@ -582,6 +635,9 @@ def check_mig(ctx: CheckContext) -> list[Finding]:
     modes: dict[int, bool] = {}
     for g in sorted(nvml.gpus, key=lambda g: g.index):
         src = f"nvmlDeviceGetMigMode({g.index})"
+        if g.failed:
+            out.append(not_read(cid, g, "MIG mode", ("nvmlDeviceGetMigMode",)))
+            continue
         if g.mig_mode_current is None:
             continue  # no MIG on this GPU
         modes[g.index] = g.mig_mode_current
@@ -596,7 +652,7 @@ def check_mig(ctx: CheckContext) -> list[Finding]:
             out.append(Finding(cid, PASS, gpu_component(g), f"GPU{g.index}: MIG {'on' if g.mig_mode_current else 'off'}.",
                                evidence=ev))
     if not modes:
-        return [Finding(cid, SKIP, NODE, "No GPU on this node supports MIG.")]
+        return out + [Finding(cid, SKIP, NODE, "No GPU on this node supports MIG.")]
     if len(set(modes.values())) > 1:
         on = sorted(i for i, m in modes.items() if m)
         off = sorted(i for i, m in modes.items() if not m)
@@ -614,6 +670,8 @@ def check_processes(ctx: CheckContext) -> list[Finding]:
 
     def judge(g, _nvml):
         src = f"nvmlDeviceGetComputeRunningProcesses({g.index})"
+        if g.failed:
+            return [not_read(cid, g, "compute processes", ("nvmlDeviceGetComputeRunningProcesses",))]
         if g.compute_processes:
             procs = [(p.pid, p.used_memory_bytes) for p in g.compute_processes]
             return [Finding(cid, WARN, gpu_component(g),

@@ -271,18 +271,26 @@ def counters(ctx: CheckContext) -> list[Finding]:
 
 # ---------------------------------------------------------------- link flaps (kernel log)
 
-def _flap_target(ib: Any, netdev: Any, name: str | None) -> tuple[Any, Any] | None:
-    if not name:
-        return None
+def _flap_target(ib: Any, netdev: Any, event: Any) -> tuple[Any, Any] | None:
+    """The RDMA device (and port, when known) a link event belongs to, by device name, netdev or
+    PCI address; None for links of other NICs (a management Ethernet port is not this check's)."""
+    names = {i.name: i.ib_device for i in getattr(netdev, "interfaces", ()) or () if i.ib_device}
+    dev = None
     for d in ib.devices:
-        if d.name == name or name in d.netdevs:
-            return d, (d.ports[0] if len(d.ports) == 1 else None)
-    for i in getattr(netdev, "interfaces", ()) or ():
-        if i.name == name and i.ib_device:
-            for d in ib.devices:
-                if d.name == i.ib_device:
-                    return d, (d.ports[0] if len(d.ports) == 1 else None)
-    return None
+        if event.device and (event.device == d.name or event.device in d.netdevs
+                             or names.get(event.device) == d.name):
+            dev = d
+            break
+        if event.bdf and normalize_bdf(d.pci_bdf) == event.bdf:
+            dev = d
+    if dev is None:
+        return None
+    port = None
+    if event.code is not None and event.device == dev.name:  # "mlx5_core ... mlx5_4: Port: 1 Link DOWN"
+        port = next((p for p in dev.ports if p.port == event.code), None)
+    if port is None and len(dev.ports) == 1:
+        port = dev.ports[0]
+    return dev, port
 
 
 @check("ib.link_flaps", needs=("infiniband", "kmsg"))
@@ -307,26 +315,31 @@ def link_flaps(ctx: CheckContext) -> list[Finding]:
         return [Finding("ib.link_flaps", PASS, node_component("IB links"),
                         f"no IB/RoCE link-down events in the kernel log within {window / 3600:g} h",
                         expected="no link-down events", expected_source="policy xid_window_s")]
-    groups: dict[str, list[Any]] = {}
-    for e in recent:
-        groups.setdefault(e.device or "?", []).append(e)
-    out: list[Finding] = []
     netdev = ctx.data("netdev")
-    for name, events in sorted(groups.items()):
-        target = _flap_target(ib, netdev, name)
-        if target is not None:
-            d, p = target
-            comp = port_component(d, p) if p is not None else Component(
-                "ib_port", d.name, bdf=normalize_bdf(d.pci_bdf), device=d.name)
-        else:
-            comp = Component("ib_port", name, device=name)
+    groups: dict[tuple[str, int | None], tuple[Component, list[Any]]] = {}
+    for e in recent:
+        target = _flap_target(ib, netdev, e)
+        if target is None:
+            continue
+        d, p = target
+        comp = port_component(d, p) if p is not None else Component(
+            "ib_port", d.name, bdf=normalize_bdf(d.pci_bdf), device=d.name)
+        groups.setdefault((d.name, comp.port), (comp, []))[1].append(e)
+    if not groups:
+        return [Finding("ib.link_flaps", PASS, node_component("IB links"),
+                        f"no IB/RoCE link-down events in the kernel log within {window / 3600:g} h "
+                        f"({len(recent)} on other interfaces)",
+                        expected="no link-down events", expected_source="policy xid_window_s")]
+    out: list[Finding] = []
+    for _key, (comp, events) in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0)):
         n = len(events)
         out.append(Finding(
             "ib.link_flaps", FAIL if n >= FLAPS_FAIL else WARN, comp,
             f"{comp.name}: link went down {n} time(s) within {window / 3600:g} h",
             tuple(Evidence("kernel log", e.message, f"{km.source or 'kernel log'} @ {e.time_s}")
                   for e in events[:5]),
-            expected="no link-down events", expected_source=f"{FLAPS_FAIL}+ in the window fail (Azure HPC health checks)",
+            expected="no link-down events",
+            expected_source=f"{FLAPS_FAIL}+ in the window fail (Azure HPC health checks)",
             remedy="A flapping link drops NCCL/RDMA connections: check the cable/transceiver and the switch port "
                    "logs; replace the cable if flaps continue.",
             details={"count": n}))
@@ -423,21 +436,26 @@ def _affinity(ctx: CheckContext, ib: Any) -> list[Finding]:
         label = getattr(g, "label", None) or f"GPU{getattr(g, 'index', '?')}"
         bdf = normalize_bdf(getattr(g, "bdf", None))
         gid = ids.get(bdf) if bdf else None
-        comp = Component("gpu", label, gpu=getattr(g, "index", None), uuid=getattr(g, "uuid", None) or (gid.uuid if gid else None),
-                         bdf=bdf)
-        near = list(topo.nearest_nics(label) or [])
-        rdma = [(n, lv) for n, lv in near
+        uuid = getattr(g, "uuid", None) or (gid.uuid if gid else None)
+        comp = Component("gpu", label, gpu=getattr(g, "index", None), uuid=uuid, bdf=bdf)
+        every = list(topo.nearest_nics(label) or [])
+        rdma = [(n, lv) for n, lv in every
                 if _nic_name(n) in keys or normalize_bdf(getattr(n, "bdf", None)) in keys]
-        near = rdma or near
+        near = rdma or every
         if not near:
             out.append(Finding("ib.gpudirect", SKIP, comp, f"{label}: no NIC in the topology"))
             continue
         nic, level = min(near, key=lambda t: LEVEL_RANK.get(t[1], 99))
+        closest, closest_level = min(every, key=lambda t: LEVEL_RANK.get(t[1], 99))
+        inactive = ""
+        if rdma and LEVEL_RANK.get(closest_level, 99) < LEVEL_RANK.get(level, 99):
+            inactive = f" (its closer NIC {_nic_name(closest)} at {closest_level} has no active RDMA port)"
         comp = Component(comp.kind, comp.name, gpu=comp.gpu, uuid=comp.uuid, bdf=comp.bdf, peer=_nic_name(nic))
         ev = (Evidence("nearest NIC", {"nic": _nic_name(nic), "level": level}, "topology (PCIe tree, NCCL levels)"),)
         rank = LEVEL_RANK.get(level)
         if rank is None:
-            out.append(Finding("ib.gpudirect", UNKNOWN, comp, f"{label}: unknown path level {level!r} to {_nic_name(nic)}", ev))
+            out.append(Finding("ib.gpudirect", UNKNOWN, comp,
+                               f"{label}: unknown path level {level!r} to {_nic_name(nic)}", ev))
         elif rank <= 1:
             out.append(Finding("ib.gpudirect", PASS, comp,
                                f"{label} reaches {_nic_name(nic)} through PCIe switches only ({level})", ev,
@@ -447,7 +465,7 @@ def _affinity(ctx: CheckContext, ib: Any) -> list[Finding]:
                 "across the CPU" + (" interconnect between sockets" if level == "SYS" else " (another root port)")
             out.append(Finding(
                 "ib.gpudirect", WARN, comp,
-                f"{label}'s nearest RDMA NIC {_nic_name(nic)} is {level}: GPUDirect RDMA goes {where}", ev,
+                f"{label}'s nearest RDMA NIC {_nic_name(nic)} is {level}: GPUDirect RDMA goes {where}{inactive}", ev,
                 expected="PIX or PXB", expected_source="NCCL GPUDirect RDMA default level (PXB)",
                 remedy="NCCL uses GPUDirect RDMA only up to PXB by default, so this GPU's network traffic is "
                        "staged through host memory. Check that the NIC sits in the slot meant for this GPU; in "

@@ -264,7 +264,8 @@ def _link_evidence(d: Any, a: _Attr) -> list[Evidence]:
             Evidence(f"max link {a.name}", raw_max or a.fmt(a.max(d)), sysfs_path(d.bdf, a.max_file))]
 
 
-def _judge_hop(ctx: CheckContext, names: Names, d: Any, a: _Attr, check_id: str) -> tuple[str, Finding | None, str | None]:
+def _judge_hop(ctx: CheckContext, names: Names, d: Any, a: _Attr,
+               check_id: str) -> tuple[str, Finding | None, str | None]:
     """Judge one hop. Returns (verdict, finding, note): verdict "ok" | "note" | "problem" | "skip"."""
     cur, mx = a.cur(d), a.max(d)
     if not (_valid(cur) and _valid(mx)):
@@ -646,8 +647,10 @@ def acs(ctx: CheckContext) -> list[Finding]:
             f"{names.label(d)}: ACS {'/'.join(d.acs_enabled)} enabled on the path of "
             f"{', '.join(sample)}{' ...' if len(pairs[bdf]) > 4 else ''}"
             + ("; peer-to-peer requests are redirected to the root complex" if redirecting else ""),
-            (Evidence("ACS control", {"register": f"0x{d.acs_ctrl:04x}" if d.acs_ctrl is not None else None,
-                                      "enabled": list(d.acs_enabled)}, sysfs_path(bdf, "config") + " (ACS extended capability)"),),
+            (Evidence("ACS control",
+                      {"register": f"0x{d.acs_ctrl:04x}" if d.acs_ctrl is not None else None,
+                       "enabled": list(d.acs_enabled)},
+                      sysfs_path(bdf, "config") + " (ACS extended capability)"),),
             expected="ACS redirection off on switch ports between GPUs and NICs",
             expected_source="NCCL troubleshooting guide (PCI Access Control Services)",
             remedy=f"Disable ACS on this port: `setpci -s {bdf} ECAP_ACS+0x6.w=0000` (not persistent: run it "

@@ -149,7 +149,8 @@ def check_xids(ctx: CheckContext) -> list[Finding]:
         else:
             comp, label, index = NODE, "the GPU named in the message", None
         ages = [a for _, a in events if a is not None]
-        last_ev = events[-1][0]
+        numbered = [e for e, _ in events if e.kind == "xid"]
+        last_ev = numbered[-1] if numbered else events[-1][0]  # the XID line says more than its echo
         when = f"most recent {human_age(min(ages))} ago" if ages else "time unknown"
         n = len(events)
         summary = (f"XID {code} ({entry.name}) on {label}: {n} message(s) in the last {human_age(window)}, {when}; "

@@ -99,6 +99,8 @@ def command(replay, root, policy_file, env_file, timeout, window, as_json, outpu
         if unmatched:
             raise InputError(f"--only {unmatched[0]}: no check id starts with it "
                              f"(checks: {', '.join(sorted(names)) or 'none installed'})")
+    if snapshot_dir and replay:
+        click.echo("ccdiag: --snapshot-on-fail ignored: the data already comes from a snapshot", err=True)
     record = bool(snapshot_dir) and not replay
     host = make_host(replay, root, record=record)
     result = None
@@ -137,7 +139,7 @@ def command(replay, root, policy_file, env_file, timeout, window, as_json, outpu
     else:
         from ccdiag.render import print_result
 
-        print_result(result.findings, result.exit_code, result.hostname, result.timed_out, quiet)
+        print_result(result.findings, result.exit_code, result.hostname, result.timed_out, quiet, strict)
     if snap_path:
         click.echo(f"ccdiag: failure snapshot written to {snap_path}", err=True)
     sys.stdout.flush()

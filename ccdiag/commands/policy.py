@@ -14,7 +14,7 @@ import click
 from ccdiag.commands.common import host_options, make_host
 from ccdiag.errors import InputError, NotEvaluated
 from ccdiag.exitcodes import ExitCode
-from ccdiag.policy import DEFAULT_POLICY, FIELD_HELP, Policy, PolicyError, init_header, load_policy, \
+from ccdiag.policy import FIELD_HELP, Policy, PolicyError, file_keys, init_header, load_policy, \
     policy_from_observations, to_toml
 
 #: probes whose observations a policy is made from
@@ -88,12 +88,13 @@ def show(file, as_json):
         policy = load_policy(file)
     except PolicyError as exc:
         raise InputError(str(exc)) from None
+    in_file = file_keys(file)
     rows = []
     for name in Policy.field_names():
         if name == "source":
             continue
         value = getattr(policy, name)
-        origin = "file" if value != getattr(DEFAULT_POLICY, name) else "default"
+        origin = "file" if name in in_file else "default"
         rows.append((name, value, origin, FIELD_HELP.get(name, "")))
     if as_json:
         from ccdiag.output import emit_json

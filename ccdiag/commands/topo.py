@@ -160,10 +160,9 @@ def render_text(out, topo, runs, meta: dict, smi_diffs: list[str] | None, smi_ma
     from ccdiag.output import table
 
     src = meta.get("source") or "live"
-    head = f"host {meta.get('hostname') or '?'} ({src}"
     if meta.get("synthesized"):
-        head += ", SYNTHESIZED sample"
-    head += ")"
+        src = "SYNTHESIZED sample, not a real machine"
+    head = f"host {meta.get('hostname') or '?'} ({src})"
     if topo.driver_version:
         head += f", NVIDIA driver {topo.driver_version}"
     out.print(head)
@@ -351,6 +350,8 @@ def command(replay, root, as_json, output, dot_path, svg_path, png_path, from_sm
     from ccdiag.output import console, emit_json
 
     started = time.monotonic()
+    if not replay and root != "/" and not os.path.isdir(root):
+        raise InputError(f"--root {root}: not a directory")
     host = make_host(replay, root)
     runs, topo, smi_matrix, smi_diffs = gather(host, timeout)
     code = ExitCode.OK if topo.gpus() else ExitCode.UNEVALUATED

@@ -1,0 +1,183 @@
+"""XID classification and windowing, on real kernel-log lines (tests/fixtures/kmsg) placed on a
+synthesized HGX H100 node (tests/scenarios_gpu.py)."""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+
+import pytest
+
+import scenarios_gpu as S
+from ccdiag.checks import run_checks
+from ccdiag.checks.xid import ACTION_STATUS, classify, load_catalog
+from ccdiag.policy import Policy
+from ccdiag.probes.kmsg import KernelEvent
+from ccdiag.probing import ProbeRun
+
+XID79 = "dmesg-xid79-crash-dump-multiline-continuation.txt"  # GPU at 0000:5d:00 = HGX GPU3
+XID13 = "dmesg-ctime-xid13-xid109-pid-unknown.txt"  # 0000:cb:00, ctime stamps (no uptime)
+FALLEN = "dmesg-fallen-off-bus-without-xid-multiline.txt"  # 0000:b3:00, no XID number
+XID31_32 = "dmesg-xid31-xid32-no-pid-old-driver.txt"  # 0000:01:00
+XID45 = "journal-xid45-kernel-prefix-only.txt"
+
+
+def xids(ctx):
+    return [f for f in run_checks(ctx, only=["xid."]) if f.check == "xid.recent"]
+
+
+def gpus_at(*bdfs):
+    return [S.h100(i, bus_id=b) for i, b in enumerate(bdfs)]
+
+
+def node_at(*bdfs, kmsg):
+    gpus = gpus_at(*bdfs)
+    return S.healthy_runs(n=len(bdfs), gpus=gpus, kmsg=kmsg, pcie=S.pcie_obs(list(bdfs)))
+
+
+# -- the catalogue -----------------------------------------------------------------------------------
+
+def test_catalogue_is_well_formed_and_sourced():
+    raw = json.loads(resources.files("ccdiag").joinpath("data/xid_catalog.json").read_text())
+    cat = load_catalog()
+    assert len(cat) == len(raw["codes"]) >= 40
+    for code, e in cat.items():
+        assert e.action in ACTION_STATUS and e.name and e.sources, code
+    assert set(raw["_actions"]) == set(ACTION_STATUS)
+
+
+@pytest.mark.parametrize("code", [13, 31, 43, 45, 68, 109])
+def test_application_errors_never_fail(code):
+    # NVIDIA k8s-device-plugin's application-error list
+    assert classify(code).status == "pass"
+
+
+@pytest.mark.parametrize("code", [48, 64, 74, 79, 95, 119, 120, 140])
+def test_dcgm_fatal_xids_fail(code):
+    # DCGM BuildXidMappings FAIL set
+    assert classify(code).status == "fail"
+
+
+@pytest.mark.parametrize("code,action", [(79, "reboot"), (119, "reset"), (48, "drain"), (63, "monitor"),
+                                         (92, "monitor"), (94, "monitor"), (154, "monitor")])
+def test_catalogue_actions(code, action):
+    assert classify(code).action == action
+
+
+def test_unknown_code_is_warn_with_pointer():
+    e = classify(9999)
+    assert e.status == "warn" and "catalogue" in e.note
+
+
+# -- the check -----------------------------------------------------------------------------------------
+
+def test_xid79_in_window_fails_on_the_right_gpu():
+    events = S.kmsg_fixture(XID79)
+    ctx = S.xid_at(events, uptime_s=4254.2 + 600)
+    findings = xids(ctx)
+    f = [x for x in findings if x.status == "fail"]
+    assert len(f) == 1, [(x.status, x.summary) for x in findings]
+    f = f[0]
+    assert (f.component.kind, f.component.gpu, f.component.uuid, f.component.bdf) == (
+        "gpu", 3, S.uuid(3), "0000:5d:00.0")
+    assert f.details["xid"] == 79 and f.details["action"] == "reboot"
+    # the XID line and the un-numbered "fallen off the bus" line are one incident, both counted
+    assert f.details["count"] == 2
+    assert "reboot" in f.remedy.lower()
+    assert f.evidence[0].what == "kernel message" and f.evidence[0].source == "/dev/kmsg"
+    assert f.evidence[0].value.startswith("NVRM: Xid (PCI:0000:5d:00): 79")
+    assert f.expected_source.startswith("ccdiag XID catalogue")
+
+
+def test_xid79_outside_window_is_history():
+    events = S.kmsg_fixture(XID79)
+    ctx = S.xid_at(events, uptime_s=4254.2 + 2 * 86400)
+    findings = xids(ctx)
+    assert [f.status for f in findings] == ["pass"]
+    assert "2 older" in findings[0].summary
+
+
+def test_policy_window_is_honoured():
+    events = S.kmsg_fixture(XID79)
+    ctx = S.xid_at(events, uptime_s=4254.2 + 600, policy=Policy(xid_window_s=300.0))
+    assert [f.status for f in xids(ctx)] == ["pass"]
+
+
+def test_ignore_xids_is_honoured_and_reported():
+    events = S.kmsg_fixture(XID79)
+    ctx = S.xid_at(events, uptime_s=4254.2 + 600, policy=Policy(ignore_xids=(79,)))
+    findings = xids(ctx)
+    assert [f.status for f in findings] == ["pass"]
+    assert "XID 79 x2" in findings[0].summary
+
+
+def test_xid13_is_not_a_node_fault():
+    # ctime-stamped lines carry no uptime: age unknown, so they count as recent, and still pass
+    kmsg = S.kmsg_obs(S.kmsg_fixture(XID13), uptime_s=1000.0)
+    findings = xids(S.context(node_at("0000:cb:00.0", kmsg=kmsg)))
+    assert {f.status for f in findings} == {"pass"}
+    by_code = {f.details["xid"]: f for f in findings}
+    assert set(by_code) == {13, 109}
+    assert by_code[13].details["count"] == 3 and by_code[13].component.gpu == 0
+    assert "time unknown" in by_code[13].summary
+    assert by_code[109].details["action"] == "app_error"
+    assert any(e.what == "pids" and e.value == [1797828] for e in by_code[109].evidence)
+
+
+def test_xid31_passes_and_xid32_warns():
+    kmsg = S.kmsg_obs(S.kmsg_fixture(XID31_32), uptime_s=24200.0)
+    findings = xids(S.context(node_at("0000:01:00.0", kmsg=kmsg)))
+    status = {f.details["xid"]: f.status for f in findings}
+    assert status == {31: "pass", 32: "warn"}
+
+
+def test_xid45_follow_up_errors_pass_per_gpu():
+    kmsg = S.kmsg_obs(S.kmsg_fixture(XID45), uptime_s=1000.0)
+    findings = xids(S.context(S.healthy_runs(kmsg=kmsg)))
+    assert {f.status for f in findings} == {"pass"}
+    # 0000:ba:00 is HGX GPU6; the other three addresses are not on this node
+    mapped = [f for f in findings if f.component.gpu is not None]
+    assert [f.component.gpu for f in mapped] == [6]
+    assert {f.component.name for f in findings if f.component.gpu is None} == {
+        "GPU at 0000:97:00.0", "GPU at 0000:dc:00.0", "GPU at 0000:ed:00.0"}
+
+
+def test_fallen_off_bus_without_xid_fails_as_79_even_when_nvml_lost_the_gpu():
+    kmsg = S.kmsg_obs(S.kmsg_fixture(FALLEN), uptime_s=2000.0)
+    runs = S.healthy_runs(kmsg=kmsg)
+    runs["nvml"] = ProbeRun("nvml", "unavailable", 0.01, None, "NVML: driver not loaded")
+    f = [x for x in xids(S.context(runs)) if x.status == "fail"]
+    assert len(f) == 1
+    assert f[0].details["xid"] == 79 and f[0].component.bdf == "0000:b3:00.0" and f[0].component.gpu is None
+
+
+def test_uuid_from_kernel_log_names_a_gpu_nvml_does_not_know():
+    kmsg = S.kmsg_obs(S.kmsg_fixture(XID79), uptime_s=4300.0)
+    runs = S.healthy_runs(kmsg=kmsg)
+    runs["nvml"] = ProbeRun("nvml", "unavailable", 0.01, None, "NVML: driver not loaded")
+    f = [x for x in xids(S.context(runs)) if x.status == "fail"][0]
+    assert f.component.uuid == "GPU-f1906b9b-557a-e961-045c-9fe4be3ce012"
+
+
+def test_fatal_xid_on_each_action():
+    events = [KernelEvent("xid", "NVRM: Xid (PCI:0000:18:00): 119, synthesized", time_s=100.0, bdf="0000:18:00.0", code=119),
+              KernelEvent("xid", "NVRM: Xid (PCI:0000:2a:00): 63, synthesized", time_s=100.0, bdf="0000:2a:00.0", code=63),
+              KernelEvent("xid", "NVRM: Xid (PCI:0000:3a:00): 4242, synthesized", time_s=100.0, bdf="0000:3a:00.0", code=4242)]
+    findings = {f.component.gpu: f for f in xids(S.xid_at(events, uptime_s=200.0))}
+    assert findings[0].status == "fail" and "nvidia-smi -r -i 0" in findings[0].remedy
+    assert findings[1].status == "warn"
+    assert findings[2].status == "warn" and "not in ccdiag's catalogue" in findings[2].summary
+
+
+def test_unreadable_kernel_log_is_unknown():
+    runs = S.healthy_runs()
+    runs["kmsg"] = ProbeRun("kmsg", "unavailable", 0.01, None, "/dev/kmsg: permission denied")
+    f = xids(S.context(runs))
+    assert [x.status for x in f] == ["unknown"] and "dmesg_restrict" in f[0].remedy
+
+
+def test_no_gpu_node_with_clean_log_skips():
+    runs = {"pcie": S.ok("pcie", S.pcie_obs([], switches=())),
+            "nvml": ProbeRun("nvml", "unavailable", 0.01, None, "no driver"),
+            "kmsg": S.ok("kmsg", S.kmsg_obs())}
+    assert [f.status for f in xids(S.context(runs))] == ["skip"]
