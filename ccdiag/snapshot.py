@@ -17,6 +17,7 @@ re-read in a later epoch fall back to the latest earlier one.
 from __future__ import annotations
 
 import base64
+import gzip
 import io
 import json
 import tarfile
@@ -99,7 +100,7 @@ class SnapshotData:
         buf = io.BytesIO()
         # mtime fixed so that the same content gives the same archive (diffable, cacheable)
         mtime = int(self.meta.get("time_epoch", 0) or 0)
-        with tarfile.open(fileobj=buf, mode="w:gz", format=tarfile.PAX_FORMAT, compresslevel=6) as tar:
+        with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
             def add_bytes(name: str, data: bytes) -> None:
                 info = tarfile.TarInfo(name)
                 info.size = len(data)
@@ -144,7 +145,8 @@ class SnapshotData:
             add_bytes("index.json", json.dumps(index, indent=1, sort_keys=True).encode())
             add_bytes("commands.json", json.dumps(self.commands, indent=1).encode())
             add_bytes("nvml.json", json.dumps(self.nvml, indent=1).encode())
-        return buf.getvalue()
+        # gzip with a fixed header time: the same content always gives the same bytes
+        return gzip.compress(buf.getvalue(), compresslevel=6, mtime=mtime)
 
     def save(self, path: str) -> None:
         data = self.to_bytes()
