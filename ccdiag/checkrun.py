@@ -258,6 +258,9 @@ def evaluate(host: Host, policy: Policy | None = None, window_s: float = 0.0,
     t0 = time.monotonic()
     started_at = time.time()
     deadline = t0 + float(deadline_s)
+    if hasattr(host, "deadline"):
+        # commands started by probes never outlive the run, even ones a probe starts late
+        host.deadline = deadline
     names = list(probes or ALL_PROBES)
     runs = _run_probes_traced(host, names, deadline)
     timed_out = any(r.status == TIMEOUT for r in runs.values())

@@ -248,6 +248,10 @@ class LiveHost(Host):
                  nvml_call_timeout: float = 3.0):
         super().__init__()
         self.root = os.path.abspath(root)
+        #: absolute time.monotonic() bound for every command of this run (None: per-call timeouts only)
+        self.deadline: float | None = None
+        self._procs: set[subprocess.Popen] = set()
+        self._procs_lock = threading.Lock()
         if nvml is None and (self.root == "/" or nvml_binding is not None):
             nvml = NvmlFacade(binding=nvml_binding, call_timeout=nvml_call_timeout)
         self._nvml = nvml
@@ -303,6 +307,11 @@ class LiveHost(Host):
         argv = tuple(str(a) for a in argv)
         env = dict(os.environ, LC_ALL="C", LANG="C")
         start = time.monotonic()
+        if self.deadline is not None:
+            remaining = self.deadline - start
+            if remaining <= 0:
+                return CommandResult(argv, None, "", "", 0.0, True, "not started: the run's deadline had passed")
+            timeout = min(timeout, remaining)
         try:
             proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                     stderr=subprocess.PIPE, start_new_session=True, env=env)
@@ -312,6 +321,8 @@ class LiveHost(Host):
             return CommandResult(argv, None, "", "", 0.0, False, "permission denied")
         except OSError as exc:
             return CommandResult(argv, None, "", "", 0.0, False, f"could not start: {exc.strerror or exc}")
+        with self._procs_lock:
+            self._procs.add(proc)
         timed_out = False
         try:
             out, err = proc.communicate(timeout=max(timeout, 0.01))
@@ -331,6 +342,9 @@ class LiveHost(Host):
                     except Exception:
                         pass
                 out, err = b"", b""
+        if proc.returncode is not None:
+            with self._procs_lock:
+                self._procs.discard(proc)
         duration = time.monotonic() - start
         rc = None if timed_out else proc.returncode
         return CommandResult(argv, rc, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"),
@@ -409,7 +423,21 @@ class LiveHost(Host):
         time.sleep(max(0.0, seconds))
         self.epoch += 1
 
+    def kill_children(self) -> int:
+        """SIGKILL every command still running (a probe abandoned at its deadline may have started
+        one); returns how many were signalled. Called on close and by the daemon between cycles."""
+        with self._procs_lock:
+            procs = [p for p in self._procs if p.poll() is None]
+            self._procs = set(procs)
+        for proc in procs:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
+        return len(procs)
+
     def close(self) -> None:
+        self.kill_children()
         if self._nvml is not None:
             self._nvml.shutdown()
 

@@ -238,7 +238,7 @@ def _usable(runs: dict, name: str) -> Any:
 
 
 #: device kinds the fleet PCIe minimum applies to (the pcie checks judge the same kinds)
-POLICY_PCIE_KINDS = ("gpu", "nic")
+POLICY_PCIE_KINDS = ("gpu",)
 
 
 def _link_caps(pcie_obs: Any, nvml_obs: Any) -> tuple[list, list]:

@@ -163,7 +163,9 @@ class Daemon:
         self._server_thread: threading.Thread | None = None
         self._started = time.monotonic()
         self._last_cycle_mono: float | None = None
-        self._cycle_lock = threading.Lock()
+        self._cycle_lock = threading.Lock()  # one cycle at a time
+        self._config_lock = threading.Lock()  # config/host/policy swapped together on reload
+        self._retired: list[Host] = []
 
     # -- configuration ----------------------------------------------------------------------
     @staticmethod
@@ -190,10 +192,10 @@ class Daemon:
             return False
         if new.listen != self.config.listen:
             log.warning("listen address changed to %s: takes effect after a restart", new.listen)
-        with self._cycle_lock:
+        with self._config_lock:  # never waits for a running cycle: the main thread must stay responsive
             if host is not None:
-                old, self.host = self.host, host
-                close_host(old)
+                self._retired.append(self.host)  # closed by the next cycle, once nothing uses it
+                self.host = host
             self.config, self.policy, self.web = new, policy, web
             self.collector.interval_s = new.interval_s
             self.state.max_stale_s = new.max_stale_s
@@ -206,7 +208,11 @@ class Daemon:
     def run_cycle(self) -> None:
         """One evaluation, published for scrapes. Never raises."""
         with self._cycle_lock:
-            cfg, host, policy = self.config, self.host, self.policy
+            with self._config_lock:
+                cfg, host, policy = self.config, self.host, self.policy
+                retired, self._retired = self._retired, []
+            for old in retired:
+                close_host(old)
             hung = [n for n in cfg.probes if _probe_thread_alive(n)]
             names = [n for n in cfg.probes if n not in hung]
             result = None

@@ -31,6 +31,7 @@ import base64
 import binascii
 import hashlib
 import hmac
+import importlib.util
 import os
 import ssl
 import threading
@@ -163,11 +164,9 @@ def parse_web_config(doc: Any, base_dir: str = ".", source: str = "<web-config>"
         raise WebConfigError(f"{source}: basic_auth_users must map user names to bcrypt hashes")
     auth = None
     if users:
-        try:
-            import bcrypt  # noqa: F401
-        except ImportError:
+        if importlib.util.find_spec("bcrypt") is None:
             raise WebConfigError(f"{source}: basic_auth_users needs the 'bcrypt' Python package "
-                                 f"(pip install bcrypt, or apt install python3-bcrypt)") from None
+                                 f"(pip install bcrypt, or apt install python3-bcrypt)")
         for user, hashed in users.items():
             if not isinstance(hashed, str) or not hashed.startswith(("$2a$", "$2b$", "$2y$")):
                 raise WebConfigError(f"{source}: basic_auth_users.{user} must be a bcrypt hash ($2b$...)")

@@ -422,3 +422,35 @@ def test_bad_web_config_is_refused_with_the_setting_named(tmp_path, text, needle
     path.write_text(text)
     with pytest.raises(WebConfigError, match=needle):
         load_web_config(str(path))
+
+
+def test_watchdog_interval_and_notify_without_a_socket():
+    from ccdiag.exporters import sdnotify
+
+    assert sdnotify.watchdog_interval({"WATCHDOG_USEC": "20000000"}) == 10.0
+    assert sdnotify.watchdog_interval({"WATCHDOG_USEC": "20000000", "WATCHDOG_PID": str(os.getpid() + 1)}) is None
+    assert sdnotify.watchdog_interval({}) is None
+    assert sdnotify.notify("READY=1", env={}) is False
+
+
+def test_notify_reaches_an_abstract_socket():
+    from ccdiag.exporters import sdnotify
+
+    name = f"ccdiag-test-{os.getpid()}"
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind("\0" + name)
+    sock.settimeout(5)
+    try:
+        assert sdnotify.notify("WATCHDOG=1", env={"NOTIFY_SOCKET": "@" + name})
+        assert sock.recv(100) == b"WATCHDOG=1"
+    finally:
+        sock.close()
+
+
+def test_health_fails_without_a_running_loop():
+    d = Daemon(DaemonConfig(listen="127.0.0.1:0"), host=ReplayHost(str(C.HEALTHY)))
+    ok, why = d.health()
+    assert not ok and "not running" in why
+    assert not d.ready()
+    d.run_cycle()
+    assert d.ready()

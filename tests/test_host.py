@@ -180,3 +180,26 @@ def test_truncated_and_future_snapshots_are_refused():
     with pytest.raises(SnapshotError) as exc:
         SnapshotData.from_bytes(buf.getvalue())
     assert "newer" in str(exc.value)
+
+
+def test_run_deadline_caps_every_command_and_close_kills_leftovers():
+    import threading
+
+    host = LiveHost()
+    host.deadline = time.monotonic() + 0.6
+    start = time.monotonic()
+    res = host.run(["sleep", "30"], timeout=30)
+    assert res.timed_out and time.monotonic() - start < 2.0
+    late = host.run(["true"])
+    assert late.rc is None and "deadline" in late.error
+    # a command started by an abandoned probe thread is killed by close()
+    host2 = LiveHost()
+    t = threading.Thread(target=host2.run, args=(["sleep", "30"],), kwargs={"timeout": 60}, daemon=True)
+    t.start()
+    for _ in range(100):
+        if host2._procs:
+            break
+        time.sleep(0.02)
+    assert host2.kill_children() == 1
+    t.join(3)
+    assert not t.is_alive()

@@ -329,7 +329,7 @@ def _policy_min(ctx: CheckContext, names: Names, d: Any, a: _Attr, check_id: str
     """Fleet minimum (policy) against what the link can do at best: min(device max, slot max)."""
     pol = ctx.policy
     want = pol.min_pcie_width if a is WIDTH else pol.min_pcie_gen
-    if want is None or d.kind not in ("gpu", "nic"):
+    if want is None or d.kind != "gpu":  # a slow management NIC must not lower the fleet bar for GPUs
         return None
     caps = [d]
     parent = names.parent(d)
