@@ -108,7 +108,7 @@ def kmsg_obs(events=(), uptime_s: float | None = 86400.0, **over: Any) -> KmsgOb
 
 def kmsg_fixture(name: str) -> list:
     """Events parsed from a real kernel-log fixture (header lines removed)."""
-    lines = [l for l in (KMSG_FIXTURES / name).read_text().splitlines() if not l.startswith("#ccdiag-")]
+    lines = [x for x in (KMSG_FIXTURES / name).read_text().splitlines() if not x.startswith("#ccdiag-")]
     events, _ = parse_lines(lines)
     return events
 
@@ -137,7 +137,7 @@ def with_gpu(runs: dict[str, ProbeRun], index: int, **over: Any) -> dict[str, Pr
 
 def with_link(runs: dict[str, ProbeRun], index: int, link: int, **over: Any) -> dict[str, ProbeRun]:
     g = next(g for g in runs["nvml"].data.gpus if g.index == index)
-    links = tuple(dataclasses.replace(l, **over) if l.link == link else l for l in g.nvlinks)
+    links = tuple(dataclasses.replace(lk, **over) if lk.link == link else lk for lk in g.nvlinks)
     return with_gpu(runs, index, nvlinks=links)
 
 

@@ -33,7 +33,8 @@ def one(findings, status):
 
 def test_healthy_node_has_no_warn_or_fail():
     findings = run_checks(S.healthy(), only=MINE)
-    bad = [(f.check, f.status, f.component.name, f.summary) for f in findings if f.status in ("warn", "fail", "unknown")]
+    bad = [(f.check, f.status, f.component.name, f.summary) for f in findings
+           if f.status in ("warn", "fail", "unknown")]
     assert bad == []
     ids = {f.check for f in findings}
     # every check id of this area answered
@@ -305,7 +306,8 @@ def test_persistence_off_warns_unless_policy_relaxes_it():
     runs = S.with_gpu(S.healthy_runs(), 6, persistence_mode=False)
     f = one(run(S.context(runs), "gpu.persistence_mode"), "warn")
     assert (f.component.gpu, f.component.bdf) == (6, "0000:ba:00.0")
-    assert only(run(S.context(runs, policy=Policy(require_persistence_mode=False)), "gpu.persistence_mode"), "warn") == []
+    relaxed = S.context(runs, policy=Policy(require_persistence_mode=False))
+    assert only(run(relaxed, "gpu.persistence_mode"), "warn") == []
 
 
 def test_mig_pending_and_mixed_modes_warn():

@@ -160,9 +160,11 @@ def test_uuid_from_kernel_log_names_a_gpu_nvml_does_not_know():
 
 
 def test_fatal_xid_on_each_action():
-    events = [KernelEvent("xid", "NVRM: Xid (PCI:0000:18:00): 119, synthesized", time_s=100.0, bdf="0000:18:00.0", code=119),
-              KernelEvent("xid", "NVRM: Xid (PCI:0000:2a:00): 63, synthesized", time_s=100.0, bdf="0000:2a:00.0", code=63),
-              KernelEvent("xid", "NVRM: Xid (PCI:0000:3a:00): 4242, synthesized", time_s=100.0, bdf="0000:3a:00.0", code=4242)]
+    def synthesized(bus, code):
+        return KernelEvent("xid", f"NVRM: Xid (PCI:0000:{bus}:00): {code}, synthesized", time_s=100.0,
+                           bdf=f"0000:{bus}:00.0", code=code)
+
+    events = [synthesized("18", 119), synthesized("2a", 63), synthesized("3a", 4242)]
     findings = {f.component.gpu: f for f in xids(S.xid_at(events, uptime_s=200.0))}
     assert findings[0].status == "fail" and "nvidia-smi -r -i 0" in findings[0].remedy
     assert findings[1].status == "warn"

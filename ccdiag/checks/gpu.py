@@ -94,9 +94,11 @@ def with_inferred_bus_ids(nvml: Any, pci: list | None) -> Any:
     if len(free) != len(missing):
         return nvml
     fill = {g.index: b for g, b in zip(missing, free)}
-    gpus = tuple(replace(g, bus_id=fill[g.index],
-                         errors=g.errors + (ReadError(f"nvmlDeviceGetPciInfo_v3({g.index})", "inferred", INFERRED_BDF),))
-                 if g.index in fill else g for g in nvml.gpus)
+    def note(g: Any) -> ReadError:
+        return ReadError(f"nvmlDeviceGetPciInfo_v3({g.index})", "inferred", INFERRED_BDF)
+
+    gpus = tuple(replace(g, bus_id=fill[g.index], errors=g.errors + (note(g),)) if g.index in fill else g
+                 for g in nvml.gpus)
     return replace(nvml, gpus=gpus)
 
 
@@ -161,10 +163,13 @@ def check_driver(ctx: CheckContext) -> list[Finding]:
     pci = nvidia_pci_gpus(ctx)
     expected = ctx.policy.expected_gpu_count
     if run is not None and run.usable:
-        return [Finding(cid, PASS, NODE, f"NVML answered (driver {run.data.driver_version}).",
-                        evidence=(Evidence("driver version", run.data.driver_version, "nvmlSystemGetDriverVersion()"),))]
-    status = run.status if run is not None else None
-    ev = [Evidence("nvml probe", f"{status}: {run.error}" if run else "not run", NVML)]
+        version = run.data.driver_version
+        return [Finding(cid, PASS, NODE, f"NVML answered (driver {version}).",
+                        evidence=(Evidence("driver version", version, "nvmlSystemGetDriverVersion()"),))]
+    if run is None:
+        return [Finding(cid, SKIP, NODE, "Not evaluated: the nvml probe was not run.")]
+    status = run.status
+    ev = [Evidence("nvml probe", f"{status}: {run.error}", NVML)]
     if pci:
         ev.append(Evidence("NVIDIA GPUs on PCI", [d.bdf for d in pci], "/sys/bus/pci/devices"))
     remedy = ("Check that the nvidia kernel module is loaded (lsmod | grep nvidia, dmesg | grep NVRM), that "
@@ -188,7 +193,7 @@ def check_driver(ctx: CheckContext) -> list[Finding]:
             return [Finding(cid, SKIP, NODE, "No NVIDIA GPU on this node (NVML absent, none on PCI).",
                             evidence=tuple(ev))]
     return [Finding(cid, UNKNOWN, NODE, "Could not tell whether the NVIDIA driver works "
-                    f"(nvml probe {status or 'not run'}; PCI {'unusable' if pci is None else 'shows no GPU'}).",
+                    f"(nvml probe {status}; PCI {'unusable' if pci is None else 'shows no GPU'}).",
                     evidence=tuple(ev))]
 
 
@@ -222,31 +227,37 @@ def check_count(ctx: CheckContext) -> list[Finding]:
         for bdf, dev in sorted(pci_bdfs.items()):
             if bdf in by_bdf:
                 continue
-            ev = (Evidence("PCI device", f"{bdf} vendor {dev.vendor_id} device {dev.device_id}", f"/sys/bus/pci/devices/{bdf}"),
+            ev = (Evidence("PCI device", f"{bdf} vendor {dev.vendor_id} device {dev.device_id}",
+                           f"/sys/bus/pci/devices/{bdf}"),
                   Evidence("bound driver", dev.driver, f"/sys/bus/pci/devices/{bdf}/driver"),
                   Evidence("NVML bus ids", sorted(by_bdf), "nvmlDeviceGetPciInfo"))
             comp = Component("gpu", f"GPU at {bdf}", bdf=bdf)
             if dev.driver not in (None, "nvidia"):
-                out.append(Finding(cid, WARN, comp, f"NVIDIA GPU {bdf} is bound to {dev.driver}, not nvidia; NVML does not see it.",
+                out.append(Finding(cid, WARN, comp,
+                                   f"NVIDIA GPU {bdf} is bound to {dev.driver}, not nvidia; NVML does not see it.",
                                    evidence=ev, expected="bound to nvidia", expected_source="PCI enumeration",
-                                   remedy="Intended (e.g. vfio-pci passthrough)? Then ignore it. Otherwise bind it to nvidia "
-                                          "or reboot."))
+                                   remedy="Intended (e.g. vfio-pci passthrough)? Then ignore it. Otherwise bind it "
+                                          "to nvidia or reboot."))
             else:
                 out.append(Finding(cid, FAIL, comp, f"PCI sees NVIDIA GPU {bdf} but NVML does not.",
                                    evidence=ev, expected="every NVIDIA GPU on PCI visible to NVML",
                                    expected_source="PCI enumeration",
-                                   remedy="Drain the node. Check the kernel log for 'fallen off the bus'/XID 79 and for "
-                                          "NVRM init errors on this address; reset the GPU or reboot; RMA if it stays gone."))
+                                   remedy="Drain the node. Check the kernel log for 'fallen off the bus'/XID 79 and "
+                                          "for NVRM init errors on this address; reset the GPU or reboot; RMA if it "
+                                          "stays gone."))
         for bdf, g in sorted(by_bdf.items()):
             if bdf not in pci_bdfs:
-                out.append(Finding(cid, FAIL, gpu_component(g), f"NVML reports GPU{g.index} at {bdf}, which PCI does not list.",
+                out.append(Finding(cid, FAIL, gpu_component(g),
+                                   f"NVML reports GPU{g.index} at {bdf}, which PCI does not list.",
                                    evidence=(Evidence("NVML bus id", bdf, f"nvmlDeviceGetPciInfo({g.index})"),
                                              Evidence("NVIDIA GPUs on PCI", sorted(pci_bdfs), "/sys/bus/pci/devices")),
                                    expected="NVML and PCI list the same GPUs", expected_source="PCI enumeration",
-                                   remedy="Re-run; if it persists, compare `lspci -d 10de:` with `nvidia-smi -L` and reboot."))
+                                   remedy="Re-run; if it persists, compare `lspci -d 10de:` with `nvidia-smi -L` "
+                                          "and reboot."))
     n = len(nvml.gpus)
     if nvml.device_count is not None and nvml.device_count != n:
-        out.append(Finding(cid, FAIL, NODE, f"nvmlDeviceGetCount says {nvml.device_count} but only {n} GPU(s) could be opened.",
+        out.append(Finding(cid, FAIL, NODE,
+                           f"nvmlDeviceGetCount says {nvml.device_count} but only {n} GPU(s) could be opened.",
                            evidence=(Evidence("device count", nvml.device_count, "nvmlDeviceGetCount()"),
                                      Evidence("GPUs opened", n, "nvmlDeviceGetHandleByIndex")),
                            remedy="Drain the node; a GPU that cannot be opened needs a reset or reboot."))
@@ -312,7 +323,8 @@ def check_lost(ctx: CheckContext) -> list[Finding]:
         state = FAILED_STATES.get(g.failed, f"failed ({g.failed})")
         return [Finding(cid, FAIL, gpu_component(g), f"GPU{g.index} is {state}.",
                         evidence=ev, expected="GPU answers NVML",
-                        remedy=("Drain the node, then reboot it (a GPU lost from the bus rarely comes back with a reset)."
+                        remedy=("Drain the node, then reboot it (a GPU lost from the bus rarely comes back with a "
+                                "reset)."
                                 if reboot else
                                 f"Drain the node, then reset the GPU when idle (nvidia-smi -r -i {g.index}); "
                                 "reboot if the reset fails."))]
@@ -367,9 +379,10 @@ def check_ecc(ctx: CheckContext) -> list[Finding]:
             return [not_read(cid, g, "ECC error counts", ECC_FN)]
         # nvmlDeviceGetTotalEccErrors(i, error type, counter type): uncorrected 1 / corrected 0,
         # volatile 0 / aggregate 1
-        ev = (Evidence("volatile uncorrected ECC", g.ecc_volatile_uncorrected, f"nvmlDeviceGetTotalEccErrors({g.index}, 1, 0)"),
-              Evidence("aggregate uncorrected ECC", g.ecc_aggregate_uncorrected, f"nvmlDeviceGetTotalEccErrors({g.index}, 1, 1)"),
-              Evidence("volatile corrected ECC", g.ecc_volatile_corrected, f"nvmlDeviceGetTotalEccErrors({g.index}, 0, 0)"))
+        fn = "nvmlDeviceGetTotalEccErrors"
+        ev = (Evidence("volatile uncorrected ECC", g.ecc_volatile_uncorrected, f"{fn}({g.index}, 1, 0)"),
+              Evidence("aggregate uncorrected ECC", g.ecc_aggregate_uncorrected, f"{fn}({g.index}, 1, 1)"),
+              Evidence("volatile corrected ECC", g.ecc_volatile_corrected, f"{fn}({g.index}, 0, 0)"))
         later = _later_gpu(ctx, g)
         if later is not None and g.ecc_volatile_uncorrected is not None and later.ecc_volatile_uncorrected is not None:
             ev += (Evidence(f"volatile uncorrected after {ctx.window_s:g}s", later.ecc_volatile_uncorrected,
@@ -386,8 +399,8 @@ def check_ecc(ctx: CheckContext) -> list[Finding]:
             out.append(_ecc_disabled(cid, g))
         if (g.ecc_aggregate_uncorrected or 0) > 0:
             out.append(Finding(cid, WARN, comp,
-                               f"GPU{g.index} had {g.ecc_aggregate_uncorrected} uncorrected ECC error(s) in its lifetime "
-                               "(none since the last reset).", evidence=ev,
+                               f"GPU{g.index} had {g.ecc_aggregate_uncorrected} uncorrected ECC error(s) in its "
+                               "lifetime (none since the last reset).", evidence=ev,
                                expected="0 uncorrected ECC errors over the GPU's life",
                                remedy="History, not a current fault: confirm gpu.remapped_rows passes (no pending or "
                                       "failed remap) and watch for new errors."))
@@ -451,13 +464,16 @@ def _judge_remap(cid: str, g: Any, comp: Component) -> Finding:
                        evidence=ev, expected="no remap failure", expected_source="DCGM health; Azure azure_gpu_ecc.nhc",
                        remedy="Drain the node and open an RMA for this GPU (serial in nvidia-smi -q).")
     if g.remapped_rows_pending:
-        return Finding(cid, FAIL, comp, f"GPU{g.index}: a row remap is pending; it takes effect only after a GPU reset.",
+        return Finding(cid, FAIL, comp,
+                       f"GPU{g.index}: a row remap is pending; it takes effect only after a GPU reset.",
                        evidence=ev, expected="no pending remap",
-                       expected_source="Azure azure_gpu_ecc.nhc (fail); Meta GCM (critical); NVIDIA: reset at next opportunity",
-                       remedy=f"Drain the node and reset GPU{g.index} when idle (nvidia-smi -r -i {g.index}) or reboot; "
-                              "re-run ccdiag check.")
+                       expected_source="Azure azure_gpu_ecc.nhc (fail); Meta GCM (critical); "
+                                       "NVIDIA: reset at next opportunity",
+                       remedy=f"Drain the node and reset GPU{g.index} when idle (nvidia-smi -r -i {g.index}) or "
+                              "reboot; re-run ccdiag check.")
     if (g.remapped_rows_uncorrectable or 0) >= ROW_REMAP_UNCORRECTABLE_WARN:
-        return Finding(cid, WARN, comp, f"GPU{g.index}: {g.remapped_rows_uncorrectable} rows remapped for uncorrectable errors.",
+        return Finding(cid, WARN, comp,
+                       f"GPU{g.index}: {g.remapped_rows_uncorrectable} rows remapped for uncorrectable errors.",
                        evidence=ev, expected=f"< {ROW_REMAP_UNCORRECTABLE_WARN} uncorrectable remaps",
                        expected_source="DCGM DcgmGPUHardwareLimits.h",
                        remedy="Plan an RMA; the remapper is running out of spare rows.")
@@ -476,10 +492,12 @@ def _judge_retired(cid: str, g: Any, comp: Component) -> Finding:
                        expected_source="DCGM DcgmGPUHardwareLimits.h; Azure azure_gpu_ecc.nhc",
                        remedy="Drain the node and open an RMA for this GPU.")
     if g.retired_pages_pending:
-        return Finding(cid, FAIL, comp, f"GPU{g.index}: a page retirement is pending; it takes effect only after a reset.",
+        return Finding(cid, FAIL, comp,
+                       f"GPU{g.index}: a page retirement is pending; it takes effect only after a reset.",
                        evidence=ev, expected="no pending retirement",
                        expected_source="DCGM health (pending retirement); NVIDIA memory error management",
-                       remedy=f"Drain the node and reset GPU{g.index} when idle (nvidia-smi -r -i {g.index}) or reboot.")
+                       remedy=f"Drain the node and reset GPU{g.index} when idle (nvidia-smi -r -i {g.index}) "
+                              "or reboot.")
     if (g.retired_pages_dbe or 0) > RETIRED_DBE_SOFT_LIMIT:
         return Finding(cid, WARN, comp, f"GPU{g.index}: {g.retired_pages_dbe} pages retired for double-bit errors.",
                        evidence=ev, expected=f"<= {RETIRED_DBE_SOFT_LIMIT} DBE-retired pages",
@@ -502,7 +520,8 @@ def check_recovery_action(ctx: CheckContext) -> list[Finding]:
         "drain_p2p": "Stop scheduling peer-to-peer work on this GPU (drain), then reset it.",
         "drain_and_reset": "Drain the node, then reset the GPU (nvidia-smi -r -i {i}).",
         "bus_reset": "Drain the node; a PCIe bus reset (or reboot) is needed.",
-        "recover_imex_domain": "Drain the node and recover its IMEX domain (restart nvidia-imex on the domain's nodes).",
+        "recover_imex_domain": "Drain the node and recover its IMEX domain (restart nvidia-imex on the "
+                               "domain's nodes).",
     }
 
     def judge(g, _nvml):
@@ -512,7 +531,8 @@ def check_recovery_action(ctx: CheckContext) -> list[Finding]:
         ev = (Evidence("recovery action", g.recovery_action, src),)
         if g.recovery_action == "none":
             return [Finding(cid, PASS, gpu_component(g), f"GPU{g.index}: no recovery action pending.", evidence=ev)]
-        return [Finding(cid, FAIL, gpu_component(g), f"GPU{g.index}: the driver asks for recovery action '{g.recovery_action}'.",
+        return [Finding(cid, FAIL, gpu_component(g),
+                        f"GPU{g.index}: the driver asks for recovery action '{g.recovery_action}'.",
                         evidence=ev, expected="none", expected_source="NVML recovery action (driver)",
                         remedy=remedies.get(g.recovery_action, "Drain the node and follow the driver's recovery action "
                                             "(NVIDIA 'Error Recovery and Response Flags').").format(i=g.index))]
@@ -555,7 +575,8 @@ def check_clocks(ctx: CheckContext) -> list[Finding]:
         if g.temperature_c is not None:
             ev.append(Evidence("temperature C", g.temperature_c, f"nvmlDeviceGetTemperature({g.index}, 0)"))
         if g.power_w is not None:
-            ev.append(Evidence("power W / limit W", (g.power_w, g.power_limit_w), f"nvmlDeviceGetPowerUsage({g.index})"))
+            ev.append(Evidence("power W / limit W", (g.power_w, g.power_limit_w),
+                               f"nvmlDeviceGetPowerUsage({g.index})"))
         if not faults:
             return [Finding(cid, PASS, gpu_component(g),
                             f"GPU{g.index}: no hardware clock slowdown"
@@ -588,7 +609,8 @@ def check_temperature(ctx: CheckContext) -> list[Finding]:
             return [not_read(cid, g, "temperature", ("nvmlDeviceGetTemperature",))]
         ev = (Evidence("temperature C", g.temperature_c, src),)
         if g.temperature_c > limit:
-            return [Finding(cid, WARN, gpu_component(g), f"GPU{g.index} is at {g.temperature_c:g} C (limit {limit:g} C).",
+            return [Finding(cid, WARN, gpu_component(g),
+                            f"GPU{g.index} is at {g.temperature_c:g} C (limit {limit:g} C).",
                             evidence=ev, expected=f"<= {limit:g} C", expected_source=policy_source(ctx),
                             remedy="Check the node's cooling and airflow; see gpu.clocks for thermal slowdown.")]
         return [Finding(cid, PASS, gpu_component(g), f"GPU{g.index} at {g.temperature_c:g} C.", evidence=ev,
@@ -613,7 +635,8 @@ def check_persistence(ctx: CheckContext) -> list[Finding]:
         if g.persistence_mode:
             return [Finding(cid, PASS, gpu_component(g), f"GPU{g.index}: persistence mode on.", evidence=ev)]
         if not ctx.policy.require_persistence_mode:
-            return [Finding(cid, PASS, gpu_component(g), f"GPU{g.index}: persistence mode off (not required by policy).",
+            return [Finding(cid, PASS, gpu_component(g),
+                            f"GPU{g.index}: persistence mode off (not required by policy).",
                             evidence=ev, expected_source=policy_source(ctx))]
         return [Finding(cid, WARN, gpu_component(g), f"GPU{g.index}: persistence mode is off.", evidence=ev,
                         expected="on", expected_source=policy_source(ctx),
@@ -644,12 +667,14 @@ def check_mig(ctx: CheckContext) -> list[Finding]:
         ev = (Evidence("current", g.mig_mode_current, src), Evidence("pending", g.mig_mode_pending, src))
         if g.mig_mode_pending is not None and g.mig_mode_pending != g.mig_mode_current:
             out.append(Finding(cid, WARN, gpu_component(g),
-                               f"GPU{g.index}: MIG mode change to {'on' if g.mig_mode_pending else 'off'} is pending a GPU reset.",
+                               f"GPU{g.index}: MIG mode change to {'on' if g.mig_mode_pending else 'off'} is "
+                               "pending a GPU reset.",
                                evidence=ev, expected="pending == current",
                                remedy=f"Reset GPU{g.index} when idle (nvidia-smi -r -i {g.index}) or revert the change "
                                       f"(nvidia-smi -i {g.index} -mig {int(g.mig_mode_current)})."))
         else:
-            out.append(Finding(cid, PASS, gpu_component(g), f"GPU{g.index}: MIG {'on' if g.mig_mode_current else 'off'}.",
+            out.append(Finding(cid, PASS, gpu_component(g),
+                               f"GPU{g.index}: MIG {'on' if g.mig_mode_current else 'off'}.",
                                evidence=ev))
     if not modes:
         return out + [Finding(cid, SKIP, NODE, "No GPU on this node supports MIG.")]
@@ -657,7 +682,8 @@ def check_mig(ctx: CheckContext) -> list[Finding]:
         on = sorted(i for i, m in modes.items() if m)
         off = sorted(i for i, m in modes.items() if not m)
         out.append(Finding(cid, WARN, NODE, f"MIG is on for GPU(s) {on} and off for GPU(s) {off}.",
-                           evidence=tuple(Evidence(f"GPU{i} MIG", m, f"nvmlDeviceGetMigMode({i})") for i, m in sorted(modes.items())),
+                           evidence=tuple(Evidence(f"GPU{i} MIG", m, f"nvmlDeviceGetMigMode({i})")
+                                          for i, m in sorted(modes.items())),
                            expected="the same MIG mode on every GPU",
                            remedy="Use one mode per node unless the scheduler is set up for mixed MIG."))
     return out
@@ -675,7 +701,8 @@ def check_processes(ctx: CheckContext) -> list[Finding]:
         if g.compute_processes:
             procs = [(p.pid, p.used_memory_bytes) for p in g.compute_processes]
             return [Finding(cid, WARN, gpu_component(g),
-                            f"GPU{g.index}: {len(procs)} compute process(es) running (pids {', '.join(str(p) for p, _ in procs)}).",
+                            f"GPU{g.index}: {len(procs)} compute process(es) running "
+                            f"(pids {', '.join(str(p) for p, _ in procs)}).",
                             evidence=(Evidence("processes (pid, used bytes)", procs, src),),
                             expected="no compute process before a job",
                             remedy="If this runs as a job prolog, kill the stray processes (leftovers of a previous "
@@ -755,7 +782,8 @@ def check_fabric_manager(ctx: CheckContext) -> list[Finding]:
             summary = f"GPU{g.index}: fabric registration completed with error '{g.fabric_status}'."
         else:
             summary = f"GPU{g.index}: fabric registration is '{g.fabric_state}'."
-        out.append(Finding(cid, FAIL, gpu_component(g), summary, evidence=ev, expected="fabric state completed, status success",
+        out.append(Finding(cid, FAIL, gpu_component(g), summary, evidence=ev,
+                           expected="fabric state completed, status success",
                            expected_source="NVSwitch present",
                            remedy="Start or restart nvidia-fabricmanager (its version must equal the driver's) and "
                                   "check /var/log/fabricmanager.log; reboot if registration stays stuck."))
@@ -764,8 +792,8 @@ def check_fabric_manager(ctx: CheckContext) -> list[Finding]:
         if fm is None and completed:
             pass  # service state unreadable here (e.g. a container), but every GPU is registered
         elif fm is None:
-            out.append(Finding(cid, UNKNOWN, NODE, "NVSwitch present; fabric manager state could not be read and the GPUs do "
-                               "not report fabric registration.", evidence=(ev_sw, ev_fm),
+            out.append(Finding(cid, UNKNOWN, NODE, "NVSwitch present; fabric manager state could not be read and "
+                               "the GPUs do not report fabric registration.", evidence=(ev_sw, ev_fm),
                                remedy="Check `systemctl status nvidia-fabricmanager` on the host."))
         elif completed:
             out.append(Finding(cid, WARN, NODE, f"Fabric manager service is '{fm}' here, yet every GPU reports fabric "

@@ -48,7 +48,7 @@ def peer_label(link: Any, peers: dict[str, Any]) -> str | None:
 
 def node_has_nvswitch(ctx: CheckContext, nvml: Any) -> bool:
     return bool(nvswitches_on_pci(ctx)) or any(
-        l.remote_device_type == "switch" for g in nvml.gpus for l in g.nvlinks)
+        lk.remote_device_type == "switch" for g in nvml.gpus for lk in g.nvlinks)
 
 
 def expected_links(ctx: CheckContext, g: Any, nvml: Any, has_switch: bool) -> tuple[int | None, str | None]:
@@ -67,7 +67,7 @@ def expected_links(ctx: CheckContext, g: Any, nvml: Any, has_switch: bool) -> tu
             topo_exp = None
     peer_exp = None
     if has_switch and g.nvlinks:
-        same = [sum(1 for l in o.nvlinks if l.active) for o in nvml.gpus if o.name == g.name and not o.failed]
+        same = [sum(1 for lk in o.nvlinks if lk.active) for o in nvml.gpus if o.name == g.name and not o.failed]
         peer_exp = max(same, default=0) or None
     if topo_exp is not None and (peer_exp is None or int(topo_exp) >= peer_exp):
         return int(topo_exp), "topology"
@@ -97,11 +97,11 @@ def check_down(ctx: CheckContext) -> list[Finding]:
 def _judge_gpu_links(cid: str, g: Any, exp: int | None, exp_src: str | None, peers: dict) -> list[Finding]:
     comp = gpu_component(g)
     src = f"nvmlDeviceGetNvLinkState({g.index}, link)"
-    active = [l for l in g.nvlinks if l.active is True]
-    inactive = [l for l in g.nvlinks if l.active is False]
-    unread = [l for l in g.nvlinks if l.active is None]
-    ev = (Evidence("active links", [l.link for l in active], src),
-          Evidence("inactive links", [l.link for l in inactive], src))
+    active = [lk for lk in g.nvlinks if lk.active is True]
+    inactive = [lk for lk in g.nvlinks if lk.active is False]
+    unread = [lk for lk in g.nvlinks if lk.active is None]
+    ev = (Evidence("active links", [lk.link for lk in active], src),
+          Evidence("inactive links", [lk.link for lk in inactive], src))
     if g.failed:
         return [Finding(cid, UNKNOWN, comp, f"GPU{g.index}: NVLink state not read; the GPU failed ({g.failed}).",
                         remedy="See gpu.lost for this GPU.")]
@@ -112,7 +112,8 @@ def _judge_gpu_links(cid: str, g: Any, exp: int | None, exp_src: str | None, pee
                         "(inactive links may be unused).", evidence=ev)]
     if len(active) >= exp:
         if exp == 0 and not g.nvlinks:
-            return [Finding(cid, SKIP, comp, f"GPU{g.index}: no NVLink expected.", expected="0", expected_source=exp_src)]
+            return [Finding(cid, SKIP, comp, f"GPU{g.index}: no NVLink expected.", expected="0",
+                            expected_source=exp_src)]
         return [Finding(cid, PASS, comp, f"GPU{g.index}: {len(active)}/{exp} NVLinks active.", evidence=ev,
                         expected=f"{exp} active", expected_source=exp_src)]
     remedy = (f"Drain the node; reset GPU{g.index} (nvidia-smi -r -i {g.index}) and, on NVSwitch systems, restart "
@@ -123,16 +124,16 @@ def _judge_gpu_links(cid: str, g: Any, exp: int | None, exp_src: str | None, pee
                         f"{len(unread)} link state(s) could not be read.", evidence=ev,
                         expected=f"{exp} active", expected_source=exp_src)]
     if inactive and len(g.nvlinks) <= exp:
-        return [Finding(cid, FAIL, link_component(g, l, peers),
-                        f"GPU{g.index} NVLink {l.link} is down ({len(active)}/{exp} links active).",
-                        evidence=(Evidence("link state", "inactive", f"nvmlDeviceGetNvLinkState({g.index}, {l.link})"),
+        return [Finding(cid, FAIL, link_component(g, lk, peers),
+                        f"GPU{g.index} NVLink {lk.link} is down ({len(active)}/{exp} links active).",
+                        evidence=(Evidence("link state", "inactive", f"nvmlDeviceGetNvLinkState({g.index}, {lk.link})"),
                                   Evidence("active links on this GPU", len(active), src)),
                         expected="active", expected_source=exp_src, remedy=remedy)
-                for l in inactive]
+                for lk in inactive]
     return [Finding(cid, FAIL, Component("nvlink", f"GPU{g.index} NVLinks", gpu=g.index, uuid=g.uuid,
                                          bdf=normalize_bdf(g.bus_id)),
                     f"GPU{g.index}: {len(active)}/{exp} NVLinks active ({missing} missing"
-                    + (f"; inactive: {', '.join(str(l.link) for l in inactive)})." if inactive else ")."),
+                    + (f"; inactive: {', '.join(str(lk.link) for lk in inactive)})." if inactive else ")."),
                     evidence=ev, expected=f"{exp} active", expected_source=exp_src, remedy=remedy)]
 
 
@@ -146,9 +147,9 @@ def check_asymmetric(ctx: CheckContext) -> list[Finding]:
     peers = gpu_by_bdf(nvml)
     counts: dict[tuple[int, int], int] = {}
     for g in nvml.gpus:
-        for l in g.nvlinks:
-            p = peers.get(normalize_bdf(l.remote_bus_id) or "")
-            if l.active and p is not None and p.index != g.index:
+        for lk in g.nvlinks:
+            p = peers.get(normalize_bdf(lk.remote_bus_id) or "")
+            if lk.active and p is not None and p.index != g.index:
                 counts[(g.index, p.index)] = counts.get((g.index, p.index), 0) + 1
     if not counts:
         return [Finding(cid, SKIP, NODE, "No direct GPU-to-GPU NVLinks (none, or all through NVSwitches).")]
@@ -202,14 +203,14 @@ def check_errors(ctx: CheckContext) -> list[Finding]:
         if lg is None:
             out.append(Finding(cid, UNKNOWN, gpu_component(g), f"GPU{g.index} missing from the second sample."))
             continue
-        later_links = {l.link: l for l in lg.nvlinks}
+        later_links = {lk.link: lk for lk in lg.nvlinks}
         judged = 0
         bad: list[Finding] = []
-        for l in g.nvlinks:
-            l2 = later_links.get(l.link)
+        for lk in g.nvlinks:
+            l2 = later_links.get(lk.link)
             if l2 is None:
                 continue
-            f, n = _judge_link(cid, g, l, l2, window, warn_at, peers, ctx)
+            f, n = _judge_link(cid, g, lk, l2, window, warn_at, peers, ctx)
             judged += n
             if f is not None:
                 bad.append(f)
@@ -221,29 +222,30 @@ def check_errors(ctx: CheckContext) -> list[Finding]:
                                    expected=f"increase < {warn_at} per window", expected_source=policy_source(ctx)))
             else:
                 out.append(Finding(cid, SKIP, gpu_component(g), f"GPU{g.index}: NVLink error counters not readable.",
-                                   evidence=(Evidence("counters", None, f"nvmlDeviceGetNvLinkErrorCounter({g.index}, link, *)"),)))
+                                   evidence=(Evidence("counters", None,
+                                                      f"nvmlDeviceGetNvLinkErrorCounter({g.index}, link, *)"),)))
     return out
 
 
-def _judge_link(cid: str, g: Any, l: Any, l2: Any, window: float, warn_at: int, peers: dict,
+def _judge_link(cid: str, g: Any, lk: Any, l2: Any, window: float, warn_at: int, peers: dict,
                 ctx: CheckContext) -> tuple[Finding | None, int]:
     """One link's verdict from its two samples (None when fine) and how many counters were judged."""
     deltas: dict[str, int] = {}
     ev = []
     backwards = []
     for attr, counter in COUNTERS:
-        a, b = getattr(l, attr), getattr(l2, attr)
+        a, b = getattr(lk, attr), getattr(l2, attr)
         if a is None or b is None:
             continue
-        src = f"nvmlDeviceGetNvLinkErrorCounter({g.index}, {l.link}, {counter})"
+        src = f"nvmlDeviceGetNvLinkErrorCounter({g.index}, {lk.link}, {counter})"
         ev.append(Evidence(f"{attr} before -> after {window:g}s", (a, b), src))
         if b < a:
             backwards.append(attr)
         else:
             deltas[attr] = b - a
-    comp = link_component(g, l, peers)
+    comp = link_component(g, lk, peers)
     if backwards:
-        return Finding(cid, UNKNOWN, comp, f"GPU{g.index} NVLink {l.link}: {', '.join(backwards)} went backwards "
+        return Finding(cid, UNKNOWN, comp, f"GPU{g.index} NVLink {lk.link}: {', '.join(backwards)} went backwards "
                        "during the window (counters reset?); not judged.", evidence=tuple(ev)), len(deltas)
     rec = deltas.get("recovery_errors", 0)
     crc = deltas.get("crc_flit_errors", 0) + deltas.get("crc_data_errors", 0)
@@ -253,11 +255,12 @@ def _judge_link(cid: str, g: Any, l: Any, l2: Any, window: float, warn_at: int, 
               "reseat or RMA the GPU/baseboard (a recovery means the link retrained).")
     if rec >= RECOVERY_FAIL_DELTA or crc_rate >= CRC_FAIL_PER_S:
         why = (f"{rec} link recovery(s)" if rec >= RECOVERY_FAIL_DELTA else f"CRC errors at {crc_rate:.0f}/s")
-        return Finding(cid, FAIL, comp, f"GPU{g.index} NVLink {l.link}: {why} in {window:g}s.", evidence=tuple(ev),
+        return Finding(cid, FAIL, comp, f"GPU{g.index} NVLink {lk.link}: {why} in {window:g}s.", evidence=tuple(ev),
                        expected=f"recovery increase < {RECOVERY_FAIL_DELTA}, CRC < {CRC_FAIL_PER_S:g}/s",
                        expected_source=DCGM, remedy=remedy, details={"deltas": deltas}), len(deltas)
     if crc >= warn_at or replay >= warn_at:
-        return Finding(cid, WARN, comp, f"GPU{g.index} NVLink {l.link}: +{crc} CRC, +{replay} replay error(s) in {window:g}s.",
+        return Finding(cid, WARN, comp,
+                       f"GPU{g.index} NVLink {lk.link}: +{crc} CRC, +{replay} replay error(s) in {window:g}s.",
                        evidence=tuple(ev), expected=f"increase < {warn_at} per window",
                        expected_source=f"{policy_source(ctx)} (nvlink_error_rate_warn); {DCGM}",
                        remedy="Corrected by retransmission, so not fatal; watch the rate, and reseat/RMA if it grows.",

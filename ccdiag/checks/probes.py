@@ -47,7 +47,8 @@ def check_timeouts(ctx: CheckContext) -> list[Finding]:
                       "Re-run; if it hangs again, look for processes in D state (ps -eo stat,pid,cmd | grep ^D) "
                       "and the device named in the kernel log.")
             out.append(Finding("probe.timeout", UNKNOWN, _component(name),
-                               f"Probe {name} ({_WHAT.get(name, name)}) timed out{label}; checks that need it are not judged.",
+                               f"Probe {name} ({_WHAT.get(name, name)}) timed out{label}; checks that need it "
+                               "are not judged.",
                                evidence=(Evidence("status", run.status, "ccdiag probe runner"),
                                          Evidence("duration s", round(run.duration_s, 3), "ccdiag probe runner"),
                                          Evidence("error", run.error, "ccdiag probe runner")),

@@ -21,7 +21,8 @@ from ccdiag.checks.gpu import NODE, gpu_by_bdf, gpu_component, nvml_gate, policy
 from ccdiag.findings import FAIL, PASS, SKIP, UNKNOWN, WARN, Component, Evidence, Finding
 from ccdiag.model import normalize_bdf
 
-CATALOGUE_SOURCE = "ccdiag XID catalogue (ccdiag/data/xid_catalog.json, from NVIDIA's XID catalogue, DCGM, k8s-device-plugin)"
+CATALOGUE_SOURCE = ("ccdiag XID catalogue (ccdiag/data/xid_catalog.json, from NVIDIA's XID catalogue, DCGM, "
+                    "k8s-device-plugin)")
 
 ACTION_STATUS = {"ignore": PASS, "app_error": PASS, "monitor": WARN, "reset": FAIL, "reboot": FAIL, "drain": FAIL}
 FALLEN_OFF_BUS = 79  # the un-numbered "has fallen off the bus" message means the same as XID 79
