@@ -155,17 +155,18 @@ def _blocked_in(thread_ident: int) -> str | None:
     return None
 
 
-def _probe_threads() -> dict[int, str]:
-    return {t.ident: t.name for t in threading.enumerate() if t.name.startswith("probe-") and t.ident}
+def _probe_threads() -> set[threading.Thread]:
+    # Thread objects, not idents: an abandoned thread that exits frees its ident for a new one
+    return {t for t in threading.enumerate() if t.name.startswith("probe-") and t.ident}
 
 
 def _run_probes_traced(host: Host, names: list[str], deadline: float) -> dict[str, ProbeRun]:
     """:func:`run_probes`, then for each probe abandoned at the deadline add to its error what it
     was blocked in (threads started by this call only, told apart from earlier abandoned ones)."""
-    before = set(_probe_threads())
+    before = _probe_threads()
     runs = run_probes(host, names, deadline=deadline)
     if any(r.status == TIMEOUT for r in runs.values()):
-        fresh = {ident: name[len("probe-"):] for ident, name in _probe_threads().items() if ident not in before}
+        fresh = {t.ident: t.name[len("probe-"):] for t in _probe_threads() - before}
         by_probe = {probe: ident for ident, probe in fresh.items()}
         for name, run in runs.items():
             if run.status != TIMEOUT or name not in by_probe:

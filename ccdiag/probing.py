@@ -10,6 +10,7 @@ as that probe's failure. A probe still running at its deadline is abandoned on i
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import threading
 import time
@@ -47,9 +48,22 @@ class ProbeRun:
         return self.data is not None and self.status in (OK, PARTIAL)
 
 
+def _has_errors(obj: Any, depth: int = 0) -> bool:
+    """True when ``obj`` or any dataclass nested in it (a GPU, a port, a link) carries read errors."""
+    if depth > 6 or not dataclasses.is_dataclass(obj):
+        return False
+    if getattr(obj, "errors", ()):
+        return True
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        items = value if isinstance(value, (tuple, list)) else (value,)
+        if any(_has_errors(v, depth + 1) for v in items):
+            return True
+    return False
+
+
 def _status_of(data: Any) -> str:
-    errors = getattr(data, "errors", ())
-    return PARTIAL if errors else OK
+    return PARTIAL if _has_errors(data) else OK
 
 
 def run_one(host: Host, name: str) -> ProbeRun:

@@ -227,3 +227,14 @@ def test_bad_policy_file_is_exit_2_with_the_line(tmp_path):
     code, out, err = run("check", "--root", str(tmp_path), "--policy", str(pol))
     assert code == 2 and out == ""
     assert "line 2" in err and str(pol) in err and len(err.strip().splitlines()) == 1
+
+
+def test_check_textfile_writes_prom_for_node_exporter(tmp_path):
+    """`ccdiag check --textfile DIR` leaves one complete .prom file (and no temporary files)."""
+    code, _, _ = run("check", "--replay", str(DEGRADED), "--textfile", str(tmp_path), "-q")
+    assert code == 1
+    assert [p.name for p in tmp_path.iterdir()] == ["ccdiag.prom"]
+    text = (tmp_path / "ccdiag.prom").read_text()
+    assert "ccdiag_check_status{" in text and 'check="gpu.lost"' in text
+    code, _, err = run("check", "--replay", str(DEGRADED), "--textfile", str(tmp_path / "missing"))
+    assert code == 2 and "textfile" in err

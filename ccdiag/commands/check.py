@@ -73,9 +73,12 @@ def _save_failure_snapshot(host: RecordingHost, result, directory: str) -> str:
               help="When the verdict is a failure, save a snapshot of what was read to DIR (live only).")
 @click.option("--only", "only", multiple=True, metavar="PREFIX",
               help="Only checks whose id starts with PREFIX (repeatable), e.g. --only pcie --only gpu.ecc.")
+@click.option("--textfile", "textfile_dir", metavar="DIR",
+              help="Also write the verdict and metrics atomically to DIR/ccdiag.prom for node_exporter's "
+                   "textfile collector.")
 @click.option("-q", "--quiet", is_flag=True, help="Only the verdict and the problem lines.")
 def command(replay, root, policy_file, env_file, timeout, window, as_json, output, strict, snapshot_dir, only,
-            quiet):
+            textfile_dir, quiet):
     """Judge this node (or a snapshot) and exit 0 ok, 1 failed, 2 bad input, 3 could not evaluate."""
     policy = None
     if policy_file:
@@ -114,6 +117,13 @@ def command(replay, root, policy_file, env_file, timeout, window, as_json, outpu
     finally:
         close_host(host, result=result)
 
+    if textfile_dir:
+        from ccdiag.exporters.textfile import write_textfile
+
+        try:
+            write_textfile(textfile_dir, result)
+        except (OSError, ValueError) as exc:
+            raise InputError(f"cannot write textfile in {textfile_dir}: {getattr(exc, 'strerror', None) or exc}") from None
     doc = None
     if as_json or output:
         from ccdiag.report import build_report
