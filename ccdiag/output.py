@@ -29,12 +29,31 @@ def stdout_is_tty() -> bool:
         return False
 
 
+def silence_stdout() -> None:
+    """The reader of stdout went away (``ccdiag check | head -1``): send the rest to /dev/null.
+
+    The command still finishes and still exits with its verdict; a closed pipe must never turn a
+    failing node into exit 0, nor a healthy one into exit 1.
+    """
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+
+
 def console(stderr: bool = False):
     """A rich Console: colour and boxes on a TTY, plain text otherwise."""
     from rich.console import Console
 
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:  # rich's default exits with status 1
+            self.quiet = True
+            silence_stdout()
+
     tty = sys.stderr.isatty() if stderr else stdout_is_tty()
-    return Console(stderr=stderr, no_color=not tty or bool(os.environ.get("NO_COLOR")),
+    return _Console(stderr=stderr, no_color=not tty or bool(os.environ.get("NO_COLOR")),
                    highlight=False, soft_wrap=not tty, width=None if tty else 200,
                    force_terminal=None if tty else False)
 
@@ -75,7 +94,15 @@ def emit_json(doc: Any, output: str | None = None) -> None:
     """Print one JSON document on stdout (and/or write it to ``output``)."""
     text = json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n"
     if output:
-        write_atomic(output, text)
+        try:
+            write_atomic(output, text)
+        except OSError as exc:
+            from ccdiag.errors import InputError
+
+            raise InputError(f"cannot write {output}: {exc.strerror or exc}") from None
     else:
-        sys.stdout.write(text)
-        sys.stdout.flush()
+        try:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+        except BrokenPipeError:
+            silence_stdout()

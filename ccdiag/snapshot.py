@@ -186,26 +186,58 @@ class SnapshotData:
         meta = docs.get("meta.json")
         if not isinstance(meta, dict) or meta.get("format") != FORMAT:
             raise SnapshotError(f"{name}: not a ccdiag snapshot (meta.json missing or of another format)")
-        if int(meta.get("format_version", 0)) > FORMAT_VERSION:
+        try:
+            version = int(meta.get("format_version", 0))
+        except (TypeError, ValueError):
+            raise SnapshotError(f"{name}: corrupt snapshot (format_version {meta.get('format_version')!r})") from None
+        if version > FORMAT_VERSION:
             raise SnapshotError(
-                f"{name}: snapshot format {meta.get('format_version')} is newer than this ccdiag "
+                f"{name}: snapshot format {version} is newer than this ccdiag "
                 f"understands ({FORMAT_VERSION}); upgrade ccdiag")
+        try:
+            snap._fill(meta, docs)
+        except (TypeError, ValueError, AttributeError, KeyError) as exc:
+            raise SnapshotError(f"{name}: corrupt snapshot (malformed {type(exc).__name__}: {exc})") from None
+        return snap
+
+    def _fill(self, meta: dict, docs: dict) -> None:
+        """Populate from the JSON members, checking their shapes (a hand-edited or damaged file
+        must be refused as bad input, never crash a replay later)."""
+        snap = self
         snap.meta = meta
         index = docs.get("index.json") or {}
-        snap.listings = {k: list(v) for k, v in (index.get("listings") or {}).items()}
+        if not isinstance(index, dict):
+            raise TypeError("index.json is not an object")
+        snap.listings = {}
+        for k, v in (index.get("listings") or {}).items():
+            if not isinstance(v, list):
+                raise TypeError(f"listing of {k} is not a list")
+            snap.listings[str(k)] = [str(n) for n in v]
         for epoch, errs in (index.get("fs_errors") or {}).items():
             for p, err in errs.items():
+                if not isinstance(err, dict):
+                    raise TypeError(f"read error of {p} is not an object")
                 snap.put_error(p, err.get("kind", "io"), err.get("errno"), err.get("message", ""), int(epoch))
         for epoch, files in (index.get("files_later") or {}).items():
             for p, enc in files.items():
                 snap.put_file(p, _decode_bytes(enc), int(epoch))
-        snap.kmsg = {int(k): v for k, v in (index.get("kmsg") or {}).items()}
-        snap.net = {int(k): v for k, v in (index.get("net") or {}).items()}
-        snap.statvfs = index.get("statvfs") or {}
-        snap.environ = index.get("environ")
-        snap.commands = list(docs.get("commands.json") or [])
-        snap.nvml = list(docs.get("nvml.json") or [])
-        return snap
+        snap.kmsg = {int(k): dict(v) for k, v in (index.get("kmsg") or {}).items()}
+        snap.net = {int(k): dict(v) for k, v in (index.get("net") or {}).items()}
+        snap.statvfs = dict(index.get("statvfs") or {})
+        env = index.get("environ")
+        snap.environ = {str(k): str(v) for k, v in env.items()} if env is not None else None
+        commands = docs.get("commands.json") or []
+        nvml = docs.get("nvml.json") or []
+        if not isinstance(commands, list) or not isinstance(nvml, list):
+            raise TypeError("commands.json / nvml.json are not lists")
+        for rec in commands:
+            if not isinstance(rec, dict) or not isinstance(rec.get("argv"), list):
+                raise TypeError("a command record without an argv list")
+        for rec in nvml:
+            if not isinstance(rec, dict) or not isinstance(rec.get("call"), list) or not rec["call"]:
+                raise TypeError("an NVML record without a call list")
+        snap.commands = list(commands)
+        snap.nvml = list(nvml)
 
     @classmethod
     def load(cls, path: str) -> "SnapshotData":

@@ -33,3 +33,25 @@ def test_usage_errors_exit_2_without_traceback(args):
     proc = run(*args)
     assert proc.returncode == int(ExitCode.USAGE), proc.stderr
     assert "Traceback" not in proc.stderr + proc.stdout
+
+
+@pytest.mark.parametrize("sample,expected", [("healthy", 0), ("degraded", 1)])
+@pytest.mark.parametrize("fmt", [(), ("--json",)], ids=["text", "json"])
+def test_a_closed_pipe_never_changes_the_verdict(sample, expected, fmt):
+    """`ccdiag check | head -c1`: the reader goes away, the exit code still tells the verdict."""
+    import pathlib
+    import shlex
+
+    path = pathlib.Path(__file__).resolve().parent.parent / "samples" / f"hgx-h100-8gpu-{sample}.snap.tar.gz"
+    cmd = " ".join(shlex.quote(a) for a in [sys.executable, "-m", "ccdiag", "check", "--replay", str(path), *fmt])
+    proc = subprocess.run(["bash", "-c", f"{cmd} | head -c1 >/dev/null; echo ${{PIPESTATUS[0]}}"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.stdout.strip() == str(expected), proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("command", ["check", "snapshot", "topo"])
+def test_a_missing_root_is_bad_input(command, tmp_path):
+    proc = run(command, "--root", str(tmp_path / "absent"))
+    assert proc.returncode == int(ExitCode.USAGE), proc.stderr
+    assert "not a directory" in proc.stderr or "does not exist" in proc.stderr

@@ -203,3 +203,38 @@ def test_run_deadline_caps_every_command_and_close_kills_leftovers():
     assert host2.kill_children() == 1
     t.join(3)
     assert not t.is_alive()
+
+
+def _mutated_sample(member: str, edit) -> bytes:
+    """The bundled healthy sample with one JSON member edited into a wrong shape (damage made by the test)."""
+    import gzip
+    import io
+    import json
+    import pathlib
+    import tarfile
+
+    src = pathlib.Path(__file__).resolve().parent.parent / "samples" / "hgx-h100-8gpu-healthy.snap.tar.gz"
+    raw = gzip.decompress(src.read_bytes())
+    out = io.BytesIO()
+    with tarfile.open(fileobj=io.BytesIO(raw)) as tin, tarfile.open(fileobj=out, mode="w") as tout:
+        for m in tin:
+            data = tin.extractfile(m).read() if m.isfile() else None
+            if m.name == member:
+                data = json.dumps(edit(json.loads(data))).encode()
+                m.size = len(data)
+            tout.addfile(m, io.BytesIO(data) if data is not None else None)
+    return gzip.compress(out.getvalue())
+
+
+@pytest.mark.parametrize("member,edit", [
+    ("meta.json", lambda d: dict(d, format_version="x")),
+    ("index.json", lambda d: dict(d, listings=[1])),
+    ("index.json", lambda d: dict(d, kmsg={"x": {}})),
+    ("index.json", lambda d: dict(d, fs_errors={"0": {"/a": "text"}})),
+    ("index.json", lambda d: dict(d, environ=[1])),
+    ("nvml.json", lambda d: ["x"]),
+    ("commands.json", lambda d: [{"rc": 0}]),
+], ids=["version", "listings", "kmsg", "fs_errors", "environ", "nvml", "commands"])
+def test_snapshot_members_of_the_wrong_shape_are_refused(member, edit):
+    with pytest.raises(SnapshotError, match="corrupt snapshot"):
+        SnapshotData.from_bytes(_mutated_sample(member, edit))

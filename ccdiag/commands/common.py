@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 from typing import Callable
 
 import click
@@ -33,12 +34,6 @@ def make_host(replay: str | None, root: str = "/", record: bool = False) -> Host
             return ReplayHost(replay)
         except SnapshotError as exc:
             raise InputError(str(exc)) from None
+    if not os.path.isdir(root):
+        raise InputError(f"--root {root}: not a directory")
     return RecordingHost(root) if record else LiveHost(root)
-
-
-def run_info(host: Host, replay: str | None, started: float, **extra) -> dict:
-    import time
-
-    info = {"replayed_from": replay, "duration_s": round(time.monotonic() - started, 4)}
-    info.update(extra)
-    return info
