@@ -41,6 +41,9 @@ COUNTER_PROBES = ("nvml", "infiniband", "pcie")
 
 #: default bound on a whole evaluation, well inside Slurm's 60 s health-check/prolog budgets
 DEFAULT_DEADLINE_S = 30.0
+#: default sampling window on a live node: long enough to see an error counter move, short enough
+#: for a prolog
+DEFAULT_WINDOW_S = 2.0
 #: time kept back from the deadline for topology and checks (they are pure and fast)
 CHECK_RESERVE_S = 0.5
 #: extra time allowed to topology+checks past the deadline before they are abandoned
@@ -288,7 +291,8 @@ def evaluate(host: Host, policy: Policy | None = None, window_s: float = 0.0,
     meta = host.meta()
     if env is None:
         env = host.environ()
-        env_source = env_source or ("snapshot environment" if not host.live else "environment")
+        # a replay judges the settings the recording run judged, and names them the same way
+        env_source = env_source or meta.get("env_source") or "environment"
     env_source = env_source or "environment"
     ctx_kwargs = dict(runs=runs, later=later, window_s=effective_window, policy=policy, env=dict(env),
                       env_source=env_source, now=host.now(), meta=meta)

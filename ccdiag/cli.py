@@ -38,12 +38,9 @@ class LazyGroup(click.Group):
         if spec is None:
             return None
         module, attr, _ = spec
-        try:
-            return getattr(importlib.import_module(module), attr)
-        except (ImportError, AttributeError):
-            if os.environ.get("CCDIAG_DEBUG"):
-                raise
-            return None
+        # an import failure here is a broken installation: let main() report it as one (exit 4),
+        # never as "No such command"
+        return getattr(importlib.import_module(module), attr)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = [(name, COMMANDS[name][2]) for name in sorted(COMMANDS)]

@@ -238,3 +238,20 @@ def test_check_textfile_writes_prom_for_node_exporter(tmp_path):
     assert "ccdiag_check_status{" in text and 'check="gpu.lost"' in text
     code, _, err = run("check", "--replay", str(DEGRADED), "--textfile", str(tmp_path / "missing"))
     assert code == 2 and "textfile" in err
+
+
+def test_failure_snapshot_replays_to_the_same_verdict(tmp_path):
+    """Settings judged from --env-file travel in the failure snapshot, so the ticket replays alike."""
+    env = tmp_path / "job.env"
+    env.write_text("export NCCL_SOCKET_IFNAME=eth9   # no such interface here\n")
+    code, out, err = run("check", "--env-file", str(env), "--snapshot-on-fail", str(tmp_path / "sof"),
+                         "--window", "0", "--json")
+    assert code == 1
+    live = json.loads(out)
+    [snap] = list((tmp_path / "sof").glob("*.snap.tar.gz"))
+    code2, out2, _ = run("check", "--replay", str(snap), "--json")
+    assert code2 == 1
+    replayed = json.loads(out2)
+    pick = lambda doc: sorted((f["check"], f["status"], f["summary"]) for f in doc["findings"]  # noqa: E731
+                              if f["status"] in ("fail", "warn"))
+    assert pick(replayed) == pick(live) and ("env.socket_ifname", "fail") in [p[:2] for p in pick(live)]

@@ -18,36 +18,35 @@ from __future__ import annotations
 import os
 import socket
 import sys
-import time
 
 import click
 
-from ccdiag.checkrun import DEFAULT_DEADLINE_S, EnvFileError, close_host, evaluate, load_env_file
+from ccdiag.checkrun import DEFAULT_DEADLINE_S, DEFAULT_WINDOW_S, EnvFileError, close_host, evaluate, load_env_file
+from ccdiag.commands.snapshot import default_name
 from ccdiag.commands.common import host_options, make_host
 from ccdiag.errors import InputError
 from ccdiag.exitcodes import ExitCode
 from ccdiag.host import RecordingHost
 from ccdiag.policy import PolicyError, load_policy
 
-#: default sampling window on a live node: long enough to see an error counter move, short enough
-#: for a prolog
-DEFAULT_WINDOW_S = 2.0
 
 
-def snapshot_name(hostname: str | None, when: float | None = None) -> str:
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(when if when is not None else time.time()))
-    return f"ccdiag-{(hostname or 'host').split('.')[0]}-{stamp}.snap.tar.gz"
+def _save_failure_snapshot(host: RecordingHost, result, directory: str, env: dict | None,
+                           env_source: str | None) -> str:
+    """Write what this failing run read to ``directory``; returns the path.
 
-
-def _save_failure_snapshot(host: RecordingHost, result, directory: str) -> str:
-    """Write what this failing run read to ``directory``; returns the path."""
+    The NCCL settings judged (from ``--env-file`` when given) are stored as the snapshot's
+    environment, so its replay reaches the same verdict."""
     try:
         os.makedirs(directory, exist_ok=True)
     except OSError as exc:
         raise InputError(f"cannot create {directory}: {exc.strerror or exc}") from None
     snap = host.snapshot(window_s=result.window_s, probes={n: r.status for n, r in result.runs.items()},
-                         recorded_probes=list(result.runs), verdict=result.status)
-    path = os.path.join(directory, snapshot_name(snap.meta.get("hostname") or socket.gethostname()))
+                         recorded_probes=list(result.runs), verdict=result.status,
+                         env_source=env_source or "environment")
+    if env is not None:
+        snap.environ = dict(env)
+    path = os.path.join(directory, default_name(snap.meta.get("hostname") or socket.gethostname()))
     try:
         snap.save(path)
     except OSError as exc:
@@ -113,7 +112,7 @@ def command(replay, root, policy_file, env_file, timeout, window, as_json, outpu
         snap_path = None
         if record and result.exit_code == ExitCode.FAIL:
             assert isinstance(host, RecordingHost)
-            snap_path = _save_failure_snapshot(host, result, snapshot_dir)
+            snap_path = _save_failure_snapshot(host, result, snapshot_dir, env, env_source)
     finally:
         close_host(host, result=result)
 

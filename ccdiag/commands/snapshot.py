@@ -12,6 +12,7 @@ import time
 
 import click
 
+from ccdiag.checkrun import DEFAULT_WINDOW_S
 from ccdiag.commands.common import host_options, make_host
 from ccdiag.errors import InputError
 from ccdiag.exitcodes import ExitCode
@@ -22,6 +23,7 @@ from ccdiag.report import build_report
 
 
 def default_name(hostname: str | None) -> str:
+    """``ccdiag-<short host>-<UTC time>.snap.tar.gz``: sorts by time, says where it came from."""
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     return f"ccdiag-{(hostname or 'host').split('.')[0]}-{stamp}.snap.tar.gz"
 
@@ -31,7 +33,7 @@ def default_name(hostname: str | None) -> str:
 @click.option("-o", "--output", "output", metavar="FILE",
               help="Snapshot file to write [default: ccdiag-<host>-<time>.snap.tar.gz].")
 @click.option("--redact", is_flag=True, help="Pseudonymise host names, IP/MAC addresses, serials, GUIDs and GPU UUIDs.")
-@click.option("--window", type=click.FloatRange(0, 600), default=0.0, show_default=True, metavar="S",
+@click.option("--window", type=click.FloatRange(0, 600), default=DEFAULT_WINDOW_S, show_default=True, metavar="S",
               help="Read the counters again after S seconds (a second epoch), so rates can be judged on replay.")
 @click.option("--timeout", type=click.FloatRange(1, 3600), default=60.0, show_default=True, metavar="S",
               help="Bound on each sampling pass.")
