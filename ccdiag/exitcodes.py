@@ -1,4 +1,4 @@
-"""Exit codes, defined once. The README's table is generated from this module's docstrings.
+"""Exit codes, defined once; the README's table is checked against :data:`EXIT_CODE_DOCS` by a test.
 
 Scripts (Slurm prolog, HealthCheckProgram, cron) branch on these numbers, so they never change
 meaning between releases.
@@ -11,16 +11,19 @@ class ExitCode(IntEnum):
     """Process exit status of every ccdiag command."""
 
     OK = 0
-    """The command ran; ``check``: no failure (warnings allowed unless ``--strict``)."""
     FAIL = 1
-    """``check``: at least one finding failed (or warned, with ``--strict``)."""
     USAGE = 2
-    """Bad command line, unreadable or malformed input file (snapshot, policy, pasted output)."""
     UNEVALUATED = 3
-    """The command could not evaluate the node: no NVIDIA driver / no GPU data, a probe timed out
-    or the run hit its deadline before a verdict could be reached."""
     INTERNAL = 4
-    """A bug in ccdiag: an unexpected exception (reported in one line, never as a traceback)."""
 
 
-EXIT_CODE_DOCS = {code: (code.__doc__ or "") for code in ExitCode}
+#: what each code means, as the README's "Exit codes" table says it
+EXIT_CODE_DOCS = {
+    ExitCode.OK: "The command ran; `check`: no failure (warnings allowed unless `--strict`).",
+    ExitCode.FAIL: "`check`: at least one finding failed (or warned, with `--strict`).",
+    ExitCode.USAGE: "Bad command line, unreadable or malformed input file (snapshot, policy, pasted output).",
+    ExitCode.UNEVALUATED: "Could not evaluate the node: no NVIDIA driver / no GPU data, a probe timed out, "
+                          "or the deadline came before a verdict.",
+    ExitCode.INTERNAL: "A bug in ccdiag: an unexpected exception, reported in one line "
+                       "(set `CCDIAG_DEBUG=1` for the traceback).",
+}

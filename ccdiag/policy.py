@@ -58,8 +58,8 @@ DEFAULT_POLICY = Policy()
 FIELD_HELP: dict[str, str] = {
     "expected_gpu_count": "GPUs NVML must see; fewer is a failure (a GPU fell off the bus or is hidden)",
     "gpu_model": "substring every GPU's NVML name must contain",
-    "min_pcie_gen": "lowest PCIe generation a GPU or NIC link may be capable of (judged on max, not idle current)",
-    "min_pcie_width": "lowest PCIe link width (lanes) a GPU or NIC link may be capable of",
+    "min_pcie_gen": "lowest PCIe generation a GPU link may be capable of (judged on max, not idle current)",
+    "min_pcie_width": "lowest PCIe link width (lanes) a GPU link may be capable of",
     "ib_rate_gbps": "every active RDMA port (InfiniBand or RoCE) must run at least this rate, Gb/s",
     "expected_ib_ports": "number of RDMA ports that must be ACTIVE",
     "ignore_xids": "XID codes never reported (e.g. 13, 31, 43: application faults, not hardware)",
@@ -153,7 +153,20 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
             values[key] = _coerce(key, value)
         except ValueError as exc:
             raise PolicyError(f"{where}: {key} must be {exc}, not {value!r}") from None
+        bounds = _BOUNDS.get(key)
+        v = values[key]
+        if bounds is not None and v is not None and not (bounds[0] <= v <= bounds[1]):
+            raise PolicyError(f"{where}: {key} = {v!r} is outside {bounds[0]}..{bounds[1]}")
     return Policy(**values, source=source)
+
+
+#: plausible ranges: a typo (min_pcie_gen = 55) must be refused, not fail every node
+_BOUNDS: dict[str, tuple[float, float]] = {
+    "expected_gpu_count": (0, 256), "min_pcie_gen": (1, 6), "min_pcie_width": (1, 32),
+    "ib_rate_gbps": (1, 3200), "expected_ib_ports": (0, 256), "xid_window_s": (0, 365 * 86400),
+    "temperature_warn_c": (20, 150), "min_shm_bytes": (0, 1 << 50), "min_memlock_bytes": (0, 1 << 62),
+    "nvlink_error_rate_warn": (0, 1 << 40), "ib_error_rate_warn": (0, 1 << 40),
+}
 
 
 def load_policy(path: str) -> Policy:
@@ -211,18 +224,7 @@ def to_toml(policy: Policy, header: list[str] | None = None) -> str:
 
 
 # -- from a healthy node ------------------------------------------------------------------------
-#: PCIe transfer rate per lane (GT/s) of each generation
-_GEN_OF_GTS = ((64.0, 6), (32.0, 5), (16.0, 4), (8.0, 3), (5.0, 2), (2.5, 1))
-
-
-def pcie_gen(gts: float | None) -> int | None:
-    """PCIe generation of a link speed in GT/s (None when unknown)."""
-    if gts is None:
-        return None
-    for rate, gen in _GEN_OF_GTS:
-        if gts >= rate - 0.01:
-            return gen
-    return None
+from ccdiag.linkrates import pcie_gen  # noqa: E402 - re-exported for callers of this module
 
 
 def _min(values: list) -> Any:

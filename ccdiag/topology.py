@@ -32,8 +32,7 @@ from ccdiag.model import normalize_bdf
 # -- link rates ------------------------------------------------------------------------------------
 
 #: PCIe generation by signalling rate (GT/s)
-GEN_BY_GTS = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6}
-GTS_BY_GEN = {g: s for s, g in GEN_BY_GTS.items()}
+from ccdiag.linkrates import GEN_BY_GTS, GTS_BY_GEN, pcie_gen  # noqa: E402,F401 - re-exported
 
 #: NVLink GB/s per link per direction, by NVLink generation (reference table A.1:
 #: NVLink 2 (V100), 3 (A100), 4 (H100/H200/GH200) 25 GB/s; NVLink 5 (B200/GB200) 50 GB/s)
@@ -43,14 +42,6 @@ LEVELS = ("X", "NV", "PIX", "PXB", "PHB", "NODE", "SYS")
 UNKNOWN = "unknown"
 
 
-def pcie_gen(speed_gts: float | None) -> int | None:
-    """PCIe generation of a signalling rate (``32.0`` -> 5); None when not a standard rate."""
-    if speed_gts is None:
-        return None
-    for gts, gen in GEN_BY_GTS.items():
-        if abs(speed_gts - gts) < 0.05:
-            return gen
-    return None
 
 
 def pcie_gbs(speed_gts: float | None, width: int | None) -> float | None:

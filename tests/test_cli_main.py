@@ -55,3 +55,15 @@ def test_a_missing_root_is_bad_input(command, tmp_path):
     proc = run(command, "--root", str(tmp_path / "absent"))
     assert proc.returncode == int(ExitCode.USAGE), proc.stderr
     assert "not a directory" in proc.stderr or "does not exist" in proc.stderr
+
+
+def test_readme_exit_code_table_matches_the_code():
+    import pathlib
+    import re
+
+    from ccdiag.exitcodes import EXIT_CODE_DOCS
+
+    readme = (pathlib.Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = readme.split("### Exit codes", 1)[1].split("\n\n", 2)[1]
+    rows = dict(re.findall(r"^\| (\d) \| (.+?) \|$", section, flags=re.M))
+    assert {int(k): v for k, v in rows.items()} == {int(k): v for k, v in EXIT_CODE_DOCS.items()}

@@ -193,3 +193,29 @@ def test_policy_show_malformed_is_exit_2_with_line(tmp_path):
     code, out, err = run("policy", "show", str(pol))
     assert code == 2 and out == ""
     assert "line 2" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("line", ["min_pcie_gen = 55", "min_pcie_width = 0", "temperature_warn_c = 400"])
+def test_implausible_policy_values_are_refused_with_their_line(tmp_path, line):
+    from ccdiag.policy import PolicyError, load_policy
+
+    path = tmp_path / "p.toml"
+    path.write_text("# fleet policy\n" + line + "\n")
+    with pytest.raises(PolicyError, match=r"p.toml:2: .* is outside"):
+        load_policy(str(path))
+
+
+def test_policy_init_warns_when_the_reference_node_is_not_healthy():
+    import pathlib
+    import subprocess
+    import sys
+
+    samples = pathlib.Path(__file__).resolve().parent.parent / "samples"
+    bad = subprocess.run([sys.executable, "-m", "ccdiag", "policy", "init", "--replay",
+                          str(samples / "hgx-h100-8gpu-degraded.snap.tar.gz")], capture_output=True, text=True,
+                         timeout=120)
+    assert bad.returncode == 0 and "GPU6 gpu_lost" in bad.stderr and "mlx5_4 port 1" in bad.stderr
+    good = subprocess.run([sys.executable, "-m", "ccdiag", "policy", "init", "--replay",
+                           str(samples / "hgx-h100-8gpu-healthy.snap.tar.gz")], capture_output=True, text=True,
+                          timeout=120)
+    assert good.returncode == 0 and "warning" not in good.stderr

@@ -25,7 +25,7 @@ ENDPOINT_KINDS = ("gpu", "nic", "nvswitch")
 BRIDGE_KINDS = ("bridge", "root_port")
 
 #: GT/s per lane -> PCIe generation
-GEN_BY_GTS = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6}
+from ccdiag.linkrates import pcie_gen as gen_of  # noqa: E402 - one table for every PCIe rate
 
 #: Replays (and, by the same bit-error budget, correctable errors) per lane per minute that a
 #: link at BER 1e-12 may show; above this the link is worse than spec. Gen1/Gen2 are not in the
@@ -140,13 +140,6 @@ def gpu_activity(gpu: Any) -> str:
     return "unknown"
 
 
-def gen_of(gts: float | None) -> int | None:
-    if gts is None:
-        return None
-    for rate, gen in GEN_BY_GTS.items():
-        if abs(rate - gts) < 0.05:
-            return gen
-    return None
 
 
 def _speed(gts: float | None) -> str:

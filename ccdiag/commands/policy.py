@@ -62,6 +62,8 @@ def init(replay, root, output, timeout, force):
     except Exception:  # noqa: BLE001 - the policy needs only the probe runs
         topology = None
     policy = policy_from_observations(runs, topology)
+    for line in _unhealthy_signs(runs):
+        click.echo(f"ccdiag: warning: {line}; a policy should come from a healthy node - review it", err=True)
     text = to_toml(policy, init_header(meta))
     if output:
         from ccdiag.output import write_atomic
@@ -77,6 +79,23 @@ def init(replay, root, output, timeout, force):
     else:
         click.echo(text, nl=False)
     return int(ExitCode.OK)
+
+
+def _unhealthy_signs(runs) -> list[str]:
+    """What in the observations says this node is not the healthy reference a policy assumes."""
+    signs = []
+    nvml = runs.get("nvml")
+    if nvml is not None and nvml.usable:
+        lost = [f"GPU{g.index} {g.failed}" for g in nvml.data.gpus if g.failed]
+        if lost:
+            signs.append("failed GPUs counted: " + ", ".join(lost))
+    ib = runs.get("infiniband")
+    if ib is not None and ib.usable:
+        down = [f"{d.name} port {p.port} {p.state or '?'}" for d in ib.data.devices for p in d.ports
+                if p.link_layer != "Ethernet" and p.state != "ACTIVE"]
+        if down:
+            signs.append("RDMA ports not active (left out of expected_ib_ports): " + ", ".join(down))
+    return signs
 
 
 @group.command(name="show")
