@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import signal
 import threading
 import time
@@ -35,6 +36,14 @@ from ccdiag.host import Host, LiveHost, ReplayHost
 from ccdiag.policy import DEFAULT_POLICY, Policy, load_policy
 from ccdiag.probing import ALL_PROBES, TIMEOUT, ProbeRun
 
+try:  # Python 3.11+; the same fallback as the policy reader, so --config works wherever policies do
+    import tomllib as _toml
+except ModuleNotFoundError:  # pragma: no cover - Python 3.10 with tomli installed
+    try:
+        import tomli as _toml  # type: ignore[no-redef]
+    except ModuleNotFoundError:
+        _toml = None  # type: ignore[assignment]
+
 log = logging.getLogger("ccdiag.daemon")
 
 #: loopback by default: exposing node internals to the network is an explicit decision
@@ -43,6 +52,15 @@ DEFAULT_INTERVAL_S = 15.0
 DEFAULT_DEADLINE_S = 30.0
 CONFIG_KEYS = {"listen": str, "interval": float, "policy": str, "web_config": str, "deadline": float,
                "max_stale": float, "probes": list}
+#: the lower bound of each duration; the command line enforces the same ones. A tiny interval would be
+#: a busy loop and a tiny deadline abandons every probe, so both are refused rather than clamped.
+MIN_INTERVAL_S = 0.1
+MIN_DEADLINE_S = 0.5
+#: how a setting is named in messages, per source: the file's key or the command line's option
+FILE_KEYS = {"listen": "listen", "interval_s": "interval", "deadline_s": "deadline",
+             "max_stale_s": "max_stale", "probes": "probes"}
+OPTION_KEYS = {"listen": "--listen", "interval_s": "--interval", "deadline_s": "--deadline",
+               "max_stale_s": "max_stale", "probes": "probes"}
 
 
 class ConfigError(ValueError):
@@ -61,28 +79,40 @@ class DaemonConfig:
     replay: str | None = None
     root: str = "/"
 
-    def validate(self, source: str = "configuration") -> "DaemonConfig":
+    def validate(self, source: str = "configuration", keys: dict[str, str] = FILE_KEYS) -> "DaemonConfig":
+        """``self`` when every setting is usable, else :class:`ConfigError` naming ``source`` and the key.
+
+        The ranges are the command line's, applied to whatever the value came from: a config file
+        must not be a way around them (an infinite deadline overflows the first timed wait, a
+        negative staleness bound hides every probe's last values).
+        """
         try:
             parse_listen(self.listen)
         except ValueError as exc:
-            raise ConfigError(f"{source}: {exc}") from None
-        if not self.interval_s > 0:
-            raise ConfigError(f"{source}: interval must be a positive number of seconds")
-        if not self.deadline_s > 0:
-            raise ConfigError(f"{source}: deadline must be a positive number of seconds")
+            raise ConfigError(f"{source}: {keys['listen']}: {exc}") from None
+        for name, low in (("interval_s", MIN_INTERVAL_S), ("deadline_s", MIN_DEADLINE_S), ("max_stale_s", 0.0)):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= low):
+                raise ConfigError(f"{source}: {keys[name]} must be a finite number of seconds >= {low:g}, "
+                                  f"not {value!r}")
+        if not self.probes:
+            raise ConfigError(f"{source}: {keys['probes']} must name at least one probe "
+                              f"(known: {', '.join(ALL_PROBES)})")
         unknown = [p for p in self.probes if p not in ALL_PROBES]
         if unknown:
-            raise ConfigError(f"{source}: unknown probe {unknown[0]!r} (known: {', '.join(ALL_PROBES)})")
+            raise ConfigError(f"{source}: {keys['probes']}: unknown probe {unknown[0]!r} "
+                              f"(known: {', '.join(ALL_PROBES)})")
         return self
 
 
 def parse_config(text: str, source: str = "<config>") -> dict[str, Any]:
-    """The settings of a daemon TOML file, as ``DaemonConfig`` field values."""
-    import tomllib
-
+    """The settings of a daemon TOML file, as ``DaemonConfig`` field values (types checked, ranges
+    left to :meth:`DaemonConfig.validate`)."""
+    if _toml is None:  # pragma: no cover - Python 3.10 without tomli
+        raise ConfigError(f"{source}: reading TOML needs Python 3.11 or the 'tomli' package")
     try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
+        doc = _toml.loads(text)
+    except _toml.TOMLDecodeError as exc:
         raise ConfigError(f"{source}: not valid TOML: {exc}") from None
     out: dict[str, Any] = {}
     for key, value in doc.items():
@@ -90,7 +120,10 @@ def parse_config(text: str, source: str = "<config>") -> dict[str, Any]:
         if kind is None:
             raise ConfigError(f"{source}: unknown key {key!r} (known: {', '.join(sorted(CONFIG_KEYS))})")
         if kind is float and isinstance(value, (int, float)) and not isinstance(value, bool):
-            value = float(value)
+            try:
+                value = float(value)
+            except OverflowError:  # TOML integers are unbounded here; 10**400 has no float
+                raise ConfigError(f"{source}: {key} must be a finite number of seconds, not {value}") from None
         elif kind is list and isinstance(value, list) and all(isinstance(v, str) for v in value):
             value = tuple(value)
         elif not isinstance(value, kind):
@@ -110,8 +143,11 @@ def load_config(path: str | None, overrides: dict[str, Any]) -> DaemonConfig:
         except (OSError, UnicodeDecodeError) as exc:
             raise ConfigError(f"{path}: cannot read ({getattr(exc, 'strerror', None) or exc})") from None
         values.update(parse_config(text, path))
+        # the file on its own first: a bad value in it is an error, blamed on the file, even where an
+        # option overrides it (the same file is re-read on SIGHUP)
+        DaemonConfig(**values).validate(path)
     values.update({k: v for k, v in overrides.items() if v is not None})
-    return DaemonConfig(**values).validate(path or "command line")
+    return DaemonConfig(**values).validate("command line", OPTION_KEYS)
 
 
 def _probe_thread_alive(name: str) -> bool:
@@ -166,6 +202,7 @@ class Daemon:
         self._cycle_lock = threading.Lock()  # one cycle at a time
         self._config_lock = threading.Lock()  # config/host/policy swapped together on reload
         self._retired: list[Host] = []
+        self.last_error: str | None = None  # why the latest cycle was not published, if it was not
 
     # -- configuration ----------------------------------------------------------------------
     @staticmethod
@@ -205,8 +242,14 @@ class Daemon:
         return True
 
     # -- collection -------------------------------------------------------------------------
-    def run_cycle(self) -> None:
-        """One evaluation, published for scrapes. Never raises."""
+    def run_cycle(self) -> bool:
+        """One evaluation, published for scrapes. Never raises.
+
+        Returns whether a cycle was published. ``False`` means the evaluation itself broke (the
+        error is logged and :attr:`last_error` says what): scrapes keep the previous cycle, and
+        ``--once`` has nothing to report on. Probes that failed or timed out inside a cycle do not
+        make it ``False``; they are part of what the cycle publishes.
+        """
         with self._cycle_lock:
             with self._config_lock:
                 cfg, host, policy = self.config, self.host, self.policy
@@ -224,14 +267,17 @@ class Daemon:
                     result = evaluate(host, policy, 0.0, cfg.deadline_s, env,
                                       None if env is None else "none (the daemon has no job environment)",
                                       probes=names)
+                if hung or result is None:
+                    result = _with_hung(result, hung)
+                cycle = self.state.advance(result, completed_at=self.clock())
+                self.collector.publish(cycle)
             except Exception as exc:  # noqa: BLE001 - the loop must survive anything a cycle does
-                log.error("collection cycle failed: %s: %s", type(exc).__name__, exc)
-                return
-            if hung or result is None:
-                result = _with_hung(result, hung)
-            cycle = self.state.advance(result, completed_at=self.clock())
-            self.collector.publish(cycle)
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                log.error("collection cycle failed: %s", self.last_error)
+                return False
+            self.last_error = None
             self._last_cycle_mono = time.monotonic()
+            return True
 
     def _collect_loop(self) -> None:
         while not self._stop.is_set():

@@ -28,7 +28,8 @@ from ccdiag.exitcodes import ExitCode
 @click.option("--policy", metavar="FILE", type=click.Path(dir_okay=False), help="Policy file the checks use.")
 @click.option("--deadline", type=click.FloatRange(min=0.5), metavar="S",
               help="Bound on one collection cycle [default: 30].")
-@click.option("--once", is_flag=True, help="Run one cycle, print the exposition on stdout and exit.")
+@click.option("--once", is_flag=True, help="Run one cycle, print the exposition on stdout and exit: 0 when "
+              "the cycle completed (whatever it found), 3 when it could not.")
 def command(replay, root, listen, interval, config_file, web_config, policy, deadline, once):
     """Serve Prometheus metrics for GPUs, NVLinks, PCIe links and RDMA ports, and every check's status.
 
@@ -38,6 +39,12 @@ def command(replay, root, listen, interval, config_file, web_config, policy, dea
     to max_stale seconds. Endpoints: /metrics, /-/healthy, /-/ready.
 
     Signals: SIGTERM/SIGINT stop (exit 0), SIGHUP reloads the configuration, SIGUSR1 collects now.
+
+    Exit codes: 2 for a bad option or config file (at start-up; on SIGHUP a bad file is logged and
+    the running settings stay). With --once: 0 when the cycle completed, even if checks failed or
+    probes timed out (that is in the exposition: ccdiag_verdict_severity, ccdiag_probe_success);
+    3 when the cycle itself could not complete (the error is on stderr and the exposition printed
+    has no cycle in it).
     """
     from ccdiag.exporters.daemon import ConfigError, Daemon, load_config
     from ccdiag.exporters.webconfig import WebConfigError
@@ -52,10 +59,13 @@ def command(replay, root, listen, interval, config_file, web_config, policy, dea
     except (ConfigError, WebConfigError, PolicyError, SnapshotError) as exc:
         raise InputError(str(exc)) from None
     if once:
-        daemon.run_cycle()
+        completed = daemon.run_cycle()
         sys.stdout.buffer.write(daemon.collector.exposition())
         sys.stdout.flush()
-        return int(ExitCode.OK)
+        # a caller scripting --once (a textfile cron job, a smoke test) must not take an exposition
+        # without a cycle for a node that was looked at
+        return int(ExitCode.OK if completed else ExitCode.UNEVALUATED)
+
     def started() -> None:
         click.echo(f"ccdiag daemon: serving {daemon.server.url} (collecting every {config.interval_s:g}s)",
                    err=True)
