@@ -452,5 +452,5 @@ def test_health_fails_without_a_running_loop():
     ok, why = d.health()
     assert not ok and "not running" in why
     assert not d.ready()
-    d.run_cycle()
+    assert d.run_cycle() is True
     assert d.ready()
