@@ -61,6 +61,26 @@ _P2P_PROMPT_RE = re.compile(r"nvidia-smi\s+topo\s+(?:-p2p|--p2p)\s*([rwnap])\s*$
 _PCI_ONLY_PROMPT_RE = re.compile(r"nvidia-smi\s+topo\s+(?:-mp|--matrix_pci)\s*$")
 
 
+#: the longest piece of pasted text a message quotes: a refusal must stay one readable line even
+#: when the pasted "cell" is a whole file without a separator
+QUOTE_LIMIT = 60
+
+
+def _clip(text: str, limit: int = QUOTE_LIMIT) -> str:
+    """``text`` cut to ``limit`` characters, ending in "..." when it was cut."""
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _q(value: object, limit: int = QUOTE_LIMIT) -> str:
+    """A quoted fragment of the input for a message, never longer than about ``limit`` characters."""
+    if isinstance(value, str):
+        return repr(_clip(value, limit))
+    if isinstance(value, (list, tuple)):
+        shown = [_clip(v, limit) if isinstance(v, str) else v for v in value[:8]]
+        return _clip(repr(shown), limit)
+    return _clip(repr(value), limit)
+
+
 class TopoParseError(ValueError):
     """Text that cannot be read as a topology matrix without guessing; names the line."""
 
@@ -71,8 +91,7 @@ class TopoParseError(ValueError):
         super().__init__(message)
 
     def __str__(self) -> str:
-        shown = self.line if len(self.line) <= 120 else self.line[:117] + "..."
-        return f"line {self.line_no}: {self.message}: {shown!r}"
+        return f"line {self.line_no}: {self.message}: {_q(self.line, 2 * QUOTE_LIMIT)}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -232,7 +251,7 @@ def _split_header(line: str, line_no: int) -> _Header:
             if part in EXTRA_COLUMNS:
                 extras.append(part)
             elif extras:
-                raise TopoParseError(f"unknown column {part!r} after the affinity columns", line_no, line)
+                raise TopoParseError(f"unknown column {_q(part)} after the affinity columns", line_no, line)
             elif part:
                 raw.append(part)
         style, indent, damaged = "tabs", 0, False
@@ -243,7 +262,7 @@ def _split_header(line: str, line_no: int) -> _Header:
         extras = _EXTRA_RE.findall(extras_part)
         leftover = _EXTRA_RE.sub(" ", extras_part).strip()
         if leftover:
-            raise TopoParseError(f"unknown column text {leftover!r} in the header", line_no, line)
+            raise TopoParseError(f"unknown column text {_q(leftover)} in the header", line_no, line)
         tokens = [(t.start(), t.group()) for t in re.finditer(r"\S+", device_part)]
         raw = [t for _, t in tokens]
         indent = tokens[0][0] - 8 if tokens else -1
@@ -256,10 +275,10 @@ def _split_header(line: str, line_no: int) -> _Header:
     labels = [t for t in raw if t not in _ELISION]
     for label in labels:
         if not _LABEL_RE.match(label):
-            raise TopoParseError(f"{label!r} is not a device label", line_no, line)
+            raise TopoParseError(f"{_q(label)} is not a device label", line_no, line)
     dup = {x for x in labels if labels.count(x) > 1}
     if dup:
-        raise TopoParseError(f"device label {sorted(dup)[0]} appears twice", line_no, line)
+        raise TopoParseError(f"device label {_clip(sorted(dup)[0])} appears twice", line_no, line)
     if len(set(extras)) != len(extras):
         raise TopoParseError("an affinity column appears twice", line_no, line)
     return _Header(line_no, labels, extras, style, indent, elided, len(raw), damaged)
@@ -330,7 +349,7 @@ def _read_grid(text: str, valid_cell, what: str) -> _Grid:
             break  # text after the matrix (a prompt, a note): not a row
         if cut(i):
             truncated = True
-            warnings.append(f"line {i + 1}: last line has no newline (cut short?); row {tokens[0]} not used")
+            warnings.append(f"line {i + 1}: last line has no newline (cut short?); row {_clip(tokens[0])} not used")
             i += 1
             break
         rows.append(_split_row(line, i + 1, header, ncols, valid_cell, warnings))
@@ -391,7 +410,7 @@ def _split_row(line: str, line_no: int, header: _Header, ncols: int, valid_cell,
         if bad is not None:
             tail = None
             if not header.extras_damaged:
-                warnings.append(f"line {line_no}: values after the {label} cells are off the tab stops "
+                warnings.append(f"line {line_no}: values after the {_clip(label)} cells are off the tab stops "
                                 "(characters lost in copying); its affinity is not used")
         else:
             tail = fields[1 + header.raw_count:]
@@ -402,14 +421,14 @@ def _split_row(line: str, line_no: int, header: _Header, ncols: int, valid_cell,
         tail = tokens[1 + header.raw_count:]
         if tail and len(tail) != len(header.extras):
             raise TopoParseError(
-                f"{len(tail)} values after the {label} cells for {len(header.extras)} columns, and "
+                f"{len(tail)} values after the {_clip(label)} cells for {len(header.extras)} columns, and "
                 "whitespace gives no column positions to place them", line_no, line)
     if len(raw_cells) != header.raw_count:
-        raise TopoParseError(f"expected {ncols} cells for {label}, found "
+        raise TopoParseError(f"expected {ncols} cells for {_clip(label)}, found "
                              f"{len(raw_cells) - len(header.elided_at)}", line_no, line)
     marks = tuple(k for k, c in enumerate(raw_cells) if c in _ELISION)
     if marks != header.elided_at:
-        raise TopoParseError(f"elision marks of {label} are not under the header's", line_no, line)
+        raise TopoParseError(f"elision marks of {_clip(label)} are not under the header's", line_no, line)
     cells: list[str | None] = []
     for c in raw_cells:
         if c in _ELISION:
@@ -419,11 +438,11 @@ def _split_row(line: str, line_no: int, header: _Header, ncols: int, valid_cell,
             continue
         if not valid_cell(c):
             if _CPU_LIST_RE.match(c) or c == "N/A":  # an affinity value: the row is short of cells
-                raise TopoParseError(f"expected {ncols} cells for {label}, found {len(cells)}", line_no, line)
-            raise TopoParseError(f"{c!r} is not a known value (cell of {label})", line_no, line)
+                raise TopoParseError(f"expected {ncols} cells for {_clip(label)}, found {len(cells)}", line_no, line)
+            raise TopoParseError(f"{_q(c)} is not a known value (cell of {_clip(label)})", line_no, line)
         cells.append(c)
     if not _LABEL_RE.match(label):
-        raise TopoParseError(f"{label!r} is not a device label", line_no, line)
+        raise TopoParseError(f"{_q(label)} is not a device label", line_no, line)
     return line_no, label, cells, tail
 
 
@@ -436,29 +455,29 @@ def _assemble(grid: _Grid, kind: str):
     seen: list[str] = []
     for line_no, label, row_cells, _tail in grid.rows:
         if label in seen:
-            raise TopoParseError(f"second row for {label}", line_no, grid.text(line_no))
+            raise TopoParseError(f"second row for {_clip(label)}", line_no, grid.text(line_no))
         seen.append(label)
         if label not in devices:
             devices.append(label)
         for col, value in zip(columns, row_cells):
             if value == "X" and col != label:
-                raise TopoParseError(f"X (self) off the diagonal, at {label}/{col}", line_no, grid.text(line_no))
+                raise TopoParseError(f"X (self) off the diagonal, at {_clip(label)}/{_clip(col)}", line_no, grid.text(line_no))
             if col == label and value not in ("X", None):
-                raise TopoParseError(f"diagonal cell of {label} is {value!r}, expected X", line_no,
+                raise TopoParseError(f"diagonal cell of {_clip(label)} is {_q(value)}, expected X", line_no,
                                      grid.text(line_no))
             cells[(label, col)] = value
         blanks = [c for c, v in zip(columns, row_cells) if v is None]
         if blanks:  # the tool never prints a blank level: the value is unknown
             grid.truncated = True
-            grid.warnings.append(f"line {line_no}: blank {kind} cells for {label}: {', '.join(blanks)}")
+            grid.warnings.append(f"line {line_no}: blank {kind} cells for {_clip(label)}: {_clip(', '.join(blanks), 2 * QUOTE_LIMIT)}")
     missing = [c for c in columns if c not in seen]
     if missing:
         grid.truncated = True
-        grid.warnings.append(f"no row for {', '.join(missing)} (output cut short?)")
+        grid.warnings.append(f"no row for {_clip(', '.join(missing), 2 * QUOTE_LIMIT)} (output cut short?)")
     extra = [d for d in seen if d not in columns]
     if extra:
         grid.truncated = True
-        grid.warnings.append(f"rows without a column: {', '.join(extra)} (columns lost in copying?)")
+        grid.warnings.append(f"rows without a column: {_clip(', '.join(extra), 2 * QUOTE_LIMIT)} (columns lost in copying?)")
     return tuple(devices), cells
 
 
@@ -471,7 +490,7 @@ def _affinity_value(column: str, value: str, label: str, line_no: int, warnings:
         return None
     ok = _CPU_LIST_RE.match(value) if column != "GPU NUMA ID" else value.isdigit()
     if not ok:
-        warnings.append(f"line {line_no}: {column} of {label} {value!r} is not a valid value; not used")
+        warnings.append(f"line {line_no}: {column} of {_clip(label)} {_q(value)} is not a valid value; not used")
         return None
     return value
 
@@ -500,10 +519,10 @@ def parse_topo_matrix(text: str) -> TopoMatrix:
     if unnamed:
         grid.truncated = True
         where = "no 'NIC Legend:' section" if not grid.has_nic_legend else "NIC legend incomplete"
-        warnings.append(f"{where}: no RDMA device name for {', '.join(unnamed)}")
+        warnings.append(f"{where}: no RDMA device name for {_clip(', '.join(unnamed), 2 * QUOTE_LIMIT)}")
     stray = [k for k in grid.nic_legend if k not in devices]
     if stray:
-        warnings.append(f"NIC legend names devices not in the matrix: {', '.join(stray)}")
+        warnings.append(f"NIC legend names devices not in the matrix: {_clip(', '.join(stray), 2 * QUOTE_LIMIT)}")
     return TopoMatrix(
         devices=devices, cells=cells,
         cpu_affinity=affinity.get("CPU Affinity", {}),
@@ -526,7 +545,7 @@ def _place_tail(tail: list[str] | None, extras: list[str], label: str, line_no: 
     if extras and extras[-1] == "GPU NUMA ID" and len(tail) > n and tail[n - 1] == "":
         del tail[n - 1]
     if any(v for v in tail[n:]):
-        raise TopoParseError(f"values after the last column for {label}: {tail[n:]!r}", line_no, line)
+        raise TopoParseError(f"values after the last column for {_clip(label)}: {_q(tail[n:])}", line_no, line)
     return (tail + [""] * n)[:n]
 
 
@@ -541,7 +560,7 @@ def parse_topo_p2p(text: str, mode: str | None = None) -> P2PMatrix:
     devices, cells = _assemble(grid, "p2p")
     for line_no, label, _cells, tail in grid.rows:
         if tail and any(tail):
-            raise TopoParseError(f"values after the {label} cells: {tail!r}", line_no, grid.text(line_no))
+            raise TopoParseError(f"values after the {_clip(label)} cells: {_q(tail)}", line_no, grid.text(line_no))
     if grid.header.extras:
         raise TopoParseError("affinity columns in a p2p matrix", grid.header.line_no,
                              grid.text(grid.header.line_no))

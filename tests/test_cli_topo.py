@@ -174,3 +174,230 @@ def test_record_then_replay_gives_the_same_report(tmp_path):
     validate(live)
     validate(replayed)
     assert strip_volatile(replayed) == strip_volatile(live)
+
+
+# -- what is usable: a NIC that is down, a GPU that is lost -------------------------------------------
+def _table(out: str, title: str) -> list[str]:
+    """The rows of one plain-text table (between its title line and the next table's title)."""
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(title))
+    rows = []
+    for line in lines[start + 2:]:
+        if not line.strip() or not line.startswith(" ") and line.split()[0] in (
+                "RDMA", "Links", "Expected", "Network", "note:", "probe"):
+            break
+        rows.append(line)
+    return rows
+
+
+def _row(rows: list[str], first: str) -> list[str]:
+    """The cells of the row starting with ``first`` (cells are separated by two or more spaces)."""
+    import re
+
+    line = next(r for r in rows if r.startswith(first + " "))
+    return re.split(r"\s{2,}", line.strip())
+
+
+def test_degraded_affinity_routes_around_the_down_nic_and_shows_the_lost_gpu():
+    code, out = invoke("--replay", DEGRADED)
+    assert code == int(ExitCode.OK)
+    rows = _table(out, "NIC affinity")
+    # mlx5_4 port 1 is DOWN: GPU4's traffic goes to the nearest NIC with an active port, at NODE
+    # (the same NIC the ib.gpudirect check names), and the numbers are those of that NIC
+    assert _row(rows, "GPU4") == ["GPU4", "ok", "mlx5_4 PIX (down) -> mlx5_5, mlx5_6, mlx5_7 NODE", "50.0", "50.0"]
+    # GPU6 is lost in NVML: no healthy number for it
+    assert _row(rows, "GPU6") == ["GPU6", "lost", "mlx5_6 PIX", "-", "0.0"]
+    # the trained-down GPU3 keeps its capability and shows what it trained at
+    assert _row(rows, "GPU3") == ["GPU3", "ok", "mlx5_3 PIX", "50.0", "31.5"]
+    assert _row(rows, "GPU0") == ["GPU0", "ok", "mlx5_0 PIX", "50.0", "50.0"]
+    nics = _table(out, "RDMA NICs")
+    assert _row(nics, "mlx5_4")[1] == "DOWN" and _row(nics, "mlx5_5")[1] == "active"
+
+
+def test_degraded_expected_bandwidth_rows_are_honest_about_capability_and_trained():
+    _, out = invoke("--replay", DEGRADED)
+    rows = _table(out, "Expected bandwidth")
+    assert _row(rows, "GPU4 -> mlx5_4 (DOWN)") == ["GPU4 -> mlx5_4 (DOWN)", "GPU->NIC", "PIX", "50.0", "0.0",
+                                                   "mlx5_4 port 1"]
+    assert _row(rows, "GPU4 -> mlx5_5") == ["GPU4 -> mlx5_5", "GPU->NIC", "NODE", "50.0", "50.0", "mlx5_5 port 1"]
+    assert _row(rows, "GPU6 -> mlx5_6") == ["GPU6 -> mlx5_6", "GPU->NIC", "PIX", "-", "0.0", "GPU6 lost"]
+    assert _row(rows, "host -> GPU6") == ["host -> GPU6", "H2D", "-", "0.0", "GPU6 lost"]
+    for other in ("GPU0", "GPU4", "GPU7"):
+        pair = f"{other} <-> GPU6" if other < "GPU6" else f"GPU6 <-> {other}"
+        cells = _row(rows, pair)
+        assert cells[3:] == ["-", "0.0", "GPU6 lost"], cells
+    # a healthy GPU's rows are untouched
+    assert _row(rows, "host -> GPU0") == ["host -> GPU0", "H2D", "63.0", "63.0", "GPU0 <- 0000:17:00.0"]
+
+
+def test_healthy_sample_has_no_down_nic_or_failed_gpu():
+    _, out = invoke("--replay", HEALTHY)
+    rows = _table(out, "NIC affinity")
+    assert len(rows) == 8
+    for i, row in enumerate(rows):
+        assert _row(rows, f"GPU{i}") == [f"GPU{i}", "ok", f"mlx5_{i} PIX", "50.0", "50.0"]
+    assert "(down)" not in out and "(DOWN)" not in out and " lost" not in out
+
+
+def test_degraded_json_carries_nic_and_gpu_states():
+    code, out = invoke("--replay", DEGRADED, "--json")
+    assert code == int(ExitCode.OK)
+    doc = json.loads(out)
+    validate(doc)
+    topo = doc["topology"]
+    nics = {n["label"]: n for n in topo["nics"]}
+    assert (nics["mlx5_4"]["state"], nics["mlx5_4"]["usable"], nics["mlx5_4"]["port_states"]) == \
+        ("down", False, {"1": "DOWN"})
+    assert all(nics[f"mlx5_{i}"]["usable"] is True for i in (0, 1, 2, 3, 5, 6, 7))
+    gpus = {g["label"]: g for g in topo["gpus"]}
+    assert (gpus["GPU6"]["state"], gpus["GPU6"]["usable"]) == ("lost", False)
+    assert all(gpus[f"GPU{i}"]["state"] == "ok" for i in (0, 1, 2, 3, 4, 5, 7))
+    aff = topo["affinity"]
+    assert aff["GPU4"]["nearest"] == ["mlx5_4"] and aff["GPU4"]["nearest_down"] is True
+    assert (aff["GPU4"]["via"], aff["GPU4"]["usable_level"], aff["GPU4"]["current_gbps"]) == ("mlx5_5", "NODE", 50.0)
+    assert (aff["GPU6"]["state"], aff["GPU6"]["current_gbps"]) == ("lost", 0.0)
+    # the NCCL-style list stays as it was: every NIC with its level, nearest first
+    assert topo["nic_affinity"]["GPU4"][0] == ["mlx5_4", "PIX"]
+    gpu_nic = {(e["a"], e["b"]): e for e in topo["expected"] if e["kind"] == "gpu_nic"}
+    down = gpu_nic[("GPU4", "mlx5_4")]
+    assert (down["role"], down["nic_state"], down["usable"], down["gbps"], down["current_gbps"]) == \
+        ("nearest", "down", False, 50.0, 0.0)
+    alt = gpu_nic[("GPU4", "mlx5_5")]
+    assert (alt["role"], alt["usable"], alt["level"], alt["current_gbps"]) == ("nearest_usable", True, "NODE", 50.0)
+    lost = [e for e in topo["expected"] if "GPU6" in (e["a"], e["b"])]
+    assert len(lost) == 7 + 1 + 1  # 7 pairs, H2D, GPU->NIC
+    assert all(e["current_gbps"] == 0.0 and e["usable"] is False and e["blocked_by"] == "GPU6 lost" for e in lost)
+    assert gpu_nic[("GPU0", "mlx5_0")]["usable"] is True and gpu_nic[("GPU0", "mlx5_0")]["current_gbps"] == 50.0
+
+
+def test_usable_nic_agrees_with_the_gpudirect_check():
+    from ccdiag.checkrun import evaluate
+
+    _, out = invoke("--replay", DEGRADED, "--json")
+    aff = json.loads(out)["topology"]["affinity"]
+    findings = evaluate(ReplayHost(DEGRADED), only=("ib.",), deadline_s=120).findings
+    named = {f.component.name: f.component.peer for f in findings
+             if f.check == "ib.gpudirect" and f.component.kind == "gpu"}
+    assert named and named == {g: a["via"] for g, a in aff.items()}
+
+
+# -- --from-smi reads a pasted matrix, not a host -------------------------------------------------
+SMI_FILE = str(CORPUS / "h100-pcie-x2-nvlink-bridge-nv12-indented.txt")
+
+
+@pytest.mark.parametrize("extra, named", [
+    (["--replay", HEALTHY], "--replay"),
+    (["--root", "/"], "--root"),
+    (["--timeout", "20"], "--timeout"),
+    (["--dot", "{tmp}/t.dot"], "--dot"),
+    (["--svg", "{tmp}/t.svg"], "--svg"),
+    (["--png", "{tmp}/t.png"], "--png"),
+])
+def test_from_smi_with_a_host_option_is_a_one_line_usage_error(extra, named, tmp_path, capsys):
+    extra = [a.replace("{tmp}", str(tmp_path)) for a in extra]
+    code, out, err = main_exit(["topo", "--from-smi", SMI_FILE, *extra], capsys)
+    assert code == int(ExitCode.USAGE)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and named in lines[0] and "--from-smi" in lines[0], err
+    assert out == "" and list(tmp_path.iterdir()) == []
+
+
+def test_from_smi_names_every_conflicting_option(tmp_path, capsys):
+    code, _, err = main_exit(["topo", "--from-smi", SMI_FILE, "--replay", HEALTHY, "--dot",
+                              str(tmp_path / "t.dot")], capsys)
+    assert code == int(ExitCode.USAGE) and "--replay, --dot" in err
+
+
+def test_from_smi_still_takes_json_and_output(tmp_path, capsys):
+    dest = tmp_path / "m.json"
+    code, out, err = main_exit(["topo", "--from-smi", SMI_FILE, "--json", "-o", str(dest)], capsys)
+    assert code == int(ExitCode.OK) and out == "" and err == ""
+    validate(json.loads(dest.read_text()))
+
+
+def test_from_smi_huge_one_token_file_gives_a_short_refusal(tmp_path, capsys):
+    bad = tmp_path / "big.txt"
+    bad.write_text("x" * 10_000_000)
+    code, out, err = main_exit(["topo", "--from-smi", str(bad)], capsys)
+    assert code == int(ExitCode.USAGE)
+    assert len(err.strip().splitlines()) == 1 and len(err) < 400 and "..." in err
+
+
+# -- an unwritable -o ------------------------------------------------------------------------------
+@pytest.mark.parametrize("as_json", [True, False])
+def test_unwritable_output_is_one_line_and_exit_2(as_json, capsys):
+    argv = ["topo", "--replay", HEALTHY, *(["--json"] if as_json else []), "-o", "/nonexistent/x"]
+    code, out, err = main_exit(argv, capsys)
+    assert code == int(ExitCode.USAGE)
+    lines = err.strip().splitlines()
+    assert lines == ["ccdiag: cannot write /nonexistent/x: No such file or directory"]
+    assert out == ""
+
+
+# -- the same rules on SYNTHESIZED trees (tests/topo_trees.py), for the cases the samples lack ----------
+def _synth_topo(runs):
+    from ccdiag.topology import build_topology
+
+    return build_topology(runs)
+
+
+def test_whole_socket_of_nics_down_sends_gpu4_across_sockets():
+    from ccdiag.commands.topo import _affinity_rows, gpu_affinity
+    from topo_trees import hgx
+
+    topo = _synth_topo(hgx(nic_down=("mlx5_4", "mlx5_5", "mlx5_6", "mlx5_7")))
+    a = gpu_affinity(topo, topo.gpu("GPU4"))
+    assert (a["nearest"], a["nearest_down"], a["usable"], a["usable_level"], a["via"]) == \
+        (["mlx5_4"], True, ["mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3"], "SYS", "mlx5_0")
+    row = next(r for r in _affinity_rows(topo) if r[0] == "GPU4")
+    assert row[2] == "mlx5_4 PIX (down) -> mlx5_0, mlx5_1, mlx5_2, mlx5_3 SYS"
+    assert row[4] == "50.0"  # the SMP link's rate is not known: the wire is the known bottleneck
+
+
+def test_no_active_nic_anywhere_says_so_and_trains_at_zero():
+    from ccdiag.commands.topo import _affinity_rows, _expected_rows
+    from topo_trees import hgx
+
+    topo = _synth_topo(hgx(nic_down=tuple(f"mlx5_{i}" for i in range(8))))
+    rows = {r[0]: r for r in _affinity_rows(topo)}
+    assert rows["GPU2"][2] == "mlx5_2 PIX (down) -> no NIC with an active port"
+    assert rows["GPU2"][4] == "0.0"
+    exp = {r[0]: r for r in _expected_rows(topo)}
+    assert exp["GPU2 -> mlx5_2 (DOWN)"][4] == "0.0" and not any(k.startswith("GPU2 -> mlx5_3") for k in exp)
+
+
+def test_nic_without_port_data_is_not_called_down():
+    from ccdiag.commands.topo import _affinity_rows, nic_states
+    from ccdiag.probes.infiniband import IbObservation
+    from topo_trees import hgx
+
+    runs = hgx()
+    runs["infiniband"] = IbObservation(devices=tuple(d if d.name != "mlx5_1" else
+                                                     type(d)(name=d.name, pci_bdf=d.pci_bdf, ports=())
+                                                     for d in runs["infiniband"].devices))
+    topo = _synth_topo(runs)
+    assert nic_states(topo)["mlx5_1"] == {"state": "unknown", "usable": None, "ports": {}}
+    row = next(r for r in _affinity_rows(topo) if r[0] == "GPU1")
+    assert row[2] == "mlx5_1 PIX" and "(down)" not in row[2]
+
+
+def test_two_nics_at_the_same_level_one_down_marks_only_that_one():
+    from ccdiag.commands.topo import _affinity_rows, gpu_affinity
+    from ccdiag.probes.nvml import Gpu, NvmlObservation
+    from topo_trees import Tree, ib_devices, system
+
+    t = Tree()
+    rp = t.rp("0000:10:01.0", "pci0000:10", 0)
+    ports = t.switch(rp, "0000:11:00.0", ["0000:12:00.0", "0000:12:01.0", "0000:12:02.0"], "pci0000:10", 0)
+    t.end(ports["0000:12:00.0"], "0000:13:00.0", "gpu", "pci0000:10", 0)
+    t.end(ports["0000:12:01.0"], "0000:14:00.0", "nic", "pci0000:10", 0)
+    t.end(ports["0000:12:02.0"], "0000:15:00.0", "nic", "pci0000:10", 0)
+    runs = {"system": system({0: "0-15"}), "pcie": t.obs(),
+            "nvml": NvmlObservation(driver_version="570.133.20",
+                                    gpus=(Gpu(index=0, uuid="GPU-0", bus_id="0000:13:00.0", numa_node=0),)),
+            "infiniband": ib_devices([("mlx5_0", "0000:14:00.0"), ("mlx5_1", "0000:15:00.0")], down=("mlx5_0",))}
+    topo = _synth_topo(runs)
+    a = gpu_affinity(topo, topo.gpu("GPU0"))
+    assert (a["nearest"], a["nearest_down"], a["via"]) == (["mlx5_0", "mlx5_1"], False, "mlx5_1")
+    row = _affinity_rows(topo)[0]
+    assert row[2] == "mlx5_0 (down), mlx5_1 PIX" and row[3:] == ["50.0", "50.0"]

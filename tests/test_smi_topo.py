@@ -310,6 +310,47 @@ def test_p2p_unknown_value_is_refused():
         parse_topo_p2p(text)
 
 
+# Oversized pieces of text (SYNTHESIZED): a refusal quotes at most QUOTE_LIMIT characters of any
+# one fragment and 2 x QUOTE_LIMIT of the line, so a pasted file without separators never floods
+# stderr. Each case names the refusal it must still give.
+BIG = 1_000_000
+OVERSIZED = [
+    ("one token", parse_topo_matrix, "x" * (10 * BIG), "no topology matrix header"),
+    ("cell", parse_topo_matrix, "\tGPU0\tGPU1\nGPU0\t X \tNV4\nGPU1\tNV4\t" + "b" * BIG + "\n",
+     "is not a known value (cell of GPU1)"),
+    ("row label", parse_topo_matrix, "\tGPU0\tGPU1\nGPU0\t X \tNV4\n" + "Z" * BIG + "\tNV4\tX\n",
+     "X (self) off the diagonal"),
+    ("header label", parse_topo_matrix, "\tGPU0\t" + "G-" * BIG + "!\n", "is not a device label"),
+    ("column after affinity", parse_topo_matrix, "\tGPU0\tGPU1\tCPU Affinity\t" + "q" * BIG + "\n",
+     "after the affinity columns"),
+    ("header text", parse_topo_matrix, "        GPU0    GPU1    CPU Affinity  " + "w" * BIG + "\n",
+     "unknown column text"),
+    ("values after last column", parse_topo_matrix,
+     "\tGPU0\tGPU1\nGPU0\tX\tNV4\t\t\t" + "t" * BIG + "\nGPU1\tNV4\tX\n", "values after the last column"),
+    ("diagonal", parse_topo_matrix, "\tGPU0\tGPU1\nGPU0\tNV" + "9" * BIG + "\tNV4\nGPU1\tNV4\tX\n",
+     "diagonal cell of GPU0"),
+    ("p2p tail", parse_topo_p2p, "\tGPU0\tGPU1\nGPU0\tX\tOK\t" + "t" * BIG + "\nGPU1\tOK\tX\n",
+     "values after the GPU0 cells"),
+]
+
+
+@pytest.mark.parametrize("what,parse,text,needle", OVERSIZED, ids=[c[0] for c in OVERSIZED])
+def test_refusals_quote_only_a_short_fragment(what, parse, text, needle):
+    with pytest.raises(TopoParseError) as info:
+        parse(text)
+    msg = str(info.value)
+    assert needle in msg, msg
+    assert len(msg) < 4 * smi_topo.QUOTE_LIMIT + 120 and "..." in msg and "\n" not in msg, msg[:500]
+
+
+def test_affinity_warning_quotes_only_a_short_fragment():
+    text = ("\tGPU0\tCPU Affinity\tNUMA Affinity\nGPU0\t X \t" + "0-" * BIG + "x\t0\n\nLegend:\n\n  X = Self\n")
+    m = parse_topo_matrix(text)
+    bad = [w for w in m.warnings if "CPU Affinity of GPU0" in w]
+    assert bad and len(bad[0]) < 2 * smi_topo.QUOTE_LIMIT + 60 and "..." in bad[0]
+    assert m.cpu_affinity["GPU0"] is None
+
+
 def test_empty_text_is_refused():
     with pytest.raises(TopoParseError, match="line 1"):
         parse_topo_matrix("")

@@ -54,17 +54,113 @@ def _nic_legend_line(m) -> str | None:
     return ("NIC legend: " + ", ".join(nic)) if nic else None
 
 
+# -- what is usable: a lost GPU carries nothing, a NIC without an active port carries nothing ------
+
+#: short words for the NVML error classes that leave a GPU unusable (see ccdiag.nvmlcall)
+_GPU_STATE_WORDS = {"gpu_lost": "lost", "hung": "hung", "timeout": "hung", "reset_required": "reset required",
+                    "unknown_error": "failed"}
+
+
+def gpu_state(gpu) -> str:
+    """"ok", or what NVML said about a GPU it cannot use ("lost" for GPU_IS_LOST).
+
+    A path that starts or ends at such a GPU moves no data, whatever its links could carry."""
+    if not gpu.failed:
+        return "ok"
+    return _GPU_STATE_WORDS.get(gpu.failed, "failed")
+
+
+def nic_states(topo) -> dict[str, dict]:
+    """Per RDMA NIC: ``state`` ("active" when a port is ACTIVE, "down" when port states were read
+    and none is ACTIVE, "unknown" when none was read), ``usable`` (True / False / None) and the
+    state of each port. NCCL only uses a NIC with an ACTIVE port, so a GPU whose nearest NIC is
+    down sends over the nearest one that is up, at that NIC's level."""
+    out: dict[str, dict] = {}
+    links = topo.links()
+    for n in topo.nics():
+        wires = [l for l in links if l.kind in ("ib", "roce") and l.a == n.node]
+        ports = {l.name.rsplit(" port ", 1)[-1]: l.state for l in wires}
+        if any((l.state or "").upper() == "ACTIVE" for l in wires):
+            state, usable = "active", True
+        elif any(l.state for l in wires):
+            state, usable = "down", False
+        else:
+            state, usable = "unknown", None
+        out[n.label] = {"state": state, "usable": usable, "ports": ports}
+    return out
+
+
+def _gpu_states(topo) -> dict[str, str]:
+    return {g.label: gpu_state(g) for g in topo.gpus()}
+
+
+def _blocked_by(gstates: dict[str, str], *ends: str) -> str | None:
+    """Why a path between ``ends`` carries nothing now: the first end that is a failed GPU."""
+    for e in ends:
+        st = gstates.get(e, "ok")
+        if st != "ok":
+            return f"{e} {st}"
+    return None
+
+
+def gpu_affinity(topo, gpu, nstates: dict[str, dict] | None = None) -> dict:
+    """One GPU's NIC affinity: the nearest NICs by level, and the NIC its traffic can use.
+
+    ``nearest``/``level`` are the closest NICs whatever their state (what the PCIe tree says);
+    when every one of them is down, ``usable``/``usable_level`` are the closest NICs with an
+    active port (empty when there is none), and ``via`` is the NIC the bandwidth is computed to.
+    For a failed GPU ``current_gbps`` is 0: it moves nothing until it is reset."""
+    nstates = nic_states(topo) if nstates is None else nstates
+    state = gpu_state(gpu)
+    near = topo.nearest_nics(gpu.label)
+    entry = {"state": state, "nearest": [], "level": None, "nearest_down": False, "usable": [],
+             "usable_level": None, "via": None, "gbps": None, "current_gbps": None, "bottleneck": None}
+    if not near:
+        return entry
+    rank = topo.level_rank
+    best = rank(near[0][1])
+    group = [n for n, lv in near if rank(lv) == best]
+    entry.update(nearest=group, level=near[0][1])
+    not_down = [n for n in group if nstates.get(n, {}).get("usable") is not False]
+    if not_down:
+        entry.update(usable=not_down, usable_level=near[0][1], via=not_down[0])
+    else:
+        entry["nearest_down"] = True
+        active = [(n, lv) for n, lv in near if nstates.get(n, {}).get("usable") is True]
+        if active:
+            ub = rank(active[0][1])
+            entry.update(usable=[n for n, lv in active if rank(lv) == ub], usable_level=active[0][1],
+                         via=active[0][0])
+    target = entry["via"] or group[0]
+    cap = topo.expected_gpu_nic(gpu.label, target)
+    cur = topo.expected_gpu_nic(gpu.label, target, current=True)
+    entry["gbps"] = cap.gbps
+    if state != "ok":
+        entry["current_gbps"], entry["bottleneck"] = 0.0, f"{gpu.label} {state}"
+    else:
+        entry["current_gbps"], entry["bottleneck"] = cur.gbps, _neck(cap, cur) or None
+    return entry
+
+
+def _nearest_text(a: dict, nstates: dict[str, dict]) -> str:
+    """"mlx5_0 PIX"; "mlx5_4 PIX (down) -> mlx5_5 NODE" when every nearest NIC is down."""
+    if a["nearest_down"]:
+        text = f"{', '.join(a['nearest'])} {a['level']} (down) -> "
+        return text + (f"{', '.join(a['usable'])} {a['usable_level']}" if a["usable"] else "no NIC with an active port")
+    names = [n + (" (down)" if nstates.get(n, {}).get("usable") is False else "") for n in a["nearest"]]
+    return f"{', '.join(names)} {a['level']}"
+
+
 def _affinity_rows(topo) -> list[list[str]]:
     rows = []
+    nstates = nic_states(topo)
     for g in topo.gpus():
-        near = topo.nearest_nics(g.label)
-        if not near:
-            rows.append([g.label, "(no RDMA NIC)", "", ""])
+        a = gpu_affinity(topo, g, nstates)
+        if not a["nearest"]:
+            rows.append([g.label, a["state"], "(no RDMA NIC)", "", ""])
             continue
-        best = topo.level_rank(near[0][1])
-        nics = [n for n, lv in near if topo.level_rank(lv) == best]
-        bw = topo.expected_gpu_nic(g.label, nics[0])
-        rows.append([g.label, ", ".join(nics), near[0][1], _gbs(bw.gbps)])
+        cap = "-" if a["state"] != "ok" else _gbs(a["gbps"])
+        rows.append([g.label, a["state"], _nearest_text(a, nstates), cap, _gbs(a["current_gbps"])])
     return rows
 
 
@@ -94,16 +190,28 @@ def _neck(cap, cur) -> str:
 
 
 def _expected_rows(topo) -> list[list[str]]:
+    """Rows of the expected-bandwidth table. "expected" is what the path's links can carry and
+    "as trained" what they carry now; a path ending at a failed GPU shows "-" and 0 with the GPU
+    as its bottleneck, and a GPU whose nearest NIC is down also gets a row to the NIC it can use."""
     rows = []
     gpus = topo.gpus()
+    gstates = _gpu_states(topo)
+    nstates = nic_states(topo)
+
+    def numbers(cap, cur, *ends):
+        blocked = _blocked_by(gstates, *ends)
+        if blocked:
+            return "-", _gbs(0.0), blocked
+        return _gbs(cap.gbps), _gbs(cur.gbps), _neck(cap, cur)
+
     pairs = []
     for i, a in enumerate(gpus):
         for b in gpus[i + 1:]:
             cap = topo.path_bandwidth(a.label, b.label)
             cur = topo.current_path_bandwidth(a.label, b.label)
             kind = cap.bottleneck.kind if cap.bottleneck else ""
-            pairs.append(((cap.level or "", _gbs(cap.gbps), _gbs(cur.gbps), kind), f"{a.label} <-> {b.label}",
-                          _neck(cap, cur)))
+            exp, trained, neck = numbers(cap, cur, a.label, b.label)
+            pairs.append(((cap.level or "", exp, trained, kind), f"{a.label} <-> {b.label}", neck))
     # an HGX board has 28 identical pairs: show the common case once, the exceptions one by one
     counts: dict[tuple, int] = {}
     for key, _, _ in pairs:
@@ -121,14 +229,67 @@ def _expected_rows(topo) -> list[list[str]]:
         rows.append([name, "P2P", common[0], common[1], common[2], neck])
     for g in gpus:
         cap, cur = topo.expected_h2d(g.label), topo.expected_h2d(g.label, current=True)
-        rows.append([f"host -> {g.label}", "H2D", "", _gbs(cap.gbps), _gbs(cur.gbps), _neck(cap, cur)])
+        rows.append([f"host -> {g.label}", "H2D", "", *numbers(cap, cur, g.label)])
     for g in gpus:
-        for nic, _lvl in topo.nearest_nics(g.label)[:1]:
+        near = topo.nearest_nics(g.label)[:1]
+        targets = [n for n, _ in near]
+        via = gpu_affinity(topo, g, nstates)["via"] if near else None
+        if via and via not in targets:
+            targets.append(via)
+        for nic in targets:
             cap = topo.expected_gpu_nic(g.label, nic)
             cur = topo.expected_gpu_nic(g.label, nic, current=True)
-            rows.append([f"{g.label} -> {nic}", "GPU->NIC", cap.level or "", _gbs(cap.gbps), _gbs(cur.gbps),
-                         _neck(cap, cur)])
+            name = f"{g.label} -> {nic}" + (" (DOWN)" if nstates.get(nic, {}).get("usable") is False else "")
+            rows.append([name, "GPU->NIC", cap.level or "", *numbers(cap, cur, g.label)])
     return rows
+
+
+def topology_json(topo) -> dict:
+    """The topology as JSON with what is usable now: each GPU's ``state``, each NIC's ``state`` /
+    ``usable`` / ``port_states``, per-GPU ``affinity`` (nearest NICs and the NIC in use), and on
+    each expected path ``usable`` (a failed GPU or a down NIC gives ``current_gbps`` 0; ``gbps``
+    stays what the links can carry)."""
+    doc = topo.to_json()
+    gstates = _gpu_states(topo)
+    nstates = nic_states(topo)
+    for g in doc.get("gpus", []):
+        st = gstates.get(g.get("label"), "ok")
+        g["state"], g["usable"] = st, st == "ok"
+    for n in doc.get("nics", []):
+        ns = nstates.get(n.get("label"), {"state": "unknown", "usable": None, "ports": {}})
+        n["state"], n["usable"], n["port_states"] = ns["state"], ns["usable"], dict(ns["ports"])
+    affinity = {}
+    for g in topo.gpus():
+        a = gpu_affinity(topo, g, nstates)
+        affinity[g.label] = {**a, "gbps": _round(a["gbps"]), "current_gbps": _round(a["current_gbps"])}
+    doc["affinity"] = affinity
+    expected = []
+    for e in doc.get("expected", []):
+        blocked = _blocked_by(gstates, e.get("a"), e.get("b"))
+        if e.get("kind") == "gpu_nic":
+            ns = nstates.get(e.get("b"), {})
+            e["role"], e["nic_state"] = "nearest", ns.get("state", "unknown")
+            if blocked is None and ns.get("usable") is False:
+                blocked = f"{e.get('b')} down"
+        e["usable"] = blocked is None
+        e["blocked_by"] = blocked
+        if blocked:
+            e["current_gbps"] = 0.0
+        expected.append(e)
+        via = affinity.get(e.get("a"), {}).get("via") if e.get("kind") == "gpu_nic" else None
+        if via and via != e.get("b"):
+            cap = topo.expected_gpu_nic(e["a"], via)
+            blocked_via = _blocked_by(gstates, e["a"])
+            cur = 0.0 if blocked_via else _round(topo.expected_gpu_nic(e["a"], via, current=True).gbps)
+            expected.append({"a": e["a"], "b": via, "kind": "gpu_nic", **cap.to_json(), "current_gbps": cur,
+                             "role": "nearest_usable", "nic_state": nstates.get(via, {}).get("state", "unknown"),
+                             "usable": blocked_via is None, "blocked_by": blocked_via})
+    doc["expected"] = expected
+    return doc
+
+
+def _round(v: float | None) -> float | None:
+    return None if v is None else round(v, 3)
 
 
 def _netdev_rows(runs) -> list[list[str]]:
@@ -177,11 +338,16 @@ def render_text(out, topo, runs, meta: dict, smi_diffs: list[str] | None, smi_ma
             out.print(legend)
         out.print("Levels: NV# = # NVLinks; PIX = one PCIe switch; PXB = several switches; PHB = host bridge; "
                   "NODE = across host bridges in a NUMA node; SYS = across sockets.")
-        out.print(table("NIC affinity (nearest RDMA NICs per GPU)", ["GPU", "nearest NIC(s)", "level", "GPU->NIC GB/s"],
+        out.print(table("NIC affinity (nearest RDMA NICs per GPU; GB/s to the NIC its traffic can use)",
+                        ["GPU", "state", "nearest NIC(s) and level", "GPU->NIC GB/s", "as trained"],
                         _affinity_rows(topo)))
     if topo.nics():
-        out.print(table("RDMA NICs", ["NIC", "PCI", "NUMA", "link layer", "rate", "ports", "netdevs", "serves GPUs"],
-                        [[n.label, n.bdf or "", "" if n.numa is None else str(n.numa), n.link_layer or "",
+        nstates = nic_states(topo)
+        state_word = {"active": "active", "down": "DOWN", "unknown": "?"}
+        out.print(table("RDMA NICs", ["NIC", "state", "PCI", "NUMA", "link layer", "rate", "ports", "netdevs",
+                                      "serves GPUs"],
+                        [[n.label, state_word[nstates[n.label]["state"]], n.bdf or "",
+                          "" if n.numa is None else str(n.numa), n.link_layer or "",
                           "" if n.rate_gbps is None else f"{n.rate_gbps:g} Gb/s", ",".join(map(str, n.ports)),
                           ",".join(n.netdevs), ",".join(topo.gpus_near_nic(n.label))] for n in topo.nics()]))
     links = _link_rows(topo)
@@ -318,9 +484,27 @@ def topo_report(meta: dict, runs, topo, smi_diffs, started: float, replay: str |
 
     code = ExitCode.OK if topo.gpus() else ExitCode.UNEVALUATED
     timed_out = any(r.status == "timeout" for r in runs.values())
-    return build_report("topo", meta, runs=runs, topology=topo,
+    return build_report("topo", meta, runs=runs, topology=topology_json(topo),
                         run_info=now_info(started, replayed_from=replay, deadline_s=timeout, timed_out=timed_out),
                         extra={"smi_mismatches": smi_diffs, "exit_code": int(code)})
+
+
+#: options that describe a host or a graph of one: a pasted matrix has neither
+_HOST_ONLY_OPTIONS = (("replay", "--replay"), ("root", "--root"), ("timeout", "--timeout"), ("dot_path", "--dot"),
+                      ("svg_path", "--svg"), ("png_path", "--png"))
+
+
+def _refuse_host_options_with_from_smi() -> None:
+    """--from-smi reads a pasted matrix, never a host: an option given with it that it would
+    ignore (--replay, --root, --timeout, --dot/--svg/--png) is a usage error, not a silent no-op."""
+    from click.core import ParameterSource
+
+    ctx = click.get_current_context()
+    given = [flag for name, flag in _HOST_ONLY_OPTIONS
+             if ctx.get_parameter_source(name) not in (None, ParameterSource.DEFAULT)]
+    if given:
+        raise InputError(f"--from-smi cannot be combined with {', '.join(given)}: "
+                         "it reads a pasted nvidia-smi topo -m, not a host")
 
 
 # -- the command -----------------------------------------------------------------------------------
@@ -334,7 +518,8 @@ def topo_report(meta: dict, runs, topo, smi_diffs, started: float, replay: str |
 @click.option("--svg", "svg_path", metavar="FILE", help="Render the graph to an SVG file (needs Graphviz `dot`).")
 @click.option("--png", "png_path", metavar="FILE", help="Render the graph to a PNG file (needs Graphviz `dot`).")
 @click.option("--from-smi", "from_smi", metavar="FILE",
-              help="Read a pasted `nvidia-smi topo -m` output instead of a host, and show it as ccdiag would.")
+              help="Read a pasted `nvidia-smi topo -m` output instead of a host, and show it as ccdiag would "
+                   "(not with --replay, --root, --timeout, --dot, --svg, --png).")
 @click.option("--timeout", type=click.FloatRange(1, 600), default=DEFAULT_DEADLINE_S, show_default=True, metavar="S",
               help="Deadline for all probes together.")
 def command(replay, root, as_json, output, dot_path, svg_path, png_path, from_smi, timeout):
@@ -342,10 +527,16 @@ def command(replay, root, as_json, output, dot_path, svg_path, png_path, from_sm
     every link's trained vs maximum speed, the bandwidth each path should reach, and any mismatch
     with `nvidia-smi topo -m`.
 
-    Exit codes: 0 shown; 2 bad input (unreadable --replay/--from-smi file, Graphviz missing for
-    --svg/--png); 3 no NVIDIA driver or GPU found (NICs and network interfaces are still listed).
+    A NIC with no active port is marked down and the nearest NIC with one is shown next to it; a GPU
+    NVML reports as lost or hung shows its state and carries 0 GB/s as trained.
+
+    Exit codes: 0 shown; 2 bad input (unreadable --replay/--from-smi file, unwritable -o file,
+    Graphviz missing for --svg/--png, --from-smi with an option that needs a host: --replay, --root,
+    --timeout, --dot/--svg/--png); 3 no NVIDIA driver or GPU found (NICs and network interfaces are
+    still listed).
     """
     if from_smi:
+        _refuse_host_options_with_from_smi()
         return _from_smi(from_smi, as_json, output)
     from ccdiag.output import console, emit_json
 
