@@ -214,6 +214,8 @@ def _gpus(out: _Families, cycle: Cycle, nvml: Any) -> None:
                                               link.remote_device_type, peer_label), 1)
             for typ, attr in NVLINK_ERRORS:
                 out.add("nvlink_errors", lid + (typ,), getattr(link, attr))
+            out.add("nvlink_transmit_bytes", lid, link.tx_bytes)
+            out.add("nvlink_receive_bytes", lid, link.rx_bytes)
 
 
 def _pcie(out: _Families, pcie: Any) -> None:

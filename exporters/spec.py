@@ -133,6 +133,10 @@ SPECS: tuple[MetricSpec, ...] = (
        GPU + ("link", "version", "remote_pci_bus_id", "remote_type", "peer")),
     _c("nvlink_errors", "NVLink error counters, by type (crc_flit, crc_data, replay, recovery).",
        GPU + ("link", "type")),
+    _c("nvlink_transmit_bytes", "Data bytes the GPU sent over the NVLink (NVML's lifetime data counter, protocol "
+       "overhead not included; counted in KiB by NVML).", GPU + ("link",)),
+    _c("nvlink_receive_bytes", "Data bytes the GPU received over the NVLink (NVML's lifetime data counter, "
+       "protocol overhead not included; counted in KiB by NVML).", GPU + ("link",)),
     # -- PCIe links -------------------------------------------------------------------------------
     _g("pcie_device_info", "A PCIe function on the path of a GPU, NIC or NVSwitch; value is always 1.",
        PCIE + ("vendor_id", "device_id", "driver", "parent", "numa_node", "endpoints")),

@@ -40,10 +40,16 @@ Calls made, in order (``i``/``j`` GPU indices, ``k`` an NVLink index):
   binding's name for the C function nvmlDeviceGetNvLinkRemotePciInfo_v2),
   ``nvmlDeviceGetNvLinkRemoteDeviceType(i, k)``, ``nvmlDeviceGetNvLinkErrorCounter(i, k, c)`` for
   c in (CRC_FLIT 2, CRC_DATA 3, REPLAY 0, RECOVERY 1);
+* per GPU with NVLinks, once the walk is done, one call for all its links' traffic counters:
+  ``nvmlDeviceGetFieldValues(i, [[138, 0], [139, 0], [138, 1], [139, 1], ...])``, a
+  ``[fieldId, scopeId]`` pair per link and direction (138/139 are
+  NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX/_RX; the scope is the link index, see
+  :data:`FI_DEV_NVLINK_THROUGHPUT_DATA_TX`). Lists, not tuples, so the call is named the same
+  live and after a snapshot's JSON round trip;
 * per ordered pair i != j of GPUs that did not fail: ``nvmlDeviceGetP2PStatus(i, j, c)`` for c in
   (READ 0, WRITE 1, NVLINK 2, ATOMICS 3, PROP 4).
 
-So an 8-GPU H100 node costs 8 x (28 + 18 x 8 + 1) + 56 x 5 = 1 664 calls, each a few
+So an 8-GPU H100 node costs 8 x (28 + 18 x 8 + 1 + 1) + 56 x 5 = 1 672 calls, each a few
 microseconds in the driver; a GPU that stops answering costs one facade deadline, not one per call.
 """
 
@@ -85,6 +91,17 @@ NVLINK_ERROR_DL_CRC_DATA = 3
 #: P2P capability indices. (nvidia-ml-py spells READ as the tuple ``(0,)`` by mistake; 0 it is.)
 P2P_CAPS = (("read", 0), ("write", 1), ("nvlink", 2), ("atomics", 3), ("prop", 4))
 FI_DEV_GET_GPU_RECOVERY_ACTION = 230
+#: NVLink data counters (payload only, no protocol overhead), lifetime totals in KiB. Per nvml.h the
+#: link index goes in nvmlFieldValue_t.scopeId (scopeId UINT_MAX would sum all links); unlike the
+#: CRC and bandwidth fields there are no per-link _L<n> ids for these.
+FI_DEV_NVLINK_THROUGHPUT_DATA_TX = 138
+FI_DEV_NVLINK_THROUGHPUT_DATA_RX = 139
+NVLINK_THROUGHPUT_FIELDS = (("tx_bytes", FI_DEV_NVLINK_THROUGHPUT_DATA_TX),
+                            ("rx_bytes", FI_DEV_NVLINK_THROUGHPUT_DATA_RX))
+#: nvmlReturn_t codes inside a field value that mean "this field does not apply here" (invalid
+#: argument: a driver that does not know the field id or scope; not supported; not found; function
+#: not found): the value is absent and nothing else is said
+FIELD_NOT_APPLICABLE = frozenset({2, 3, 6, 13})
 
 #: nvmlClocksEventReason* / nvmlClocksThrottleReason* bits
 CLOCK_EVENT_BITS = (
@@ -146,6 +163,9 @@ class NvLink:
     recovery_errors: int | None = None
     errors: tuple[ReadError, ...] = ()
     version_raw: int | None = None  # nvmlNvlinkVersion_t value as NVML returned it
+    # data bytes sent / received over the link's life (NVML counts KiB; converted to bytes here)
+    tx_bytes: int | None = None
+    rx_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -336,12 +356,12 @@ def parse_processes(value: Any) -> tuple[ComputeProcess, ...]:
 _VALUE_KEYS = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
 
 
-def parse_field_values(value: Any) -> dict[int, tuple[int, Any]]:
-    """``{fieldId: (nvmlReturn, value)}`` from nvmlDeviceGetFieldValues; value None unless the
-    field's own return is success."""
+def _field_items(value: Any) -> list[tuple[int, int, int, Any]]:
+    """``(fieldId, scopeId, nvmlReturn, value)`` per nvmlFieldValue_t; value None unless the
+    field's own return is success (NVML leaves it undefined otherwise)."""
     if not isinstance(value, list):
         raise ParseError(f"expected a list of field values, got {value!r}")
-    out: dict[int, tuple[int, Any]] = {}
+    out = []
     for item in value:
         if not isinstance(item, dict):
             raise ParseError(f"expected a field value structure, got {item!r}")
@@ -353,8 +373,31 @@ def parse_field_values(value: Any) -> dict[int, tuple[int, Any]]:
             if not isinstance(union, dict) or key not in union:
                 raise ParseError(f"field {item.get('fieldId')} has no {key} value: {item!r}")
             val = union[key]
-        out[_int(item.get("fieldId"))] = (ret, val)
+        out.append((_int(item.get("fieldId")), _int(item.get("scopeId", 0)), ret, val))
     return out
+
+
+def parse_field_values(value: Any) -> dict[int, tuple[int, Any]]:
+    """``{fieldId: (nvmlReturn, value)}`` from nvmlDeviceGetFieldValues; value None unless the
+    field's own return is success."""
+    return {fid: (ret, val) for fid, _scope, ret, val in _field_items(value)}
+
+
+def parse_scoped_field_values(value: Any) -> dict[tuple[int, int], tuple[int, Any]]:
+    """``{(fieldId, scopeId): (nvmlReturn, value)}``: the same field asked for several scopes
+    (one per NVLink) comes back once per scope, so the scope is part of the key."""
+    return {(fid, scope): (ret, val) for fid, scope, ret, val in _field_items(value)}
+
+
+def kib_counter_bytes(value: Any) -> int:
+    """A KiB counter from a field value as bytes. Integral only: a counter is never fractional
+    or negative, so anything else is a value of the wrong shape."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    v = _int(value)
+    if v < 0:
+        raise ParseError(f"negative counter {v}")
+    return v * 1024
 
 
 def recovery_action_name(value: Any) -> str:
@@ -463,6 +506,44 @@ def _read_nvlinks(r: _Reader, i: int, links: list[NvLink]) -> None:
         links.append(link)
 
 
+def _throughput_request(links: list[NvLink]) -> list[list[int]]:
+    return [[fid, link.link] for link in links for _attr, fid in NVLINK_THROUGHPUT_FIELDS]
+
+
+def _read_nvlink_throughput(r: _Reader, i: int, links: list[NvLink]) -> None:
+    """One field-values call for every link's TX/RX data counters, filled into ``links`` in place.
+
+    The call as a whole failing is filed on the GPU (a lost GPU stops the GPU, as for any call);
+    each field carries its own nvmlReturn, and one link's counter failing is filed on that link
+    while the other links keep theirs."""
+    if not links:
+        return
+    request = _throughput_request(links)
+    fields = r.get("nvmlDeviceGetFieldValues", i, request, parse=parse_scoped_field_values)
+    if fields is None:
+        return
+    source = call_name("nvmlDeviceGetFieldValues", (i, request))
+    for n, link in enumerate(links):
+        values: dict[str, int | None] = {}
+        errors: list[ReadError] = []
+        for attr, fid in NVLINK_THROUGHPUT_FIELDS:
+            what = f"link {link.link} {attr[:2]} data counter (field {fid})"
+            entry = fields.get((fid, link.link))
+            if entry is None:
+                errors.append(ReadError(source, "parse", f"{what}: not in NVML's answer"))
+                continue
+            ret, val = entry
+            if ret == 0:
+                try:
+                    values[attr] = kib_counter_bytes(val)
+                except ParseError as exc:
+                    errors.append(ReadError(source, "parse", f"{what}: unexpected value: {exc}"))
+            elif ret not in FIELD_NOT_APPLICABLE:
+                errors.append(ReadError(source, "field_error", f"{what}: {nvml_return_name(ret)}"))
+        if values or errors:
+            links[n] = dataclasses.replace(link, **values, errors=link.errors + tuple(errors))
+
+
 def _read_gpu(host: Any, i: int) -> Gpu:
     r = _Reader(host)
     f: dict[str, Any] = {"index": i}
@@ -544,11 +625,12 @@ def _read_gpu(host: Any, i: int) -> Gpu:
             if ret == 0:
                 f["recovery_action"] = r.parse("nvmlDeviceGetFieldValues", (i, [FI_DEV_GET_GPU_RECOVERY_ACTION]),
                                                val, recovery_action_name)
-            elif ret not in (2, 3, 6, 13):
+            elif ret not in FIELD_NOT_APPLICABLE:
                 # not supported / not found / a driver that does not know the field id: absent
                 r.errors.append(ReadError(call_name("nvmlDeviceGetFieldValues", (i, [FI_DEV_GET_GPU_RECOVERY_ACTION])),
                                           "field_error", f"recovery action field: {nvml_return_name(ret)}"))
         _read_nvlinks(r, i, links)
+        _read_nvlink_throughput(r, i, links)
     except _GpuFailed as failed:
         exc = failed.exc
         f["failed"] = exc.error_class

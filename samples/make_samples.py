@@ -17,7 +17,8 @@ stored in the project's corpus (cited in each snapshot's ``meta.json`` under ``s
 * GPU bus ids 18/2a/3a/5d/9a/ab/ba/db: ``nccl-log/2node-16rank-node2-...`` (via ccdiag.synth.nvml).
 
 Made up (illustrative only): every bus number other than the GPUs', the switch/root port ids,
-addresses, counters, the management NIC, the kernel log lines' timing, and the fault values of
+addresses, counters (the IB data counters and the NVLink data counters both move between the
+epochs), the management NIC, the kernel log lines' timing, and the fault values of
 the degraded sample. The faults of the degraded sample are listed in samples/README.md.
 """
 
@@ -141,6 +142,22 @@ def _traffic(i: int, epoch: int) -> dict:
             "unicast_xmit_packets": base // 1000 + step // 1000, "unicast_rcv_packets": base // 1000 + step // 1000}
 
 
+def _nvlink_traffic(i: int, epoch: int, idle_links: tuple[int, ...] = ()) -> dict[int, tuple[int, int]]:
+    """SYNTHESIZED NVLink data counters in KiB, link -> (tx, rx), as NVML's throughput fields
+    count them: a few TiB per link over the node's uptime, and about 64 MiB/s per link and
+    direction during the 10 s window; a link that is down (``idle_links``) does not move."""
+    out = {}
+    for k in range(18):
+        n = i * 18 + k
+        tx = 2_900_000_000 + 7_919_113 * n
+        rx = tx + 1_234_567 + 31 * n
+        if k not in idle_links:
+            tx += epoch * (640_000 + 1_009 * n)
+            rx += epoch * (655_360 + 997 * n)
+        out[k] = (tx, rx)
+    return out
+
+
 def build(degraded: bool) -> SnapshotData:
     kind = "degraded" if degraded else "healthy"
     faults = ("GPU3 PCIe trained x8 (max x16); GPU5 NVLink 7 inactive; mlx5_4 port 1 DOWN/Polling; "
@@ -240,7 +257,12 @@ def build(degraded: bool) -> SnapshotData:
         gpus[3] = dataclasses.replace(gpus[3], pcie_width=8)
         gpus[5] = dataclasses.replace(gpus[5], nvlink_states={7: False})
         gpus[6] = dataclasses.replace(gpus[6], overrides={"nvmlDeviceGetUUID": snv.err("gpu_lost")})
-    snap.nvml = snv.nvml_window_records(gpus, gpus, driver=DRIVER)
+    idle = {5: (7,)} if degraded else {}
+    before = [dataclasses.replace(g, nvlink_traffic_kib=_nvlink_traffic(i, 0, idle.get(i, ())))
+              for i, g in enumerate(gpus)]
+    after = [dataclasses.replace(g, nvlink_traffic_kib=_nvlink_traffic(i, 1, idle.get(i, ())))
+             for i, g in enumerate(gpus)]
+    snap.nvml = snv.nvml_window_records(before, after, driver=DRIVER)
 
     # -- nvidia-smi (healthy only: with a GPU lost the tool's answer would not be a matrix) ------------------
     if not degraded:

@@ -254,3 +254,39 @@ def test_collector_serves_age_at_scrape_time_and_caches_the_rest():
     text = collector.exposition().decode()
     assert value(text, "ccdiag_last_collection_timestamp_seconds") == 1010.0
     assert value(text, "ccdiag_collection_cycles_total") == 2
+
+
+def test_nvlink_traffic_counters_are_exported_in_bytes_per_link_and_omitted_when_unread():
+    obs = C.nvml_obs()
+    g0 = obs.gpus[0]
+    links = (dataclasses.replace(g0.nvlinks[0], tx_bytes=3 * 2**40, rx_bytes=5 * 2**40),
+             dataclasses.replace(g0.nvlinks[1], tx_bytes=None, rx_bytes=4096))  # TX field not readable
+    obs = dataclasses.replace(obs, gpus=(dataclasses.replace(g0, nvlinks=links),) + obs.gpus[1:])
+    text = render(cycle_from_result(C.result(nvml=ProbeRun("nvml", "ok", 0.1, obs)), 1.0))
+    ids = dict(gpu=0, UUID="GPU-aaaa", pci_bus_id="00000000:18:00.0")
+    assert value(text, "ccdiag_nvlink_transmit_bytes_total", link=0, **ids) == 3 * 2**40
+    assert value(text, "ccdiag_nvlink_receive_bytes_total", link=0, **ids) == 5 * 2**40
+    assert value(text, "ccdiag_nvlink_receive_bytes_total", link=1, **ids) == 4096
+    assert value(text, "ccdiag_nvlink_transmit_bytes_total", link=1) is None
+    # the series carry exactly the per-link labels the other NVLink series have
+    fams = {f.name: f for f in text_string_to_metric_families(text)}
+    for name in ("ccdiag_nvlink_transmit_bytes", "ccdiag_nvlink_receive_bytes"):
+        assert fams[name].type == "counter"
+        assert {tuple(sorted(s.labels)) for s in fams[name].samples} == {
+            tuple(sorted(S.BY_NAME["ccdiag_nvlink_errors_total"].labels[:-1]))}
+    # the plain synthetic case has no traffic read: no series at all, not zeros
+    plain = render(cycle_from_result(C.result(), 1.0))
+    assert "ccdiag_nvlink_transmit_bytes_total{" not in plain and "ccdiag_nvlink_receive_bytes_total{" not in plain
+    assert value(plain, "ccdiag_nvlink_up", gpu=0, link=0) == 1
+
+
+def test_samples_export_nvlink_traffic_for_every_link_that_answers():
+    healthy = (GOLDEN / "healthy.prom").read_text()
+    degraded = (GOLDEN / "degraded.prom").read_text()
+    tx = [k for k in samples(healthy) if k[0] == "ccdiag_nvlink_transmit_bytes_total"]
+    assert len(tx) == 8 * 18
+    # degraded: GPU6 is lost to NVML, so its links (and their counters) are not there
+    assert {dict(k[1])["gpu"] for k in samples(degraded) if k[0] == "ccdiag_nvlink_receive_bytes_total"} == \
+        {str(i) for i in range(8) if i != 6}
+    assert all(v > 0 and v % 1024 == 0 for k, v in samples(healthy).items()
+               if k[0] in ("ccdiag_nvlink_transmit_bytes_total", "ccdiag_nvlink_receive_bytes_total"))

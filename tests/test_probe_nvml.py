@@ -433,10 +433,10 @@ def test_faulted_gpu_values():
 
 
 def test_recovery_field_unknown_to_an_older_driver_is_absent():
-    bad_field = [{"fieldId": 230, "scopeId": 0, "timestamp": 0, "latencyUsec": 0, "valueType": 1,
-                  "nvmlReturn": 2, "value": {"uiVal": 0}}]
-    g = observe(nvml_records(h100_node(1, overrides={"nvmlDeviceGetFieldValues": bad_field}))).gpus[0]
+    # the call answers; the field itself says invalid argument (a driver that predates the id)
+    g = observe(nvml_records(h100_node(1, field_returns={(230, 0): 2}))).gpus[0]
     assert g.recovery_action is None and g.errors == ()
+    assert all(link.errors == () and link.tx_bytes == 0 for link in g.nvlinks)  # the traffic call is apart
 
 
 def test_live_machine_without_driver_is_unavailable():
@@ -470,3 +470,201 @@ def test_call_plan_matches_golden(update_golden):
         GOLDEN_PLAN.parent.mkdir(parents=True, exist_ok=True)
         GOLDEN_PLAN.write_text(plan)
     assert GOLDEN_PLAN.read_text() == plan
+
+
+# -- NVLink traffic counters (field values 138/139, one scope per link) --------------------------
+TX, RX = nvml.FI_DEV_NVLINK_THROUGHPUT_DATA_TX, nvml.FI_DEV_NVLINK_THROUGHPUT_DATA_RX
+
+
+def _traffic_request(links: int) -> tuple:
+    """The throughput call's argument as a hashable override key (tuples where the call has lists)."""
+    return tuple((fid, k) for k in range(links) for fid in (TX, RX))
+
+
+def test_throughput_field_ids_match_the_binding():
+    pynvml = pytest.importorskip("pynvml")
+    assert pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX == TX == 138
+    assert pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX == RX == 139
+    assert pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG == 3
+
+
+def _fv(fid, scope, ret=0, value=0, vtype=3):
+    union = {"dVal": 0.0, "uiVal": value & 0xFFFFFFFF, "ulVal": value, "ullVal": value, "sllVal": value,
+             "siVal": value & 0x7FFFFFFF, "usVal": value & 0xFFFF}
+    return {"fieldId": fid, "scopeId": scope, "timestamp": 1, "latencyUsec": 0, "valueType": vtype,
+            "nvmlReturn": ret, "value": union}
+
+
+def test_scoped_field_values_keep_one_entry_per_link():
+    got = nvml.parse_scoped_field_values([_fv(TX, 0, value=5), _fv(RX, 0, value=6), _fv(TX, 1, value=2**40),
+                                          _fv(RX, 1, ret=4, value=99)])
+    assert got == {(TX, 0): (0, 5), (RX, 0): (0, 6), (TX, 1): (0, 2**40), (RX, 1): (4, None)}
+    # the unscoped reader still keys by field id alone (the recovery action); a missing scope is 0
+    assert nvml.parse_field_values([{k: v for k, v in _fv(230, 0, value=1, vtype=1).items() if k != "scopeId"}]) \
+        == {230: (0, 1)}
+    with pytest.raises(nvml.ParseError):
+        nvml.parse_scoped_field_values({"fieldId": TX})
+
+
+@pytest.mark.parametrize("value,expected", [(0, 0), (1, 1024), (2**50, 2**60), (7.0, 7168)])
+def test_kib_counter_bytes(value, expected):
+    assert nvml.kib_counter_bytes(value) == expected
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, True, "12", None])
+def test_kib_counter_bytes_rejects(bad):
+    with pytest.raises(nvml.ParseError):
+        nvml.kib_counter_bytes(bad)
+
+
+def test_nvlink_traffic_is_read_in_one_call_per_gpu_as_bytes():
+    traffic = {k: (1000 + k, 2000 + k) for k in range(18)}
+    recs = nvml_records(h100_node(2, nvlink_traffic_kib=traffic))
+    calls = [r["call"] for r in recs if r["call"][0] == "nvmlDeviceGetFieldValues"]
+    every_link = [list(p) for p in _traffic_request(18)]
+    assert every_link[:4] == [[138, 0], [139, 0], [138, 1], [139, 1]] and len(every_link) == 36
+    assert calls == [["nvmlDeviceGetFieldValues", 0, [230]], ["nvmlDeviceGetFieldValues", 0, every_link],
+                     ["nvmlDeviceGetFieldValues", 1, [230]], ["nvmlDeviceGetFieldValues", 1, every_link]]
+    obs = observe(recs)
+    for g in obs.gpus:
+        assert g.errors == ()
+        assert [(lk.tx_bytes, lk.rx_bytes) for lk in g.nvlinks] == [((1000 + k) * 1024, (2000 + k) * 1024)
+                                                                    for k in range(18)]
+        assert all(lk.errors == () and lk.active for lk in g.nvlinks)
+
+
+def test_nvlink_traffic_per_field_error_is_filed_on_its_link_only():
+    traffic = {k: (10 * k + 1, 10 * k + 2) for k in range(18)}
+    gpus = h100_node(2, nvlink_traffic_kib=traffic)
+    gpus[1] = dataclasses.replace(gpus[1], field_returns={(TX, 7): 4, (RX, 3): 3, (RX, 9): 999})
+    g = gpu_by_index(observe(nvml_records(gpus)), 1)
+    assert g.failed is None and g.errors == ()
+    link3, link7, link9 = g.nvlinks[3], g.nvlinks[7], g.nvlinks[9]
+    assert (link7.tx_bytes, link7.rx_bytes) == (None, 72 * 1024)  # RX of the same link still read
+    assert [(e.kind, e.message) for e in link7.errors] == [
+        ("field_error", "link 7 tx data counter (field 138): no_permission")]
+    assert link7.errors[0].source.startswith("nvmlDeviceGetFieldValues(1, [[138, 0], [139, 0], ")
+    assert (link3.tx_bytes, link3.rx_bytes, link3.errors) == (31 * 1024, None, ())  # not supported: quiet
+    assert link9.rx_bytes is None and [e.message for e in link9.errors] == [
+        "link 9 rx data counter (field 139): unknown"]
+    assert link7.active and link7.crc_flit_errors == 0  # the rest of the link is untouched
+    others = [lk for lk in g.nvlinks if lk.link not in (3, 7, 9)]
+    assert all(lk.errors == () and lk.tx_bytes == (10 * lk.link + 1) * 1024 for lk in others)
+    assert all(lk.errors == () for lk in gpu_by_index(observe(nvml_records(gpus)), 0).nvlinks)
+
+
+def test_nvlink_traffic_not_supported_is_absent_without_errors():
+    g = observe(nvml_records(h100_node(1, nvlink_traffic_kib=None))).gpus[0]
+    assert g.errors == () and len(g.nvlinks) == 18
+    assert all(lk.tx_bytes is None and lk.rx_bytes is None and lk.errors == () and lk.active for lk in g.nvlinks)
+
+
+def test_nvlink_traffic_call_refused_is_a_gpu_error_and_links_stay():
+    gpus = h100_node(1, overrides={("nvmlDeviceGetFieldValues", _traffic_request(18)): err(NO_PERMISSION)})
+    g = observe(nvml_records(gpus)).gpus[0]
+    assert g.failed is None and g.recovery_action == "none"
+    assert [(e.kind, e.source.split(",")[0]) for e in g.errors] == [(NO_PERMISSION, "nvmlDeviceGetFieldValues(0")]
+    assert len(g.nvlinks) == 18 and all(lk.active and lk.tx_bytes is None and lk.errors == () for lk in g.nvlinks)
+
+
+def test_nvlink_traffic_call_losing_the_gpu_keeps_the_links():
+    gpus = h100_node(2)
+    gpus[0] = dataclasses.replace(gpus[0], overrides={("nvmlDeviceGetFieldValues", _traffic_request(18)):
+                                                      err(GPU_LOST)})
+    obs = observe(nvml_records(gpus))
+    g = gpu_by_index(obs, 0)
+    assert g.failed == GPU_LOST and len(g.nvlinks) == 18 and all(lk.tx_bytes is None for lk in g.nvlinks)
+    assert obs.p2p == ()  # only GPU1 left
+    assert gpu_by_index(obs, 1).nvlinks[0].tx_bytes == 0
+
+
+def test_nvlink_traffic_answer_missing_a_link_is_a_parse_error_on_that_link():
+    answer = [_fv(fid, k, value=k + 1) for k in range(18) for fid in (TX, RX) if (fid, k) != (RX, 4)]
+    gpus = h100_node(1, overrides={("nvmlDeviceGetFieldValues", _traffic_request(18)): answer})
+    g = observe(nvml_records(gpus)).gpus[0]
+    assert g.errors == ()
+    assert (g.nvlinks[4].tx_bytes, g.nvlinks[4].rx_bytes) == (5 * 1024, None)
+    assert [e.kind for e in g.nvlinks[4].errors] == ["parse"]
+    assert sum(len(lk.errors) for lk in g.nvlinks) == 1
+
+
+def test_nvlink_traffic_only_for_links_the_walk_found():
+    recs = nvml_records(h100_node(1, nvlink_count=12, nvlink_traffic_kib={0: (1, 2)}))
+    call = [r["call"] for r in recs if r["call"][0] == "nvmlDeviceGetFieldValues"][-1]
+    assert call[2] == [list(p) for p in _traffic_request(12)]
+    assert observe(recs).gpus[0].nvlinks[0].rx_bytes == 2048
+    # no links, no call
+    none = nvml_records(h100_node(1, nvlink_count=0))
+    assert [r["call"] for r in none if r["call"][0] == "nvmlDeviceGetFieldValues"] == [
+        ["nvmlDeviceGetFieldValues", 0, [230]]]
+
+
+def test_nvlink_traffic_rises_over_a_window():
+    before = h100_node(1, nvlink_traffic_kib={k: (100, 200) for k in range(18)})
+    after = [dataclasses.replace(before[0], nvlink_traffic_kib={k: (100 + 10 * k, 200 + k) for k in range(18)})]
+    host = replay(nvml_window_records(before, after))
+    first = nvml.collect(host).gpus[0]
+    host.next_epoch(10.0)
+    second = nvml.collect(host).gpus[0]
+    deltas = [(b.tx_bytes - a.tx_bytes, b.rx_bytes - a.rx_bytes) for a, b in zip(first.nvlinks, second.nvlinks)]
+    assert deltas == [(10 * k * 1024, k * 1024) for k in range(18)]
+
+
+def test_nvlink_traffic_through_the_binding_and_facade(monkeypatch):
+    """The real nvidia-ml-py wrapper fills scopeId from a [fieldId, scopeId] list, and the facade's
+    JSON of the returned structures is what the probe parses. Only the driver entry point is faked:
+    it answers each field by its (fieldId, scopeId) the way NVML documents it."""
+    pynvml = pytest.importorskip("pynvml")
+    from ccdiag.nvmlcall import NvmlFacade
+    seen = []
+
+    def fake_driver(handle, count, ref):
+        for fv in ref._obj[: count.value]:
+            seen.append((fv.fieldId, fv.scopeId))
+            if fv.fieldId == TX and fv.scopeId == 1:
+                fv.nvmlReturn = 4  # no permission, for this one field
+                continue
+            fv.nvmlReturn = 0
+            fv.valueType = pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+            fv.value.ullVal = (fv.scopeId + 1) * (3 if fv.fieldId == TX else 5) * 2**33
+        return 0
+
+    class Binding:
+        def __getattr__(self, name):
+            return getattr(pynvml, name)
+
+        nvmlInit = staticmethod(lambda: None)
+        nvmlShutdown = staticmethod(lambda: None)
+        nvmlDeviceGetHandleByIndex = staticmethod(lambda i: f"handle{i}")
+
+    monkeypatch.setattr(pynvml, "_nvmlGetFunctionPointer", lambda name: fake_driver)
+    facade = NvmlFacade(binding=Binding())
+    try:
+        request = [[TX, 0], [RX, 0], [TX, 1], [RX, 1]]
+        answer = facade.call("nvmlDeviceGetFieldValues", 0, request)
+    finally:
+        facade.shutdown()
+    assert seen == [(TX, 0), (RX, 0), (TX, 1), (RX, 1)]
+    assert [(a["fieldId"], a["scopeId"], a["nvmlReturn"], a["valueType"]) for a in answer] == [
+        (TX, 0, 0, 3), (RX, 0, 0, 3), (TX, 1, 4, 0), (RX, 1, 0, 3)]
+    parsed = nvml.parse_scoped_field_values(answer)
+    assert parsed == {(TX, 0): (0, 3 * 2**33), (RX, 0): (0, 5 * 2**33), (TX, 1): (4, None), (RX, 1): (0, 10 * 2**33)}
+    assert nvml.kib_counter_bytes(parsed[(RX, 1)][1]) == 10 * 2**43
+
+
+def test_bundled_samples_carry_nvlink_traffic_that_moves_between_epochs():
+    samples = __import__("pathlib").Path(__file__).resolve().parent.parent / "samples"
+    for name, idle in (("hgx-h100-8gpu-healthy.snap.tar.gz", set()),
+                       ("hgx-h100-8gpu-degraded.snap.tar.gz", {(5, 7)})):
+        host = ReplayHost(str(samples / name))
+        first = nvml.collect(host)
+        host.next_epoch(10.0)
+        second = nvml.collect(host)
+        for a, b in zip(first.gpus, second.gpus):
+            for la, lb in zip(a.nvlinks, b.nvlinks):
+                assert la.tx_bytes and la.rx_bytes and la.errors == (), (name, a.index, la.link)
+                moved = (lb.tx_bytes - la.tx_bytes, lb.rx_bytes - la.rx_bytes)
+                if (a.index, la.link) in idle:  # the inactive link carries nothing
+                    assert moved == (0, 0)
+                else:
+                    assert all(0 < d < 25e9 * 10 for d in moved), (name, a.index, la.link, moved)  # under 25 GB/s
