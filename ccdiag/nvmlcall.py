@@ -247,7 +247,7 @@ class NvmlFacade:
             for pos in device_positions:
                 if pos < len(real_args):
                     real_args[pos] = self._handle(int(real_args[pos]))
-            thunk = lambda: func(*real_args)  # noqa: E731
+            out: Any = None
             struct_name = _OUT_STRUCTS.get(fn)
             if struct_name is not None and len(args) == 1:
                 struct_cls = getattr(binding, struct_name, None)
@@ -258,9 +258,12 @@ class NvmlFacade:
                     # versioned structures must say which layout the caller allocated
                     out.version = binding.nvmlGpuFabricInfo_v2
 
-                def thunk() -> Any:
-                    func(*real_args, out)
-                    return out
+            def thunk() -> Any:
+                if out is None:
+                    return func(*real_args)
+                func(*real_args, out)  # the binding fills the caller's structure
+                return out
+
             value = self._run(fn, args, thunk, self.call_timeout, devices[0] if devices else None)
             return jsonify(value)
 

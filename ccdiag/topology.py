@@ -32,7 +32,7 @@ from ccdiag.model import normalize_bdf
 # -- link rates ------------------------------------------------------------------------------------
 
 #: PCIe generation by signalling rate (GT/s)
-from ccdiag.linkrates import GEN_BY_GTS, GTS_BY_GEN, pcie_gen  # noqa: E402,F401 - re-exported
+from ccdiag.linkrates import pcie_gen  # noqa: E402,F401 - re-exported
 
 #: NVLink GB/s per link per direction, by NVLink generation (reference table A.1:
 #: NVLink 2 (V100), 3 (A100), 4 (H100/H200/GH200) 25 GB/s; NVLink 5 (B200/GB200) 50 GB/s)

@@ -5,14 +5,11 @@ from __future__ import annotations
 
 import json
 import pathlib
-import sys
 
 import pytest
-from click.testing import CliRunner
 
 from ccdiag import checks
 from ccdiag.checkrun import EnvFileError, evaluate, exit_code_for, parse_env_file
-from ccdiag.cli import main
 from ccdiag.exitcodes import ExitCode
 from ccdiag.findings import FAIL, PASS, SKIP, UNKNOWN, WARN, Component, Evidence, Finding
 from ccdiag.host import ReplayHost
@@ -27,18 +24,7 @@ needs_samples = pytest.mark.skipif(not (HEALTHY.exists() and DEGRADED.exists()),
                                    reason="bundled samples not built (samples/make_samples.py)")
 
 
-def run(*args: str) -> tuple[int, str, str]:
-    """``ccdiag ARGS`` in-process through the real entry point (exit-code mapping included)."""
-    runner = CliRunner()
-    with runner.isolation() as (out, err, _):
-        try:
-            main(list(args))
-            code = 0
-        except SystemExit as exc:
-            code = int(exc.code or 0)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        return code, out.getvalue().decode(), err.getvalue().decode()
+from cli_runner import run  # noqa: E402
 
 
 # -- pure pieces -----------------------------------------------------------------------------------

@@ -10,10 +10,8 @@ import sys
 import textwrap
 
 import pytest
-from click.testing import CliRunner
 
 import exporter_cases as C
-from ccdiag.cli import main
 from ccdiag.exitcodes import ExitCode
 from ccdiag.exporters.daemon import ConfigError, Daemon, DaemonConfig, load_config
 from ccdiag.host import ReplayHost
@@ -22,18 +20,7 @@ from test_metrics import value
 pytestmark = pytest.mark.skipif(not C.HEALTHY.exists(), reason="bundled samples missing")
 
 
-def run(*args: str) -> tuple[int, str, str]:
-    """``ccdiag ARGS`` in-process through the real entry point (exit-code mapping included)."""
-    runner = CliRunner()
-    with runner.isolation() as (out, err, _):
-        try:
-            main(list(args))
-            code = 0
-        except SystemExit as exc:
-            code = int(exc.code or 0)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        return code, out.getvalue().decode(), err.getvalue().decode()
+from cli_runner import run  # noqa: E402
 
 
 # each of these was accepted before and ran a cycle with exit 0

@@ -10,7 +10,6 @@ query and evaluates the alert rules on what they serve.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import socket

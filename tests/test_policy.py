@@ -5,12 +5,9 @@ from __future__ import annotations
 
 import json
 import pathlib
-import sys
 
 import pytest
-from click.testing import CliRunner
 
-from ccdiag.cli import main
 from ccdiag.policy import DEFAULT_POLICY, Policy, PolicyError, load_policy, parse_policy, pcie_gen, \
     policy_from_observations, to_toml
 from ccdiag.probing import OK, ProbeRun
@@ -22,17 +19,7 @@ needs_samples = pytest.mark.skipif(not (HEALTHY.exists() and DEGRADED.exists()),
                                    reason="bundled samples not built (samples/make_samples.py)")
 
 
-def run(*args: str) -> tuple[int, str, str]:
-    runner = CliRunner()
-    with runner.isolation() as (out, err, _):
-        try:
-            main(list(args))
-            code = 0
-        except SystemExit as exc:
-            code = int(exc.code or 0)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        return code, out.getvalue().decode(), err.getvalue().decode()
+from cli_runner import run  # noqa: E402
 
 
 def test_toml_round_trip_keeps_every_value():
