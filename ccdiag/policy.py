@@ -19,13 +19,8 @@ import time
 from dataclasses import dataclass, fields
 from typing import Any
 
-try:  # Python 3.11+
-    import tomllib as _toml
-except ModuleNotFoundError:  # pragma: no cover - Python 3.10 with tomli installed
-    try:
-        import tomli as _toml  # type: ignore[no-redef]
-    except ModuleNotFoundError:
-        _toml = None  # type: ignore[assignment]
+from ccdiag.tomlread import TomlError
+from ccdiag.tomlread import loads as toml_loads
 
 
 @dataclass(frozen=True)
@@ -133,12 +128,10 @@ def _coerce(name: str, value: Any) -> Any:
 
 def parse_policy(text: str, source: str = "<policy>") -> Policy:
     """A :class:`Policy` from TOML text. Raises :class:`PolicyError` naming ``source`` and the line."""
-    if _toml is None:  # pragma: no cover - Python 3.10 without tomli
-        raise PolicyError(f"{source}: reading TOML needs Python 3.11 or the 'tomli' package")
     try:
-        doc = _toml.loads(text)
-    except _toml.TOMLDecodeError as exc:
-        raise PolicyError(f"{source}: not valid TOML: {exc}") from None
+        doc = toml_loads(text, source)
+    except TomlError as exc:
+        raise PolicyError(str(exc)) from None
     known = set(Policy.field_names()) - set(_INTERNAL)
     values: dict[str, Any] = {}
     for key, value in doc.items():
@@ -185,8 +178,8 @@ def load_policy(path: str) -> Policy:
 
 def file_keys(path: str) -> set[str]:
     """The keys a (valid) policy file sets itself, to tell them from defaults."""
-    with open(path, "rb") as fh:
-        return set(_toml.load(fh))
+    with open(path, encoding="utf-8") as fh:
+        return set(toml_loads(fh.read(), path))
 
 
 # -- writing -----------------------------------------------------------------------------------

@@ -36,13 +36,8 @@ from ccdiag.host import Host, LiveHost, ReplayHost
 from ccdiag.policy import DEFAULT_POLICY, Policy, load_policy
 from ccdiag.probing import ALL_PROBES, TIMEOUT, ProbeRun
 
-try:  # Python 3.11+; the same fallback as the policy reader, so --config works wherever policies do
-    import tomllib as _toml
-except ModuleNotFoundError:  # pragma: no cover - Python 3.10 with tomli installed
-    try:
-        import tomli as _toml  # type: ignore[no-redef]
-    except ModuleNotFoundError:
-        _toml = None  # type: ignore[assignment]
+from ccdiag.tomlread import TomlError
+from ccdiag.tomlread import loads as toml_loads
 
 log = logging.getLogger("ccdiag.daemon")
 
@@ -108,12 +103,10 @@ class DaemonConfig:
 def parse_config(text: str, source: str = "<config>") -> dict[str, Any]:
     """The settings of a daemon TOML file, as ``DaemonConfig`` field values (types checked, ranges
     left to :meth:`DaemonConfig.validate`)."""
-    if _toml is None:  # pragma: no cover - Python 3.10 without tomli
-        raise ConfigError(f"{source}: reading TOML needs Python 3.11 or the 'tomli' package")
     try:
-        doc = _toml.loads(text)
-    except _toml.TOMLDecodeError as exc:
-        raise ConfigError(f"{source}: not valid TOML: {exc}") from None
+        doc = toml_loads(text, source)
+    except TomlError as exc:
+        raise ConfigError(str(exc)) from None
     out: dict[str, Any] = {}
     for key, value in doc.items():
         kind = CONFIG_KEYS.get(key)

@@ -185,7 +185,7 @@ def test_config_is_read_with_tomli_where_tomllib_is_missing():
     """``tomli`` is not installed here; the standard library's ``tomllib`` (the same parser, merged
     into Python 3.11) stands in for it under the name ``tomli``."""
     proc = _fallback("import tomllib; sys.modules['tomli'] = tomllib",
-                     "assert daemon._toml.__name__ == 'tomllib'\n"
+                     "import ccdiag.tomlread as reader; assert reader._toml.__name__ == 'tomllib'\n"
                      "print(parse_config('interval = 30\\nprobes = [\"nvml\"]\\n'))\n"
                      "try:\n"
                      "    parse_config('interval = [')\n"

@@ -1,0 +1,31 @@
+"""Reading TOML files (policies, daemon settings) on every supported Python.
+
+``tomllib`` is in the standard library from 3.11; on 3.10 the same parser comes as ``tomli``. Both
+callers want one answer: the document, or one line naming the file and what is wrong with it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+try:
+    import tomllib as _toml
+except ModuleNotFoundError:  # pragma: no cover - Python 3.10 with tomli installed
+    try:
+        import tomli as _toml  # type: ignore[no-redef]
+    except ModuleNotFoundError:
+        _toml = None  # type: ignore[assignment]
+
+
+class TomlError(ValueError):
+    """A TOML text that cannot be read; the message names its source."""
+
+
+def loads(text: str, source: str) -> dict[str, Any]:
+    """The TOML document in ``text``; raises :class:`TomlError` naming ``source``."""
+    if _toml is None:  # pragma: no cover - Python 3.10 without tomli
+        raise TomlError(f"{source}: reading TOML needs Python 3.11 or the 'tomli' package")
+    try:
+        return _toml.loads(text)
+    except _toml.TOMLDecodeError as exc:
+        raise TomlError(f"{source}: not valid TOML: {exc}") from None
