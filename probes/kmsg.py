@@ -43,9 +43,10 @@ class KernelEvent:
     message: str
     time_s: float | None = None  # seconds since boot, as the kernel stamps it
     bdf: str | None = None
-    code: int | None = None  # the XID / SXID number; the IB port number for mlx5 port events
+    code: int | None = None  # the XID / SXID number
     device: str | None = None  # "mlx5_0", "ib0", "GPU-<uuid>", the reporting port of an AER event
     pid: int | None = None
+    port: int | None = None  # the RDMA port number of an mlx5 port event
 
 
 @dataclass(frozen=True)
@@ -138,8 +139,8 @@ def match_event(message: str, time_s: float | None, context: dict | None = None)
             state = m.group(4).upper()
             kind = {"ACTIVE": "ib_link_up", "UP": "ib_link_up", "DOWN": "ib_link_down"}.get(state)
             if kind:
-                return KernelEvent(kind, message, time_s, normalize_bdf(m.group(1)), int(m.group(3)),
-                                   m.group(2))
+                return KernelEvent(kind, message, time_s, normalize_bdf(m.group(1)), None, m.group(2),
+                                   port=int(m.group(3)))
     m = _AER.match(message)
     if m:
         src = _AER_SOURCE.search(m.group(2))

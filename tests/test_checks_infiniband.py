@@ -215,7 +215,7 @@ def test_gpu_whose_own_nic_is_down_is_sent_to_the_next_rdma_nic():
 def test_link_flaps_map_port_lines_by_device_and_ignore_other_nics():
     up = S.healthy_kmsg().uptime_s
     ev = (KernelEvent("ib_link_down", "mlx5_core 0000:68:00.0 mlx5_3: Port: 1 Link DOWN", up - 60,
-                      S.bdfs(3)["nic"], 1, "mlx5_3"),
+                      S.bdfs(3)["nic"], None, "mlx5_3", port=1),
           KernelEvent("ib_link_down", "ice 0000:f8:00.0 eth0: NIC Link is Down", up - 60, "0000:f8:00.0", None, "eth0"))
     runs = S.with_data(S.healthy_runs(), "kmsg", replace(S.healthy_kmsg(), events=ev))
     f = bad(link_flaps(S.make_ctx(runs)))

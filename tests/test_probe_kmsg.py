@@ -91,7 +91,8 @@ def test_old_driver_xids_without_pid():
 def test_mlx5_ib_port_events_init_is_skipped_active_is_up():
     events, scanned = events_of("journal-mlx5-ib-port-link-init-active.txt")
     assert scanned == 4
-    assert [(e.kind, e.bdf, e.device, e.code) for e in events] == [("ib_link_up", "0000:ab:00.0", "mlx5_5", 1)]
+    assert [(e.kind, e.bdf, e.device, e.port, e.code) for e in events] == [
+        ("ib_link_up", "0000:ab:00.0", "mlx5_5", 1, None)]
 
 
 def test_aer_source_device_and_reporting_port():
@@ -112,19 +113,21 @@ def test_synthesized_kmsg_records_link_flap_and_escaped_multiline():
         ("xid", "0000:18:00.0", None, 6000.0), ("fallen_off_bus", "0000:18:00.0", None, 6000.0001)]
 
 
-@pytest.mark.parametrize("message, kind, code, device", [
-    ("nvidia-nvswitch3: SXid (PCI:0000:c8:00.0): 20034, Fatal, Link 50 LTSSM Fault Up", "sxid", 20034, "nvidia-nvswitch3"),
-    ("mlx5_0:port 1 link down", "ib_link_down", 1, "mlx5_0"),
-    ("mlx5_core 0000:ab:00.0 mlx5_5: Port: 1 Link DOWN", "ib_link_down", 1, "mlx5_5"),
-    ("igc 0000:05:00.0 eth5: NIC Link is Down", None, None, None),
-    ("NVRM: Xid (PCI:0000:10:00.0): 79, GPU has fallen off the bus.", "xid", 79, None),
+@pytest.mark.parametrize("message, kind, code, port, device", [
+    ("nvidia-nvswitch3: SXid (PCI:0000:c8:00.0): 20034, Fatal, Link 50 LTSSM Fault Up", "sxid", 20034, None,
+     "nvidia-nvswitch3"),
+    ("mlx5_0:port 1 link down", "ib_link_down", None, 1, "mlx5_0"),
+    ("mlx5_core 0000:ab:00.0 mlx5_5: Port: 1 Link DOWN", "ib_link_down", None, 1, "mlx5_5"),
+    ("igc 0000:05:00.0 eth5: NIC Link is Down", None, None, None, None),
+    ("NVRM: Xid (PCI:0000:10:00.0): 79, GPU has fallen off the bus.", "xid", 79, None, None),
 ])
-def test_match_event_table(message, kind, code, device):
+def test_match_event_table(message, kind, code, port, device):
+    """``code`` is only ever an XID/SXID number; a port event carries its port in ``port``."""
     event = kmsg.match_event(message, None)
     if kind is None:
         assert event is None
     else:
-        assert (event.kind, event.code, event.device) == (kind, code, device)
+        assert (event.kind, event.code, event.port, event.device) == (kind, code, port, device)
 
 
 def test_parse_uptime():

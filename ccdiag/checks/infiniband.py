@@ -286,8 +286,8 @@ def _flap_target(ib: Any, netdev: Any, event: Any) -> tuple[Any, Any] | None:
     if dev is None:
         return None
     port = None
-    if event.code is not None and event.device == dev.name:  # "mlx5_core ... mlx5_4: Port: 1 Link DOWN"
-        port = next((p for p in dev.ports if p.port == event.code), None)
+    if event.port is not None and event.device == dev.name:  # "mlx5_core ... mlx5_4: Port: 1 Link DOWN"
+        port = next((p for p in dev.ports if p.port == event.port), None)
     if port is None and len(dev.ports) == 1:
         port = dev.ports[0]
     return dev, port
