@@ -71,8 +71,8 @@ def main() -> None:
     time_runs(1)  # warm the page cache and __pycache__
     times = time_runs(args.n)
     cli_imports = import_times("import ccdiag.cli")
-    topo_imports = import_times("import ccdiag.cli, ccdiag.commands.topo, ccdiag.topology, ccdiag.topology_build, "
-                                "ccdiag.topology_matrix, ccdiag.report, ccdiag.probing, rich.table, rich.console")
+    topo_imports = import_times("import ccdiag.cli, ccdiag.commands.topo, ccdiag.topology, ccdiag.topology.builder, "
+                                "ccdiag.topology.matrix, ccdiag.report, ccdiag.probing, rich.table, rich.console")
     result = {
         "command": "ccdiag topo --replay samples/hgx-h100-8gpu-healthy.snap.tar.gz --json",
         "runs": args.n,

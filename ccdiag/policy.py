@@ -29,7 +29,7 @@ class Policy:
     gpu_model: str | None = None  # substring of the NVML name, e.g. "H100 80GB HBM3"
     min_pcie_gen: int | None = None
     min_pcie_width: int | None = None
-    ib_rate_gbps: float | None = None  # every active IB port at least this
+    ib_rate_gbit_s: float | None = None  # every active IB port at least this
     expected_ib_ports: int | None = None
     ignore_xids: tuple[int, ...] = ()
     xid_window_s: float = 24 * 3600.0  # XIDs older than this (by kernel timestamp) are history, not health
@@ -55,7 +55,7 @@ FIELD_HELP: dict[str, str] = {
     "gpu_model": "substring every GPU's NVML name must contain",
     "min_pcie_gen": "lowest PCIe generation a GPU link may be capable of (judged on max, not idle current)",
     "min_pcie_width": "lowest PCIe link width (lanes) a GPU link may be capable of",
-    "ib_rate_gbps": "every active RDMA port (InfiniBand or RoCE) must run at least this rate, Gb/s",
+    "ib_rate_gbit_s": "every active RDMA port (InfiniBand or RoCE) must run at least this rate, Gb/s",
     "expected_ib_ports": "number of RDMA ports that must be ACTIVE",
     "ignore_xids": "XID codes never reported (e.g. 13, 31, 43: application faults, not hardware)",
     "xid_window_s": "XIDs older than this many seconds are history, not health",
@@ -81,7 +81,7 @@ def _expected_type(name: str) -> str:
     defaults = {
         "expected_gpu_count": "int", "min_pcie_gen": "int", "min_pcie_width": "int", "expected_ib_ports": "int",
         "min_shm_bytes": "int", "min_memlock_bytes": "int", "nvlink_error_rate_warn": "int",
-        "ib_error_rate_warn": "int", "gpu_model": "str", "ib_rate_gbps": "float", "xid_window_s": "float",
+        "ib_error_rate_warn": "int", "gpu_model": "str", "ib_rate_gbit_s": "float", "xid_window_s": "float",
         "temperature_warn_c": "float", "require_persistence_mode": "bool", "require_peermem": "bool",
         "ignore_xids": "int list",
     }
@@ -137,6 +137,10 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
     for key, value in doc.items():
         line = _line_of(text, key)
         where = f"{source}:{line}" if line else source
+        if key in RENAMED_KEYS:
+            if RENAMED_KEYS[key] in doc:
+                raise PolicyError(f"{where}: {key} is the old name of {RENAMED_KEYS[key]}; set only one")
+            key = RENAMED_KEYS[key]
         if key not in known:
             if isinstance(value, dict):
                 raise PolicyError(f"{where}: unknown section [{key}] (policy keys are top level; "
@@ -153,10 +157,13 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
     return Policy(**values, source=source)
 
 
+#: keys of earlier releases, still read: old name -> current name (units spelled out in names)
+RENAMED_KEYS = {"ib_rate_gbps": "ib_rate_gbit_s"}
+
 #: plausible ranges: a typo (min_pcie_gen = 55) must be refused, not fail every node
 _BOUNDS: dict[str, tuple[float, float]] = {
     "expected_gpu_count": (0, 256), "min_pcie_gen": (1, 6), "min_pcie_width": (1, 32),
-    "ib_rate_gbps": (1, 3200), "expected_ib_ports": (0, 256), "xid_window_s": (0, 365 * 86400),
+    "ib_rate_gbit_s": (1, 3200), "expected_ib_ports": (0, 256), "xid_window_s": (0, 365 * 86400),
     "temperature_warn_c": (20, 150), "min_shm_bytes": (0, 1 << 50), "min_memlock_bytes": (0, 1 << 62),
     "nvlink_error_rate_warn": (0, 1 << 40), "ib_error_rate_warn": (0, 1 << 40),
 }
@@ -286,7 +293,7 @@ def policy_from_observations(runs: dict, topology: Any = None) -> Policy:
         active = [p for d in ib.devices for p in d.ports if (p.state or "").upper() == "ACTIVE"]
         if active:
             values["expected_ib_ports"] = len(active)
-            values["ib_rate_gbps"] = _min([p.rate_gbps for p in active])
+            values["ib_rate_gbit_s"] = _min([p.rate_gbit_s for p in active])
     return Policy(**{k: v for k, v in values.items() if v is not None})
 
 

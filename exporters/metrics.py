@@ -257,20 +257,16 @@ def _gts(gts: float | None) -> float | None:
 def _near(topology: Any, nic: str) -> list[str]:
     if topology is None:
         return []
-    try:
-        return list(topology.gpus_near_nic(nic))
-    except Exception:  # noqa: BLE001 - a NIC the topology does not know serves no GPU we can name
+    if not topology.has_device(nic):  # a NIC the topology does not know serves no GPU we can name
         return []
+    return list(topology.gpus_near_nic(nic))
 
 
 def _infiniband(out: _Families, ib: Any, topology: Any, nvml: Any) -> None:
     by_index = {g.index: g for g in getattr(nvml, "gpus", ()) or ()}
     topo_gpus = {}
     if topology is not None:
-        try:
-            topo_gpus = {g.label: g for g in topology.gpus()}
-        except Exception:  # noqa: BLE001
-            topo_gpus = {}
+        topo_gpus = {g.label: g for g in topology.gpus()}
     for dev in sorted(getattr(ib, "devices", ()) or (), key=lambda d: _natural(d.name)):
         near = _near(topology, dev.name)
         for port in sorted(dev.ports, key=lambda p: p.port):
@@ -280,7 +276,7 @@ def _infiniband(out: _Families, ib: Any, topology: Any, nvml: Any) -> None:
             out.add("infiniband_port_state_id", ids, port.state_code)
             out.add("infiniband_port_physical_state_id", ids, port.phys_state_code)
             out.add("infiniband_port_rate_bytes_per_second", ids,
-                    None if port.rate_gbps is None else port.rate_gbps * 1e9 / 8)
+                    None if port.rate_gbit_s is None else port.rate_gbit_s * 1e9 / 8)
             out.add("infiniband_port_link_width", ids, port.width)
             counters = port.counters or {}
             for raw, (name, factor) in IB_NAMED.items():
@@ -298,10 +294,7 @@ def _infiniband(out: _Families, ib: Any, topology: Any, nvml: Any) -> None:
             g = by_index.get(tg.index) if tg is not None else None
             gid = _gpu_ids(g) if g is not None else (
                 (tg.index, tg.uuid, dcgm_bus_id(tg.bdf)) if tg is not None else (None, None, None))
-            try:
-                level = topology.level(dev.name, label)
-            except Exception:  # noqa: BLE001
-                level = None
+            level = topology.level(dev.name, label) if topology.has_device(dev.name) else None
             out.add("infiniband_nearest_gpu_info", (dev.name,) + gid + (level,), 1)
 
 

@@ -50,7 +50,7 @@ class IbPort:
     state_code: int | None = None
     phys_state: str | None = None  # "LinkUp", "Polling", "Disabled", ...
     phys_state_code: int | None = None
-    rate_gbps: float | None = None  # 400.0 from "400 Gb/sec (4X NDR)"
+    rate_gbit_s: float | None = None  # 400.0 from "400 Gb/sec (4X NDR)"
     rate_raw: str | None = None
     width: int | None = None  # lanes, 4 from "4X"
     speed_name: str | None = None  # "NDR", "HDR", ...
@@ -187,7 +187,7 @@ def _read_port(host, dev_dir: str, name: str) -> IbPort:
         errors.append(ReadError(f"{port_dir}/rate", "parse", f"unrecognised rate {rate_raw!r}"))
     return IbPort(
         port=int(name), state=state, state_code=state_code, phys_state=phys, phys_state_code=phys_code,
-        rate_gbps=rate, rate_raw=rate_raw, width=width, speed_name=speed,
+        rate_gbit_s=rate, rate_raw=rate_raw, width=width, speed_name=speed,
         link_layer=attr(host, f"{port_dir}/link_layer", errors),
         lid=parse_hex_int(attr(host, f"{port_dir}/lid", errors)),
         sm_lid=parse_hex_int(attr(host, f"{port_dir}/sm_lid", errors)),

@@ -60,7 +60,7 @@ def pcie_obs() -> PcieObservation:
 
 
 def ib_obs() -> IbObservation:
-    port = IbPort(1, state="ACTIVE", state_code=4, phys_state="LinkUp", phys_state_code=5, rate_gbps=400.0,
+    port = IbPort(1, state="ACTIVE", state_code=4, phys_state="LinkUp", phys_state_code=5, rate_gbit_s=400.0,
                   width=4, speed_name="NDR", link_layer="InfiniBand",
                   counters={"port_xmit_data": 1000, "port_rcv_data": 250, "port_xmit_packets": 10,
                             "port_rcv_packets": 5, "symbol_error": 0, "link_downed": 1},
@@ -112,6 +112,9 @@ def runs(**override) -> dict[str, ProbeRun]:
 
 class FakeTopology:
     """Answers the two questions the exporter asks of a topology."""
+
+    def has_device(self, name):
+        return name in ("mlx5_0", "mlx5_1", "GPU0", "GPU1")
 
     def gpus_near_nic(self, nic):
         return ["GPU0"] if nic == "mlx5_0" else []

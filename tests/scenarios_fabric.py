@@ -71,7 +71,7 @@ def healthy_nvml() -> NvmlObservation:
 
 
 def _port(**kw) -> IbPort:
-    base = dict(port=1, state="ACTIVE", state_code=4, phys_state="LinkUp", phys_state_code=5, rate_gbps=400.0,
+    base = dict(port=1, state="ACTIVE", state_code=4, phys_state="LinkUp", phys_state_code=5, rate_gbit_s=400.0,
                 rate_raw="400 Gb/sec (4X NDR)", width=4, speed_name="NDR", link_layer="InfiniBand", lid=7,
                 sm_lid=1, gids=(Gid(0, "fe80:0000:0000:0000:a088:c203:0000:0001"),),
                 counters={"symbol_error": 12, "link_error_recovery": 1, "link_downed": 1, "port_rcv_errors": 4,
@@ -133,6 +133,9 @@ class FakeTopology:
 
     def nics(self):
         return list(self._nics)
+
+    def has_device(self, name: str) -> bool:
+        return any(n.label == name for n in self._gpus + self._nics)
 
     def level(self, a: str, b: str) -> str:
         gi, ni = int(a[3:]), int(b.split("_")[1])
@@ -287,12 +290,12 @@ def sc_acs_on() -> CheckContext:
 
 def sc_ib_polling() -> CheckContext:
     return make_ctx(edit_port(healthy_runs(), "mlx5_2", state="DOWN", state_code=1, phys_state="Polling",
-                              phys_state_code=2, rate_gbps=10.0, rate_raw="10 Gb/sec (4X SDR)", width=4))
+                              phys_state_code=2, rate_gbit_s=10.0, rate_raw="10 Gb/sec (4X SDR)", width=4))
 
 
 def sc_ib_2x_width() -> CheckContext:
     """mlx5_7 trained at 2X HDR (100 Gb/s) while its siblings run 4X."""
-    return make_ctx(edit_port(healthy_runs(), "mlx5_7", rate_gbps=200.0, rate_raw="200 Gb/sec (2X NDR)", width=2))
+    return make_ctx(edit_port(healthy_runs(), "mlx5_7", rate_gbit_s=200.0, rate_raw="200 Gb/sec (2X NDR)", width=2))
 
 
 def counter_window(**increments: int) -> tuple[dict[str, ProbeRun], dict[str, ProbeRun]]:

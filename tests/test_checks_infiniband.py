@@ -75,13 +75,13 @@ def test_2x_width_among_4x_siblings_fails():
 def test_uniform_2x_hdr_warns_unless_policy_demands_the_rate():
     runs = S.healthy_runs()
     for i in range(S.N):
-        runs = S.edit_port(runs, f"mlx5_{i}", rate_gbps=100.0, rate_raw="100 Gb/sec (2X HDR)", width=2,
+        runs = S.edit_port(runs, f"mlx5_{i}", rate_gbit_s=100.0, rate_raw="100 Gb/sec (2X HDR)", width=2,
                            speed_name="HDR")
     problems = bad(rate(S.make_ctx(runs)))
     assert len(problems) == 8 and {f.status for f in problems} == {WARN}
-    strict = bad(rate(S.make_ctx(runs, policy=Policy(ib_rate_gbps=200, source="fleet.yaml"))))
+    strict = bad(rate(S.make_ctx(runs, policy=Policy(ib_rate_gbit_s=200, source="fleet.yaml"))))
     assert {f.status for f in strict} == {FAIL}
-    assert strict[0].expected_source == "policy fleet.yaml: ib_rate_gbps"
+    assert strict[0].expected_source == "policy fleet.yaml: ib_rate_gbit_s"
 
 
 @pytest.mark.parametrize("incs,status", [

@@ -24,8 +24,11 @@ class FakeTopology:
     def __init__(self, expected):
         self.expected = expected
 
+    def has_device(self, name):
+        return name in self.expected
+
     def expected_nvlinks(self, gpu_label):
-        return self.expected.get(gpu_label)
+        return self.expected[gpu_label]
 
 
 # -- state -----------------------------------------------------------------------------------------

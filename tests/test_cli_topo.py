@@ -254,20 +254,20 @@ def test_degraded_json_carries_nic_and_gpu_states():
     assert all(gpus[f"GPU{i}"]["state"] == "ok" for i in (0, 1, 2, 3, 4, 5, 7))
     aff = topo["affinity"]
     assert aff["GPU4"]["nearest"] == ["mlx5_4"] and aff["GPU4"]["nearest_down"] is True
-    assert (aff["GPU4"]["via"], aff["GPU4"]["usable_level"], aff["GPU4"]["current_gbps"]) == ("mlx5_5", "NODE", 50.0)
-    assert (aff["GPU6"]["state"], aff["GPU6"]["current_gbps"]) == ("lost", 0.0)
+    assert (aff["GPU4"]["via"], aff["GPU4"]["usable_level"], aff["GPU4"]["current_gbyte_s"]) == ("mlx5_5", "NODE", 50.0)
+    assert (aff["GPU6"]["state"], aff["GPU6"]["current_gbyte_s"]) == ("lost", 0.0)
     # the NCCL-style list stays as it was: every NIC with its level, nearest first
     assert topo["nic_affinity"]["GPU4"][0] == ["mlx5_4", "PIX"]
     gpu_nic = {(e["a"], e["b"]): e for e in topo["expected"] if e["kind"] == "gpu_nic"}
     down = gpu_nic[("GPU4", "mlx5_4")]
-    assert (down["role"], down["nic_state"], down["usable"], down["gbps"], down["current_gbps"]) == \
+    assert (down["role"], down["nic_state"], down["usable"], down["gbyte_s"], down["current_gbyte_s"]) == \
         ("nearest", "down", False, 50.0, 0.0)
     alt = gpu_nic[("GPU4", "mlx5_5")]
-    assert (alt["role"], alt["usable"], alt["level"], alt["current_gbps"]) == ("nearest_usable", True, "NODE", 50.0)
+    assert (alt["role"], alt["usable"], alt["level"], alt["current_gbyte_s"]) == ("nearest_usable", True, "NODE", 50.0)
     lost = [e for e in topo["expected"] if "GPU6" in (e["a"], e["b"])]
     assert len(lost) == 7 + 1 + 1  # 7 pairs, H2D, GPU->NIC
-    assert all(e["current_gbps"] == 0.0 and e["usable"] is False and e["blocked_by"] == "GPU6 lost" for e in lost)
-    assert gpu_nic[("GPU0", "mlx5_0")]["usable"] is True and gpu_nic[("GPU0", "mlx5_0")]["current_gbps"] == 50.0
+    assert all(e["current_gbyte_s"] == 0.0 and e["usable"] is False and e["blocked_by"] == "GPU6 lost" for e in lost)
+    assert gpu_nic[("GPU0", "mlx5_0")]["usable"] is True and gpu_nic[("GPU0", "mlx5_0")]["current_gbyte_s"] == 50.0
 
 
 def test_usable_nic_agrees_with_the_gpudirect_check():
@@ -342,11 +342,11 @@ def _synth_topo(runs):
 
 
 def test_whole_socket_of_nics_down_sends_gpu4_across_sockets():
-    from ccdiag.commands.topo import _affinity_rows, gpu_affinity
+    from ccdiag.commands.topo import _affinity_rows
     from topo_trees import hgx
 
     topo = _synth_topo(hgx(nic_down=("mlx5_4", "mlx5_5", "mlx5_6", "mlx5_7")))
-    a = gpu_affinity(topo, topo.gpu("GPU4"))
+    a = topo.gpudirect_nics("GPU4")
     assert (a["nearest"], a["nearest_down"], a["usable"], a["usable_level"], a["via"]) == \
         (["mlx5_4"], True, ["mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3"], "SYS", "mlx5_0")
     row = next(r for r in _affinity_rows(topo) if r[0] == "GPU4")
@@ -367,7 +367,7 @@ def test_no_active_nic_anywhere_says_so_and_trains_at_zero():
 
 
 def test_nic_without_port_data_is_not_called_down():
-    from ccdiag.commands.topo import _affinity_rows, nic_states
+    from ccdiag.commands.topo import _affinity_rows
     from ccdiag.probes.infiniband import IbObservation
     from topo_trees import hgx
 
@@ -376,13 +376,13 @@ def test_nic_without_port_data_is_not_called_down():
                                                      type(d)(name=d.name, pci_bdf=d.pci_bdf, ports=())
                                                      for d in runs["infiniband"].devices))
     topo = _synth_topo(runs)
-    assert nic_states(topo)["mlx5_1"] == {"state": "unknown", "usable": None, "ports": {}}
+    assert topo.nic_states()["mlx5_1"] == {"state": "unknown", "usable": None, "ports": {}}
     row = next(r for r in _affinity_rows(topo) if r[0] == "GPU1")
     assert row[2] == "mlx5_1 PIX" and "(down)" not in row[2]
 
 
 def test_two_nics_at_the_same_level_one_down_marks_only_that_one():
-    from ccdiag.commands.topo import _affinity_rows, gpu_affinity
+    from ccdiag.commands.topo import _affinity_rows
     from ccdiag.probes.nvml import Gpu, NvmlObservation
     from topo_trees import Tree, ib_devices, system
 
@@ -397,7 +397,7 @@ def test_two_nics_at_the_same_level_one_down_marks_only_that_one():
                                     gpus=(Gpu(index=0, uuid="GPU-0", bus_id="0000:13:00.0", numa_node=0),)),
             "infiniband": ib_devices([("mlx5_0", "0000:14:00.0"), ("mlx5_1", "0000:15:00.0")], down=("mlx5_0",))}
     topo = _synth_topo(runs)
-    a = gpu_affinity(topo, topo.gpu("GPU0"))
+    a = topo.gpudirect_nics(topo.gpu("GPU0"))
     assert (a["nearest"], a["nearest_down"], a["via"]) == (["mlx5_0", "mlx5_1"], False, "mlx5_1")
     row = _affinity_rows(topo)[0]
     assert row[2] == "mlx5_0 (down), mlx5_1 PIX" and row[3:] == ["50.0", "50.0"]

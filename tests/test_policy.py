@@ -24,7 +24,7 @@ from cli_runner import run  # noqa: E402
 
 def test_toml_round_trip_keeps_every_value():
     p = Policy(expected_gpu_count=8, gpu_model="NVIDIA H100 80GB HBM3", min_pcie_gen=5, min_pcie_width=16,
-               ib_rate_gbps=400.0, expected_ib_ports=8, ignore_xids=(43, 13), xid_window_s=3600.0,
+               ib_rate_gbit_s=400.0, expected_ib_ports=8, ignore_xids=(43, 13), xid_window_s=3600.0,
                temperature_warn_c=83.5, min_shm_bytes=1 << 32, min_memlock_bytes=1 << 30,
                require_persistence_mode=False, require_peermem=True, nvlink_error_rate_warn=5,
                ib_error_rate_warn=10)
@@ -45,7 +45,7 @@ def test_absent_values_stay_absent():
     ("min_pcie_gen = \"5\"\n", 1, "min_pcie_gen must be an integer"),
     ("\nrequire_peermem = 1\n", 2, "require_peermem must be true or false"),
     ("ignore_xids = [13, \"x\"]\n", 1, "ignore_xids must be a list of integers"),
-    ("ib_rate_gbps = -1\n", 1, "non-negative"),
+    ("ib_rate_gbit_s = -1\n", 1, "non-negative"),
     ("[gpu]\ncount = 8\n", 1, "unknown section [gpu]"),
 ])
 def test_malformed_policy_names_file_and_line(text, line, words):
@@ -87,9 +87,9 @@ def test_policy_from_observations_uses_link_capability_not_idle_speed():
                                   parent="0000:20:00.0" if i == 3 else "0000:17:00.0",
                                   current_link_speed_gts=2.5, max_link_speed_gts=32.0,
                                   current_link_width=16, max_link_width=16))
-    ports = (IbPort(port=1, state="ACTIVE", rate_gbps=400.0), )
+    ports = (IbPort(port=1, state="ACTIVE", rate_gbit_s=400.0), )
     ib = IbObservation(devices=(IbDevice("mlx5_0", ports=ports), IbDevice("mlx5_1", ports=ports),
-                                IbDevice("mlx5_2", ports=(IbPort(port=1, state="DOWN", rate_gbps=10.0),))))
+                                IbDevice("mlx5_2", ports=(IbPort(port=1, state="DOWN", rate_gbit_s=10.0),))))
     runs = {"nvml": ProbeRun("nvml", OK, 0.1, NvmlObservation(device_count=4, gpus=gpus)),
             "pcie": ProbeRun("pcie", OK, 0.1, PcieObservation(devices=tuple(devices))),
             "infiniband": ProbeRun("infiniband", OK, 0.1, ib)}
@@ -99,7 +99,7 @@ def test_policy_from_observations_uses_link_capability_not_idle_speed():
     assert p.min_pcie_gen == 4  # limited by the Gen4 switch port above GPU3, not by the idle Gen1
     assert p.min_pcie_width == 16
     assert p.expected_ib_ports == 2  # the DOWN port is not part of the standard
-    assert p.ib_rate_gbps == 400.0
+    assert p.ib_rate_gbit_s == 400.0
 
 
 def test_policy_from_nothing_expects_nothing():
@@ -114,7 +114,7 @@ def test_policy_init_then_check_holds_degraded_node_to_it(tmp_path):
     p = load_policy(str(pol))
     assert p.expected_gpu_count == 8
     assert p.gpu_model and "H100" in p.gpu_model
-    assert p.ib_rate_gbps and p.expected_ib_ports
+    assert p.ib_rate_gbit_s and p.expected_ib_ports
     # the node a policy was made from passes it
     code, out, err = run("check", "--replay", str(HEALTHY), "--policy", str(pol))
     assert code == 0, out
@@ -135,7 +135,7 @@ def test_a_stricter_policy_fails_the_healthy_node_on_rate_and_count(tmp_path):
     pol = tmp_path / "fleet.toml"
     run("policy", "init", "--replay", str(HEALTHY), "-o", str(pol))
     text = pol.read_text()
-    text = text.replace("ib_rate_gbps = 400.0", "ib_rate_gbps = 800.0")
+    text = text.replace("ib_rate_gbit_s = 400.0", "ib_rate_gbit_s = 800.0")
     text = text.replace("expected_gpu_count = 8", "expected_gpu_count = 16")
     pol.write_text(text)
     code, out, _ = run("check", "--replay", str(HEALTHY), "--policy", str(pol), "--json")
@@ -206,3 +206,12 @@ def test_policy_init_warns_when_the_reference_node_is_not_healthy():
                            str(samples / "hgx-h100-8gpu-healthy.snap.tar.gz")], capture_output=True, text=True,
                           timeout=120)
     assert good.returncode == 0 and "warning" not in good.stderr
+
+
+def test_old_unit_key_is_still_read_and_cannot_be_doubled():
+    from ccdiag.policy import PolicyError, parse_policy
+
+    assert parse_policy("ib_rate_gbps = 400\n").ib_rate_gbit_s == 400.0
+    assert parse_policy("ib_rate_gbit_s = 200\n").ib_rate_gbit_s == 200.0
+    with pytest.raises(PolicyError, match="old name"):
+        parse_policy("ib_rate_gbps = 400\nib_rate_gbit_s = 400\n")

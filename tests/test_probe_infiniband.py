@@ -68,7 +68,7 @@ def test_real_tree_devices_and_ports(real_obs):
     hfi = devs["hfi1_0"]
     assert hfi.fw_ver == "1.27.0" and hfi.hca_type is None and hfi.board_id.startswith("HPE 100Gb 1-port OP101")
     (p,) = hfi.ports
-    assert (p.rate_gbps, p.width, p.speed_name, p.state, p.state_code) == (100.0, 4, "EDR", "ACTIVE", 4)
+    assert (p.rate_gbit_s, p.width, p.speed_name, p.state, p.state_code) == (100.0, 4, "EDR", "ACTIVE", 4)
     assert p.counters["port_rcv_data"] == 345091702026 and p.hw_counters is None
     mlx4 = devs["mlx4_0"]
     assert [q.port for q in mlx4.ports] == [1, 2]
@@ -79,7 +79,7 @@ def test_real_tree_devices_and_ports(real_obs):
     assert mlx5.node_guid == "0a7f:bc12:45ef:d23b"  # file without trailing newline
     (q,) = mlx5.ports
     assert (q.phys_state, q.phys_state_code) == ("ACTIVE", 4)  # real quirk: phys_state "4: ACTIVE"
-    assert (q.rate_gbps, q.width, q.speed_name) == (25.0, 1, "EDR")
+    assert (q.rate_gbit_s, q.width, q.speed_name) == (25.0, 1, "EDR")
     assert q.hw_counters["req_cqe_error"] == 3481 and q.hw_counters["roce_adp_retrans"] == 99
 
 
@@ -119,7 +119,7 @@ def test_missing_counters_directory_is_recorded():
     hfi = next(d for d in ib.collect(ReplayHost(snap)).devices if d.name == "hfi1_0")
     (port,) = hfi.ports
     assert port.counters is None and [(e.kind, e.source) for e in port.errors] == [("missing", prefix)]
-    assert port.rate_gbps == 100.0
+    assert port.rate_gbit_s == 100.0
 
 
 # -- real ibstat facts rebuilt as sysfs -------------------------------------------------------------
@@ -158,7 +158,7 @@ def test_ibstat_facts_of_a_2x_width_hdr_fabric_read_back_from_sysfs():
     for ca, dev in zip(cas, obs.devices):
         (port,) = dev.ports
         assert dev.name == ca["name"] and dev.fw_ver == ca["Firmware version"]
-        assert port.rate_gbps == float(ca["Rate"]) and port.width == 2 and port.speed_name == "HDR"
+        assert port.rate_gbit_s == float(ca["Rate"]) and port.width == 2 and port.speed_name == "HDR"
         assert port.lid == int(ca["Base lid"]) and port.sm_lid == int(ca["SM lid"])
         assert int(dev.node_guid.replace(":", ""), 16) == int(ca["Node GUID"], 16)
         assert port.gids[0].gid.endswith(dev.node_guid)
@@ -210,7 +210,7 @@ def test_unparseable_rate_is_recorded():
     snap = roce_tree()
     synth.put_attr(snap, synth.pci_dir(snap, "0000:19:00.0") + "/infiniband/mlx5_1/ports/1/rate", "weird")
     port = next(d for d in ib.collect(ReplayHost(snap)).devices if d.name == "mlx5_1").ports[0]
-    assert port.rate_gbps is None and port.rate_raw == "weird" and [e.kind for e in port.errors] == ["parse"]
+    assert port.rate_gbit_s is None and port.rate_raw == "weird" and [e.kind for e in port.errors] == ["parse"]
 
 
 def test_no_infiniband_class_is_unavailable():

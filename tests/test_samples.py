@@ -84,14 +84,14 @@ def test_healthy_facts(healthy):
     assert all(r.status == "ok" for r in runs.values()), {n: (r.status, r.error) for n, r in runs.items()}
     assert topo.driver_version == "570.133.20"
     assert [n.label for n in topo.nics()] == [f"mlx5_{i}" for i in range(8)]
-    assert all(n.rate_gbps == 400.0 and n.link_layer == "InfiniBand" for n in topo.nics())
+    assert all(n.rate_gbit_s == 400.0 and n.link_layer == "InfiniBand" for n in topo.nics())
     ib = runs["infiniband"].data.devices
     assert {d.fw_ver for d in ib} == {"28.41.1000"} and ib[0].ports[0].rate_raw == "400 Gb/sec (4X NDR)"
     assert all(l.gen_current == 5 and l.width_current == 16 for l in topo.links()
                if l.kind == "pcie" and l.name.startswith("GPU"))
     assert {topo.expected_nvlinks(g.label) for g in topo.gpus()} == {18}
-    assert topo.expected_p2p("GPU0", "GPU7").gbps == 450.0
-    assert topo.expected_h2d("GPU4").gbps == pytest.approx(63.0, abs=0.1)
+    assert topo.expected_p2p("GPU0", "GPU7").gbyte_s == 450.0
+    assert topo.expected_h2d("GPU4").gbyte_s == pytest.approx(63.0, abs=0.1)
     system = runs["system"].data
     assert "nvidia_peermem" in system.modules and system.fabric_manager == "active"
     assert system.memlock_unlimited is True and system.shm_bytes >= 1 << 39
@@ -105,7 +105,7 @@ def test_degraded_shows_each_fault(degraded):
     assert (gpu3.width_current, gpu3.width_max, gpu3.degraded) == (8, 16, True)
     assert topo.level("GPU5", "GPU0") == "NV17" and topo.expected_nvlinks("GPU5") == 18
     port = next(l for l in topo.links() if l.name == "mlx5_4 port 1")
-    assert port.state == "DOWN" and port.current_gbs == 0.0
+    assert port.state == "DOWN" and port.current_gbyte_s == 0.0
     gpus = {g.label: g for g in topo.gpus()}
     assert gpus["GPU6"].failed == "gpu_lost" and gpus["GPU6"].bdf == "0000:ba:00.0"
     nv = runs["nvml"].data

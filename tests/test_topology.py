@@ -12,7 +12,7 @@ from topo_trees import Tree, hgx, ib_devices, system
 from ccdiag.probes.nvml import Gpu, NvLink, NvmlObservation
 from ccdiag.probes.smi_topo import parse_topo_matrix
 from ccdiag.probing import ProbeRun
-from ccdiag.topology import build_topology, nvlink_gbs, pcie_gbs, pcie_gen, wire_gbs
+from ccdiag.topology import build_topology, nvlink_gbyte_s, pcie_gbyte_s, pcie_gen, wire_gbyte_s
 
 CORPUS_H100 = FIXTURES / "corpus" / "topo-m" / "h100-sxm-hbm3-x8-nv18-8nic-gpunumaid-spaces.txt"
 
@@ -23,22 +23,22 @@ CORPUS_H100 = FIXTURES / "corpus" / "topo-m" / "h100-sxm-hbm3-x8-nv18-8nic-gpunu
     (5.0, 16, 8.0), (2.5, 16, 4.0), (2.5, 1, 0.25), (64.0, 16, 121.0),
 ])
 def test_pcie_bandwidth_per_direction(gts, width, expected):
-    assert pcie_gbs(gts, width) == pytest.approx(expected, abs=0.1)
+    assert pcie_gbyte_s(gts, width) == pytest.approx(expected, abs=0.1)
 
 
 def test_pcie_bandwidth_unknown_inputs_are_none():
-    assert pcie_gbs(None, 16) is None
-    assert pcie_gbs(32.0, None) is None
-    assert pcie_gbs(32.0, 0) is None
+    assert pcie_gbyte_s(None, 16) is None
+    assert pcie_gbyte_s(32.0, None) is None
+    assert pcie_gbyte_s(32.0, 0) is None
     assert pcie_gen(32.0) == 5 and pcie_gen(8.0) == 3 and pcie_gen(3.3) is None
 
 
 def test_nvlink_and_wire_rates():
-    assert nvlink_gbs(4, 18) == 450.0
-    assert nvlink_gbs(3, 12) == 300.0
-    assert nvlink_gbs(5, 18) == 900.0
-    assert nvlink_gbs(None, 18) is None
-    assert wire_gbs(400.0) == 50.0 and wire_gbs(200.0) == 25.0
+    assert nvlink_gbyte_s(4, 18) == 450.0
+    assert nvlink_gbyte_s(3, 12) == 300.0
+    assert nvlink_gbyte_s(5, 18) == 900.0
+    assert nvlink_gbyte_s(None, 18) is None
+    assert wire_gbyte_s(400.0) == 50.0 and wire_gbyte_s(200.0) == 25.0
 
 
 # -- levels --------------------------------------------------------------------------------------------
@@ -123,9 +123,9 @@ def test_nvlink_down_lowers_the_count_for_that_gpu_only():
     assert topo.level("GPU5", "GPU0") == "NV17"
     assert topo.level("GPU0", "GPU1") == "NV18"
     assert topo.expected_nvlinks("GPU5") == 18
-    assert topo.path_bandwidth("GPU0", "GPU5").gbps == 450.0
+    assert topo.path_bandwidth("GPU0", "GPU5").gbyte_s == 450.0
     cur = topo.current_path_bandwidth("GPU0", "GPU5")
-    assert cur.gbps == 425.0 and cur.bottleneck.name.startswith("GPU5 NVLink")
+    assert cur.gbyte_s == 425.0 and cur.bottleneck.name.startswith("GPU5 NVLink")
 
 
 def test_peer_wired_pair_counts_direct_links():
@@ -144,8 +144,8 @@ def test_peer_wired_pair_counts_direct_links():
     topo = build_topology({"pcie": t.obs(), "nvml": nvml, "system": system({0: "0-7"})})
     assert topo.level("GPU0", "GPU1") == "NV4"  # a link counts once it is active at either end
     assert topo.expected_nvlinks("GPU1") == 4
-    assert topo.path_bandwidth("GPU0", "GPU1").gbps == 100.0
-    assert topo.current_path_bandwidth("GPU0", "GPU1").gbps == 75.0
+    assert topo.path_bandwidth("GPU0", "GPU1").gbyte_s == 100.0
+    assert topo.current_path_bandwidth("GPU0", "GPU1").gbyte_s == 75.0
 
 
 def test_no_pcie_probe_gives_unknown_levels_but_keeps_nvlink():
@@ -155,7 +155,7 @@ def test_no_pcie_probe_gives_unknown_levels_but_keeps_nvlink():
     assert len(topo.gpus()) == 8 and len(topo.nics()) == 8
     assert topo.level("GPU0", "mlx5_0") == "unknown"
     assert topo.level("GPU0", "GPU1") == "NV18"
-    assert topo.expected_h2d("GPU0").gbps is None
+    assert topo.expected_h2d("GPU0").gbyte_s is None
     assert topo.matrix().cells[("GPU0", "NIC0")] is None
 
 
@@ -177,9 +177,9 @@ def test_empty_inputs_build_an_empty_topology():
 # -- bandwidths on paths --------------------------------------------------------------------------------
 def test_downtrained_gpu_link_shows_in_current_but_not_expected():
     topo = build_topology(hgx(gpu3_x8=True))
-    assert topo.expected_h2d("GPU3").gbps == pytest.approx(63.0, abs=0.1)
+    assert topo.expected_h2d("GPU3").gbyte_s == pytest.approx(63.0, abs=0.1)
     cur = topo.expected_h2d("GPU3", current=True)
-    assert cur.gbps == pytest.approx(31.5, abs=0.1)
+    assert cur.gbyte_s == pytest.approx(31.5, abs=0.1)
     assert cur.bottleneck.name.startswith("GPU3") and cur.bottleneck.width_current == 8
     bad = [l for l in topo.links() if l.degraded]
     assert [l.name.split(" ")[0] for l in bad] == ["GPU3"]
@@ -188,11 +188,11 @@ def test_downtrained_gpu_link_shows_in_current_but_not_expected():
 def test_gpu_nic_is_the_smaller_of_pcie_and_wire():
     topo = build_topology(hgx(nic_down=("mlx5_4",)))
     e = topo.expected_gpu_nic("GPU0", "mlx5_0")
-    assert e.gbps == 50.0 and e.bottleneck.kind == "ib" and e.level == "PIX"
+    assert e.gbyte_s == 50.0 and e.bottleneck.kind == "ib" and e.level == "PIX"
     # a port that is down is expected at the rate the node's other ports run at; it carries 0 now
-    assert topo.expected_gpu_nic("GPU4", "mlx5_4").gbps == 50.0
-    assert topo.expected_gpu_nic("GPU4", "mlx5_4", current=True).gbps == 0.0
-    assert topo.nics()[4].rate_gbps is None
+    assert topo.expected_gpu_nic("GPU4", "mlx5_4").gbyte_s == 50.0
+    assert topo.expected_gpu_nic("GPU4", "mlx5_4", current=True).gbyte_s == 0.0
+    assert topo.nics()[4].rate_gbit_s is None
 
 
 def test_nearest_nics_and_gpus_served():

@@ -56,7 +56,7 @@ def ib_devices(names_bdfs, rate=400.0, raw="400 Gb/sec (4X NDR)", down=()):
         is_down = name in down
         devs.append(IbDevice(name=name, pci_bdf=bdf, ports=(IbPort(
             port=1, state="DOWN" if is_down else "ACTIVE", phys_state="Polling" if is_down else "LinkUp",
-            rate_gbps=10.0 if is_down else rate, rate_raw="10 Gb/sec (4X SDR)" if is_down else raw,
+            rate_gbit_s=10.0 if is_down else rate, rate_raw="10 Gb/sec (4X SDR)" if is_down else raw,
             link_layer="InfiniBand"),)))
     return IbObservation(devices=tuple(devs))
 

@@ -16,6 +16,8 @@ from ccdiag.checks import CheckContext, check
 from ccdiag.checks.pcie import counter_delta, gate, gpu_ids, node_component, policy_source
 from ccdiag.findings import FAIL, PASS, SKIP, STATUS_RANK, UNKNOWN, WARN, Component, Evidence, Finding
 from ccdiag.model import normalize_bdf
+from ccdiag.topology.levels import UNKNOWN as UNKNOWN_LEVEL
+from ccdiag.topology.levels import gpudirect_capable, level_rank
 
 IB_SYS = "/sys/class/infiniband"
 
@@ -25,8 +27,6 @@ EXCESSIVE_PER_S = 10.0
 FLAPS_FAIL = 5
 #: modules that give the RDMA stack access to GPU memory
 PEERMEM_MODULES = ("nvidia_peermem", "nv_peer_mem")
-#: NCCL path levels from the GPU to its NIC, nearest first
-LEVEL_RANK = {"PIX": 0, "PXB": 1, "P2C": 1, "PHB": 2, "NODE": 3, "SYS": 4}
 
 
 def port_path(dev: str, port: int, attr: str) -> str:
@@ -144,18 +144,18 @@ def rate(ctx: CheckContext) -> list[Finding]:
     best_width: dict[tuple, int] = {}
     for d, p in ports:
         k = _model(d, p)
-        if p.rate_gbps is not None:
-            best_rate[k] = max(best_rate.get(k, 0.0), p.rate_gbps)
+        if p.rate_gbit_s is not None:
+            best_rate[k] = max(best_rate.get(k, 0.0), p.rate_gbit_s)
         if p.width is not None:
             best_width[k] = max(best_width.get(k, 0), p.width)
     has_ib = any((p.link_layer or "InfiniBand") == "InfiniBand" for _, p in ports)
-    want = ctx.policy.ib_rate_gbps
+    want = ctx.policy.ib_rate_gbit_s
     out: list[Finding] = []
     for d, p in ports:
         comp = port_component(d, p)
-        ev = (Evidence("rate", p.rate_raw or (f"{p.rate_gbps:g} Gb/sec" if p.rate_gbps else None),
+        ev = (Evidence("rate", p.rate_raw or (f"{p.rate_gbit_s:g} Gb/sec" if p.rate_gbit_s else None),
                        port_path(d.name, p.port, "rate")),)
-        if p.rate_gbps is None:
+        if p.rate_gbit_s is None:
             out.append(Finding("ib.rate", UNKNOWN if p.errors else SKIP, comp, f"{comp.name}: rate not readable", ev))
             continue
         k = _model(d, p)
@@ -170,16 +170,16 @@ def rate(ctx: CheckContext) -> list[Finding]:
                 issues.append((WARN, f"running at {p.width}X width (InfiniBand ports are 4X); a split "
                                "cable (HDR100/NDR200) does this on purpose, a failed lane does it by accident",
                                "4X", "InfiniBand port width"))
-        if best_rate.get(k, 0.0) > p.rate_gbps:
+        if best_rate.get(k, 0.0) > p.rate_gbit_s:
             issues.append((FAIL if is_ib else WARN,
-                           f"{p.rate_gbps:g} Gb/s while other ports of this model run at {best_rate[k]:g} Gb/s",
+                           f"{p.rate_gbit_s:g} Gb/s while other ports of this model run at {best_rate[k]:g} Gb/s",
                            f"{best_rate[k]:g} Gb/s", "other ports of the same HCA model"))
-        if want is not None and (is_ib or not has_ib) and p.rate_gbps < want:
-            issues.append((FAIL, f"{p.rate_gbps:g} Gb/s is below the fleet minimum {want:g} Gb/s",
-                           f"{want:g} Gb/s or more", policy_source(ctx, "ib_rate_gbps")))
+        if want is not None and (is_ib or not has_ib) and p.rate_gbit_s < want:
+            issues.append((FAIL, f"{p.rate_gbit_s:g} Gb/s is below the fleet minimum {want:g} Gb/s",
+                           f"{want:g} Gb/s or more", policy_source(ctx, "ib_rate_gbit_s")))
         if not issues:
-            out.append(Finding("ib.rate", PASS, comp, f"{comp.name} at {p.rate_raw or p.rate_gbps}", ev,
-                               expected=f"{best_rate.get(k, p.rate_gbps):g} Gb/s",
+            out.append(Finding("ib.rate", PASS, comp, f"{comp.name} at {p.rate_raw or p.rate_gbit_s}", ev,
+                               expected=f"{best_rate.get(k, p.rate_gbit_s):g} Gb/s",
                                expected_source="ports of the same HCA model"))
             continue
         status = _worst(s for s, *_ in issues)
@@ -188,7 +188,7 @@ def rate(ctx: CheckContext) -> list[Finding]:
             "ib.rate", status, comp, f"{comp.name}: " + "; ".join(t for _, t, *_ in issues), ev,
             expected=first[2], expected_source=first[3],
             remedy="Check the cable and transceiver (`mlxlink -d <dev> -m` shows lanes and errors); reseat or "
-                   "replace it. If the lower width/rate is intended (split cable), set ib_rate_gbps in the policy.",
+                   "replace it. If the lower width/rate is intended (split cable), set ib_rate_gbit_s in the policy.",
             details={"width": p.width, "speed": p.speed_name}))
     return out
 
@@ -445,18 +445,17 @@ def _affinity(ctx: CheckContext, ib: Any) -> list[Finding]:
         if not near:
             out.append(Finding("ib.gpudirect", SKIP, comp, f"{label}: no NIC in the topology"))
             continue
-        nic, level = min(near, key=lambda t: LEVEL_RANK.get(t[1], 99))
-        closest, closest_level = min(every, key=lambda t: LEVEL_RANK.get(t[1], 99))
+        nic, level = min(near, key=lambda t: level_rank(t[1]))
+        closest, closest_level = min(every, key=lambda t: level_rank(t[1]))
         inactive = ""
-        if rdma and LEVEL_RANK.get(closest_level, 99) < LEVEL_RANK.get(level, 99):
+        if rdma and level_rank(closest_level) < level_rank(level):
             inactive = f" (its closer NIC {_nic_name(closest)} at {closest_level} has no active RDMA port)"
         comp = Component(comp.kind, comp.name, gpu=comp.gpu, uuid=comp.uuid, bdf=comp.bdf, peer=_nic_name(nic))
         ev = (Evidence("nearest NIC", {"nic": _nic_name(nic), "level": level}, "topology (PCIe tree, NCCL levels)"),)
-        rank = LEVEL_RANK.get(level)
-        if rank is None:
+        if level_rank(level) >= level_rank(UNKNOWN_LEVEL):
             out.append(Finding("ib.gpudirect", UNKNOWN, comp,
                                f"{label}: unknown path level {level!r} to {_nic_name(nic)}", ev))
-        elif rank <= 1:
+        elif gpudirect_capable(level):
             out.append(Finding("ib.gpudirect", PASS, comp,
                                f"{label} reaches {_nic_name(nic)} through PCIe switches only ({level})", ev,
                                expected="PIX or PXB", expected_source="NCCL GPUDirect RDMA default level (PXB)"))

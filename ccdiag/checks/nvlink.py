@@ -60,11 +60,8 @@ def expected_links(ctx: CheckContext, g: Any, nvml: Any, has_switch: bool) -> tu
     inactive links are not counted as expected (some SKUs list more links than they wire)."""
     topo_exp = None
     topo = ctx.topology
-    if topo is not None and hasattr(topo, "expected_nvlinks"):
-        try:
-            topo_exp = topo.expected_nvlinks(f"GPU{g.index}")
-        except Exception:  # noqa: BLE001 - an incomplete topology must not hide the state check
-            topo_exp = None
+    if topo is not None and topo.has_device(f"GPU{g.index}"):
+        topo_exp = topo.expected_nvlinks(f"GPU{g.index}")
     peer_exp = None
     if has_switch and g.nvlinks:
         same = [sum(1 for lk in o.nvlinks if lk.active) for o in nvml.gpus if o.name == g.name and not o.failed]

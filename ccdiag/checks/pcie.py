@@ -20,9 +20,8 @@ from ccdiag.checks import CheckContext, check
 from ccdiag.findings import FAIL, PASS, SKIP, UNKNOWN, WARN, Component, Evidence, Finding
 from ccdiag.model import normalize_bdf
 from ccdiag.probing import UNAVAILABLE
+from ccdiag.topology.pcie_tree import BRIDGE_KINDS, ENDPOINT_KINDS, PcieTree, common_hops, parent_bdf
 
-ENDPOINT_KINDS = ("gpu", "nic", "nvswitch")
-BRIDGE_KINDS = ("bridge", "root_port")
 
 #: GT/s per lane -> PCIe generation
 from ccdiag.linkrates import pcie_gen as gen_of  # noqa: E402 - one table for every PCIe rate
@@ -94,11 +93,7 @@ def gpu_ids(ctx: CheckContext) -> dict[str, GpuId]:
             out[bdf] = GpuId(g.index, g.uuid, bdf, f"GPU{g.index}", g)
     topo = ctx.topology
     if topo is not None:
-        try:
-            nodes = list(topo.gpus())
-        except Exception:  # noqa: BLE001 - a topology that cannot list GPUs just adds nothing
-            nodes = []
-        for n in nodes:
+        for n in topo.gpus():
             bdf = normalize_bdf(getattr(n, "bdf", None))
             if bdf and bdf not in out:
                 idx = getattr(n, "index", None)
@@ -149,35 +144,42 @@ def _speed(gts: float | None) -> str:
     return f"{gts:g} GT/s (Gen{gen})" if gen else f"{gts:g} GT/s"
 
 
+def pcie_tree(ctx: CheckContext, devices: Iterable[Any]) -> PcieTree:
+    """The topology's tree of PCI functions, or one built from ``devices`` when the context has no
+    topology (a check run on bare observations)."""
+    tree = getattr(ctx.topology, "pcie_tree", None)
+    if isinstance(tree, PcieTree) and tree.devices:
+        return tree
+    return PcieTree(devices)
+
+
 class Names:
-    """Labels and components for the PCI functions of one observation."""
+    """Labels and components for the PCI functions of one observation (the tree itself comes from
+    the topology: :class:`ccdiag.topology.pcie_tree.PcieTree`)."""
 
     def __init__(self, ctx: CheckContext, devices: Iterable[Any]):
-        self.devices = {d.bdf: d for d in devices}
+        self.tree = pcie_tree(ctx, devices)
+        self.devices = self.tree.devices
         self.gpus = gpu_ids(ctx)
         self.nics = nic_names(ctx)
-        self.children: dict[str, list[Any]] = {}
         self.served: dict[str, list[str]] = {}
-        for d in self.devices.values():
-            parent = self.parent_bdf(d)
-            if parent:
-                self.children.setdefault(parent, []).append(d)
         for d in self.endpoints():
             for hop in d.path:
                 if hop != d.bdf:
                     self.served.setdefault(hop, []).append(self.label(d))
 
-    def parent_bdf(self, d: Any) -> str | None:
-        if d.parent:
-            return d.parent
-        return d.path[-2] if len(d.path) >= 2 and d.path[-1] == d.bdf else None
+    @staticmethod
+    def parent_bdf(d: Any) -> str | None:
+        return parent_bdf(d)
 
     def parent(self, d: Any) -> Any:
-        p = self.parent_bdf(d)
-        return self.devices.get(p) if p else None
+        return self.tree.parent(d)
+
+    def children(self, bdf: str) -> tuple[Any, ...]:
+        return self.tree.children(bdf)
 
     def endpoints(self) -> list[Any]:
-        return sorted((d for d in self.devices.values() if d.kind in ENDPOINT_KINDS), key=self.sort_key)
+        return sorted(self.tree.endpoints(), key=self.sort_key)
 
     def sort_key(self, d: Any) -> tuple:
         g = self.gpus.get(d.bdf)
@@ -203,11 +205,11 @@ class Names:
         if d.kind == "gpu":
             g = self.gpus.get(d.bdf)
             return [g] if g else []
-        return [g for e in self.endpoints() if e.kind == "gpu" and d.bdf in e.path
+        return [g for e in sorted(self.tree.endpoints_below(d.bdf), key=self.sort_key) if e.kind == "gpu"
                 for g in [self.gpus.get(e.bdf)] if g]
 
     def serves_only_gpus(self, d: Any) -> bool:
-        below = [e for e in self.endpoints() if d.bdf in e.path]
+        below = self.tree.endpoints_below(d.bdf)
         return bool(below) and all(e.kind == "gpu" for e in below)
 
     def component(self, d: Any) -> Component:
@@ -265,7 +267,7 @@ def _judge_hop(ctx: CheckContext, names: Names, d: Any, a: _Attr,
         return "skip", None, None
     if cur >= mx:
         return "ok", None, None
-    kids = names.children.get(d.bdf, [])
+    kids = names.children(d.bdf)
     if any(_valid(a.max(c)) and a.max(c) <= cur for c in kids):
         return "ok", None, None  # the device below cannot go faster/wider: nothing wrong at this hop
     if any(a.cur(c) == cur and _valid(a.max(c)) and a.max(c) > a.cur(c) for c in kids):
@@ -582,19 +584,6 @@ def replay(ctx: CheckContext) -> list[Finding]:
 
 # ---------------------------------------------------------------- ACS
 
-def _common_hops(a: Any, b: Any) -> list[str] | None:
-    """Bridges a peer-to-peer transfer between ``a`` and ``b`` crosses inside a shared switch tree:
-    the last common bridge and everything below it on both sides. None without a common bridge (the
-    traffic goes through the CPU anyway and ACS is not what decides it)."""
-    pa, pb = list(a.path[:-1]), list(b.path[:-1])
-    n = 0
-    while n < min(len(pa), len(pb)) and pa[n] == pb[n]:
-        n += 1
-    if n == 0:
-        return None
-    return [pa[n - 1]] + pa[n:] + pb[n:]
-
-
 def _acs_unreadable(d: Any) -> bool:
     return d.acs_ctrl is None and any("acs" in (e.source + e.message).lower() or "config" in e.source.lower()
                                       for e in d.errors)
@@ -615,7 +604,7 @@ def acs(ctx: CheckContext) -> list[Finding]:
     pairs: dict[str, list[str]] = {}  # bridge -> "GPU3<->mlx5_3"
     for g in gpus:
         for n in nics:
-            for hop in _common_hops(g, n) or []:
+            for hop in common_hops(g, n) or []:
                 pairs.setdefault(hop, []).append(f"{names.label(g)}<->{names.label(n)}")
     if not pairs:
         return [Finding("pcie.acs", SKIP, node_component(),

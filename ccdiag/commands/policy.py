@@ -54,13 +54,9 @@ def init(replay, root, output, timeout, force):
     if not any(r.usable for r in runs.values()):
         why = "; ".join(f"{n}: {r.status}{' (' + r.error + ')' if r.error else ''}" for n, r in runs.items())
         raise NotEvaluated(f"nothing to make a policy from ({why})")
-    topology = None
-    try:
-        from ccdiag.topology import build_topology
+    from ccdiag.topology import build_topology
 
-        topology = build_topology(runs)
-    except Exception:  # noqa: BLE001 - the policy needs only the probe runs
-        topology = None
+    topology = build_topology(runs)
     policy = policy_from_observations(runs, topology)
     for line in _unhealthy_signs(runs):
         click.echo(f"ccdiag: warning: {line}; a policy should come from a healthy node - review it", err=True)
@@ -73,7 +69,7 @@ def init(replay, root, output, timeout, force):
         except OSError as exc:
             raise InputError(f"cannot write {output}: {exc.strerror or exc}") from None
         unset = [k for k in ("expected_gpu_count", "gpu_model", "min_pcie_gen", "min_pcie_width",
-                             "ib_rate_gbps", "expected_ib_ports") if getattr(policy, k) is None]
+                             "ib_rate_gbit_s", "expected_ib_ports") if getattr(policy, k) is None]
         click.echo(f"wrote {output}" + (f" (not observed, left unset: {', '.join(unset)})" if unset else ""),
                    err=True)
     else:

@@ -18,12 +18,14 @@ import click
 from ccdiag.commands.common import host_options, make_host
 from ccdiag.errors import InputError
 from ccdiag.exitcodes import ExitCode
+from ccdiag.topology.affinity import limiting_link
+from ccdiag.topology.levels import level_rank
 
 PROBES = ("system", "pcie", "nvml", "infiniband", "netdev", "smi_topo")
 DEFAULT_DEADLINE_S = 20.0
 
 
-def _gbs(v: float | None) -> str:
+def _gbyte_s_text(v: float | None) -> str:
     return "?" if v is None else f"{v:.1f}"
 
 
@@ -57,41 +59,8 @@ def _nic_legend_line(m) -> str | None:
 # -- what is usable: a lost GPU carries nothing, a NIC without an active port carries nothing ------
 
 #: short words for the NVML error classes that leave a GPU unusable (see ccdiag.nvmlcall)
-_GPU_STATE_WORDS = {"gpu_lost": "lost", "hung": "hung", "timeout": "hung", "reset_required": "reset required",
-                    "unknown_error": "failed"}
-
-
-def gpu_state(gpu) -> str:
-    """"ok", or what NVML said about a GPU it cannot use ("lost" for GPU_IS_LOST).
-
-    A path that starts or ends at such a GPU moves no data, whatever its links could carry."""
-    if not gpu.failed:
-        return "ok"
-    return _GPU_STATE_WORDS.get(gpu.failed, "failed")
-
-
-def nic_states(topo) -> dict[str, dict]:
-    """Per RDMA NIC: ``state`` ("active" when a port is ACTIVE, "down" when port states were read
-    and none is ACTIVE, "unknown" when none was read), ``usable`` (True / False / None) and the
-    state of each port. NCCL only uses a NIC with an ACTIVE port, so a GPU whose nearest NIC is
-    down sends over the nearest one that is up, at that NIC's level."""
-    out: dict[str, dict] = {}
-    links = topo.links()
-    for n in topo.nics():
-        wires = [l for l in links if l.kind in ("ib", "roce") and l.a == n.node]
-        ports = {l.name.rsplit(" port ", 1)[-1]: l.state for l in wires}
-        if any((l.state or "").upper() == "ACTIVE" for l in wires):
-            state, usable = "active", True
-        elif any(l.state for l in wires):
-            state, usable = "down", False
-        else:
-            state, usable = "unknown", None
-        out[n.label] = {"state": state, "usable": usable, "ports": ports}
-    return out
-
-
 def _gpu_states(topo) -> dict[str, str]:
-    return {g.label: gpu_state(g) for g in topo.gpus()}
+    return {g.label: topo.gpu_state(g) for g in topo.gpus()}
 
 
 def _blocked_by(gstates: dict[str, str], *ends: str) -> str | None:
@@ -101,45 +70,6 @@ def _blocked_by(gstates: dict[str, str], *ends: str) -> str | None:
         if st != "ok":
             return f"{e} {st}"
     return None
-
-
-def gpu_affinity(topo, gpu, nstates: dict[str, dict] | None = None) -> dict:
-    """One GPU's NIC affinity: the nearest NICs by level, and the NIC its traffic can use.
-
-    ``nearest``/``level`` are the closest NICs whatever their state (what the PCIe tree says);
-    when every one of them is down, ``usable``/``usable_level`` are the closest NICs with an
-    active port (empty when there is none), and ``via`` is the NIC the bandwidth is computed to.
-    For a failed GPU ``current_gbps`` is 0: it moves nothing until it is reset."""
-    nstates = nic_states(topo) if nstates is None else nstates
-    state = gpu_state(gpu)
-    near = topo.nearest_nics(gpu.label)
-    entry = {"state": state, "nearest": [], "level": None, "nearest_down": False, "usable": [],
-             "usable_level": None, "via": None, "gbps": None, "current_gbps": None, "bottleneck": None}
-    if not near:
-        return entry
-    rank = topo.level_rank
-    best = rank(near[0][1])
-    group = [n for n, lv in near if rank(lv) == best]
-    entry.update(nearest=group, level=near[0][1])
-    not_down = [n for n in group if nstates.get(n, {}).get("usable") is not False]
-    if not_down:
-        entry.update(usable=not_down, usable_level=near[0][1], via=not_down[0])
-    else:
-        entry["nearest_down"] = True
-        active = [(n, lv) for n, lv in near if nstates.get(n, {}).get("usable") is True]
-        if active:
-            ub = rank(active[0][1])
-            entry.update(usable=[n for n, lv in active if rank(lv) == ub], usable_level=active[0][1],
-                         via=active[0][0])
-    target = entry["via"] or group[0]
-    cap = topo.expected_gpu_nic(gpu.label, target)
-    cur = topo.expected_gpu_nic(gpu.label, target, current=True)
-    entry["gbps"] = cap.gbps
-    if state != "ok":
-        entry["current_gbps"], entry["bottleneck"] = 0.0, f"{gpu.label} {state}"
-    else:
-        entry["current_gbps"], entry["bottleneck"] = cur.gbps, _neck(cap, cur) or None
-    return entry
 
 
 def _nearest_text(a: dict, nstates: dict[str, dict]) -> str:
@@ -153,14 +83,14 @@ def _nearest_text(a: dict, nstates: dict[str, dict]) -> str:
 
 def _affinity_rows(topo) -> list[list[str]]:
     rows = []
-    nstates = nic_states(topo)
+    nstates = topo.nic_states()
     for g in topo.gpus():
-        a = gpu_affinity(topo, g, nstates)
+        a = topo.gpudirect_nics(g, nstates)
         if not a["nearest"]:
             rows.append([g.label, a["state"], "(no RDMA NIC)", "", ""])
             continue
-        cap = "-" if a["state"] != "ok" else _gbs(a["gbps"])
-        rows.append([g.label, a["state"], _nearest_text(a, nstates), cap, _gbs(a["current_gbps"])])
+        cap = "-" if a["state"] != "ok" else _gbyte_s_text(a["gbyte_s"])
+        rows.append([g.label, a["state"], _nearest_text(a, nstates), cap, _gbyte_s_text(a["current_gbyte_s"])])
     return rows
 
 
@@ -173,20 +103,13 @@ def _link_rows(topo) -> list[list[str]]:
             status = "DOWN"
         elif l.degraded:
             status = "DEGRADED"
-        elif l.current_gbs is None and l.max_gbs is None:
+        elif l.current_gbyte_s is None and l.max_gbyte_s is None:
             status = "?"
         else:
             status = "ok"
-        rows.append([l.name, l.kind, l.current_desc or "", l.max_desc or "", _gbs(l.current_gbs),
-                     _gbs(l.max_gbs), status])
+        rows.append([l.name, l.kind, l.current_desc or "", l.max_desc or "", _gbyte_s_text(l.current_gbyte_s),
+                     _gbyte_s_text(l.max_gbyte_s), status])
     return rows
-
-
-def _neck(cap, cur) -> str:
-    """The link that limits the path: the trained-down one when the path runs below capability."""
-    if cur.bottleneck is not None and cap.gbps is not None and cur.gbps is not None and cur.gbps < cap.gbps:
-        return cur.bottleneck.name
-    return cap.bottleneck.name if cap.bottleneck else ""
 
 
 def _expected_rows(topo) -> list[list[str]]:
@@ -196,13 +119,13 @@ def _expected_rows(topo) -> list[list[str]]:
     rows = []
     gpus = topo.gpus()
     gstates = _gpu_states(topo)
-    nstates = nic_states(topo)
+    nstates = topo.nic_states()
 
     def numbers(cap, cur, *ends):
         blocked = _blocked_by(gstates, *ends)
         if blocked:
-            return "-", _gbs(0.0), blocked
-        return _gbs(cap.gbps), _gbs(cur.gbps), _neck(cap, cur)
+            return "-", _gbyte_s_text(0.0), blocked
+        return _gbyte_s_text(cap.gbyte_s), _gbyte_s_text(cur.gbyte_s), limiting_link(cap, cur)
 
     pairs = []
     for i, a in enumerate(gpus):
@@ -233,7 +156,7 @@ def _expected_rows(topo) -> list[list[str]]:
     for g in gpus:
         near = topo.nearest_nics(g.label)[:1]
         targets = [n for n, _ in near]
-        via = gpu_affinity(topo, g, nstates)["via"] if near else None
+        via = topo.gpudirect_nics(g, nstates)["via"] if near else None
         if via and via not in targets:
             targets.append(via)
         for nic in targets:
@@ -247,11 +170,11 @@ def _expected_rows(topo) -> list[list[str]]:
 def topology_json(topo) -> dict:
     """The topology as JSON with what is usable now: each GPU's ``state``, each NIC's ``state`` /
     ``usable`` / ``port_states``, per-GPU ``affinity`` (nearest NICs and the NIC in use), and on
-    each expected path ``usable`` (a failed GPU or a down NIC gives ``current_gbps`` 0; ``gbps``
+    each expected path ``usable`` (a failed GPU or a down NIC gives ``current_gbyte_s`` 0; ``gbyte_s``
     stays what the links can carry)."""
     doc = topo.to_json()
     gstates = _gpu_states(topo)
-    nstates = nic_states(topo)
+    nstates = topo.nic_states()
     for g in doc.get("gpus", []):
         st = gstates.get(g.get("label"), "ok")
         g["state"], g["usable"] = st, st == "ok"
@@ -260,8 +183,8 @@ def topology_json(topo) -> dict:
         n["state"], n["usable"], n["port_states"] = ns["state"], ns["usable"], dict(ns["ports"])
     affinity = {}
     for g in topo.gpus():
-        a = gpu_affinity(topo, g, nstates)
-        affinity[g.label] = {**a, "gbps": _round(a["gbps"]), "current_gbps": _round(a["current_gbps"])}
+        a = topo.gpudirect_nics(g, nstates)
+        affinity[g.label] = {**a, "gbyte_s": _round(a["gbyte_s"]), "current_gbyte_s": _round(a["current_gbyte_s"])}
     doc["affinity"] = affinity
     expected = []
     for e in doc.get("expected", []):
@@ -274,14 +197,14 @@ def topology_json(topo) -> dict:
         e["usable"] = blocked is None
         e["blocked_by"] = blocked
         if blocked:
-            e["current_gbps"] = 0.0
+            e["current_gbyte_s"] = 0.0
         expected.append(e)
         via = affinity.get(e.get("a"), {}).get("via") if e.get("kind") == "gpu_nic" else None
         if via and via != e.get("b"):
             cap = topo.expected_gpu_nic(e["a"], via)
             blocked_via = _blocked_by(gstates, e["a"])
-            cur = 0.0 if blocked_via else _round(topo.expected_gpu_nic(e["a"], via, current=True).gbps)
-            expected.append({"a": e["a"], "b": via, "kind": "gpu_nic", **cap.to_json(), "current_gbps": cur,
+            cur = 0.0 if blocked_via else _round(topo.expected_gpu_nic(e["a"], via, current=True).gbyte_s)
+            expected.append({"a": e["a"], "b": via, "kind": "gpu_nic", **cap.to_json(), "current_gbyte_s": cur,
                              "role": "nearest_usable", "nic_state": nstates.get(via, {}).get("state", "unknown"),
                              "usable": blocked_via is None, "blocked_by": blocked_via})
     doc["expected"] = expected
@@ -342,13 +265,13 @@ def render_text(out, topo, runs, meta: dict, smi_diffs: list[str] | None, smi_ma
                         ["GPU", "state", "nearest NIC(s) and level", "GPU->NIC GB/s", "as trained"],
                         _affinity_rows(topo)))
     if topo.nics():
-        nstates = nic_states(topo)
+        nstates = topo.nic_states()
         state_word = {"active": "active", "down": "DOWN", "unknown": "?"}
         out.print(table("RDMA NICs", ["NIC", "state", "PCI", "NUMA", "link layer", "rate", "ports", "netdevs",
                                       "serves GPUs"],
                         [[n.label, state_word[nstates[n.label]["state"]], n.bdf or "",
                           "" if n.numa is None else str(n.numa), n.link_layer or "",
-                          "" if n.rate_gbps is None else f"{n.rate_gbps:g} Gb/s", ",".join(map(str, n.ports)),
+                          "" if n.rate_gbit_s is None else f"{n.rate_gbit_s:g} Gb/s", ",".join(map(str, n.ports)),
                           ",".join(n.netdevs), ",".join(topo.gpus_near_nic(n.label))] for n in topo.nics()]))
     links = _link_rows(topo)
     if links:
@@ -422,11 +345,9 @@ def _from_smi(path: str, as_json: bool, output: str | None) -> int:
     for g in m.gpus():
         levels = [(n, m.level(g, n)) for n in m.nics() if m.level(g, n)]
         if levels:
-            from ccdiag.topology import Topology
-
-            levels.sort(key=lambda p: Topology.level_rank(p[1]))
-            best = Topology.level_rank(levels[0][1])
-            nic_aff[g] = [[m.nic_name(n), lv] for n, lv in levels if Topology.level_rank(lv) == best]
+            levels.sort(key=lambda p: level_rank(p[1]))
+            best = level_rank(levels[0][1])
+            nic_aff[g] = [[m.nic_name(n), lv] for n, lv in levels if level_rank(lv) == best]
     if as_json:
         doc = build_report("topo", {"source": None}, run_info={"replayed_from": None, "from_smi": path},
                            topology={"matrix": {"labels": list(m.devices), "rows": [r[1:1 + len(m.devices)]

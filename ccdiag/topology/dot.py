@@ -1,4 +1,4 @@
-"""Graphviz DOT rendering of a :class:`ccdiag.topology.Topology`.
+"""Graphviz DOT rendering of a :class:`ccdiag.topology.model.Topology`.
 
 A picture of the tree answers "which NIC sits beside which GPU" faster than a matrix does, and a
 link trained down is drawn red so it stands out in a support ticket.

@@ -1,4 +1,4 @@
-"""Turns probe observations into a :class:`ccdiag.topology.Topology`.
+"""Turns probe observations into a :class:`ccdiag.topology.model.Topology`.
 
 Kept apart from the query code because it is the part that must tolerate every partial input:
 GPUs may come from NVML, from PCI, or from both (matched by bus id); NICs from InfiniBand sysfs
@@ -14,11 +14,34 @@ from __future__ import annotations
 
 from typing import Any
 
+from ccdiag.linkrates import pcie_gen
 from ccdiag.model import normalize_bdf
-from ccdiag.topology import (GpuNode, Link, NicNode, Topology, _data, _fmt_gen, _natural, pcie_gbs,
-                             pcie_gen, wire_gbs)
+from ccdiag.topology.bandwidth import pcie_desc, pcie_gbyte_s, wire_gbyte_s
+from ccdiag.topology.pcie_tree import PcieTree
+from ccdiag.topology.model import (GpuNode, Link, NicNode, Topology, TopologyParts, natural_key,
+                                   nvlink_bundle)
 
 ENDPOINT_KINDS = ("gpu", "nic", "nvswitch", "other")
+
+
+def probe_data(runs: Any, name: str) -> Any:
+    """A probe's data from ``runs`` (ProbeRuns or bare observations); None when unusable."""
+    if not runs:
+        return None
+    run = runs.get(name)
+    if run is None:
+        return None
+    if hasattr(run, "status") and hasattr(run, "data"):
+        return run.data if run.status in ("ok", "partial") else None
+    return run
+
+
+def build_topology(runs: Any) -> Topology:
+    """Build the graph from probe results (``ProbeRun`` values, or bare observations by name).
+
+    Any probe may be missing: without NVML the GPUs still come from PCI (numbered in bus order,
+    as NVML does); without PCIe data the levels are "unknown"."""
+    return Builder(runs).build()
 
 
 def _min(*vals: Any) -> Any:
@@ -27,14 +50,16 @@ def _min(*vals: Any) -> Any:
 
 
 class Builder:
-    def __init__(self, topo: Topology, runs: Any):
-        self.t = topo
-        self.g = topo.graph
-        self.pcie = _data(runs, "pcie")
-        self.nvml = _data(runs, "nvml")
-        self.ib = _data(runs, "infiniband")
-        self.system = _data(runs, "system")
-        self.netdev = _data(runs, "netdev")
+    """Assembles :class:`TopologyParts` step by step, then freezes them into a Topology."""
+
+    def __init__(self, runs: Any):
+        self.t = TopologyParts()
+        self.g = self.t.graph
+        self.pcie = probe_data(runs, "pcie")
+        self.nvml = probe_data(runs, "nvml")
+        self.ib = probe_data(runs, "infiniband")
+        self.system = probe_data(runs, "system")
+        self.netdev = probe_data(runs, "netdev")
         self.devs: dict[str, Any] = {}
         self.node_of_bdf: dict[str, str] = {}
 
@@ -46,7 +71,7 @@ class Builder:
         self._nics()
         self._nvlinks()
         self._smp()
-        return self.t
+        return Topology(self.t)
 
     # -- NUMA -------------------------------------------------------------------------------
     def _numa(self) -> None:
@@ -74,6 +99,7 @@ class Builder:
         if not devices:
             return
         self.t.have_pcie = True
+        self.t.pcie_tree = PcieTree(devices)
         self.devs = {d.bdf: d for d in devices}
         for d in sorted(devices, key=lambda d: d.bdf):
             if d.kind in ("bridge", "root_port"):
@@ -113,13 +139,13 @@ class Builder:
         if cur_w is None and parent_port is not None:
             cur_w = parent_port.current_link_width
         upper = getattr(parent_port, "bdf", None) or self.g.nodes[parent].get("label")
-        link = Link("pcie", parent, child, f"{label} <- {upper}", max_gbs=pcie_gbs(max_s, max_w),
-                    current_gbs=pcie_gbs(cur_s, cur_w), max_desc=_fmt_gen(max_s, max_w),
-                    current_desc=_fmt_gen(cur_s, cur_w), gen_max=pcie_gen(max_s),
+        link = Link("pcie", parent, child, f"{label} <- {upper}", max_gbyte_s=pcie_gbyte_s(max_s, max_w),
+                    current_gbyte_s=pcie_gbyte_s(cur_s, cur_w), max_desc=pcie_desc(max_s, max_w),
+                    current_desc=pcie_desc(cur_s, cur_w), gen_max=pcie_gen(max_s),
                     gen_current=pcie_gen(cur_s), width_max=max_w, width_current=cur_w,
                     source=f"/sys/bus/pci/devices/{child_bdf}")
         self.t.up_link[child] = link
-        self.t._links.append(link)
+        self.t.links.append(link)
         self.g.add_edge(parent, child, kind="pcie", link=link.name)
 
     def _place(self, d: Any) -> None:
@@ -212,9 +238,9 @@ class Builder:
             label = f"GPU{index}"
             attrs.update(label=label, index=index, numa=numa, uuid=getattr(g, "uuid", None),
                          name=getattr(g, "name", None), failed=getattr(g, "failed", None), nvml=g is not None)
-            self.t._gpus.append(GpuNode(label, index, attrs.get("bdf"), attrs.get("uuid"), numa,
+            self.t.gpus.append(GpuNode(label, index, attrs.get("bdf"), attrs.get("uuid"), numa,
                                         attrs.get("name"), attrs.get("failed"), node))
-        for g in self.t._gpus:
+        for g in self.t.gpus:
             if g.failed:
                 self.t.notes.append(f"{g.label} ({g.bdf or 'bus id unknown'}) failed in NVML ({g.failed}): "
                                     "its NVLinks are unknown, so its levels are PCIe-only")
@@ -222,11 +248,11 @@ class Builder:
 
     def _relabel_links(self) -> None:
         """PCIe links were named by BDF before the GPUs had labels; use the labels now."""
-        for i, l in enumerate(self.t._links):
+        for i, l in enumerate(self.t.links):
             lbl = self.g.nodes[l.b].get("label")
             if l.kind == "pcie" and lbl and not l.name.startswith(lbl):
                 new = Link(**{**l.__dict__, "name": f"{lbl} <- {l.name.split(' <- ', 1)[1]}"})
-                self.t._links[i] = new
+                self.t.links[i] = new
                 self.t.up_link[l.b] = new
 
     # -- NVSwitches -------------------------------------------------------------------------------
@@ -247,7 +273,7 @@ class Builder:
 
     # -- NICs ------------------------------------------------------------------------------------
     def _nics(self) -> None:
-        devices = sorted(getattr(self.ib, "devices", ()) or (), key=lambda d: _natural(d.name))
+        devices = sorted(getattr(self.ib, "devices", ()) or (), key=lambda d: natural_key(d.name))
         netdev_by_ib: dict[str, list[str]] = {}
         for itf in getattr(self.netdev, "interfaces", ()) or ():
             if itf.ib_device:
@@ -265,14 +291,14 @@ class Builder:
             attrs.update(kind="nic", label=d.name, ib=True)
             active = [p for p in d.ports if (p.state or "").upper() == "ACTIVE"]
             layers = [p.link_layer for p in d.ports if p.link_layer]
-            rate = max((p.rate_gbps for p in active if p.rate_gbps is not None), default=None)
-            netdevs = tuple(sorted(set(d.netdevs) | set(netdev_by_ib.get(d.name, ())), key=_natural))
+            rate = max((p.rate_gbit_s for p in active if p.rate_gbit_s is not None), default=None)
+            netdevs = tuple(sorted(set(d.netdevs) | set(netdev_by_ib.get(d.name, ())), key=natural_key))
             nic = NicNode(d.name, bdf, attrs.get("numa"), layers[0] if layers else None, rate,
                           tuple(p.port for p in d.ports), netdevs, node)
-            self.t._nics.append(nic)
+            self.t.nics.append(nic)
         typical = self._typical_rates(devices)
         for d in devices:
-            node = next(n.node for n in self.t._nics if n.label == d.name)
+            node = next(n.node for n in self.t.nics if n.label == d.name)
             for p in d.ports:
                 self._wire(d.name, node, p, typical)
         self._label_plain_nics()
@@ -285,8 +311,8 @@ class Builder:
         seen: dict[str, dict[float, list]] = {}
         for d in devices:
             for p in d.ports:
-                if (p.state or "").upper() == "ACTIVE" and p.rate_gbps:
-                    seen.setdefault(p.link_layer or "", {}).setdefault(p.rate_gbps, []).append(p.rate_raw)
+                if (p.state or "").upper() == "ACTIVE" and p.rate_gbit_s:
+                    seen.setdefault(p.link_layer or "", {}).setdefault(p.rate_gbit_s, []).append(p.rate_raw)
         out = {}
         for layer, rates in seen.items():
             rate, raws = max(rates.items(), key=lambda kv: (len(kv[1]), kv[0]))
@@ -298,20 +324,20 @@ class Builder:
         kind = "roce" if (p.link_layer or "").lower() == "ethernet" else "ib"
         wire = f"wire:{name}:{p.port}"
         self.g.add_node(wire, kind="wire", label=f"{name} port {p.port} fabric")
-        rate_desc = p.rate_raw or (f"{p.rate_gbps:g} Gb/s" if p.rate_gbps else None)
+        rate_desc = p.rate_raw or (f"{p.rate_gbit_s:g} Gb/s" if p.rate_gbit_s else None)
         if up:
-            max_rate, max_desc = p.rate_gbps, rate_desc
+            max_rate, max_desc = p.rate_gbit_s, rate_desc
         elif (p.link_layer or "") in typical:
             max_rate, raw = typical[p.link_layer or ""]
             max_desc = f"{raw or f'{max_rate:g} Gb/s'} (as the node's other active ports)"
         else:
             max_rate, max_desc = None, "unknown while down"
-        link = Link(kind, node, wire, f"{name} port {p.port}", max_gbs=wire_gbs(max_rate),
-                    current_gbs=wire_gbs(p.rate_gbps) if up else 0.0, max_desc=max_desc,
+        link = Link(kind, node, wire, f"{name} port {p.port}", max_gbyte_s=wire_gbyte_s(max_rate),
+                    current_gbyte_s=wire_gbyte_s(p.rate_gbit_s) if up else 0.0, max_desc=max_desc,
                     current_desc=f"{p.state or '?'} / {p.phys_state or '?'}" + (
                         f", {rate_desc}" if up and rate_desc else ""),
-                    rate_gbps=p.rate_gbps, state=p.state, source=f"/sys/class/infiniband/{name}/ports/{p.port}")
-        self.t._links.append(link)
+                    rate_gbit_s=p.rate_gbit_s, state=p.state, source=f"/sys/class/infiniband/{name}/ports/{p.port}")
+        self.t.links.append(link)
         self.g.add_edge(node, wire, kind=kind, link=link.name)
 
     def _label_plain_nics(self) -> None:
@@ -324,8 +350,8 @@ class Builder:
 
     # -- NVLink -----------------------------------------------------------------------------------
     def _nvlinks(self) -> None:
-        node_by_index = {g.index: g.node for g in self.t._gpus}
-        gpu_by_bdf = {g.bdf: g.node for g in self.t._gpus if g.bdf}
+        node_by_index = {g.index: g.node for g in self.t.gpus}
+        gpu_by_bdf = {g.bdf: g.node for g in self.t.gpus if g.bdf}
         for g in getattr(self.nvml, "gpus", ()) or ():
             me = node_by_index.get(g.index)
             if me is None or not g.nvlinks:
@@ -358,12 +384,12 @@ class Builder:
                 if remote in self.g:
                     self.g.add_edge(me, remote, kind="nvlink", links_total=total, links_active=active,
                                     version=version)
-        for gpu in self.t._gpus:
+        for gpu in self.t.gpus:
             if gpu.node in self.t.nv:
-                bundles = [self.t._nv_bundle(gpu.node)] + [
-                    self.t._nv_bundle(gpu.node, r) for r in self.t.nv[gpu.node]
+                bundles = [nvlink_bundle(self.g, self.t.nv, self.t.nvswitches, gpu.node)] + [
+                    nvlink_bundle(self.g, self.t.nv, self.t.nvswitches, gpu.node, r) for r in self.t.nv[gpu.node]
                     if self.g.nodes.get(r, {}).get("kind") == "gpu"]
-                self.t._links.extend(b for b in bundles if b is not None)
+                self.t.links.extend(b for b in bundles if b is not None)
 
     # -- inter-socket ------------------------------------------------------------------------------
     def _smp(self) -> None:
@@ -373,5 +399,5 @@ class Builder:
                 link = Link("smp", f"numa:{x}", f"numa:{y}", f"SMP NUMA{x} - NUMA{y}",
                             max_desc="inter-socket interconnect (rate not known)",
                             current_desc="inter-socket interconnect", source="system")
-                self.t._links.append(link)
+                self.t.links.append(link)
                 self.g.add_edge(link.a, link.b, kind="smp", link=link.name)

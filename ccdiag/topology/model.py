@@ -1,84 +1,36 @@
-"""One graph of the node: NUMA nodes, host bridges, root ports, PCIe switches, GPUs, NICs, NVSwitches.
+"""The topology model: typed links, device nodes, and the read-only :class:`Topology` queries.
 
 Why a graph: every later verdict needs the same two answers about a pair of devices, *how far
 apart are they* (the NCCL / ``nvidia-smi topo -m`` level: NV#, PIX, PXB, PHB, NODE, SYS) and *what
 should a transfer between them reach* (the bottleneck link of their path). Computing both from one
-structure built from the probes keeps the topology command, the checks, the recommender and the
-exporter in agreement, and lets the result be cross-checked against nvidia-smi's own matrix.
+structure built from the probes keeps the topology command, the checks, the benchmarks, the
+recommender and the exporter in agreement, and lets the result be cross-checked against
+nvidia-smi's own matrix.
 
 The PCIe part is a tree (NUMA node -> host bridge -> root port -> switch -> ... -> device), so
 levels come from the lowest common ancestor. NVLink, InfiniBand wires and the inter-socket
 interconnect are extra typed links. Every link carries its capability (max) and its trained
-(current) value, in GB/s per direction, so a link trained down shows as a lower current path
-bandwidth while the expected value stays what the hardware can do.
+(current) value, in GB/s of payload per direction (``_gbyte_s``), so a link trained down shows as a
+lower current path bandwidth while the expected value stays what the hardware can do.
 
-Rates (per direction; GB/s = 10^9 bytes/s) are those of the reference table "A.1 Theoretical link
-rates" in numbers-and-failure-modes.md (the project's performance reference):
-PCIe Gen3/4/5 use 128b/130b (x16: 15.75 / 31.5 / 63 GB/s), Gen1/2 use 8b/10b, Gen6 FLIT mode
-carries 242 payload bytes per 256-byte flit (x16 ~121 GB/s); NVLink 2/3/4 carry 25 GB/s per link
-per direction and NVLink 5 50; InfiniBand and RoCE rates are Gb/s on the wire, divided by 8.
+A :class:`Topology` is built once by :mod:`ccdiag.topology.builder` and never changes afterwards:
+its collections are tuples and mappings handed out as copies.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from types import MappingProxyType
+from typing import Any, Iterable, Mapping
 
 import networkx as nx
 
 from ccdiag.model import normalize_bdf
-
-# -- link rates ------------------------------------------------------------------------------------
-
-#: PCIe generation by signalling rate (GT/s)
-from ccdiag.linkrates import pcie_gen  # noqa: E402,F401 - re-exported
-
-#: NVLink GB/s per link per direction, by NVLink generation (reference table A.1:
-#: NVLink 2 (V100), 3 (A100), 4 (H100/H200/GH200) 25 GB/s; NVLink 5 (B200/GB200) 50 GB/s)
-NVLINK_GBS_PER_LINK = {2: 25.0, 3: 25.0, 4: 25.0, 5: 50.0}
-
-LEVELS = ("X", "NV", "PIX", "PXB", "PHB", "NODE", "SYS")
-UNKNOWN = "unknown"
-
-
-
-
-def pcie_gbs(speed_gts: float | None, width: int | None) -> float | None:
-    """GB/s per direction of a PCIe link: lanes x rate x encoding efficiency / 8 bits.
-
-    8b/10b for Gen1/2, 128b/130b for Gen3-5, FLIT (242/256) for Gen6, as in reference table A.1.
-    """
-    if not speed_gts or not width or width <= 0 or speed_gts <= 0:
-        return None
-    gen = pcie_gen(speed_gts)
-    if gen is None:
-        eff = 128 / 130 if speed_gts > 5.0 else 8 / 10
-    elif gen <= 2:
-        eff = 8 / 10
-    elif gen <= 5:
-        eff = 128 / 130
-    else:
-        eff = 242 / 256
-    return speed_gts * width * eff / 8.0
-
-
-def nvlink_gbs(version: int | None, count: int) -> float | None:
-    """GB/s per direction of ``count`` NVLinks of one generation (None for unknown generations)."""
-    per = NVLINK_GBS_PER_LINK.get(version) if version is not None else None
-    return None if per is None else per * count
-
-
-def wire_gbs(rate_gbps: float | None) -> float | None:
-    """An InfiniBand/Ethernet signalling rate in Gb/s as GB/s."""
-    return None if rate_gbps is None else rate_gbps / 8.0
-
-
-def _fmt_gen(speed: float | None, width: int | None) -> str:
-    gen = pcie_gen(speed)
-    g = f"Gen{gen}" if gen else (f"{speed:g} GT/s" if speed else "Gen?")
-    return f"{g} x{width}" if width else f"{g} x?"
-
+from ccdiag.topology import affinity as _affinity
+from ccdiag.topology.bandwidth import nvlink_gbyte_s
+from ccdiag.topology.levels import UNKNOWN, level_rank
+from ccdiag.topology.pcie_tree import PcieTree
 
 # -- value types -----------------------------------------------------------------------------------
 
@@ -86,14 +38,14 @@ def _fmt_gen(speed: float | None, width: int | None) -> str:
 @dataclass(frozen=True)
 class Link:
     """One typed link. ``a`` is the end nearer the CPU for PCIe. Bandwidths are GB/s per direction:
-    ``max_gbs`` from capabilities, ``current_gbs`` from what trained (0 for a link that is down)."""
+    ``max_gbyte_s`` from capabilities, ``current_gbyte_s`` from what trained (0 for a link that is down)."""
 
     kind: str  # "pcie" | "nvlink" | "ib" | "roce" | "smp"
     a: str  # node id
     b: str
     name: str  # "GPU3 <- 0000:37:00.0 (PCIe)", "GPU5 NVLink", "mlx5_4 port 1", "SMP numa0-numa1"
-    max_gbs: float | None = None
-    current_gbs: float | None = None
+    max_gbyte_s: float | None = None
+    current_gbyte_s: float | None = None
     max_desc: str | None = None  # "Gen5 x16", "18 x NVLink4", "400 Gb/s"
     current_desc: str | None = None
     gen_max: int | None = None
@@ -103,37 +55,37 @@ class Link:
     links_total: int | None = None  # NVLink: links with a far end
     links_active: int | None = None
     version: int | None = None  # NVLink generation
-    rate_gbps: float | None = None  # IB/RoCE, Gb/s
+    rate_gbit_s: float | None = None  # IB/RoCE signalling rate, Gb/s
     state: str | None = None  # IB port state, e.g. "ACTIVE"
     source: str | None = None  # where the values came from (sysfs device, NVML)
 
     @property
     def degraded(self) -> bool:
         """True when the link trained below what it can do (or is down)."""
-        if self.max_gbs is None or self.current_gbs is None:
+        if self.max_gbyte_s is None or self.current_gbyte_s is None:
             return False
-        return self.current_gbs + 1e-9 < self.max_gbs
+        return self.current_gbyte_s + 1e-9 < self.max_gbyte_s
 
     def to_json(self) -> dict:
         d = {k: getattr(self, k) for k in self.__dataclass_fields__}
-        d["max_gbs"] = _r(self.max_gbs)
-        d["current_gbs"] = _r(self.current_gbs)
+        d["max_gbyte_s"] = _r(self.max_gbyte_s)
+        d["current_gbyte_s"] = _r(self.current_gbyte_s)
         d["degraded"] = self.degraded
         return d
 
 
 @dataclass(frozen=True)
 class PathBandwidth:
-    """The bandwidth of a path: ``gbps`` is GB/s per direction (gigaBYTES, despite the short name)
-    at the path's ``bottleneck`` link; None when no link on the path has a known bandwidth."""
+    """The bandwidth of a path: ``gbyte_s`` is GB/s of payload per direction at the path's
+    ``bottleneck`` link; None when no link on the path has a known bandwidth."""
 
-    gbps: float | None
+    gbyte_s: float | None
     bottleneck: Link | None
-    links: list[Link] = field(default_factory=list)
+    links: tuple[Link, ...] = ()
     level: str | None = None
 
     def to_json(self) -> dict:
-        return {"gbps": _r(self.gbps), "level": self.level,
+        return {"gbyte_s": _r(self.gbyte_s), "level": self.level,
                 "bottleneck": self.bottleneck.name if self.bottleneck else None,
                 "links": [l.name for l in self.links]}
 
@@ -156,7 +108,7 @@ class NicNode:
     bdf: str | None
     numa: int | None = None
     link_layer: str | None = None  # "InfiniBand" | "Ethernet"
-    rate_gbps: float | None = None  # best active port rate, Gb/s
+    rate_gbit_s: float | None = None  # best active port rate, Gb/s
     ports: tuple[int, ...] = ()
     netdevs: tuple[str, ...] = ()
     node: str = ""
@@ -166,44 +118,142 @@ def _r(v: float | None) -> float | None:
     return None if v is None else round(v, 3)
 
 
-def _natural(s: str) -> list:
+def natural_key(s: str) -> list:
+    """Sort key that orders "mlx5_2" before "mlx5_10"."""
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", s)]
 
 
-def _data(runs: Any, name: str) -> Any:
-    """A probe's data from ``runs`` (ProbeRuns or bare observations); None when unusable."""
-    if not runs:
+#: NVLinks from one GPU to one far end: (links with that far end, of them active, NVLink generation)
+NvLinkCount = tuple[int, int, "int | None"]
+
+
+@dataclass
+class TopologyParts:
+    """What the builder assembles; :class:`Topology` freezes it. Nothing else writes these."""
+
+    graph: nx.MultiGraph = field(default_factory=nx.MultiGraph)
+    parent: dict[str, str] = field(default_factory=dict)  # PCIe tree: child node -> parent node
+    up_link: dict[str, Link] = field(default_factory=dict)  # child node -> the PCIe link to its parent
+    gpus: list[GpuNode] = field(default_factory=list)
+    nics: list[NicNode] = field(default_factory=list)
+    links: list[Link] = field(default_factory=list)
+    nvswitches: list[str] = field(default_factory=list)  # node ids
+    numa_cpus: dict[int, str | None] = field(default_factory=dict)
+    single_numa: bool = False
+    have_pcie: bool = False
+    have_nvml: bool = False
+    driver_version: str | None = None
+    nv: dict[str, dict[str, list]] = field(default_factory=dict)  # gpu node -> {far end: [total, active, gen]}
+    notes: list[str] = field(default_factory=list)
+    pcie_tree: PcieTree = field(default_factory=lambda: PcieTree(()))
+
+
+def is_nvswitch(nvswitches: Iterable[str], node: str) -> bool:
+    """An NVSwitch, or the fabric an active link reaches when its far end was not readable."""
+    return node in nvswitches or node == "nvswitch-fabric"
+
+
+def nvlink_bundle(graph: Any, nv: Mapping[str, Mapping[str, Any]], nvswitches: Iterable[str], gpu: str,
+                  toward: str | None = None) -> Link | None:
+    """One GPU's NVLinks as one link: to one peer GPU, or (``toward`` None) to the NVSwitches."""
+    switches = tuple(nvswitches)
+    remotes = nv.get(gpu, {})
+    sel = {r: v for r, v in remotes.items() if (r == toward if toward else is_nvswitch(switches, r))}
+    if not sel:
         return None
-    run = runs.get(name)
-    if run is None:
-        return None
-    if hasattr(run, "status") and hasattr(run, "data"):
-        return run.data if run.status in ("ok", "partial") else None
-    return run
+    total = sum(v[0] for v in sel.values())
+    active = sum(v[1] for v in sel.values())
+    version = next((v[2] for v in sel.values() if v[2] is not None), None)
+    label = graph.nodes[gpu].get("label", gpu)
+    far = graph.nodes[toward].get("label", toward) if toward else "NVSwitch fabric"
+    return Link("nvlink", gpu, toward or "nvswitch-fabric", f"{label} NVLink -> {far}",
+                max_gbyte_s=nvlink_gbyte_s(version, total), current_gbyte_s=nvlink_gbyte_s(version, active),
+                max_desc=f"{total} x NVLink{version or '?'}", current_desc=f"{active} active",
+                links_total=total, links_active=active, version=version, source="NVML")
 
 
 # -- the topology ------------------------------------------------------------------------------------
 
 
 class Topology:
-    """The built graph and every question asked of it. Build with :func:`build_topology`."""
+    """The built graph and every question asked of it. Build with
+    :func:`ccdiag.topology.build_topology`; read-only once built."""
 
-    def __init__(self) -> None:
-        self.graph = nx.MultiGraph()
-        self.parent: dict[str, str] = {}  # PCIe tree: child node -> parent node
-        self.up_link: dict[str, Link] = {}  # child node -> the PCIe link to its parent
-        self._gpus: list[GpuNode] = []
-        self._nics: list[NicNode] = []
-        self._links: list[Link] = []
-        self.nvswitches: list[str] = []  # node ids
-        self.numa_cpus: dict[int, str | None] = {}
-        self.single_numa: bool = False
-        self.have_pcie = False
-        self.have_nvml = False
-        self.driver_version: str | None = None
-        # gpu node -> {remote node: (total links, active links, version)}
-        self.nv: dict[str, dict[str, list]] = {}
-        self.notes: list[str] = []
+    def __init__(self, parts: TopologyParts) -> None:
+        self._graph = nx.freeze(parts.graph)
+        self._parent = MappingProxyType(dict(parts.parent))
+        self._up_link = MappingProxyType(dict(parts.up_link))
+        self._gpus: tuple[GpuNode, ...] = tuple(parts.gpus)
+        self._nics: tuple[NicNode, ...] = tuple(parts.nics)
+        self._links: tuple[Link, ...] = tuple(parts.links)
+        self._nvswitches: tuple[str, ...] = tuple(parts.nvswitches)
+        self._numa_cpus = MappingProxyType(dict(parts.numa_cpus))
+        self._nv = MappingProxyType({g: MappingProxyType({r: tuple(v) for r, v in rem.items()})
+                                     for g, rem in parts.nv.items()})
+        self.single_numa: bool = parts.single_numa
+        self.have_pcie: bool = parts.have_pcie
+        self.have_nvml: bool = parts.have_nvml
+        self.driver_version: str | None = parts.driver_version
+        self._notes: tuple[str, ...] = tuple(parts.notes)
+        self._names = MappingProxyType(self._name_index())
+        self._pcie_tree = parts.pcie_tree
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in self.__dict__ or not name.startswith("_") and name not in (
+                "single_numa", "have_pcie", "have_nvml", "driver_version"):
+            raise AttributeError(f"Topology is read-only: cannot set {name!r}")
+        object.__setattr__(self, name, value)
+
+    def _name_index(self) -> dict[str, str]:
+        """Label, UUID and BDF -> node, built once so lookups stay constant-time on large nodes."""
+        index: dict[str, str] = {}
+        by_bdf: dict[str, str] = {}
+        for n, attrs in self._graph.nodes(data=True):
+            for key in (attrs.get("label"), attrs.get("uuid")):
+                if key and key not in index:
+                    index[key] = n
+            bdf = attrs.get("bdf")
+            if bdf and attrs.get("kind") in ("gpu", "nic", "nvswitch", "pci") and bdf not in by_bdf:
+                by_bdf[bdf] = n
+        return {**{f"bdf:{b}": n for b, n in by_bdf.items()}, **index}
+
+    # -- read-only views ----------------------------------------------------------------------
+    @property
+    def graph(self) -> nx.MultiGraph:
+        """The graph (frozen: networkx refuses changes)."""
+        return self._graph
+
+    @property
+    def parent(self) -> Mapping[str, str]:
+        """PCIe tree: child node -> parent node."""
+        return self._parent
+
+    @property
+    def up_link(self) -> Mapping[str, Link]:
+        """Child node -> the PCIe link to its parent."""
+        return self._up_link
+
+    @property
+    def nvswitches(self) -> tuple[str, ...]:
+        return self._nvswitches
+
+    @property
+    def numa_cpus(self) -> Mapping[int, str | None]:
+        return self._numa_cpus
+
+    @property
+    def nv(self) -> Mapping[str, Mapping[str, NvLinkCount]]:
+        """GPU node -> {far end node: (links, active links, NVLink generation)}."""
+        return self._nv
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        return self._notes
+
+    @property
+    def pcie_tree(self) -> PcieTree:
+        """Every PCI function the pcie probe saw, bridges included, as a tree of bus addresses."""
+        return self._pcie_tree
 
     # -- lookups ------------------------------------------------------------------------------
     def gpus(self) -> list[GpuNode]:
@@ -216,18 +266,26 @@ class Topology:
         return list(self._links)
 
     def node_id(self, name: str) -> str:
-        """Graph node of a label ("GPU0", "mlx5_0", "NVSwitch1"), a BDF, a UUID or a node id."""
-        if name in self.graph:
+        """Graph node of a label ("GPU0", "mlx5_0", "NVSwitch1"), a BDF, a UUID or a node id.
+
+        Raises KeyError naming the device when the topology has no such device."""
+        if name in self._graph:
             return name
-        for n, attrs in self.graph.nodes(data=True):
-            if name in (attrs.get("label"), attrs.get("uuid")):
-                return n
-        bdf = normalize_bdf(name) if ":" in name else None
-        if bdf:
-            for n, attrs in self.graph.nodes(data=True):
-                if attrs.get("bdf") == bdf and attrs.get("kind") in ("gpu", "nic", "nvswitch", "pci"):
-                    return n
+        node = self._names.get(name)
+        if node is not None:
+            return node
+        bdf = normalize_bdf(name) if isinstance(name, str) and ":" in name else None
+        if bdf and f"bdf:{bdf}" in self._names:
+            return self._names[f"bdf:{bdf}"]
         raise KeyError(f"no device {name!r} in the topology")
+
+    def has_device(self, name: str) -> bool:
+        """Whether :meth:`node_id` knows ``name`` (callers holding names from other probes ask first)."""
+        try:
+            self.node_id(name)
+        except KeyError:
+            return False
+        return True
 
     def label(self, node: str) -> str:
         return self.graph.nodes[node].get("label", node)
@@ -254,7 +312,7 @@ class Topology:
 
     def is_switch(self, node: str) -> bool:
         """An NVSwitch, or the fabric an active link reaches when its far end was not readable."""
-        return node in self.nvswitches or node == "nvswitch-fabric"
+        return is_nvswitch(self._nvswitches, node)
 
     def nvlink_count(self, a: str, b: str) -> int:
         """Active NVLinks joining GPUs ``a`` and ``b``: direct ones, or through NVSwitches the
@@ -306,19 +364,14 @@ class Topology:
 
     @staticmethod
     def level_rank(level: str) -> int:
-        """Smaller is closer; NV# is closest, unknown farthest."""
-        if level.startswith("NV"):
-            return 1
-        try:
-            return LEVELS.index(level)
-        except ValueError:
-            return len(LEVELS)
+        """Smaller is closer (see :func:`ccdiag.topology.levels.level_rank`)."""
+        return level_rank(level)
 
     def nearest_nics(self, gpu_label: str) -> list[tuple[str, str]]:
         """Every NIC with its level from this GPU, best first (ties in NIC name order)."""
         g = self.node_id(gpu_label)
         pairs = [(n.label, self.level(g, n.node)) for n in self._nics]
-        return sorted(pairs, key=lambda p: (self.level_rank(p[1]), _natural(p[0])))
+        return sorted(pairs, key=lambda p: (level_rank(p[1]), natural_key(p[0])))
 
     def gpus_near_nic(self, nic: str) -> list[str]:
         """GPUs for which this NIC is at their best level (the GPUs the NIC serves)."""
@@ -332,6 +385,21 @@ class Topology:
             if any(n == target and self.level_rank(lv) == best for n, lv in near):
                 out.append(g.label)
         return out
+
+    # -- GPUDirect affinity -------------------------------------------------------------------
+    def gpu_state(self, gpu: str | GpuNode) -> str:
+        """"ok", or what NVML said about a GPU it cannot use ("lost", "hung", ...)."""
+        return _affinity.gpu_state(gpu if isinstance(gpu, GpuNode) else self.gpu(gpu))
+
+    def nic_states(self) -> dict[str, dict]:
+        """Per RDMA NIC: ``state``, ``usable`` and each port's state (see :mod:`.affinity`)."""
+        return _affinity.nic_states(self)
+
+    def gpudirect_nics(self, gpu: str | GpuNode, nic_states: dict[str, dict] | None = None) -> dict:
+        """The NICs this GPU's network traffic uses for GPUDirect: the nearest by level, and when
+        those are all down the nearest with an active port (see :func:`.affinity.gpu_affinity`)."""
+        g = gpu if isinstance(gpu, GpuNode) else self.gpu(gpu)
+        return _affinity.gpu_affinity(self, g, nic_states)
 
     # -- bandwidth ----------------------------------------------------------------------------
     def _pcie_path_links(self, na: str, nb: str) -> list[Link] | None:
@@ -359,19 +427,7 @@ class Topology:
         return None
 
     def _nv_bundle(self, gpu: str, toward: str | None = None) -> Link | None:
-        """One GPU's NVLinks as one link: to one peer GPU, or (``toward`` None) to the NVSwitches."""
-        remotes = self.nv.get(gpu, {})
-        sel = {r: v for r, v in remotes.items() if (r == toward if toward else self.is_switch(r))}
-        if not sel:
-            return None
-        total = sum(v[0] for v in sel.values())
-        active = sum(v[1] for v in sel.values())
-        version = next((v[2] for v in sel.values() if v[2] is not None), None)
-        far = self.label(toward) if toward else "NVSwitch fabric"
-        return Link("nvlink", gpu, toward or "nvswitch-fabric", f"{self.label(gpu)} NVLink -> {far}",
-                    max_gbs=nvlink_gbs(version, total), current_gbs=nvlink_gbs(version, active),
-                    max_desc=f"{total} x NVLink{version or '?'}", current_desc=f"{active} active",
-                    links_total=total, links_active=active, version=version, source="NVML")
+        return nvlink_bundle(self._graph, self._nv, self._nvswitches, gpu, toward)
 
     def _nv_path_links(self, na: str, nb: str) -> list[Link]:
         direct = [l for l in (self._nv_bundle(na, nb), self._nv_bundle(nb, na)) if l is not None]
@@ -388,17 +444,18 @@ class Topology:
 
     @staticmethod
     def _bottleneck(links: list[Link] | None, current: bool, level: str | None) -> PathBandwidth:
+        """The path's slowest link with a known bandwidth (``current``: as trained, else capability)."""
         if links is None:
-            return PathBandwidth(None, None, [], level)
+            return PathBandwidth(None, None, (), level)
         best: Link | None = None
         val: float | None = None
         for l in links:
-            v = l.current_gbs if current else l.max_gbs
+            v = l.current_gbyte_s if current else l.max_gbyte_s
             if v is None:
                 continue
             if val is None or v < val:
                 best, val = l, v
-        return PathBandwidth(val, best, list(links), level)
+        return PathBandwidth(val, best, tuple(links), level)
 
     def path_bandwidth(self, a: str, b: str) -> PathBandwidth:
         """What the path between two devices can carry (capabilities of its links)."""
@@ -434,7 +491,7 @@ class Topology:
         wires = self._wire_links(nn)
         if wires:
             # a multi-port NIC's wire capacity is its best port
-            key = (lambda l: l.current_gbs or 0.0) if current else (lambda l: l.max_gbs or 0.0)
+            key = (lambda l: l.current_gbyte_s or 0.0) if current else (lambda l: l.max_gbyte_s or 0.0)
             wire = max(wires, key=key)
             links = (links or []) + [wire] if links is not None else [wire]
         return self._bottleneck(links, current, self.level(ng, nn))
@@ -463,7 +520,7 @@ class Topology:
     # -- nvidia-smi style matrix ---------------------------------------------------------------------
     def matrix(self):
         """The matrix nvidia-smi topo -m would print, as a :class:`ccdiag.probes.smi_topo.TopoMatrix`."""
-        from ccdiag.topology_matrix import to_topo_matrix
+        from ccdiag.topology.matrix import to_topo_matrix
 
         return to_topo_matrix(self)
 
@@ -489,7 +546,7 @@ class Topology:
     def compare_smi(self, m: Any) -> list[str]:
         """Differences between this topology and a parsed ``nvidia-smi topo -m`` matrix, one line
         each ("GPU0/NIC1: nvidia-smi NODE, ccdiag PIX"); empty when they agree."""
-        from ccdiag.topology_matrix import compare
+        from ccdiag.topology.matrix import compare
 
         return compare(self, m)
 
@@ -504,15 +561,15 @@ class Topology:
             for b in self._gpus[i + 1:]:
                 expected.append({"a": a.label, "b": b.label, "kind": "p2p",
                                  **self.path_bandwidth(a.node, b.node).to_json(),
-                                 "current_gbps": _r(self.current_path_bandwidth(a.node, b.node).gbps)})
+                                 "current_gbyte_s": _r(self.current_path_bandwidth(a.node, b.node).gbyte_s)})
         for g in self._gpus:
             h = self.expected_h2d(g.node)
             expected.append({"a": "host", "b": g.label, "kind": "h2d", **h.to_json(),
-                             "current_gbps": _r(self.expected_h2d(g.node, current=True).gbps)})
+                             "current_gbyte_s": _r(self.expected_h2d(g.node, current=True).gbyte_s)})
             for nic, lvl in self.nearest_nics(g.label)[:1]:
                 e = self.expected_gpu_nic(g.node, nic)
                 expected.append({"a": g.label, "b": nic, "kind": "gpu_nic", **e.to_json(),
-                                 "current_gbps": _r(self.expected_gpu_nic(g.node, nic, current=True).gbps)})
+                                 "current_gbyte_s": _r(self.expected_gpu_nic(g.node, nic, current=True).gbyte_s)})
         return {
             "gpus": [dict(g.__dict__) for g in self._gpus],
             "nics": [dict(n.__dict__, ports=list(n.ports), netdevs=list(n.netdevs)) for n in self._nics],
@@ -529,23 +586,6 @@ class Topology:
 
     def to_dot(self) -> str:
         """Graphviz DOT of the graph: PCIe tree, NVLinks (per switch, with counts), wires, SMP."""
-        from ccdiag.topology_dot import render_dot
+        from ccdiag.topology.dot import render_dot
 
         return render_dot(self)
-
-
-# -- building -----------------------------------------------------------------------------------------
-
-
-def build_topology(runs: dict) -> Topology:
-    """Build the graph from probe results (``ProbeRun`` values, or bare observations by name).
-
-    Any probe may be missing: without NVML the GPUs still come from PCI (numbered in bus order,
-    as NVML does); without PCIe data the levels are "unknown"."""
-    from ccdiag.topology_build import Builder
-
-    return Builder(Topology(), runs).build()
-
-
-__all__ = ["Topology", "Link", "PathBandwidth", "GpuNode", "NicNode", "build_topology", "pcie_gbs",
-           "nvlink_gbs", "wire_gbs", "pcie_gen", "NVLINK_GBS_PER_LINK"]
