@@ -220,8 +220,12 @@ def test_probe_outcome_gates_the_checks(status, expected):
     runs = dict(S.healthy_runs())
     runs["pcie"] = ProbeRun("pcie", status, 0.1, None, "why")
     ctx = S.make_ctx(runs)
-    for fn in (link_width, aer, acs):
-        assert [f.status for f in fn(ctx)] == [expected]
+    from ccdiag.checks import run_checks
+
+    ids = ("pcie.link_width", "pcie.aer", "pcie.acs")  # each declares needs=("pcie",)
+    findings = run_checks(ctx, only=ids)
+    assert sorted((f.check, f.status) for f in findings) == sorted((i, expected) for i in ids)
+    assert all(f.details.get("probe") == "pcie" for f in findings)
 
 
 def test_gen_of_maps_transfer_rates():

@@ -9,65 +9,16 @@ verdict anywhere. A check that raises is isolated and becomes an ``unknown`` fin
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Iterable
 
+from ccdiag.checks.common import gate
+from ccdiag.checks.context import REGISTRY, CheckContext, CheckSpec, check
 from ccdiag.findings import UNKNOWN, Component, Finding
-from ccdiag.policy import DEFAULT_POLICY, Policy
-from ccdiag.probing import ProbeRun
+
+__all__ = ["REGISTRY", "CheckContext", "CheckSpec", "check", "load_all", "run_checks", "CHECK_MODULES"]
 
 #: modules holding checks, imported on first use
 CHECK_MODULES = ("probes", "gpu", "xid", "nvlink", "pcie", "infiniband", "environment")
-
-
-@dataclass(frozen=True)
-class CheckSpec:
-    name: str  # the id prefix its findings use, e.g. "pcie.link_downtrained"
-    func: Callable[["CheckContext"], Iterable[Finding]]
-    needs: tuple[str, ...]  # probes it reads; if one is unusable the check's own logic decides
-    doc: str
-
-
-REGISTRY: dict[str, CheckSpec] = {}
-
-
-def check(name: str, needs: tuple[str, ...] = ()) -> Callable:
-    """Register a check function under ``name`` (its stable id)."""
-
-    def deco(func: Callable) -> Callable:
-        REGISTRY[name] = CheckSpec(name, func, tuple(needs), (func.__doc__ or "").strip())
-        return func
-
-    return deco
-
-
-@dataclass(frozen=True)
-class CheckContext:
-    """Everything checks may look at.
-
-    ``runs`` is the first sample; ``later`` the second one taken ``window_s`` seconds later (counters
-    are judged by their change between the two; ``later`` is None without a window).
-    """
-
-    runs: dict[str, ProbeRun]
-    later: dict[str, ProbeRun] | None = None
-    window_s: float = 0.0
-    topology: Any = None  # ccdiag.topology.Topology or None
-    policy: Policy = DEFAULT_POLICY
-    env: dict[str, str] = field(default_factory=dict)  # NCCL_* etc. from the environment or --env-file
-    env_source: str = "environment"
-    now: float = 0.0  # wall time of the observation (recording time on replay)
-    meta: dict = field(default_factory=dict)
-
-    def data(self, probe: str) -> Any:
-        run = self.runs.get(probe)
-        return run.data if run is not None and run.usable else None
-
-    def later_data(self, probe: str) -> Any:
-        if not self.later:
-            return None
-        run = self.later.get(probe)
-        return run.data if run is not None and run.usable else None
 
 
 def load_all() -> dict[str, CheckSpec]:
@@ -87,6 +38,10 @@ def run_checks(ctx: CheckContext, only: Iterable[str] | None = None) -> list[Fin
     findings: list[Finding] = []
     for name, spec in sorted(specs.items()):
         if prefixes and not name.startswith(prefixes):
+            continue
+        gated = gate(ctx, name, spec.what, spec.needs)
+        if gated is not None:
+            findings.append(gated)
             continue
         try:
             findings.extend(spec.func(ctx))

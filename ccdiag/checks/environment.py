@@ -14,7 +14,7 @@ from typing import Any
 
 from ccdiag.checks import CheckContext, check
 from ccdiag.checks.infiniband import all_ports, is_active, port_path
-from ccdiag.checks.pcie import gate, node_component, policy_source
+from ccdiag.checks.common import gate, node_component, policy_source
 from ccdiag.findings import FAIL, PASS, SKIP, UNKNOWN, WARN, Component, Evidence, Finding
 from ccdiag.probing import UNAVAILABLE
 
@@ -103,7 +103,7 @@ def _gpu_count(ctx: CheckContext) -> int | None:
     return len(nvml.gpus) if nvml is not None else None
 
 
-@check("env.nccl_disable", needs=("infiniband", "nvml"))
+@check("env.nccl_disable", uses=("infiniband", "nvml"))
 def nccl_disable(ctx: CheckContext) -> list[Finding]:
     """NCCL_P2P_DISABLE / NCCL_IB_DISABLE / NCCL_SHM_DISABLE switch transports off: debugging knobs
     that quietly cost bandwidth when left in a job script."""
@@ -156,13 +156,13 @@ def _iface_problem(i: Any) -> str | None:
     return None
 
 
-@check("env.socket_ifname", needs=("netdev",))
+@check("env.socket_ifname", uses=("netdev",))
 def socket_ifname(ctx: CheckContext) -> list[Finding]:
     """NCCL_SOCKET_IFNAME selects interfaces that exist, are up and have an address."""
     var = "NCCL_SOCKET_IFNAME"
     if not ctx.env.get(var, "").strip():
         return [Finding("env.socket_ifname", SKIP, _env_comp(var), f"{var} not set: NCCL chooses interfaces itself")]
-    gated = gate(ctx, "netdev", "env.socket_ifname", "network interfaces")
+    gated = gate(ctx, "env.socket_ifname", "network interfaces", probes=("netdev",))
     if gated:
         return [gated]
     spec = parse_nccl_list(ctx.env[var])
@@ -206,7 +206,7 @@ def socket_ifname(ctx: CheckContext) -> list[Finding]:
 
 # ---------------------------------------------------------------- NCCL_IB_HCA
 
-@check("env.ib_hca", needs=("infiniband",))
+@check("env.ib_hca", uses=("infiniband",))
 def ib_hca(ctx: CheckContext) -> list[Finding]:
     """NCCL_IB_HCA names HCAs and ports that exist and are active (and no prefix catches extra HCAs)."""
     var = "NCCL_IB_HCA"
@@ -214,7 +214,7 @@ def ib_hca(ctx: CheckContext) -> list[Finding]:
         return [Finding("env.ib_hca", SKIP, _env_comp(var), f"{var} not set: NCCL uses every active HCA")]
     run = ctx.runs.get("infiniband")
     if run is None or not (run.usable or run.status == UNAVAILABLE):
-        return [gate(ctx, "infiniband", "env.ib_hca", "RDMA devices") or
+        return [gate(ctx, "env.ib_hca", "RDMA devices", probes=("infiniband",)) or
                 Finding("env.ib_hca", UNKNOWN, node_component(), "RDMA devices not read")]
     devices = list(ctx.data("infiniband").devices) if run.usable else []
     spec = parse_nccl_list(ctx.env[var])
@@ -283,12 +283,9 @@ def _policy_or_default(ctx: CheckContext, key: str, default_why: str) -> str:
     return policy_source(ctx, key) if ctx.policy.source else f"built-in default ({default_why})"
 
 
-@check("env.shm", needs=("system",))
+@check("env.shm", needs=("system",), what="/dev/shm size")
 def shm(ctx: CheckContext) -> list[Finding]:
     """/dev/shm large enough for NCCL's shared-memory buffers (containers default to 64 MiB)."""
-    gated = gate(ctx, "system", "env.shm", "/dev/shm size")
-    if gated:
-        return [gated]
     comp = Component("limit", "/dev/shm")
     size = ctx.data("system").shm_bytes
     want = ctx.policy.min_shm_bytes
@@ -308,16 +305,16 @@ def shm(ctx: CheckContext) -> list[Finding]:
                "on the host remount larger (`mount -o remount,size=... /dev/shm`).")]
 
 
-@check("env.memlock", needs=("system", "infiniband"))
+@check("env.memlock", uses=("system", "infiniband"))
 def memlock(ctx: CheckContext) -> list[Finding]:
     """Locked-memory limit high enough for RDMA memory registration (unlimited unless the policy says)."""
     comp = Component("limit", "memlock (RLIMIT_MEMLOCK)")
     if not _rdma_present(ctx):
         run = ctx.runs.get("infiniband")
         if run is not None and run.status not in ("ok", "partial", UNAVAILABLE):
-            return [gate(ctx, "infiniband", "env.memlock", "RDMA devices")]
+            return [gate(ctx, "env.memlock", "RDMA devices", probes=("infiniband",))]
         return [Finding("env.memlock", SKIP, comp, "no RDMA devices: the locked-memory limit does not matter")]
-    gated = gate(ctx, "system", "env.memlock", "locked-memory limit")
+    gated = gate(ctx, "env.memlock", "locked-memory limit", probes=("system",))
     if gated:
         return [gated]
     s = ctx.data("system")

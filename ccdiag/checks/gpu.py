@@ -10,152 +10,19 @@ action) fails a node; idle clocks, software power capping and historic counts ne
 
 from __future__ import annotations
 
-from dataclasses import replace
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from ccdiag.checks import CheckContext, check
+from ccdiag.checks.common import (NODE, NVML, gpu_by_bdf, gpu_component, not_read, nvidia_pci_gpus, nvml_gate,
+                                  nvswitches_on_pci, per_gpu, policy_source, read_error)
 from ccdiag.findings import FAIL, PASS, SKIP, UNKNOWN, WARN, Component, Evidence, Finding
-from ccdiag.model import ReadError, normalize_bdf
+from ccdiag.model import normalize_bdf
 from ccdiag.probes.nvml import clock_event_names
 from ccdiag.probing import TIMEOUT, UNAVAILABLE
 
-NVIDIA_VENDOR = "0x10de"
-NVML = "NVML"
-#: NVML error classes meaning "this GPU does not have that" rather than "could not read it"
-NOT_APPLICABLE = ("not_supported", "not_found")
-
-
-# ----------------------------------------------------------------------------- shared helpers
-# (also used by the xid and nvlink checks)
-
-def gpu_component(g: Any) -> Component:
-    return Component("gpu", f"GPU{g.index}", gpu=g.index, uuid=g.uuid, bdf=normalize_bdf(g.bus_id))
-
-
-NODE = Component("node", "node")
-
-
-def policy_source(ctx: CheckContext) -> str:
-    return f"policy {ctx.policy.source}" if ctx.policy.source else "default policy"
-
-
-def nvidia_pci_gpus(ctx: CheckContext) -> list | None:
-    """NVIDIA GPUs as PCI enumerates them (None when the PCI probe gave nothing usable).
-
-    PCI is the independent witness: a GPU the driver lost is still enumerated on the bus."""
-    pcie = ctx.data("pcie")
-    if pcie is None:
-        return None
-    return [d for d in pcie.devices
-            if d.kind == "gpu" and (d.vendor_id is None or d.vendor_id.lower() == NVIDIA_VENDOR)]
-
-
-def nvswitches_on_pci(ctx: CheckContext) -> list:
-    pcie = ctx.data("pcie")
-    return [d for d in pcie.devices if d.kind == "nvswitch"] if pcie is not None else []
-
-
-def gpu_by_bdf(nvml: Any) -> dict[str, Any]:
-    """GPUs keyed by normalised PCI address (domain:bus:device.function)."""
-    out = {}
-    for g in nvml.gpus:
-        bdf = normalize_bdf(g.bus_id)
-        if bdf:
-            out[bdf] = g
-    return out
-
-
-def read_error(g: Any, *fns: str) -> Any:
-    """The per-GPU ReadError recorded for any of the NVML functions ``fns`` (or None)."""
-    for e in getattr(g, "errors", ()):
-        if any(e.source.startswith(fn) for fn in fns):
-            return e
-    return None
-
-
-#: evidence source for a bus id ccdiag worked out rather than read
-INFERRED_BDF = "inferred: the NVIDIA GPU on PCI that no other NVML GPU claims (NVML enumerates in PCI order)"
-
-
-def with_inferred_bus_ids(nvml: Any, pci: list | None) -> Any:
-    """Fill the bus id of GPUs NVML lost before it could say where they sit.
-
-    A GPU that fell off the bus often fails its first NVML call, so NVML lists "GPU6, lost" with
-    no address while PCI still shows the device. When the GPUs without an address and the PCI
-    GPUs no NVML GPU claims are equally many, pair them in order (NVML indexes GPUs by PCI bus
-    order), so findings and XIDs name the physical part. The GPU's ``errors`` keep a note."""
-    if pci is None:
-        return nvml
-    missing = sorted((g for g in nvml.gpus if not normalize_bdf(g.bus_id)), key=lambda g: g.index)
-    if not missing:
-        return nvml
-    claimed = set(gpu_by_bdf(nvml))
-    free = sorted(b for b in (normalize_bdf(d.bdf) for d in pci) if b and b not in claimed)
-    if len(free) != len(missing):
-        return nvml
-    fill = {g.index: b for g, b in zip(missing, free)}
-    def note(g: Any) -> ReadError:
-        return ReadError(f"nvmlDeviceGetPciInfo_v3({g.index})", "inferred", INFERRED_BDF)
-
-    gpus = tuple(replace(g, bus_id=fill[g.index], errors=g.errors + (note(g),)) if g.index in fill else g
-                 for g in nvml.gpus)
-    return replace(nvml, gpus=gpus)
-
-
-def nvml_gate(ctx: CheckContext, check_id: str) -> tuple[Any, list[Finding]]:
-    """Return (observation, []) when NVML data is usable, else (None, [one skip/unknown finding]).
-
-    Skip when there is evidently no NVIDIA GPU (NVML absent and PCI shows none); unknown when GPUs
-    may be there but NVML could not be asked (the ``gpu.driver_unavailable`` and ``probe.*``
-    findings carry the reason and the verdict)."""
-    run = ctx.runs.get("nvml")
-    if run is not None and run.usable:
-        return with_inferred_bus_ids(run.data, nvidia_pci_gpus(ctx)), []
-    pci = nvidia_pci_gpus(ctx)
-    if run is not None and run.status == UNAVAILABLE and pci is not None and not pci:
-        return None, [Finding(check_id, SKIP, NODE, "No NVIDIA GPU on this node (NVML absent, none on PCI).",
-                              evidence=(Evidence("nvml probe", run.error, NVML),))]
-    if run is None:
-        return None, [Finding(check_id, SKIP, NODE, "Not evaluated: the nvml probe was not run.")]
-    why = f"nvml probe {run.status}: {run.error or ''}".strip()
-    return None, [Finding(check_id, UNKNOWN, NODE, f"Not evaluated: {why}.",
-                          evidence=(Evidence("nvml probe", run.status, NVML),),
-                          remedy="See the gpu.driver_unavailable and probe.* findings.")]
-
-
-def not_read(check_id: str, g: Any, what: str, fns: tuple[str, ...]) -> Finding:
-    """The finding for a value NVML did not give: skip when the GPU lacks it, unknown otherwise."""
-    err = read_error(g, *fns)
-    src = f"{fns[0]}({g.index})"
-    if g.failed:
-        return Finding(check_id, UNKNOWN, gpu_component(g),
-                       f"GPU{g.index}: {what} not read; the GPU failed ({g.failed}).",
-                       evidence=(Evidence("GPU state", g.failed, NVML),),
-                       remedy="See gpu.lost for this GPU.")
-    if err is None or err.kind in NOT_APPLICABLE:
-        return Finding(check_id, SKIP, gpu_component(g), f"GPU{g.index}: {what} not supported on this GPU/driver.",
-                       evidence=(Evidence(what, err.kind if err else None, src),))
-    return Finding(check_id, UNKNOWN, gpu_component(g), f"GPU{g.index}: {what} could not be read ({err.kind}).",
-                   evidence=(Evidence(what, f"{err.kind}: {err.message}", err.source),),
-                   remedy="Run as root (some NVML queries need it) or check the driver.")
-
-
-def per_gpu(ctx: CheckContext, check_id: str, judge: Callable[[Any, Any], Iterable[Finding]]) -> list[Finding]:
-    nvml, gated = nvml_gate(ctx, check_id)
-    if gated:
-        return gated
-    if not nvml.gpus:
-        return [Finding(check_id, SKIP, NODE, "NVML lists no GPU.",
-                        evidence=(Evidence("device count", nvml.device_count, "nvmlDeviceGetCount()"),))]
-    out: list[Finding] = []
-    for g in sorted(nvml.gpus, key=lambda g: g.index):
-        out.extend(judge(g, nvml))
-    return out
-
-
 # ----------------------------------------------------------------------------- presence / driver
 
-@check("gpu.driver_unavailable", needs=("nvml", "pcie"))
+@check("gpu.driver_unavailable", uses=("nvml", "pcie"))
 def check_driver(ctx: CheckContext) -> list[Finding]:
     """NVML must answer when the bus shows NVIDIA GPUs: a missing or hung driver makes every GPU unusable."""
     cid = "gpu.driver_unavailable"
@@ -210,7 +77,7 @@ def _container_restricted(ctx: CheckContext) -> str | None:
     return None
 
 
-@check("gpu.count", needs=("nvml", "pcie"))
+@check("gpu.count", needs=("nvml",), uses=("pcie",))
 def check_count(ctx: CheckContext) -> list[Finding]:
     """The GPUs NVML sees, the GPUs on the PCI bus and the policy's count must agree; a GPU can
     drop out of the driver without any XID (seen in the field), and only PCI still shows it."""
@@ -336,7 +203,7 @@ def _norm_version(v: str | None) -> str | None:
     return v.strip() if v and v.strip() else None
 
 
-@check("gpu.driver_version", needs=("nvml", "system"))
+@check("gpu.driver_version", needs=("nvml",), uses=("system",))
 def check_driver_version(ctx: CheckContext) -> list[Finding]:
     """The user-space driver (NVML) and the loaded kernel module must be the same release; a
     mismatch is what an upgrade without reboot or a container with foreign libraries leaves."""
@@ -750,7 +617,7 @@ FABRIC_BAD = ("not_started", "in_progress")
 FABRIC_STATUS_OK = ("success", "ok", "nvml_success")
 
 
-@check("gpu.fabric_manager", needs=("nvml", "system", "pcie"))
+@check("gpu.fabric_manager", needs=("nvml",), uses=("system", "pcie"))
 def check_fabric_manager(ctx: CheckContext) -> list[Finding]:
     """On NVSwitch systems the fabric manager must have registered every GPU with the fabric;
     until then CUDA cannot use NVLink peers (jobs fail or fall back to PCIe)."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from ccdiag.checks import CheckContext, check
-from ccdiag.checks.pcie import counter_delta, gate, gpu_ids, node_component, policy_source
+from ccdiag.checks.common import counter_delta, gate, gpu_ids, node_component, policy_source, second_sample
 from ccdiag.findings import FAIL, PASS, SKIP, STATUS_RANK, UNKNOWN, WARN, Component, Evidence, Finding
 from ccdiag.model import normalize_bdf
 from ccdiag.topology.levels import UNKNOWN as UNKNOWN_LEVEL
@@ -51,10 +51,8 @@ def _worst(statuses: Iterable[str]) -> str:
 
 
 def _ib_or_skip(ctx: CheckContext, check_id: str, what: str) -> tuple[Any, Finding | None]:
-    gated = gate(ctx, "infiniband", check_id, what)
-    if gated:
-        return None, gated
-    ib = ctx.data("infiniband")
+    """The IB observation when it has ports (the framework already gated on the probe), else a skip."""
+    ib = ctx.infiniband
     if not all_ports(ib):
         return None, Finding(check_id, SKIP, node_component(), f"{what}: no InfiniBand/RoCE ports")
     return ib, None
@@ -77,7 +75,7 @@ _NO_SM = ("The physical link is up but the port was not activated: no subnet man
           "Check that the subnet manager (opensm or UFM) is running and sees this port.")
 
 
-@check("ib.port_state", needs=("infiniband",))
+@check("ib.port_state", needs=("infiniband",), what="IB port state")
 def port_state(ctx: CheckContext) -> list[Finding]:
     """Every port ACTIVE with the physical link up; Polling/Disabled/INIT named with their cause."""
     ib, skip = _ib_or_skip(ctx, "ib.port_state", "IB port state")
@@ -131,7 +129,7 @@ def _model(dev: Any, port: Any) -> tuple:
     return (dev.hca_type, dev.board_id, port.link_layer)
 
 
-@check("ib.rate", needs=("infiniband",))
+@check("ib.rate", needs=("infiniband",), what="IB port rate")
 def rate(ctx: CheckContext) -> list[Finding]:
     """Active ports at full width (4X on InfiniBand), at the rate of their siblings and the policy."""
     ib, skip = _ib_or_skip(ctx, "ib.rate", "IB port rate")
@@ -224,22 +222,18 @@ def _judge_counters(grew: dict[str, int], window_s: float, min_warn: int) -> lis
     return out
 
 
-@check("ib.counters", needs=("infiniband",))
+@check("ib.counters", needs=("infiniband",), what="IB error counters")
 def counters(ctx: CheckContext) -> list[Finding]:
     """Port error counters by their increase over the window; lifetime totals are never a verdict."""
     ib, skip = _ib_or_skip(ctx, "ib.counters", "IB error counters")
     if skip:
         return [skip]
-    later = ctx.later_data("infiniband")
-    if later is None:
-        nonzero = {f"{d.name}:{p.port}": {k: (p.counters or {}).get(k) for k in COUNTERS
-                                           if (p.counters or {}).get(k)}
-                   for d, p in all_ports(ib) if any((p.counters or {}).get(k) for k in COUNTERS)}
-        return [Finding("ib.counters", SKIP, node_component(),
-                        "error counters are judged by their increase over a window; none was taken "
-                        "(lifetime totals are not judged)",
-                        remedy="Run `ccdiag check --window 30` to judge IB error counters.",
-                        details={"lifetime_nonzero": nonzero} if nonzero else {})]
+    nonzero = {f"{d.name}:{p.port}": {k: (p.counters or {}).get(k) for k in COUNTERS
+                                       if (p.counters or {}).get(k)}
+               for d, p in all_ports(ib) if any((p.counters or {}).get(k) for k in COUNTERS)}
+    later, no_window = second_sample(ctx, "infiniband", "ib.counters", "IB error counters", nonzero)
+    if no_window:
+        return [no_window]
     after = {(d.name, p.port): p for d, p in all_ports(later)}
     out: list[Finding] = []
     for d, p in all_ports(ib):
@@ -293,13 +287,13 @@ def _flap_target(ib: Any, netdev: Any, event: Any) -> tuple[Any, Any] | None:
     return dev, port
 
 
-@check("ib.link_flaps", needs=("infiniband", "kmsg"))
+@check("ib.link_flaps", needs=("infiniband",), uses=("kmsg",), what="IB link flaps")
 def link_flaps(ctx: CheckContext) -> list[Finding]:
     """Link-down events for RDMA ports in the kernel log within the policy window."""
     ib, skip = _ib_or_skip(ctx, "ib.link_flaps", "IB link flaps")
     if skip:
         return [skip]
-    gated = gate(ctx, "kmsg", "ib.link_flaps", "IB link flaps (kernel log)")
+    gated = gate(ctx, "ib.link_flaps", "IB link flaps (kernel log)", probes=("kmsg",))
     if gated:
         return [gated]
     km = ctx.data("kmsg")
@@ -352,7 +346,7 @@ def _zero_gid(gid: str) -> bool:
     return not gid.replace(":", "").strip("0")
 
 
-@check("ib.roce_gid", needs=("infiniband",))
+@check("ib.roce_gid", needs=("infiniband",), what="RoCE GIDs")
 def roce_gid(ctx: CheckContext) -> list[Finding]:
     """Every active RoCE (Ethernet link layer) port has a routable RoCE v2 GID."""
     ib, skip = _ib_or_skip(ctx, "ib.roce_gid", "RoCE GIDs")
@@ -473,7 +467,7 @@ def _affinity(ctx: CheckContext, ib: Any) -> list[Finding]:
     return out
 
 
-@check("ib.gpudirect", needs=("infiniband", "system", "nvml"))
+@check("ib.gpudirect", needs=("infiniband",), uses=("system", "nvml"), what="GPUDirect RDMA")
 def gpudirect(ctx: CheckContext) -> list[Finding]:
     """GPUDirect RDMA prerequisites: nvidia_peermem loaded, and each GPU near an RDMA NIC."""
     ib, skip = _ib_or_skip(ctx, "ib.gpudirect", "GPUDirect RDMA")
@@ -488,7 +482,7 @@ def gpudirect(ctx: CheckContext) -> list[Finding]:
     if ctx.policy.require_peermem is False:
         out.append(Finding("ib.gpudirect", SKIP, comp, "peer-memory module not required by the policy"))
     else:
-        gated = gate(ctx, "system", "ib.gpudirect", "kernel modules")
+        gated = gate(ctx, "ib.gpudirect", "kernel modules", probes=("system",))
         if gated:
             out.append(gated)
         else:

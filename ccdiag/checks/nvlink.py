@@ -12,7 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from ccdiag.checks import CheckContext, check
-from ccdiag.checks.gpu import NODE, gpu_by_bdf, gpu_component, nvml_gate, nvswitches_on_pci, policy_source
+from ccdiag.checks.common import (NODE, gpu_by_bdf, gpu_component, nvml_gate, nvswitches_on_pci, policy_source,
+                                  second_sample)
 from ccdiag.findings import FAIL, PASS, SKIP, UNKNOWN, WARN, Component, Evidence, Finding
 from ccdiag.model import normalize_bdf
 
@@ -182,12 +183,9 @@ def check_errors(ctx: CheckContext) -> list[Finding]:
         return gated
     if not any(g.nvlinks for g in nvml.gpus):
         return [Finding(cid, SKIP, NODE, "No NVLink on this node.")]
-    if ctx.later is None:
-        return [Finding(cid, SKIP, NODE, "No sampling window; counters not judged (use --window).",
-                        remedy="Re-run with --window SECONDS to judge counters by their change, not lifetime totals.")]
-    later = ctx.later_data("nvml")
-    if later is None:
-        return [Finding(cid, UNKNOWN, NODE, "Second NVML sample not usable; counters not judged.")]
+    later, no_window = second_sample(ctx, "nvml", cid, "NVLink error counters")
+    if no_window:
+        return [no_window]
     window = ctx.window_s
     later_by_gpu = {(g.index, g.uuid): g for g in later.gpus}
     peers = gpu_by_bdf(nvml)

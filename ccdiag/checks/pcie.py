@@ -1,8 +1,5 @@
 """PCIe health: link width and speed on every hop, AER and replay counters, ACS on GPU-NIC paths.
 
-Also home of the small helpers the fabric checks share (who a BDF is, probe gating, counter deltas),
-so the InfiniBand and environment checks name GPUs and NICs the same way.
-
 False alarms are the main risk here. An idle GPU lowers its PCIe link to 2.5 GT/s to save power,
 and the switch port above it reports the same link, so a lower *speed* on a GPU path is judged only
 when NVML shows the GPU busy. A lower *width* is never a power state: it is a lane that failed to
@@ -17,14 +14,12 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from ccdiag.checks import CheckContext, check
+from ccdiag.checks.common import (GpuId, counter_delta, gpu_activity, gpu_ids, nic_names, node_component,
+                                  policy_source, second_sample, sysfs_path)
 from ccdiag.findings import FAIL, PASS, SKIP, UNKNOWN, WARN, Component, Evidence, Finding
+from ccdiag.linkrates import pcie_gen as gen_of
 from ccdiag.model import normalize_bdf
-from ccdiag.probing import UNAVAILABLE
 from ccdiag.topology.pcie_tree import BRIDGE_KINDS, ENDPOINT_KINDS, PcieTree, common_hops, parent_bdf
-
-
-#: GT/s per lane -> PCIe generation
-from ccdiag.linkrates import pcie_gen as gen_of  # noqa: E402 - one table for every PCIe rate
 
 #: Replays (and, by the same bit-error budget, correctable errors) per lane per minute that a
 #: link at BER 1e-12 may show; above this the link is worse than spec. Gen1/Gen2 are not in the
@@ -34,107 +29,6 @@ REPLAY_BUDGET_PER_LANE_PER_MIN = {1: 0.12, 2: 0.24, 3: 0.48, 4: 0.96, 5: 1.92, 6
 
 #: ACS features that redirect peer-to-peer requests or completions up to the root complex
 ACS_REDIRECTING = ("ReqRedir", "CmpltRedir", "EgressCtrl")
-
-
-# ---------------------------------------------------------------- shared helpers (fabric checks)
-
-def sysfs_path(bdf: str, attr: str) -> str:
-    return f"/sys/bus/pci/devices/{bdf}/{attr}"
-
-
-def node_component(name: str = "node") -> Component:
-    return Component("node", name)
-
-
-def gate(ctx: CheckContext, probe: str, check_id: str, what: str) -> Finding | None:
-    """A skip/unknown finding when ``probe`` gave nothing to judge, else None.
-
-    Unavailable means the subsystem is absent (no IB stack): the check does not apply, so skip.
-    A probe that failed or timed out leaves the check undecided: unknown, never pass.
-    """
-    run = ctx.runs.get(probe)
-    if run is not None and run.usable:
-        return None
-    if run is None:
-        return Finding(check_id, SKIP, node_component(), f"{what}: probe {probe} was not run")
-    if run.status == UNAVAILABLE:
-        return Finding(check_id, SKIP, node_component(), f"{what}: not present ({run.error or probe})",
-                       details={"probe": probe, "probe_status": run.status})
-    return Finding(check_id, UNKNOWN, node_component(),
-                   f"{what} could not be judged: probe {probe} {run.status} ({run.error})",
-                   remedy="Re-run `ccdiag check`; if the probe keeps failing, attach `ccdiag snapshot` "
-                          "output to a bug report.",
-                   details={"probe": probe, "probe_status": run.status})
-
-
-def counter_delta(before: int | None, after: int | None) -> int | None:
-    """Increase of a monotonic counter; None when unknown or when it went backwards (a reset)."""
-    if before is None or after is None or after < before:
-        return None
-    return after - before
-
-
-@dataclass(frozen=True)
-class GpuId:
-    index: int | None
-    uuid: str | None
-    bdf: str
-    label: str  # "GPU3"
-    gpu: Any = None  # the nvml Gpu, when NVML saw it
-
-
-def gpu_ids(ctx: CheckContext) -> dict[str, GpuId]:
-    """BDF -> GPU identity, from NVML first, then the topology."""
-    out: dict[str, GpuId] = {}
-    nvml = ctx.data("nvml")
-    for g in getattr(nvml, "gpus", ()) or ():
-        bdf = normalize_bdf(g.bus_id)
-        if bdf:
-            out[bdf] = GpuId(g.index, g.uuid, bdf, f"GPU{g.index}", g)
-    topo = ctx.topology
-    if topo is not None:
-        for n in topo.gpus():
-            bdf = normalize_bdf(getattr(n, "bdf", None))
-            if bdf and bdf not in out:
-                idx = getattr(n, "index", None)
-                label = getattr(n, "label", None) or (f"GPU{idx}" if idx is not None else f"GPU {bdf}")
-                out[bdf] = GpuId(idx, getattr(n, "uuid", None), bdf, label)
-    return out
-
-
-def nic_names(ctx: CheckContext) -> dict[str, str]:
-    """BDF -> the name operators use for the NIC: the RDMA device ("mlx5_0"), else the netdev."""
-    out: dict[str, str] = {}
-    net = ctx.data("netdev")
-    for i in getattr(net, "interfaces", ()) or ():
-        bdf = normalize_bdf(i.pci_bdf)
-        if bdf and not i.virtual:
-            out.setdefault(bdf, i.name)
-    ib = ctx.data("infiniband")
-    for d in getattr(ib, "devices", ()) or ():
-        bdf = normalize_bdf(d.pci_bdf)
-        if bdf:
-            out[bdf] = d.name
-    return out
-
-
-def gpu_activity(gpu: Any) -> str:
-    """"busy", "idle" or "unknown" from NVML, for deciding whether a low PCIe speed means anything.
-
-    NVML's clock-event reasons carry an idle bit; running compute processes without it mean work.
-    """
-    if gpu is None:
-        return "unknown"
-    names = tuple(getattr(gpu, "clock_event_names", ()) or ())
-    if any("idle" in n.lower() for n in names):
-        return "idle"
-    if getattr(gpu, "compute_processes", ()):
-        return "busy"
-    if getattr(gpu, "clock_event_reasons", None) is not None:
-        return "busy"  # reasons were read and the idle bit is clear: the GPU is clocked up for work
-    return "unknown"
-
-
 
 
 def _speed(gts: float | None) -> str:
@@ -221,10 +115,6 @@ class Names:
                              device=label if d.kind == "nic" else None, peer=self.parent_bdf(d))
         served = self.served.get(d.bdf) or []
         return Component("bridge", label, bdf=d.bdf, peer=", ".join(served) or None)
-
-
-def policy_source(ctx: CheckContext, key: str) -> str:
-    return f"policy {ctx.policy.source or '(given)'}: {key}"
 
 
 # ---------------------------------------------------------------- link width / speed
@@ -349,10 +239,7 @@ def _policy_min(ctx: CheckContext, names: Names, d: Any, a: _Attr, check_id: str
 
 
 def _link_check(ctx: CheckContext, a: _Attr, check_id: str) -> list[Finding]:
-    gated = gate(ctx, "pcie", check_id, f"PCIe link {a.name}")
-    if gated:
-        return [gated]
-    names = Names(ctx, ctx.data("pcie").devices)
+    names = Names(ctx, ctx.pcie.devices)
     endpoints = names.endpoints()
     if not endpoints:
         return [Finding(check_id, SKIP, node_component(), "no GPU, NIC or NVSwitch PCIe functions found")]
@@ -423,13 +310,13 @@ def _nvml_gen_limits(ctx: CheckContext, names: Names) -> dict[str, Finding]:
     return out
 
 
-@check("pcie.link_width", needs=("pcie",))
+@check("pcie.link_width", needs=("pcie",), what="PCIe link width")
 def link_width(ctx: CheckContext) -> list[Finding]:
     """Every GPU/NIC/NVSwitch link and every bridge on its path at its full lane count."""
     return _link_check(ctx, WIDTH, "pcie.link_width")
 
 
-@check("pcie.link_speed", needs=("pcie", "nvml"))
+@check("pcie.link_speed", needs=("pcie",), uses=("nvml",), what="PCIe link speed")
 def link_speed(ctx: CheckContext) -> list[Finding]:
     """Link speed at capability; GPU links judged only when the GPU is busy (idle GPUs downclock)."""
     return _link_check(ctx, SPEED, "pcie.link_speed")
@@ -465,28 +352,21 @@ def _budget(gen: int | None, width: int | None, window_s: float) -> float | None
     return REPLAY_BUDGET_PER_LANE_PER_MIN.get(gen, 0.0) * width * window_s / 60.0
 
 
-@check("pcie.aer", needs=("pcie",))
+@check("pcie.aer", needs=("pcie",), what="PCIe AER counters")
 def aer(ctx: CheckContext) -> list[Finding]:
     """AER counters on GPUs, NICs and every port above them, judged by their change over the window."""
-    gated = gate(ctx, "pcie", "pcie.aer", "PCIe AER counters")
-    if gated:
-        return [gated]
-    devices = ctx.data("pcie").devices
+    devices = ctx.pcie.devices
     names = Names(ctx, devices)
     with_aer = [d for d in devices if d.aer_fatal is not None or d.aer_nonfatal is not None
                 or d.aer_correctable is not None]
     if not with_aer:
         return [Finding("pcie.aer", SKIP, node_component(), "no device exposes AER counters in sysfs")]
-    later = ctx.later_data("pcie")
-    if later is None:
-        lifetime = {d.bdf: {"fatal": _total(d.aer_fatal), "nonfatal": _total(d.aer_nonfatal),
-                            "correctable": _total(d.aer_correctable)}
-                    for d in with_aer if _total(d.aer_fatal) or _total(d.aer_nonfatal) or _total(d.aer_correctable)}
-        return [Finding("pcie.aer", SKIP, node_component(),
-                        "AER counters are judged by their change over a window; none was taken "
-                        "(lifetime totals since boot are not a verdict)",
-                        remedy="Run `ccdiag check --window 30` to judge AER counters.",
-                        details={"lifetime_nonzero": lifetime} if lifetime else {})]
+    lifetime = {d.bdf: {"fatal": _total(d.aer_fatal), "nonfatal": _total(d.aer_nonfatal),
+                        "correctable": _total(d.aer_correctable)}
+                for d in with_aer if _total(d.aer_fatal) or _total(d.aer_nonfatal) or _total(d.aer_correctable)}
+    later, no_window = second_sample(ctx, "pcie", "pcie.aer", "AER counters", lifetime)
+    if no_window:
+        return [no_window]
     after = {d.bdf: d for d in later.devices}
     findings: list[Finding] = []
     for d in sorted(with_aer, key=lambda x: x.bdf):
@@ -535,20 +415,15 @@ def aer(ctx: CheckContext) -> list[Finding]:
 
 # ---------------------------------------------------------------- NVML replay counter
 
-@check("pcie.replay", needs=("nvml",))
+@check("pcie.replay", needs=("nvml",), what="GPU PCIe replay counters")
 def replay(ctx: CheckContext) -> list[Finding]:
     """PCIe replay counter of each GPU (NVML) against the bit-error budget of its link, over the window."""
-    gated = gate(ctx, "nvml", "pcie.replay", "GPU PCIe replay counters")
-    if gated:
-        return [gated]
-    gpus = [g for g in ctx.data("nvml").gpus if g.failed is None]
+    gpus = [g for g in ctx.nvml.gpus if g.failed is None]
     if not gpus:
         return [Finding("pcie.replay", SKIP, node_component(), "no GPU to read replay counters from")]
-    later = ctx.later_data("nvml")
-    if later is None:
-        return [Finding("pcie.replay", SKIP, node_component(),
-                        "replay counters are judged by their change over a window; none was taken",
-                        remedy="Run `ccdiag check --window 30` to judge replay counters.")]
+    later, no_window = second_sample(ctx, "nvml", "pcie.replay", "replay counters")
+    if no_window:
+        return [no_window]
     after = {g.index: g for g in later.gpus}
     out: list[Finding] = []
     for g in gpus:
@@ -589,13 +464,10 @@ def _acs_unreadable(d: Any) -> bool:
                                       for e in d.errors)
 
 
-@check("pcie.acs", needs=("pcie",))
+@check("pcie.acs", needs=("pcie",), what="PCIe ACS")
 def acs(ctx: CheckContext) -> list[Finding]:
     """ACS redirection on bridges between GPUs and NICs forces GPUDirect traffic through the CPU."""
-    gated = gate(ctx, "pcie", "pcie.acs", "PCIe ACS")
-    if gated:
-        return [gated]
-    names = Names(ctx, ctx.data("pcie").devices)
+    names = Names(ctx, ctx.pcie.devices)
     gpus = [e for e in names.endpoints() if e.kind == "gpu"]
     nics = [e for e in names.endpoints() if e.kind == "nic"]
     if not gpus or not nics:

@@ -9,19 +9,9 @@ needed it could not judge, which must never read as pass. A probe whose subsyste
 from __future__ import annotations
 
 from ccdiag.checks import CheckContext, check
+from ccdiag.checks.common import PROBE_WHAT, probe_timeout_remedy
 from ccdiag.findings import PASS, UNKNOWN, Component, Evidence, Finding
 from ccdiag.probing import FAILED, TIMEOUT
-
-_WHAT = {
-    "nvml": "GPU state from NVML",
-    "kmsg": "kernel log (XIDs)",
-    "pcie": "PCIe links",
-    "infiniband": "InfiniBand ports",
-    "system": "modules, fabric manager, limits",
-    "netdev": "network interfaces",
-    "smi_topo": "nvidia-smi topology",
-}
-
 
 def _component(name: str) -> Component:
     return Component("probe", name, device=name)
@@ -42,12 +32,9 @@ def check_timeouts(ctx: CheckContext) -> list[Finding]:
         for name, run in runs.items():
             if run.status != TIMEOUT:
                 continue
-            remedy = ("A hung NVML call usually means a wedged driver or GPU: look for XID 79/119 in the kernel log, "
-                      "drain the node and reset or reboot." if name in ("nvml", "smi_topo") else
-                      "Re-run; if it hangs again, look for processes in D state (ps -eo stat,pid,cmd | grep ^D) "
-                      "and the device named in the kernel log.")
+            remedy = probe_timeout_remedy(name)
             out.append(Finding("probe.timeout", UNKNOWN, _component(name),
-                               f"Probe {name} ({_WHAT.get(name, name)}) timed out{label}; checks that need it "
+                               f"Probe {name} ({PROBE_WHAT.get(name, name)}) timed out{label}; checks that need it "
                                "are not judged.",
                                evidence=(Evidence("status", run.status, "ccdiag probe runner"),
                                          Evidence("duration s", round(run.duration_s, 3), "ccdiag probe runner"),
@@ -69,7 +56,7 @@ def check_failures(ctx: CheckContext) -> list[Finding]:
             if run.status != FAILED:
                 continue
             out.append(Finding("probe.failed", UNKNOWN, _component(name),
-                               f"Probe {name} ({_WHAT.get(name, name)}) failed{label}: {run.error}",
+                               f"Probe {name} ({PROBE_WHAT.get(name, name)}) failed{label}: {run.error}",
                                evidence=(Evidence("status", run.status, "ccdiag probe runner"),
                                          Evidence("error", run.error, "ccdiag probe runner")),
                                remedy="This host differs from what the probe expects or ccdiag has a bug: attach "

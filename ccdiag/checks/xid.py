@@ -17,7 +17,7 @@ from importlib import resources
 from typing import Any
 
 from ccdiag.checks import CheckContext, check
-from ccdiag.checks.gpu import NODE, gpu_by_bdf, gpu_component, nvml_gate, policy_source
+from ccdiag.checks.common import NODE, gpu_by_bdf, gpu_component, nvml_gate, policy_source
 from ccdiag.findings import FAIL, PASS, SKIP, UNKNOWN, WARN, Component, Evidence, Finding
 from ccdiag.model import normalize_bdf
 
@@ -92,7 +92,7 @@ def _remedy(entry: XidEntry, gpu_label: str, index: int | None) -> str:
     return f"{base} Note: {entry.note}." if entry.note else base
 
 
-@check("xid.recent", needs=("kmsg", "nvml"))
+@check("xid.recent", uses=("kmsg", "nvml"))
 def check_xids(ctx: CheckContext) -> list[Finding]:
     """XIDs in the kernel log within the policy window, one finding per GPU and XID code."""
     cid = "xid.recent"
