@@ -4,17 +4,19 @@
 
 Nothing in these snapshots was read from a machine. They are assembled with ccdiag.synth (the
 kernel's sysfs layout and value formats, the NVML record format) from facts found in real outputs
-stored in the project's corpus (cited in each snapshot's ``meta.json`` under ``sources``):
+kept under ``tests/fixtures/corpus`` (each file names its public source on its first lines; cited
+in each snapshot's ``meta.json`` under ``sources``):
 
 * the matrix to reproduce (NV18 via NVSwitches; NIC k PIX to GPU k; NODE within a socket, SYS
   across; NUMA 0 = CPUs 0-47,96-143 for GPU0-3, NUMA 1 = 48-95,144-191 for GPU4-7; driver
   570.133.20): ``topo-m/h100-sxm-hbm3-x8-nv18-8nic-gpunumaid-spaces.txt``;
 * ConnectX-7 MT4129 NDR 400 ports, firmware 28.41.1000, node GUIDs and LIDs (taken in order for
-  mlx5_0..7): ``ib/ibstat-h100-8x-ndr400-cx7-mt4129-plus-bluefield3-mlx5_bond_0-...``;
-* sysfs rate "400 Gb/sec (4X NDR)" and PCIe "32.0 GT/s PCIe": ``sysfs/pci-link-sysfs-values-gb10-...``,
-  reference table A.1 (numbers-and-failure-modes.md);
+  mlx5_0..7): a public ``ibstat`` of an 8x ConnectX-7 NDR node with a BlueField-3 bond;
+* sysfs rate "400 Gb/sec (4X NDR)" and PCIe "32.0 GT/s PCIe": ``sysfs/pci-link-sysfs-values-gb10-...``
+  and the NDR rate string parsed by prometheus/procfs ``sysfs/class_infiniband.go``;
 * P2P all OK on an NVSwitch H100 node: ``topo-p2p/p2p-r-h100-x8-all-ok.txt``;
-* GPU bus ids 18/2a/3a/5d/9a/ab/ba/db: ``nccl-log/2node-16rank-node2-...`` (via ccdiag.synth.nvml).
+* GPU bus ids 18/2a/3a/5d/9a/ab/ba/db: a public NCCL_DEBUG=INFO log of a 2-node, 16-rank HGX-class
+  run (busIds 18000..db000), via ccdiag.synth.nvml.
 
 Made up (illustrative only): every bus number other than the GPUs', the switch/root port ids,
 addresses, counters (the IB data counters and the NVLink data counters both move between the
@@ -50,12 +52,12 @@ IB_LIDS = (128, 534, 972, 1775, 1494, 717, 774, 2015)
 CX7_FW = "28.41.1000"
 
 SOURCES = [
-    "corpus/topo-m/h100-sxm-hbm3-x8-nv18-8nic-gpunumaid-spaces.txt",
-    "corpus/ib/ibstat-h100-8x-ndr400-cx7-mt4129-plus-bluefield3-mlx5_bond_0-ethernet-gaps-in-numbering.txt",
-    "corpus/topo-p2p/p2p-r-h100-x8-all-ok.txt",
-    "corpus/sysfs/pci-link-sysfs-values-gb10-rootport-and-gpu.txt",
-    "corpus/nccl-log/2node-16rank-node2-trees-p2p-ipc-pxn-gdrdma-channels.txt",
-    "reference/numbers-and-failure-modes.md (A.1 link rates)",
+    "tests/fixtures/corpus/topo-m/h100-sxm-hbm3-x8-nv18-8nic-gpunumaid-spaces.txt",
+    "public ibstat of an 8x ConnectX-7 MT4129 NDR node (CA GUIDs, LIDs, firmware 28.41.1000)",
+    "tests/fixtures/corpus/topo-p2p/p2p-r-h100-x8-all-ok.txt",
+    "tests/fixtures/corpus/sysfs/pci-link-sysfs-values-gb10-rootport-and-gpu.txt",
+    "public NCCL_DEBUG=INFO log of a 2-node 16-rank HGX-class run (GPU busIds 18000..db000)",
+    "PCIe and NVLink rates: PCI-SIG base specifications as tabulated in stas00/ml-engineering network/README.md",
 ]
 
 #: ACS features a kernel enables on a port for isolation (SrcValid, ReqRedir, CmpltRedir, UpstreamFwd)

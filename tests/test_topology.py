@@ -17,7 +17,7 @@ from ccdiag.topology import build_topology, nvlink_gbyte_s, pcie_gbyte_s, pcie_g
 CORPUS_H100 = FIXTURES / "corpus" / "topo-m" / "h100-sxm-hbm3-x8-nv18-8nic-gpunumaid-spaces.txt"
 
 
-# -- bandwidth arithmetic (reference table A.1) ----------------------------------------------------------
+# -- bandwidth arithmetic (PCI-SIG / NVLink / IBTA rates, see ccdiag.topology.bandwidth) ---------------
 @pytest.mark.parametrize("gts,width,expected", [
     (32.0, 16, 63.0), (16.0, 16, 31.5), (8.0, 16, 15.75), (32.0, 8, 31.5),
     (5.0, 16, 8.0), (2.5, 16, 4.0), (2.5, 1, 0.25), (64.0, 16, 121.0),

@@ -1,11 +1,11 @@
 """InfiniBand / RoCE health: port state, rate and width, error counters over the window, link flaps
 from the kernel log, RoCE v2 GIDs, and whether GPUDirect RDMA can be used (peermem, GPU-NIC path).
 
-Rules and thresholds follow the reference notes: a port must be ACTIVE/LinkUp (Polling means no
-link partner); error counters are judged by their increase over the window (symbol errors alone
-are noise unless link recoveries rise with them; more than 10/s is "excessive" per rdma-core's
-IBswcountlimits); repeated link-down events within the window mean a flapping link (the Azure
-health checks fail at 5 in 24 h).
+Rules and thresholds: a port must be ACTIVE/LinkUp (Polling means no link partner); error counters
+are judged by their increase over the window (symbol errors alone are noise unless link recoveries
+rise with them; more than 10/s is "excessive" per linux-rdma/rdma-core infiniband-diags
+IBswcountlimits.pm); repeated link-down events within the window mean a flapping link
+(Azure/azurehpc-health-checks azure_ib_link_flapping.nhc fails at 5 in 24 h).
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ from ccdiag.topology.pcie_tree import BRIDGE_KINDS, ENDPOINT_KINDS, PcieTree, co
 #: Replays (and, by the same bit-error budget, correctable errors) per lane per minute that a
 #: link at BER 1e-12 may show; above this the link is worse than spec. Gen1/Gen2 are not in the
 #: source table and are extrapolated by halving. Source: NVIDIA/DCGM
-#: modules/health/DcgmHealthWatch.cpp (GetExpectedPcieReplayRate), as noted in the reference.
+#: modules/health/DcgmHealthWatch.cpp (GetExpectedPcieReplayRate).
 REPLAY_BUDGET_PER_LANE_PER_MIN = {1: 0.12, 2: 0.24, 3: 0.48, 4: 0.96, 5: 1.92, 6: 3.84}
 
 #: ACS features that redirect peer-to-peer requests or completions up to the root complex

@@ -5,11 +5,12 @@ link between the two ends, taken either from what the links can do (capability) 
 trained to (current). Units: ``_gbyte_s`` is gigabytes (10^9 bytes) of payload per second per
 direction; ``_gbit_s`` is a signalling rate on the wire.
 
-Rates per direction, from the reference table "A.1 Theoretical link rates" (PCI-SIG base
-specifications; NVIDIA NVLink product pages): PCIe Gen1/2 use 8b/10b, Gen3-5 128b/130b (x16: 15.75 /
-31.5 / 63 GB/s), Gen6 FLIT mode carries 242 payload bytes per 256-byte flit (x16 ~121 GB/s); NVLink
-2/3/4 (V100, A100, H100/H200) carry 25 GB/s per link per direction and NVLink 5 (B200) 50;
-InfiniBand and RoCE rates are Gb/s on the wire, divided by 8.
+Rates per direction: PCIe Gen1/2 use 8b/10b, Gen3-5 128b/130b (x16: 15.75 / 31.5 / 63 GB/s), Gen6
+FLIT mode carries 242 payload bytes per 256-byte flit (x16 ~121 GB/s) (PCI-SIG base specifications,
+as tabulated in stas00/ml-engineering network/README.md); NVLink 2/3/4 (V100, A100, H100/H200)
+carry 25 GB/s per link per direction and NVLink 5 (B200) 50 (same source; NVIDIA Health Validation
+docs, "NVLink Checks"); InfiniBand and RoCE rates are Gb/s on the wire (IBTA lane rates), divided
+by 8.
 """
 
 from __future__ import annotations
