@@ -230,3 +230,45 @@ def test_probe_outcome_gates_the_checks(status, expected):
 
 def test_gen_of_maps_transfer_rates():
     assert [gen_of(x) for x in (2.5, 5.0, 8.0, 16.0, 32.0, 64.0, 7.0, None)] == [1, 2, 3, 4, 5, 6, None, None]
+
+
+# -- a switch uplink is judged on its own terms; severity follows what the hop carries --------------
+# SYNTHESIZED trees (scenarios_fabric): the GPUs idle at 2.5 GT/s, as idle GPUs' links do.
+
+def _gpus_only_switch(n_gpus: int):
+    """Switch 2 with ``n_gpus`` idle GPUs below it and no NIC; its uplink trained at 16 GT/s of 32."""
+    from dataclasses import replace
+
+    from ccdiag.probes.pcie import PcieObservation
+
+    runs = S.healthy_runs()
+    b = S.bdfs(2)
+    devs = [d for d in runs["pcie"].data.devices if d.bdf not in (b["dn_nic"], b["nic"])]
+    if n_gpus == 2:
+        up = (b["rp"], b["up"])
+        dn2, gpu2 = b["dn_nic"], b["nic"]  # reuse the NIC's bus numbers for a second GPU
+        devs += [S._dev(dn2, "bridge", up + (dn2,), cur=S.IDLE),
+                 S._dev(gpu2, "gpu", up + (dn2, gpu2), cur=S.IDLE, vendor_id="0x10de", driver="nvidia")]
+    devs = [replace(d, current_link_speed_gts=16.0, current_link_speed_raw="16.0 GT/s PCIe")
+            if d.bdf in (b["rp"], b["up"]) else d for d in devs]
+    runs["pcie"] = ProbeRun("pcie", "ok", 0.1, PcieObservation(devices=tuple(devs)))
+    return S.make_ctx(runs), b
+
+
+@pytest.mark.parametrize("n_gpus,status", [(1, WARN), (2, FAIL)])
+def test_switch_uplink_trained_down_is_judged_while_its_gpus_idle(n_gpus, status):
+    ctx, b = _gpus_only_switch(n_gpus)
+    problems = bad(link_speed(ctx))
+    assert [(f.component.kind, f.component.bdf, f.status) for f in problems] == [("bridge", b["up"], status)]
+    assert "16 GT/s" in problems[0].summary and "32 GT/s" in problems[0].summary
+
+
+def test_uplink_above_a_nic_trained_down_fails_like_the_nics_own_link():
+    b = S.bdfs(1)
+    runs = S.edit_pcie(S.healthy_runs(), b["up"], current_link_speed_gts=16.0, current_link_speed_raw="16.0 GT/s PCIe")
+    runs = S.edit_pcie(runs, b["rp"], current_link_speed_gts=16.0)
+    problems = bad(link_speed(S.make_ctx(runs)))
+    assert [(f.component.bdf, f.status) for f in problems] == [(b["up"], FAIL)]
+    assert "mlx5_1" in problems[0].component.peer
+    own = bad(link_speed(S.sc_nic_gen4()))
+    assert [f.status for f in own] == [FAIL]

@@ -102,9 +102,20 @@ class Names:
         return [g for e in sorted(self.tree.endpoints_below(d.bdf), key=self.sort_key) if e.kind == "gpu"
                 for g in [self.gpus.get(e.bdf)] if g]
 
-    def serves_only_gpus(self, d: Any) -> bool:
-        below = self.tree.endpoints_below(d.bdf)
-        return bool(below) and all(e.kind == "gpu" for e in below)
+    def is_gpu_own_link(self, d: Any) -> bool:
+        """Whether the link read at ``d`` is a GPU's own link: the GPU itself, or the port directly
+        above GPUs only (a root or downstream port reports the link below it). Only such a link
+        slows down when its GPU idles; a switch uplink keeps its speed whatever the GPUs do."""
+        if d.kind == "gpu":
+            return True
+        kids = self.tree.children(d.bdf)
+        return d.kind in BRIDGE_KINDS and bool(kids) and all(k.kind == "gpu" for k in kids)
+
+    def carried(self, d: Any) -> tuple[Any, ...]:
+        """The endpoints whose traffic crosses the link read at ``d``."""
+        if d.kind in ENDPOINT_KINDS:
+            return (d,)
+        return self.tree.endpoints_below(d.bdf)
 
     def component(self, d: Any) -> Component:
         label = self.label(d)
@@ -176,7 +187,7 @@ def _judge_hop(ctx: CheckContext, names: Names, d: Any, a: _Attr,
             remedy=f"Not a fault: the slot or switch port above is the bottleneck. Move the device to a "
                    f"port that supports {a.fmt(mx)}, or accept the lower host bandwidth.",
             details={"limited_by": parent.bdf}), None
-    if a is SPEED and (d.kind == "gpu" or (d.kind in BRIDGE_KINDS and names.serves_only_gpus(d))):
+    if a is SPEED and names.is_gpu_own_link(d):
         gpus = names.served_gpus(d)
         acts = [gpu_activity(g.gpu) for g in gpus]
         if "busy" not in acts:
@@ -192,7 +203,7 @@ def _judge_hop(ctx: CheckContext, names: Names, d: Any, a: _Attr,
             remedy="Re-check under load (e.g. `ccdiag bench h2d_copy`); if the link stays below its "
                    "capability under load, reseat the GPU/riser and check the slot's BIOS link settings.",
             details={"gpus": [g.label for g in gpus]}), None
-    status = FAIL if a is WIDTH or d.kind == "nic" else WARN
+    status = FAIL if a is WIDTH else _speed_severity(names.carried(d))
     if a is WIDTH:
         what = "a lane failed to train (a width downgrade is never a power-saving state)"
         remedy = ("Drain the node; reseat the card, riser or cable at this hop and check for damage or "
@@ -208,6 +219,15 @@ def _judge_hop(ctx: CheckContext, names: Names, d: Any, a: _Attr,
         f"{names.label(d)}{serving} PCIe link at {a.fmt(cur)} of {a.fmt(mx)}: {what}",
         tuple(ev), expected=a.fmt(mx), expected_source=f"device capability ({a.max_file})",
         remedy=remedy), None
+
+
+def _speed_severity(carried: tuple[Any, ...]) -> str:
+    """A link trained below its speed fails when it carries a NIC's traffic (the node's network
+    bandwidth) or several GPUs' (their host bandwidth together), wherever on the path it sits; a
+    link carrying one GPU's traffic alone warns, as that GPU's own link does."""
+    if any(e.kind == "nic" for e in carried) or sum(1 for e in carried if e.kind == "gpu") >= 2:
+        return FAIL
+    return WARN
 
 
 def _policy_min(ctx: CheckContext, names: Names, d: Any, a: _Attr, check_id: str) -> Finding | None:
