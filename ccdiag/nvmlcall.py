@@ -72,6 +72,22 @@ _OUT_STRUCTS: dict[str, str] = {
 }
 
 
+def _new_out_struct(binding: Any, struct_cls: Any) -> Any:
+    """An output structure for the driver to fill. A versioned structure (first field
+    ``version``) must carry the NVML version word of its own layout, ``sizeof | major << 24``
+    (nvml.h ``NVML_STRUCT_VERSION``); the binding's constructor sets it for the layouts it knows,
+    and a constructor that did not is given the word that matches the structure's size."""
+    out = struct_cls()
+    if getattr(out, "version", None) == 0:
+        size = ctypes.sizeof(struct_cls)
+        for name in dir(binding):
+            word = getattr(binding, name, None)
+            if name.startswith("nvmlGpuFabricInfo_v") and isinstance(word, int) and word & 0xFFFFFF == size:
+                out.version = word
+                break
+    return out
+
+
 class NvmlCallError(Exception):
     """An NVML call that did not return a value. ``error_class`` is one of the constants above."""
 
@@ -253,15 +269,14 @@ class NvmlFacade:
                 struct_cls = getattr(binding, struct_name, None)
                 if struct_cls is None:
                     raise NvmlCallError(fn, args, NOT_SUPPORTED, 13, f"{struct_name} is not in this nvidia-ml-py")
-                out = struct_cls()
-                if hasattr(out, "version") and hasattr(binding, "nvmlGpuFabricInfo_v2"):
-                    # versioned structures must say which layout the caller allocated
-                    out.version = binding.nvmlGpuFabricInfo_v2
+                out = _new_out_struct(binding, struct_cls)
 
             def thunk() -> Any:
                 if out is None:
                     return func(*real_args)
-                func(*real_args, out)  # the binding fills the caller's structure
+                # the C function takes a pointer to the caller's structure and fills it; the
+                # binding hands its argument through unchanged, so it must be a pointer already
+                func(*real_args, ctypes.byref(out))
                 return out
 
             value = self._run(fn, args, thunk, self.call_timeout, devices[0] if devices else None)

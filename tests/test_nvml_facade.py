@@ -291,21 +291,5 @@ def test_probe_on_live_host_without_library():
     assert "NVML library not found" in str(info.value)
 
 
-def test_fabric_info_through_the_facade():
-    pynvml = pytest.importorskip("pynvml")
-
-    class WithFabric(FakeBinding):
-        c_nvmlGpuFabricInfoV_t = pynvml.c_nvmlGpuFabricInfoV_t
-
-        def nvmlDeviceGetGpuFabricInfoV(self, handle, info):
-            self._device("nvmlDeviceGetGpuFabricInfoV", handle)
-            info.state = pynvml.NVML_GPU_FABRIC_STATE_COMPLETED
-            info.status = 0
-            return 0
-
-    host = LiveHost(nvml_binding=WithFabric(count=1), nvml_call_timeout=TIMEOUT)
-    try:
-        gpu = probe.collect(host).gpus[0]
-    finally:
-        host.close()
-    assert (gpu.fabric_state, gpu.fabric_status, gpu.errors) == ("completed", "success", ())
+# Output structures (fabric info) are tested below the binding, where pointer passing is visible:
+# tests/test_nvml_seam.py. A fake of the Python binding cannot tell a pointer from a value.
