@@ -3,11 +3,13 @@
 ``ccdiag check`` and the daemon both call :func:`evaluate`, so a node gets the same verdict from a
 prolog, from a Prometheus scrape and from the replay of its snapshot.
 
-The run is bounded: probes share one absolute deadline (:func:`ccdiag.probing.run_probes` abandons a
-probe still running at it), the sampling window is shortened to fit, and topology plus checks run on
-a worker thread joined against the same deadline. A hung ``nvidia-smi`` or NVML call therefore costs
-at most the deadline plus a small margin, and becomes an ``unknown`` finding naming the call the
-probe was blocked in, instead of a Slurm health check that never returns.
+The run is bounded and split into stages (:mod:`ccdiag.stages`): the probes (both samples of the
+window) share the probing stage, which ends before the deadline by the judge's reserve
+(:func:`ccdiag.probing.run_probes` abandons a probe still running at its end, and the sampling
+window is shortened to fit); topology plus checks then run on a worker until the judging stage's
+end. A hung ``nvidia-smi`` or NVML call therefore costs at most the probing share, becomes an
+``unknown`` finding naming the call the probe was blocked in, and the checks still judge what the
+other probes read. A stage that raises is a ccdiag bug: :class:`ccdiag.stages.StageError` (exit 4).
 
 Exit code rule (see :mod:`ccdiag.exitcodes`):
 
@@ -35,6 +37,7 @@ from ccdiag.findings import FAIL, STATUSES, UNKNOWN, WARN, Component, Evidence, 
 from ccdiag.host import Host
 from ccdiag.policy import DEFAULT_POLICY, Policy
 from ccdiag.probing import ALL_PROBES, FAILED, TIMEOUT, ProbeRun, run_probes
+from ccdiag.stages import Budget, StageTimeout, run_stage
 
 #: probes whose counters are judged by their change over the window; re-read in the second epoch
 COUNTER_PROBES = ("nvml", "infiniband", "pcie")
@@ -44,10 +47,6 @@ DEFAULT_DEADLINE_S = 30.0
 #: default sampling window on a live node: long enough to see an error counter move, short enough
 #: for a prolog
 DEFAULT_WINDOW_S = 2.0
-#: time kept back from the deadline for topology and checks (they are pure and fast)
-CHECK_RESERVE_S = 0.5
-#: extra time allowed to topology+checks past the deadline before they are abandoned
-CHECK_GRACE_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -74,6 +73,7 @@ class CheckResult:
     policy: Policy = DEFAULT_POLICY
     env_source: str = "environment"
     strict: bool = False
+    budget: Budget | None = None
 
     @property
     def status(self) -> str:
@@ -105,9 +105,12 @@ class CheckResult:
 
     def run_info(self, replayed_from: str | None = None) -> dict:
         """The report's ``run`` section."""
-        return {"replayed_from": replayed_from, "duration_s": round(self.duration_s, 4),
+        info = {"replayed_from": replayed_from, "duration_s": round(self.duration_s, 4),
                 "deadline_s": self.deadline_s, "timed_out": self.timed_out, "window_s": self.window_s,
                 "strict": self.strict, "env_source": self.env_source}
+        if self.budget is not None:
+            info["stages"] = self.budget.to_json()
+        return info
 
 
 def exit_code_for(findings: Iterable[Finding], timed_out: bool = False, strict: bool = False) -> ExitCode:
@@ -195,20 +198,6 @@ def _replay_window(host: Host) -> tuple[bool, float]:
     return epochs >= 2, window
 
 
-def _build_topology(runs: dict[str, ProbeRun]) -> tuple[Any, Finding | None]:
-    try:
-        from ccdiag.topology import build_topology
-    except ImportError:
-        return None, None
-    try:
-        return build_topology(runs), None
-    except Exception as exc:  # noqa: BLE001 - checks still run without a topology
-        return None, Finding(
-            check="topology.build", status=UNKNOWN, component=Component("node", "topology"),
-            summary=f"the topology could not be built: {type(exc).__name__}: {exc}",
-            remedy="Checks that need the topology are skipped; attach `ccdiag snapshot` output to a bug report.")
-
-
 def _timeout_findings(runs: dict[str, ProbeRun], findings: list[Finding], sample: str) -> list[Finding]:
     """An ``unknown`` finding for every probe abandoned at its deadline (or broken by a bug) that the
     checks did not already report, so neither can ever pass silently."""
@@ -239,10 +228,11 @@ def _timeout_findings(runs: dict[str, ProbeRun], findings: list[Finding], sample
     return extra
 
 
-def _deadline_finding(deadline_s: float) -> Finding:
+def _deadline_finding(deadline_s: float, judge_s: float) -> Finding:
     return Finding(
         check="check.deadline", status=UNKNOWN, component=Component("node", "ccdiag"),
-        summary=f"the checks did not finish within the {deadline_s:g}s deadline; no verdict for the rest",
+        summary=f"the checks did not finish within the {deadline_s:g}s deadline (judging had "
+                f"{judge_s:.2g}s of it); no verdict for the rest",
         expected=f"a verdict within {deadline_s:g}s",
         remedy="Re-run with a larger --timeout; if it recurs, attach `ccdiag snapshot` output to a bug report.")
 
@@ -250,41 +240,43 @@ def _deadline_finding(deadline_s: float) -> Finding:
 def evaluate(host: Host, policy: Policy | None = None, window_s: float = 0.0,
              deadline_s: float = DEFAULT_DEADLINE_S, env: dict[str, str] | None = None,
              env_source: str | None = None, *, strict: bool = False, only: Iterable[str] | None = None,
-             probes: Iterable[str] | None = None) -> CheckResult:
+             probes: Iterable[str] | None = None, budget: Budget | None = None) -> CheckResult:
     """Probe ``host``, sample counters again after ``window_s``, build the topology, run the checks.
 
     On a replayed snapshot with two epochs the recorded window is used and nothing sleeps; on one
     with a single epoch there is no second sample. ``env`` defaults to the host's NCCL/CUDA
     environment. ``only``: check-id prefixes to run. ``probes``: probe names (default: all).
-    Returns within ``deadline_s`` plus about a second whatever the host does.
+    ``budget``: the stage ends to keep (default: :meth:`Budget.plan` of ``deadline_s``; a caller
+    adding a benchmark stage plans one with its share). Returns within ``deadline_s`` plus about a
+    second whatever the host does; raises :class:`ccdiag.stages.StageError` when a stage raised.
     """
     policy = policy or DEFAULT_POLICY
-    t0 = time.monotonic()
+    budget = budget or Budget.plan(deadline_s)
+    t0 = budget.start
     started_at = time.time()
-    deadline = t0 + float(deadline_s)
     if hasattr(host, "deadline"):
-        # commands started by probes never outlive the run, even ones a probe starts late
-        host.deadline = deadline
+        # commands started by probes never outlive the probing stage, even ones a probe starts late
+        host.deadline = budget.probe_end
     names = list(probes or ALL_PROBES)
-    runs = _run_probes_traced(host, names, deadline)
+    runs = _run_probes_traced(host, names, budget.probe_end)
     timed_out = any(r.status == TIMEOUT for r in runs.values())
 
     later: dict[str, ProbeRun] | None = None
     effective_window = 0.0
     counter_names = [n for n in COUNTER_PROBES if n in runs and runs[n].usable]
     if host.live:
-        # the window must leave the second pass and the checks time inside the deadline
-        room = deadline - time.monotonic() - CHECK_RESERVE_S
+        # the window and the second pass share what is left of the probing stage
+        room = budget.left(budget.probe_end)
         if window_s > 0 and counter_names and room > 0.2:
             effective_window = min(float(window_s), room / 2)
             host.next_epoch(effective_window)
-            later = _run_probes_traced(host, counter_names, deadline - CHECK_RESERVE_S)
+            later = _run_probes_traced(host, counter_names, budget.probe_end)
     else:
         has_later, recorded_window = _replay_window(host)
         if has_later and counter_names:
             host.next_epoch(0.0)
             effective_window = recorded_window
-            later = _run_probes_traced(host, counter_names, deadline)
+            later = _run_probes_traced(host, counter_names, budget.probe_end)
     if later is not None:
         timed_out = timed_out or any(r.status == TIMEOUT for r in later.values())
 
@@ -297,41 +289,35 @@ def evaluate(host: Host, policy: Policy | None = None, window_s: float = 0.0,
     ctx_kwargs = dict(runs=runs, later=later, window_s=effective_window, policy=policy, env=dict(env),
                       env_source=env_source, now=host.now(), meta=meta)
 
-    box: dict[str, Any] = {}
-
-    def judge() -> None:
+    def judge() -> tuple[Any, list[Finding]]:
         from ccdiag.checks import CheckContext, run_checks
+        from ccdiag.topology import build_topology
 
-        topology, topo_problem = _build_topology(runs)
-        box["topology"] = topology
-        found = list(run_checks(CheckContext(topology=topology, **ctx_kwargs), only=only))
-        if topo_problem is not None:
-            found.append(topo_problem)
-        box["findings"] = found
+        topology = build_topology(runs)
+        return topology, list(run_checks(CheckContext(topology=topology, **ctx_kwargs), only=only))
 
-    worker = threading.Thread(target=judge, name="ccdiag-checks", daemon=True)
-    worker.start()
-    worker.join(max(0.0, deadline - time.monotonic()) + CHECK_GRACE_S)
+    topology: Any = None
     findings: list[Finding]
-    if "findings" in box:
-        findings = box["findings"]
-    else:
+    try:
+        topology, findings = run_stage("judge", judge, budget.judge_end)
+        if not findings and not only:
+            findings.append(Finding(
+                check="check.none", status=UNKNOWN, component=Component("node", "ccdiag"),
+                summary="no check ran, so there is no verdict",
+                remedy="The ccdiag installation is incomplete: reinstall it (`pip install ccdiag`)."))
+    except StageTimeout as exc:
         timed_out = True
-        findings = [_deadline_finding(deadline_s)]
-    if "findings" in box and not findings and not only:
-        findings.append(Finding(
-            check="check.none", status=UNKNOWN, component=Component("node", "ccdiag"),
-            summary="no check ran, so there is no verdict",
-            remedy="The ccdiag installation is incomplete: reinstall it (`pip install ccdiag`)."))
+        findings = [_deadline_finding(deadline_s, exc.budget_s)]
     findings += _timeout_findings(runs, findings, "first")
     if later:
         findings += _timeout_findings(later, findings, "second")
     findings.sort(key=Finding.sort_key)
     code = exit_code_for(findings, timed_out, strict)
-    return CheckResult(runs=runs, later=later, topology=box.get("topology"), findings=findings,
+    return CheckResult(runs=runs, later=later, topology=topology, findings=findings,
                        exit_code=int(code), timed_out=timed_out, window_s=effective_window,
                        deadline_s=float(deadline_s), duration_s=time.monotonic() - t0, started_at=started_at,
-                       observed_at=host.now(), meta=meta, policy=policy, env_source=env_source, strict=strict)
+                       observed_at=host.now(), meta=meta, policy=policy, env_source=env_source, strict=strict,
+                       budget=budget)
 
 
 def close_host(host: Host, timeout: float = 0.5, result: CheckResult | None = None) -> None:

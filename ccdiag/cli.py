@@ -62,10 +62,45 @@ def cli(verbose: int) -> None:
     setup_logging(verbose)
 
 
+#: sub-packages that live at the top of the source tree and exist inside ccdiag only once installed
+_MAPPED = ("ccdiag.probes", "ccdiag.exporters")
+
+
+def _broken_install(exc: BaseException) -> str | None:
+    """The message for running ccdiag from a source tree it was not installed from: Python finds
+    the ``ccdiag/`` folder of the checkout, but ``probes/`` and ``exporters/`` become
+    ``ccdiag.probes`` / ``ccdiag.exporters`` only through the package mapping of an install."""
+    while exc is not None and not isinstance(exc, ModuleNotFoundError):
+        exc = getattr(exc, "cause", None) or exc.__cause__
+    name = getattr(exc, "name", None) or ""
+    if any(name == m or name.startswith(m + ".") for m in _MAPPED):
+        return (f"ccdiag is not installed here: {name} is missing (run ccdiag from an installed "
+                f"package: `pip install .` in the source tree, or `pip install -e .`)")
+    return None
+
+
+def _check_install() -> str | None:
+    """Whether the mapped sub-packages can be found, before any command needs them."""
+    import importlib.util
+
+    for mod in _MAPPED:
+        try:
+            found = importlib.util.find_spec(mod) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            return _broken_install(ModuleNotFoundError(mod, name=mod))
+    return None
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point: maps every outcome to a documented exit code."""
     from ccdiag.errors import CcdiagError
 
+    broken = _check_install()
+    if broken:
+        click.echo(f"ccdiag: {broken}", err=True)
+        sys.exit(int(ExitCode.INTERNAL))
     try:
         rv = cli.main(args=argv, prog_name="ccdiag", standalone_mode=False)
     except CcdiagError as exc:
@@ -92,12 +127,20 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as exc:  # noqa: BLE001 - never a traceback for the user
         if os.environ.get("CCDIAG_DEBUG"):
             raise
+        broken = _broken_install(exc)
+        if broken:
+            click.echo(f"ccdiag: {broken}", err=True)
+            sys.exit(int(ExitCode.INTERNAL))
         from ccdiag.snapshot import SnapshotError
+        from ccdiag.stages import StageError
 
         if isinstance(exc, SnapshotError):
             click.echo(f"ccdiag: {exc}", err=True)
             sys.exit(int(ExitCode.USAGE))
-        click.echo(f"ccdiag: internal error: {type(exc).__name__}: {exc} "
+        where, cause = "", exc
+        if isinstance(exc, StageError):
+            where, cause = f" in the {exc.stage} stage", exc.cause
+        click.echo(f"ccdiag: internal error{where}: {type(cause).__name__}: {cause} "
                    f"(set CCDIAG_DEBUG=1 for a traceback, and please report it)", err=True)
         sys.exit(int(ExitCode.INTERNAL))
     sys.exit(int(rv) if isinstance(rv, int) else 0)
