@@ -2,7 +2,7 @@
 
     python samples/make_samples.py            # rewrites samples/*.snap.tar.gz
 
-Nothing in these snapshots was read from a machine. They are assembled with ccdiag.synth (the
+Nothing in these snapshots was read from a machine. They are assembled with tests/synth (the
 kernel's sysfs layout and value formats, the NVML record format) from facts found in real outputs
 kept under ``tests/fixtures/corpus`` (each file names its public source on its first lines; cited
 in each snapshot's ``meta.json`` under ``sources``):
@@ -16,7 +16,7 @@ in each snapshot's ``meta.json`` under ``sources``):
   and the NDR rate string parsed by prometheus/procfs ``sysfs/class_infiniband.go``;
 * P2P all OK on an NVSwitch H100 node: ``topo-p2p/p2p-r-h100-x8-all-ok.txt``;
 * GPU bus ids 18/2a/3a/5d/9a/ab/ba/db: a public NCCL_DEBUG=INFO log of a 2-node, 16-rank HGX-class
-  run (busIds 18000..db000), via ccdiag.synth.nvml.
+  run (busIds 18000..db000), via synth.nvml.
 
 Made up (illustrative only): every bus number other than the GPUs', the switch/root port ids,
 addresses, counters (the IB data counters and the NVLink data counters both move between the
@@ -31,11 +31,12 @@ import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
+# the synthesizers live with the tests (they are not part of the installed package)
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
 
 from ccdiag.snapshot import SnapshotData  # noqa: E402
-from ccdiag.synth import nvml as snv  # noqa: E402
-from ccdiag.synth import sysfs as ssf  # noqa: E402
+from synth import nvml as snv  # noqa: E402
+from synth import sysfs as ssf  # noqa: E402
 
 HEALTHY = "hgx-h100-8gpu-healthy.snap.tar.gz"
 DEGRADED = "hgx-h100-8gpu-degraded.snap.tar.gz"
@@ -167,7 +168,7 @@ def build(degraded: bool) -> SnapshotData:
               "mlx5_1 symbol_error rising between epochs; ACS enabled on the switch port above GPU1")
     description = (
         f"SYNTHESIZED {kind} 8x H100 SXM / 8x ConnectX-7 NDR400 HGX-class node, built by "
-        "samples/make_samples.py with ccdiag.synth from facts in real outputs (see sources); "
+        "samples/make_samples.py with tests/synth from facts in real outputs (see sources); "
         "no value was read from a machine." + (f" Faults: {faults}." if degraded else ""))
     snap = ssf.new_snapshot(f"hgx-h100-synth-{kind}", kernel="5.15.0-131-generic", description=description,
                             time_epoch=TIME_EPOCH)

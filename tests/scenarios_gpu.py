@@ -1,7 +1,7 @@
 """Named scenarios for the GPU, XID and NVLink checks, built from probe dataclasses.
 
 SYNTHESIZED: the observations below were not read from a machine. They follow documented facts of
-an 8-GPU HGX H100 node, the same ones ccdiag.synth.nvml uses (GPU name "NVIDIA H100 80GB HBM3",
+an 8-GPU HGX H100 node, the same ones synth.nvml uses (GPU name "NVIDIA H100 80GB HBM3",
 18 NVLinks per GPU reaching four NVSwitches 5/4/4/5, PCI 10de:2330 / NVSwitch 10de:22a3, driver
 570.133.20, the HGX-class bus ids 18/2a/3a/5d/9a/ab/ba/db). UUIDs, serials, NVSwitch bus ids,
 temperatures and counter values are made up. Kernel-log scenarios replay the REAL lines in

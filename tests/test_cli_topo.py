@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -24,7 +23,6 @@ from ccdiag.report import strip_volatile, validate
 HEALTHY = str(REPO / "samples" / "hgx-h100-8gpu-healthy.snap.tar.gz")
 DEGRADED = str(REPO / "samples" / "hgx-h100-8gpu-degraded.snap.tar.gz")
 CORPUS = FIXTURES / "corpus" / "topo-m"
-HAS_NVIDIA_DRIVER = os.path.exists("/proc/driver/nvidia/version")
 
 
 def invoke(*args):
@@ -148,10 +146,10 @@ def test_bad_from_smi_file(kind, tmp_path, capsys):
 
 
 # -- this machine ------------------------------------------------------------------------------------
-@pytest.mark.skipif(HAS_NVIDIA_DRIVER, reason="this host has an NVIDIA driver")
-def test_live_run_without_driver_exits_3_and_lists_interfaces():
+@pytest.mark.gpu(False)
+def test_live_run_without_driver_exits_3_and_lists_interfaces(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "ccdiag", "topo"], capture_output=True, text=True, timeout=60,
-                          cwd=str(REPO))
+                          cwd=str(tmp_path))
     assert proc.returncode == int(ExitCode.UNEVALUATED), proc.stderr
     assert "No NVIDIA driver/GPUs found" in proc.stdout
     assert "Network interfaces" in proc.stdout
@@ -160,7 +158,7 @@ def test_live_run_without_driver_exits_3_and_lists_interfaces():
     assert "Traceback" not in proc.stdout + proc.stderr
 
 
-@pytest.mark.skipif(HAS_NVIDIA_DRIVER, reason="this host has an NVIDIA driver")
+@pytest.mark.gpu(False)
 def test_record_then_replay_gives_the_same_report(tmp_path):
     started = time.monotonic()
     rec = RecordingHost("/")

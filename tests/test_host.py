@@ -148,6 +148,7 @@ def test_nvml_replay_keeps_error_classes_and_init_failure():
     assert nd.value.error_class == DRIVER_MISSING
 
 
+@pytest.mark.gpu(False)
 def test_live_host_without_driver_reports_driver_missing():
     with pytest.raises(NvmlCallError) as exc:
         LiveHost().nvml("nvmlDeviceGetCount")

@@ -1,5 +1,5 @@
 """InfiniBand probe: the REAL sysfs tree of prometheus/procfs (hfi1, mlx4, mlx5, with its quirks),
-real ibstat facts rebuilt as sysfs, and trees SYNTHESIZED with ccdiag.synth.sysfs for the faults."""
+real ibstat facts rebuilt as sysfs, and trees SYNTHESIZED with synth.sysfs for the faults."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from ccdiag.host import LiveHost, ReplayHost
 from ccdiag.probes import infiniband as ib
 from ccdiag.probing import ProbeUnavailable
 from ccdiag.snapshot import SnapshotData
-from ccdiag.synth import sysfs as synth
+from synth import sysfs as synth
 from conftest import FIXTURES
 from ttar import load_ttar
 

@@ -8,7 +8,7 @@ import pytest
 from ccdiag.host import CommandResult, HostReadError, LiveHost, ReplayHost
 from ccdiag.probes import kmsg
 from ccdiag.snapshot import SnapshotData
-from ccdiag.synth import sysfs as synth
+from synth import sysfs as synth
 from conftest import FIXTURES
 
 KMSG = FIXTURES / "kmsg"

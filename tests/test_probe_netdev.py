@@ -1,4 +1,4 @@
-"""Netdev probe on trees SYNTHESIZED with ccdiag.synth.sysfs (kernel layout: /sys/class/net links
+"""Netdev probe on trees SYNTHESIZED with synth.sysfs (kernel layout: /sys/class/net links
 into the PCI device or /sys/devices/virtual/net) and on this machine."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from ccdiag.host import LiveHost, ReplayHost
 from ccdiag.probes import netdev
 from ccdiag.probing import ProbeUnavailable
 from ccdiag.snapshot import SnapshotData
-from ccdiag.synth import sysfs as synth
+from synth import sysfs as synth
 
 
 @pytest.mark.parametrize("text, mbps", [("400000", 400000), ("100000", 100000), ("-1", None), ("0", None),

@@ -1,6 +1,6 @@
 """The nvml probe, replayed from named scenarios.
 
-All NVML answers here are SYNTHESIZED by ccdiag.synth.nvml (healthy HGX H100 defaults built from
+All NVML answers here are SYNTHESIZED by synth.nvml (healthy HGX H100 defaults built from
 real facts, then one fault each); none was read from a machine. The last test runs the probe on
 this machine's real NVML door, where no NVIDIA driver is installed.
 """
@@ -26,7 +26,7 @@ from ccdiag.nvmlcall import (
 from ccdiag.probes import nvml
 from ccdiag.probing import ProbeUnavailable
 from ccdiag.snapshot import SnapshotData
-from ccdiag.synth.nvml import (
+from synth.nvml import (
     err,
     h100_node,
     nvml_records,
@@ -34,7 +34,7 @@ from ccdiag.synth.nvml import (
     nvml_window_records,
 )
 
-META = {"source": "synthesized", "note": "SYNTHESIZED NVML answers (ccdiag.synth.nvml)"}
+META = {"source": "synthesized", "note": "SYNTHESIZED NVML answers (synth.nvml)"}
 
 
 class KeyLog:
@@ -439,6 +439,7 @@ def test_recovery_field_unknown_to_an_older_driver_is_absent():
     assert all(link.errors == () and link.tx_bytes == 0 for link in g.nvlinks)  # the traffic call is apart
 
 
+@pytest.mark.gpu(False)
 def test_live_machine_without_driver_is_unavailable():
     host = LiveHost()
     try:
@@ -459,7 +460,7 @@ def test_call_names_are_stable():
 
 
 GOLDEN_PLAN = __import__("pathlib").Path(__file__).parent / "fixtures" / "nvml" / "call-plan-h100-x2.txt"
-_PLAN_HEADER = ("# SYNTHESIZED: the NVML calls the nvml probe makes on two healthy H100s (ccdiag.synth.nvml),\n"
+_PLAN_HEADER = ("# SYNTHESIZED: the NVML calls the nvml probe makes on two healthy H100s (synth.nvml),\n"
                 "# one per line, in order. Refresh with: pytest tests/test_probe_nvml.py --update-golden\n")
 
 

@@ -1,5 +1,5 @@
 """PCIe probe: parsers from tables (value strings from REAL captures in tests/fixtures/corpus), and
-collection from sysfs trees SYNTHESIZED with ccdiag.synth.sysfs (device ids and counters made up,
+collection from sysfs trees SYNTHESIZED with synth.sysfs (device ids and counters made up,
 layout and value formats the kernel's)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from ccdiag.host import LiveHost, ReplayHost
 from ccdiag.probes import pcie
 from ccdiag.probing import ProbeUnavailable
 from ccdiag.snapshot import SnapshotData
-from ccdiag.synth import sysfs as synth
+from synth import sysfs as synth
 from conftest import FIXTURES
 
 CORPUS = FIXTURES / "corpus"

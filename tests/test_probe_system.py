@@ -1,4 +1,4 @@
-"""System probe: parsers from tables, a node SYNTHESIZED with ccdiag.synth.sysfs.add_system, faults
+"""System probe: parsers from tables, a node SYNTHESIZED with synth.sysfs.add_system, faults
 on it, and a live run on this machine."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 from ccdiag.host import LiveHost, ReplayHost
 from ccdiag.probes import system
 from ccdiag.snapshot import SnapshotData
-from ccdiag.synth import sysfs as synth
+from synth import sysfs as synth
 from conftest import FIXTURES
 
 

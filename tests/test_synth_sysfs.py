@@ -7,7 +7,7 @@ import pytest
 
 from ccdiag.host import HostReadError, ReplayHost
 from ccdiag.snapshot import SnapshotData
-from ccdiag.synth import sysfs as synth
+from synth import sysfs as synth
 from ttar import parse_ttar
 
 CHAIN = ["pci0000:17", "0000:17:01.0", "0000:18:00.0"]

@@ -4,12 +4,14 @@ These values were not read from any machine. They are made up to match real, doc
 about an 8-GPU HGX/DGX H100 node, so that tests and the bundled samples replay something plausible:
 
 * GPU name "NVIDIA H100 80GB HBM3", PCI device 10de:2330, NVSwitch 10de:22a3, 18 NVLinks per GPU,
-  driver 570.133.20 and the NV18 all-to-all matrix: corpus ``topo-m/h100-sxm-hbm3-x8-nv18-...``,
-  ``topo-m/h100-sxm-x8-kvm-vm-nvswitch-passthrough-...``, ``nvlink/nvlink-status-and-capabilities-h100-...``.
-* GPU bus ids 18/2a/3a/5d/9a/ab/ba/db: the HGX-class layout in corpus
-  ``nccl-log/2node-16rank-node2-...``; GPUs 0-3 behind CPU socket 0, 4-7 behind socket 1 as in the
-  topo-m file above.
-* P2P all "OK" on an NVSwitch H100 node: corpus ``topo-p2p/p2p-r-h100-x8-all-ok.txt``.
+  driver 570.133.20 and the NV18 all-to-all matrix: ``tests/fixtures/corpus/topo-m/h100-sxm-hbm3-x8-nv18-...``,
+  ``tests/fixtures/corpus/topo-m/h100-sxm-x8-kvm-vm-nvswitch-passthrough-...`` (each names its public
+  source), and a public tutorial's ``nvidia-smi nvlink --status`` / ``--capabilities`` of an HGX H100
+  GPU (18 links).
+* GPU bus ids 18/2a/3a/5d/9a/ab/ba/db: the HGX-class layout of a public NCCL_DEBUG=INFO log of a
+  2-node, 16-rank run (busIds 18000..db000); GPUs 0-3 behind CPU socket 0, 4-7 behind socket 1 as
+  in the topo-m file above.
+* P2P all "OK" on an NVSwitch H100 node: ``tests/fixtures/corpus/topo-p2p/p2p-r-h100-x8-all-ok.txt``.
 * 81559 MiB of memory, CUDA 12.8, PCIe Gen5 x16, 700 W power limit (H100 SXM5 board), NVLink 4
   (nvmlNvlinkVersion_t 6), links reaching the four NVSwitches 5/4/4/5 as NVIDIA describes HGX H100.
 * Made up outright (marked as such where they appear): UUIDs, serials, NVSwitch bus ids and which
