@@ -1,0 +1,118 @@
+"""The rooms and the one-way flow of data: host -> probes -> topology -> checks -> report/exporters.
+
+Read from the source with ``ast``: each module's imports of other ccdiag modules (at any depth,
+including imports inside functions) must point to its own room or to a room upstream of it, and
+the modules that implement the model (topology, checks) never reach the command line or the
+exporters. A cycle between rooms would fail here before it confuses a reader.
+"""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import ccdiag
+
+PKG = pathlib.Path(ccdiag.__file__).resolve().parent
+
+#: room -> the rooms it may import from (besides itself and the shared leaf modules)
+ALLOWED = {
+    "host": set(),
+    "probes": {"host"},
+    "topology": {"probes"},
+    "checks": {"probes", "topology", "host"},
+    "exporters": {"probes", "topology", "checks", "report", "host", "run"},
+    "report": {"probes", "topology", "checks"},
+    "run": {"host", "probes", "topology", "checks"},
+    "commands": {"host", "probes", "topology", "checks", "report", "exporters", "run"},
+}
+#: leaf modules any room may use: errors, exit codes, data model, rates, findings, policy, output
+SHARED = {"errors", "exitcodes", "model", "linkrates", "findings", "policy", "tomlread", "output", "__init__",
+          "__version__"}
+
+
+def room_of(module: str) -> str | None:
+    parts = module.split(".")
+    if parts[0] != "ccdiag" or len(parts) < 2:
+        return None
+    head = parts[1]
+    if head in ("host", "nvmlcall", "snapshot", "redact"):
+        return "host"
+    if head in ("probes", "probing"):
+        return "probes"
+    if head == "topology":
+        return "topology"
+    if head == "checks":
+        return "checks"
+    if head in ("exporters",):
+        return "exporters"
+    if head in ("report", "render"):
+        return "report"
+    if head in ("checkrun", "stages"):
+        return "run"
+    if head in ("commands", "cli", "__main__"):
+        return "commands"
+    if head in SHARED:
+        return "shared"
+    return head
+
+
+def modules():
+    import ccdiag.exporters
+    import ccdiag.probes
+
+    roots = {"ccdiag": PKG, "ccdiag.probes": pathlib.Path(ccdiag.probes.__path__[0]),
+             "ccdiag.exporters": pathlib.Path(ccdiag.exporters.__path__[0])}
+    seen = {}
+    for prefix, base in roots.items():
+        if not base.exists():
+            continue
+        for path in base.rglob("*.py"):
+            if prefix == "ccdiag" and path.relative_to(base).parts[0] in ("probes", "exporters"):
+                continue  # an installed tree holds them inside; they are walked under their own prefix
+            rel = path.relative_to(base).with_suffix("")
+            name = ".".join([prefix, *rel.parts])
+            seen.setdefault(name.removesuffix(".__init__"), path)
+    return seen
+
+
+def imports_of(path: pathlib.Path, name: str) -> set[str]:
+    tree = ast.parse(path.read_text())
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = name.split(".")[: -node.level] if not path.name == "__init__.py" else name.split(".")
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            out.add(mod)
+            out.update(f"{mod}.{a.name}" for a in node.names)
+    return {m for m in out if m.startswith("ccdiag.")}
+
+
+def test_every_import_points_upstream():
+    mods = modules()
+    assert "ccdiag.topology.model" in mods and "ccdiag.checks.common" in mods
+    wrong = []
+    for name, path in sorted(mods.items()):
+        src = room_of(name)
+        if src in (None, "shared"):
+            continue
+        for target in sorted(imports_of(path, name)):
+            dst = room_of(target)
+            if dst in (None, "shared", src) or target not in mods and dst not in ALLOWED:
+                continue
+            if dst not in ALLOWED.get(src, set()):
+                wrong.append(f"{name} ({src}) imports {target} ({dst})")
+    assert wrong == []
+
+
+def test_the_topology_and_the_checks_never_reach_the_command_line_or_the_exporters():
+    mods = modules()
+    for name, path in mods.items():
+        if room_of(name) in ("topology", "checks", "probes", "host"):
+            reached = {room_of(t) for t in imports_of(path, name)}
+            assert not reached & {"commands", "exporters", "report", "run"}, name
