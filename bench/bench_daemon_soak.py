@@ -23,6 +23,7 @@ import platform
 import re
 import signal
 import subprocess
+import tempfile
 import sys
 import threading
 import time
@@ -118,7 +119,7 @@ def main() -> int:
     ap.add_argument("--cycles", type=int, default=20, help="forced collection cycles for the CPU figure")
     args = ap.parse_args()
     daemon = subprocess.Popen([sys.executable, "-m", "ccdiag", "daemon", "--listen", "127.0.0.1:0",
-                               "--interval", "15", "--replay", SAMPLE], cwd=REPO,
+                               "--interval", "15", "--replay", SAMPLE], cwd=tempfile.gettempdir(),
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         line = daemon.stderr.readline()

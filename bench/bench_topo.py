@@ -17,6 +17,7 @@ import platform
 import re
 import statistics
 import subprocess
+import tempfile
 import sys
 import time
 
@@ -44,7 +45,7 @@ def time_runs(n: int) -> list[float]:
     times = []
     for _ in range(n):
         start = time.perf_counter()
-        proc = subprocess.run(argv, capture_output=True, cwd=REPO)
+        proc = subprocess.run(argv, capture_output=True, cwd=tempfile.gettempdir())
         times.append(time.perf_counter() - start)
         if proc.returncode != 0:
             raise SystemExit(f"topo failed (exit {proc.returncode}): {proc.stderr.decode()[-400:]}")
@@ -55,7 +56,7 @@ def time_runs(n: int) -> list[float]:
 def import_times(statement: str) -> dict[str, float]:
     """Cumulative import time (ms) per module from ``python -X importtime``."""
     proc = subprocess.run([sys.executable, "-X", "importtime", "-c", statement], capture_output=True,
-                          text=True, cwd=REPO)
+                          text=True, cwd=tempfile.gettempdir())
     out: dict[str, float] = {}
     for line in proc.stderr.splitlines():
         m = re.match(r"import time:\s+\d+ \|\s+(\d+) \|(\s*)(\S+)", line)
