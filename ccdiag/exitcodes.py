@@ -24,6 +24,8 @@ EXIT_CODE_DOCS = {
     ExitCode.USAGE: "Bad command line, unreadable or malformed input file (snapshot, policy, pasted output).",
     ExitCode.UNEVALUATED: "Could not evaluate the node: no NVIDIA driver / no GPU data, a probe timed out, "
                           "or the deadline came before a verdict.",
-    ExitCode.INTERNAL: "A bug in ccdiag: an unexpected exception, reported in one line "
-                       "(set `CCDIAG_DEBUG=1` for the traceback).",
+    ExitCode.INTERNAL: "A bug in ccdiag: an unexpected exception, reported in one line naming the stage it "
+                       "broke (`internal error in the judge stage: ...`; set `CCDIAG_DEBUG=1` for the "
+                       "traceback). Also ccdiag run from a source tree that was never installed "
+                       "(`ccdiag is not installed here: ...`).",
 }

@@ -8,9 +8,8 @@ import pytest
 
 import scenarios_fabric as S
 from ccdiag.checks import REGISTRY, load_all, run_checks
-from ccdiag.checks.environment import (
-    NcclEntry, ib_hca, memlock, nccl_disable, parse_nccl_list, shm, socket_ifname,
-)
+from ccdiag.checks.environment import ib_hca, memlock, nccl_disable, shm, socket_ifname
+from ccdiag.nccl.lists import NcclEntry, parse_nccl_list
 from ccdiag.findings import FAIL, PASS, SKIP, UNKNOWN, WARN
 from ccdiag.policy import Policy
 from ccdiag.probing import ProbeRun

@@ -1,4 +1,4 @@
-"""The rooms and the one-way flow of data: host -> probes -> topology -> checks -> report/exporters.
+"""The rooms and the one-way flow of data: host -> probes -> topology -> (nccl) -> checks -> report/exporters.
 
 Read from the source with ``ast``: each module's imports of other ccdiag modules (at any depth,
 including imports inside functions) must point to its own room or to a room upstream of it, and
@@ -20,11 +20,12 @@ ALLOWED = {
     "host": set(),
     "probes": {"host"},
     "topology": {"probes"},
-    "checks": {"probes", "topology", "host"},
-    "exporters": {"probes", "topology", "checks", "report", "host", "run"},
-    "report": {"probes", "topology", "checks"},
-    "run": {"host", "probes", "topology", "checks"},
-    "commands": {"host", "probes", "topology", "checks", "report", "exporters", "run"},
+    "nccl": {"probes", "topology"},
+    "checks": {"probes", "topology", "host", "nccl"},
+    "exporters": {"probes", "topology", "checks", "report", "host", "run", "nccl"},
+    "report": {"probes", "topology", "checks", "nccl"},
+    "run": {"host", "probes", "topology", "checks", "nccl"},
+    "commands": {"host", "probes", "topology", "checks", "report", "exporters", "run", "nccl"},
 }
 #: leaf modules any room may use: errors, exit codes, data model, rates, findings, policy, output
 SHARED = {"errors", "exitcodes", "model", "linkrates", "findings", "policy", "tomlread", "output", "__init__",
@@ -44,6 +45,8 @@ def room_of(module: str) -> str | None:
         return "topology"
     if head == "checks":
         return "checks"
+    if head == "nccl":
+        return "nccl"
     if head in ("exporters",):
         return "exporters"
     if head in ("report", "render"):
@@ -113,6 +116,6 @@ def test_every_import_points_upstream():
 def test_the_topology_and_the_checks_never_reach_the_command_line_or_the_exporters():
     mods = modules()
     for name, path in mods.items():
-        if room_of(name) in ("topology", "checks", "probes", "host"):
+        if room_of(name) in ("topology", "checks", "probes", "host", "nccl"):
             reached = {room_of(t) for t in imports_of(path, name)}
             assert not reached & {"commands", "exporters", "report", "run"}, name

@@ -1,21 +1,19 @@
 """The environment a job will run in: NCCL settings that disable transports or name interfaces and
 HCAs that are not there, /dev/shm size, and the locked-memory limit RDMA needs.
 
-NCCL list syntax (NCCL_SOCKET_IFNAME, NCCL_IB_HCA), from the NCCL user guide and its parser:
-comma-separated entries; a leading ``^`` excludes the listed names instead of selecting them; then
-a leading ``=`` makes names exact, otherwise every entry is a *prefix* (``mlx5_1`` also selects
-``mlx5_10``). NCCL_IB_HCA entries may carry ``:port`` (and newer ``:rail:plane`` fields).
+NCCL list syntax (NCCL_SOCKET_IFNAME, NCCL_IB_HCA) is read by :mod:`ccdiag.nccl.lists`, the same
+module the NCCL recommender writes its lists with.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from ccdiag.checks import CheckContext, check
 from ccdiag.checks.infiniband import all_ports, is_active, port_path
 from ccdiag.checks.common import gate, node_component, policy_source
 from ccdiag.findings import FAIL, PASS, SKIP, UNKNOWN, WARN, Component, Evidence, Finding
+from ccdiag.nccl.lists import nccl_match, parse_nccl_list
 from ccdiag.probing import UNAVAILABLE
 
 MIB = 1 << 20
@@ -30,50 +28,6 @@ DISABLE_KNOBS = {
     "NCCL_IB_DISABLE": "the InfiniBand/RoCE transport; inter-node traffic falls back to TCP sockets",
     "NCCL_SHM_DISABLE": "the shared-memory transport between processes on this node",
 }
-
-
-@dataclass(frozen=True)
-class NcclEntry:
-    name: str
-    port: int | None = None
-    raw: str = ""
-
-
-@dataclass(frozen=True)
-class NcclList:
-    exclude: bool
-    exact: bool
-    entries: tuple[NcclEntry, ...]
-
-
-def parse_nccl_list(value: str) -> NcclList:
-    """Parse an NCCL device list such as ``^=mlx5_1,mlx5_4`` or ``=mlx5_0:1,mlx5_1:1``.
-
-    Pure function of the text. Entries keep their port when one is given (``mlx5_0:1``); an empty
-    port field (``=mlx5_0::0:0``) means any port. Rail/plane fields are accepted and ignored.
-    """
-    s = value.strip()
-    exclude = s.startswith("^")
-    if exclude:
-        s = s[1:]
-    exact = s.startswith("=")
-    if exact:
-        s = s[1:]
-    entries = []
-    for raw in s.split(","):
-        raw = raw.strip()
-        if not raw:
-            continue
-        name, _, rest = raw.partition(":")
-        port_txt = rest.split(":", 1)[0].strip()
-        port = int(port_txt) if port_txt.isdigit() else None
-        if name:
-            entries.append(NcclEntry(name, port, raw))
-    return NcclList(exclude, exact, tuple(entries))
-
-
-def nccl_match(spec: NcclList, entry: NcclEntry, name: str) -> bool:
-    return name == entry.name if spec.exact else name.startswith(entry.name)
 
 
 def _env_comp(var: str) -> Component:
