@@ -119,3 +119,18 @@ def test_the_topology_and_the_checks_never_reach_the_command_line_or_the_exporte
         if room_of(name) in ("topology", "checks", "probes", "host", "nccl"):
             reached = {room_of(t) for t in imports_of(path, name)}
             assert not reached & {"commands", "exporters", "report", "run"}, name
+
+
+def test_every_package_of_the_source_tree_is_in_the_wheel():
+    """A sub-package missing from pyproject's list works in an editable install and is absent
+    from a regular one; name each one there."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+    repo = pathlib.Path(__file__).resolve().parent.parent
+    listed = set(tomllib.loads((repo / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {".".join(("ccdiag",) + p.parent.relative_to(repo / "ccdiag").parts).rstrip(".")
+             for p in (repo / "ccdiag").rglob("__init__.py") if "__pycache__" not in p.parts}
+    found |= {"ccdiag.probes", "ccdiag.exporters"}
+    assert found - listed == set()
