@@ -24,6 +24,7 @@ COMMANDS = {
     "snapshot": ("ccdiag.commands.snapshot", "command", "Record everything the probes read into one replayable file."),
     "policy": ("ccdiag.commands.policy", "group", "Write or show the expectations a node is held to."),
     "daemon": ("ccdiag.commands.daemon", "command", "Serve Prometheus metrics from a background collection loop."),
+    "nccl": ("ccdiag.commands.nccl", "command", "NCCL settings for this node with their evidence; read NCCL logs."),
 }
 
 

@@ -195,6 +195,10 @@ def test_snapshot_on_fail_writes_a_replayable_snapshot(tmp_path, monkeypatch):
     host = ReplayHost(str(written[0]))
     assert host.meta()["verdict"] == FAIL
     assert host.read_text("/proc/uptime").startswith("100.0")
+    # the bundle carries the NCCL settings judged for the node (no RDMA NIC in this tree: no HCA list)
+    nccl = host.meta()["nccl"]
+    assert nccl["source"] == "node" and "NCCL_IB_HCA" not in nccl["settings"]
+    assert {k["name"] for k in nccl["knobs"]} >= {"NCCL_IB_HCA", "NCCL_SOCKET_IFNAME", "NCCL_TOPO_FILE"}
 
 
 def test_snapshot_on_fail_writes_nothing_when_the_node_passes(tmp_path):

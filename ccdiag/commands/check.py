@@ -46,6 +46,13 @@ def _save_failure_snapshot(host: RecordingHost, result, directory: str, env: dic
                          env_source=env_source or "environment")
     if env is not None:
         snap.environ = dict(env)
+    if result.topology is not None:
+        # the NCCL settings this node should run with, as judged from what this run read
+        from ccdiag.nccl.recommend import recommend
+
+        judged = env if env is not None else {k: v for k, v in host.environ().items() if k.startswith("NCCL_")}
+        snap.meta["nccl"] = recommend(result.topology, result.runs, env=judged,
+                                      env_source=env_source or "environment").to_json()
     path = os.path.join(directory, default_name(snap.meta.get("hostname") or socket.gethostname()))
     try:
         snap.save(path)

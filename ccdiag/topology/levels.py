@@ -18,7 +18,8 @@ LEVELS = ("X", "NV", "PIX", "PXB", "PHB", "NODE", "SYS")
 #: a level the topology could not determine (no PCIe data for one end)
 UNKNOWN = "unknown"
 
-_RANK = {"X": 0, "NV": 1, "PIX": 2, "PXB": 3, "P2C": 3, "PHB": 4, "NODE": 5, "SYS": 6}
+_RANK = {"X": 0, "NV": 1, "PIX": 2, "PXB": 3, "P2C": 3, "PHB": 4, "NODE": 5, "SYS": 6,
+         "SOC": 6}  # SOC: what drivers before 2017 printed for SYS
 _UNKNOWN_RANK = 7
 
 

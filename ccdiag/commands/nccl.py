@@ -1,0 +1,191 @@
+"""``ccdiag nccl``: the NCCL settings an expert would write for this node, each with its evidence.
+
+Reads the node (live or ``--replay``), or only a pasted ``nvidia-smi topo -m`` (``--from-smi``,
+saying what needs the node), judges the NCCL settings already present (``--env-file``, else the
+environment and ``/etc/nccl.conf``), and with ``--log`` reads what NCCL really chose and names
+every difference. Exit codes as everywhere: 0 ok, 2 bad input, 3 nothing read.
+"""
+
+from __future__ import annotations
+
+import time
+
+import click
+
+from ccdiag.commands.common import host_options, make_host
+from ccdiag.errors import InputError, NotEvaluated
+from ccdiag.exitcodes import ExitCode
+
+FORMATS = ("text", "env", "nccl.conf", "json")
+
+
+def _read(path: str, what: str) -> str:
+    import os
+    import stat
+
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read {what}: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise InputError(f"{path}: not a regular file (expected a {what} file)")
+    if st.st_size > 64 << 20:
+        raise InputError(f"{path}: {st.st_size} bytes is larger than a {what} can be (64 MiB)")
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(64 << 20).decode("utf-8", "replace")
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read {what}: {exc.strerror or exc}") from None
+
+
+def _settings_present(host, env_file: str | None) -> tuple[dict[str, str], str]:
+    from ccdiag.checkrun import EnvFileError, parse_env_file
+
+    if env_file:
+        try:
+            return parse_env_file(_read(env_file, "environment"), env_file), f"env file {env_file}"
+        except EnvFileError as exc:
+            raise InputError(str(exc)) from None
+    env = {k: v for k, v in (host.environ() if host is not None else {}).items() if k.startswith("NCCL_")}
+    source = "environment"
+    if host is not None and host.exists("/etc/nccl.conf"):
+        try:
+            conf = parse_env_file(host.read_text("/etc/nccl.conf"), "/etc/nccl.conf")
+        except (EnvFileError, OSError):
+            conf = {}
+        for k, v in conf.items():
+            env.setdefault(k, v)
+        if conf:
+            source = "environment and /etc/nccl.conf"
+    return env, source
+
+
+def node_recommendation(host, env: dict[str, str], env_source: str, timeout: float = 30.0):
+    """(recommendation, runs, topology) of a host door: the probes the recommender reads, then the topology."""
+    from ccdiag.nccl.recommend import recommend
+    from ccdiag.probing import run_probes
+    from ccdiag.topology import build_topology
+
+    runs = run_probes(host, ["system", "pcie", "nvml", "infiniband", "netdev"], deadline=time.monotonic() + timeout)
+    topo = build_topology(runs)
+    return recommend(topo, runs, env=env, env_source=env_source), runs, topo
+
+
+@click.command(name="nccl")
+@host_options
+@click.option("--from-smi", "from_smi", metavar="FILE", type=click.Path(dir_okay=False),
+              help="Recommend from a pasted `nvidia-smi topo -m` alone (rails and ring order).")
+@click.option("--log", "log_file", metavar="FILE", type=click.Path(dir_okay=False),
+              help="An NCCL_DEBUG=INFO log: what NCCL chose, compared with the recommendation.")
+@click.option("--env-file", "env_file", metavar="FILE", type=click.Path(dir_okay=False),
+              help="Judge these KEY=VALUE settings instead of the environment and /etc/nccl.conf.")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True,
+              help="text (with evidence), env (a file to source), nccl.conf, or json.")
+@click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
+@click.option("-o", "--output", metavar="FILE", help="Write the output to FILE instead of stdout.")
+@click.option("--write-topo-file", "topo_out", metavar="FILE",
+              help="Write the generated NCCL topology XML (when one is recommended) to FILE.")
+@click.option("--timeout", type=click.FloatRange(1, 600), default=30.0, show_default=True, metavar="S")
+def command(replay, root, from_smi, log_file, env_file, fmt, as_json, output, topo_out, timeout):
+    """NCCL settings for this node with their evidence (exit 0 ok, 2 bad input, 3 nothing read)."""
+    from ccdiag.nccl import render
+
+    fmt = "json" if as_json else fmt
+    if from_smi and replay:
+        raise InputError("--from-smi and --replay read different things; give one")
+    log = None
+    if log_file:
+        from ccdiag.nccl.logread import LogError, parse_nccl_log
+
+        try:
+            log = parse_nccl_log(_read(log_file, "NCCL log"), log_file)
+        except LogError as exc:
+            raise InputError(str(exc)) from None
+    host = None
+    meta: dict = {}
+    if from_smi:
+        from ccdiag.nccl.recommend import recommend_from_matrix
+        from ccdiag.probes.smi_topo import TopoParseError, parse_topo_matrix
+
+        try:
+            matrix = parse_topo_matrix(_read(from_smi, "nvidia-smi topo -m"))
+        except TopoParseError as exc:
+            raise InputError(f"{from_smi}: not an nvidia-smi topo -m matrix: {exc}") from None
+        env, env_source = _settings_present(None, env_file)
+        rec = recommend_from_matrix(matrix, f"pasted nvidia-smi topo -m ({from_smi})", env=env, env_source=env_source)
+        subject = f"the matrix in {from_smi}"
+    elif log is not None and not replay and root == "/" and not env_file:
+        rec, subject = None, f"the log {log_file}"
+    else:
+        host = make_host(replay, root)
+        try:
+            env, env_source = _settings_present(host, env_file)
+            rec, runs, topo = node_recommendation(host, env, env_source, timeout)
+            meta = host.meta()
+        finally:
+            host.close()
+        if not topo.gpus() and not topo.nics() and not any(r.usable for r in runs.values()):
+            raise NotEvaluated("nothing could be read from this node: " +
+                               "; ".join(f"{n}: {r.status}" for n, r in runs.items()))
+        subject = meta.get("hostname") or ("the snapshot " + replay if replay else "this node")
+    diffs = None
+    if log is not None:
+        from ccdiag.nccl.logread import compare
+
+        diffs = compare(log, rec)
+    header = f"NCCL settings for {subject}, written by ccdiag nccl. Each line says why; experiments are commented out."
+    if fmt == "env":
+        text = render.env_file(rec, header) if rec else ""
+    elif fmt == "nccl.conf":
+        text = render.nccl_conf(rec, header) if rec else ""
+    elif fmt == "json":
+        from ccdiag.report import build_report, dumps
+
+        extra = {"nccl": rec.to_json() if rec else None}
+        if log is not None:
+            extra["nccl_log"] = {"file": log_file, **log.to_json(), "differences": diffs}
+        doc = build_report("nccl", meta, run_info={"replayed_from": replay, "from_smi": from_smi}, extra=extra)
+        text = dumps(doc) + "\n"
+    else:
+        text = None
+    if topo_out and rec is not None and rec.files:
+        _write(topo_out, next(iter(rec.files.values())))
+    if text is not None:
+        if output:
+            _write(output, text)
+        else:
+            click.echo(text, nl=False)
+        return int(ExitCode.OK)
+    _print_text(rec, subject, log, log_file, diffs)
+    return int(ExitCode.OK)
+
+
+def _write(path: str, text: str) -> None:
+    from ccdiag.output import write_atomic
+
+    try:
+        write_atomic(path, text)
+    except OSError as exc:
+        raise InputError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def _print_text(rec, subject: str, log, log_file: str | None, diffs: list[str] | None) -> None:
+    from ccdiag.nccl.render import text_rows
+    from ccdiag.output import console, table
+
+    out = console()
+    if rec is not None:
+        out.print(table(f"NCCL settings for {subject}", ["do", "variable", "value", "confidence", "why"],
+                        text_rows(rec)))
+        for note in rec.notes:
+            out.print(f"note: {note}")
+        settings = rec.settings()
+        if settings:
+            out.print("In a job script: " + " ".join(f"export {k}='{v}'" for k, v in settings.items()), soft_wrap=True)
+    if log is not None:
+        devs = ", ".join(f"{d} ({k})" for d, k in log.net_devices.items()) or "-"
+        out.print(f"{log_file}: {log.flavour} {log.version or '(version not in the log)'}, network "
+                  f"{log.network or '?'} [{devs}], transports {dict(log.transports) or '-'}, "
+                  f"{len(log.warnings)} WARN line(s)")
+        for d in diffs or []:
+            out.print(f"  - {d}", soft_wrap=True)
