@@ -293,8 +293,10 @@ def evaluate(host: Host, policy: Policy | None = None, window_s: float = 0.0,
         from ccdiag.checks import CheckContext, run_checks
         from ccdiag.topology import build_topology
 
+        from ccdiag.causes import link_causes
+
         topology = build_topology(runs)
-        return topology, list(run_checks(CheckContext(topology=topology, **ctx_kwargs), only=only))
+        return topology, link_causes(list(run_checks(CheckContext(topology=topology, **ctx_kwargs), only=only)))
 
     topology: Any = None
     findings: list[Finding]

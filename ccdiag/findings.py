@@ -62,6 +62,11 @@ class Finding:
     expected_source: str | None = None  # "topology", "policy <file>", "GPU max (NVML)", "NVIDIA XID catalogue"
     remedy: str | None = None
     details: dict[str, Any] = field(default_factory=dict)
+    caused_by: str | None = None  # key ("check|component") of the finding this one follows from
+
+    @property
+    def key(self) -> str:
+        return f"{self.check}|{self.component.name}"
 
     def sort_key(self) -> tuple:
         c = self.component

@@ -1,13 +1,16 @@
 """Terminal rendering of findings: the verdict first, then what to act on, then the rest.
 
 Made for the operator reading a Slurm log or a terminal at 3 a.m.: the first line is the verdict,
-each failure is one grep-able line (status, id, component with UUID and BDF, what is wrong, the
-evidence, what to do), details follow for everything that is not a pass, and passes are only
-counted. Plain text; colour is added by :func:`print_result` only on a TTY.
+each root-cause problem is one grep-able line (status, id, component with UUID and BDF, what is
+wrong, the evidence, what to do) with the findings that follow from it folded beneath
+(:mod:`ccdiag.causes`), details follow for everything that is not a pass, and passes are only
+counted. Values are printed as values (``3 -> 57``, ``yes``, ``not read``), never as Python
+reprs. Plain text; colour is added by :func:`print_result` only on a TTY.
 """
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from typing import Iterable
 
@@ -48,23 +51,43 @@ def verdict_line(findings: list[Finding], exit_code: int, hostname: str | None, 
     return f"{word}: {', '.join(parts)}{tail}"
 
 
-def short_remedy(remedy: str | None, limit: int = 100) -> str | None:
-    """The remedy's first sentence, lower-cased start, for a one-line summary."""
+def short_remedy(remedy: str | None) -> str | None:
+    """The remedy's first sentence (whole: never cut mid-sentence), lower-cased start."""
     if not remedy:
         return None
     first = remedy.strip().split("\n")[0]
-    for stop in (". ", "; "):
-        cut = first.find(stop)
-        if cut > 0:
-            first = first[:cut]
+    m = _SENTENCE_END.search(first)
+    if m:
+        first = first[:m.start()]
     first = first.rstrip(".")
-    if len(first) > limit:
-        first = first[: limit - 3].rstrip() + "..."
     return first[:1].lower() + first[1:] if first[:2] != first[:2].upper() else first
 
 
+#: the end of a sentence or clause: ". " or "; ", but not after "e.g." / "i.e." / "etc." / "vs."
+#: and not inside parentheses (a remark in brackets belongs to its sentence)
+_SENTENCE_END = re.compile(r"(?<!\be\.g)(?<!\bi\.e)(?<!\betc)(?<!\bvs)[.;] (?![^(]*\))")
+
+
+def value_text(value: object) -> str:
+    """A value as a person reads it: ``3 -> 57`` for a counter's before/after, ``yes``/``no``,
+    ``not read`` for an absent value, lists and mappings without brackets or quotes."""
+    if value is None:
+        return "not read"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, dict):
+        if set(value) == {"before", "after"}:
+            return f"{value_text(value['before'])} -> {value_text(value['after'])}"
+        return ", ".join(f"{k}={value_text(v)}" for k, v in value.items()) or "none"
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return ", ".join(value_text(v) for v in value) or "none"
+    return str(value)
+
+
 def _evidence_text(ev: Evidence) -> str:
-    return f"{ev.source}: {ev.value}"
+    return f"{ev.source}: {value_text(ev.value)}"
 
 
 def one_line(f: Finding) -> str:
@@ -84,13 +107,25 @@ def detail_lines(f: Finding) -> list[str]:
     out = [f"{STATUS_WORD.get(f.status, f.status.upper())} {f.check}: {f.component.label()}"]
     out.append(f"    {f.summary}")
     for ev in f.evidence:
-        out.append(f"    evidence: {ev.what} = {ev.value}  ({ev.source})")
+        out.append(f"    evidence: {ev.what} = {value_text(ev.value)}  ({ev.source})")
     if f.expected:
         src = f"  ({f.expected_source})" if f.expected_source else ""
         out.append(f"    expected: {f.expected}{src}")
     if f.remedy:
         out.append(f"    remedy:   {f.remedy}")
     return out
+
+
+def _folded_line(cause: Finding, problems: list[Finding]) -> str | None:
+    """``  + 9 follow from it: gpu.clocks, gpu.ecc, ... GPU6 (unknown); gpu.count node (fail)``."""
+    effects = [f for f in problems if f.caused_by == cause.key]
+    if not effects:
+        return None
+    groups: dict[tuple[str, str], list[str]] = {}
+    for f in effects:
+        groups.setdefault((f.component.name, f.status), []).append(f.check)
+    parts = [f"{', '.join(checks)} {name} ({status})" for (name, status), checks in groups.items()]
+    return f"  + {len(effects)} follow{'s' if len(effects) == 1 else ''} from it: " + "; ".join(parts)
 
 
 def skip_lines(findings: Iterable[Finding]) -> list[str]:
@@ -124,13 +159,17 @@ def render_lines(findings: list[Finding], exit_code: int, hostname: str | None, 
     lines: list[tuple[str, str | None]] = [
         (verdict_line(findings, exit_code, hostname, timed_out, strict), STYLE.get(_verdict_status(exit_code, findings)))]
     problems = [f for f in findings if f.status in (FAIL, UNKNOWN, WARN)]  # findings come sorted: fail first
-    for f in problems:
+    roots = [f for f in problems if not f.caused_by]
+    for f in roots:
         lines.append((one_line(f), STYLE[f.status]))
+        folded = _folded_line(f, problems)
+        if folded:
+            lines.append((folded, None))
     if quiet:
         return lines
-    if problems:
+    if roots:
         lines.append(("", None))
-        for f in problems:
+        for f in roots:
             for i, text in enumerate(detail_lines(f)):
                 lines.append((text, STYLE[f.status] if i == 0 else None))
             lines.append(("", None))

@@ -34,7 +34,7 @@ def probes_section(runs: dict[str, ProbeRun]) -> dict:
 
 
 def findings_section(findings: list[Finding]) -> list[dict]:
-    return [to_jsonable(f) for f in findings]
+    return [{**to_jsonable(f), "key": f.key} for f in findings]
 
 
 def verdict_section(findings: list[Finding], exit_code: int) -> dict:

@@ -41,13 +41,15 @@ log() {
     return 0
 }
 
-# The drain reason: "ccdiag: <check id> <component name>" of the first failure, at most 60 chars.
+# The drain reason: "ccdiag: <check id> <component name>" of the first root-cause failure (one that
+# does not follow from another: a lost GPU, not the GPU count it lowers), "(+N)" other root
+# failures, at most 60 chars.
 reason_from_report() {
     "$PYTHON" -c '
 import json, sys
 try:
     doc = json.load(open(sys.argv[1]))
-    fails = [f for f in doc.get("findings", []) if f.get("status") == "fail"]
+    fails = [f for f in doc.get("findings", []) if f.get("status") == "fail" and not f.get("caused_by")]
     f = fails[0]
     text = "ccdiag: %s %s" % (f["check"], f["component"]["name"])
     if len(fails) > 1:

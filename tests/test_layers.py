@@ -43,7 +43,7 @@ def room_of(module: str) -> str | None:
         return "probes"
     if head == "topology":
         return "topology"
-    if head == "checks":
+    if head in ("checks", "causes"):
         return "checks"
     if head == "nccl":
         return "nccl"

@@ -488,7 +488,7 @@ def gpudirect(ctx: CheckContext) -> list[Finding]:
         else:
             mods = set(ctx.data("system").modules)
             loaded = [m for m in PEERMEM_MODULES if m in mods]
-            ev = (Evidence("peer-memory module", loaded or None, "/proc/modules"),)
+            ev = (Evidence("peer-memory module", loaded or "none loaded", "/proc/modules"),)
             if loaded:
                 out.append(Finding("ib.gpudirect", PASS, Component("module", loaded[0], device=loaded[0]),
                                    f"{loaded[0]} loaded", ev))

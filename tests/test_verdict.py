@@ -1,0 +1,74 @@
+"""A verdict that reads root cause first: consequences folded under their cause in text, linked
+in JSON, the Slurm drain reason naming the root; values printed as values; remedies whole."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import jsonschema
+
+from ccdiag.causes import link_causes
+from ccdiag.findings import FAIL, UNKNOWN, Component, Finding
+
+from cli_runner import run
+from conftest import REPO
+
+DEGRADED = REPO / "samples" / "hgx-h100-8gpu-degraded.snap.tar.gz"
+
+
+def test_a_lost_gpus_unknowns_and_the_gpu_count_are_folded_under_it():
+    code, out, err = run("check", "--replay", str(DEGRADED))
+    lines = out.splitlines()
+    assert code == 1 and lines[0].startswith("FAIL: 10 failed")  # the counts still count everything
+    lost = next(i for i, l in enumerate(lines) if l.startswith("FAIL gpu.lost GPU6"))
+    folded = lines[lost + 1]
+    assert folded.startswith("  + 10 follow from it: gpu.count node (fail); ")
+    assert "gpu.ecc" in folded and "nvlink.down GPU6 (unknown)" in folded
+    one_liners = [l for l in lines if re.match(r"^(FAIL|WARN|UNKNOWN) \S+ ", l)]
+    assert not [l for l in one_liners if l.startswith(("FAIL gpu.count", "UNKNOWN gpu."))]
+    assert one_liners[0].startswith("FAIL gpu.lost GPU6")  # the root comes first
+
+
+def test_json_links_each_consequence_to_its_cause():
+    code, out, err = run("check", "--replay", str(DEGRADED), "--json")
+    doc = json.loads(out)
+    jsonschema.validate(doc, json.loads((REPO / "ccdiag" / "schema" / "report.schema.json").read_text()))
+    by_key = {f["key"]: f for f in doc["findings"]}
+    count = by_key["gpu.count|node"]
+    assert count["caused_by"] == "gpu.lost|GPU6" and by_key[count["caused_by"]]["status"] == "fail"
+    caused = sorted(f["check"] for f in doc["findings"] if f["caused_by"] == "gpu.lost|GPU6")
+    assert len(caused) == 10 and "xid.recent" not in caused  # XID 79 is evidence, not a consequence
+    assert by_key["gpu.lost|GPU6"]["caused_by"] is None
+
+
+def test_the_slurm_drain_reason_names_the_root_cause(tmp_path):
+    code, out, err = run("check", "--replay", str(DEGRADED), "--json")
+    report = tmp_path / "report.json"
+    report.write_text(out)
+    script = (REPO / "slurm" / "ccdiag-healthcheck.sh").read_text()
+    snippet = re.search(r'reason_from_report\(\) \{\n\s*"\$PYTHON" -c \'(.*?)\' "\$1"', script, re.S).group(1)
+    reason = subprocess.run([sys.executable, "-c", snippet, str(report)], capture_output=True, text=True,
+                            timeout=30).stdout.strip()
+    assert reason == "ccdiag: gpu.lost GPU6 (+8)"
+
+
+def test_evidence_reads_as_values_and_remedies_are_whole_sentences():
+    code, out, err = run("check", "--replay", str(DEGRADED))
+    assert "{'" not in out and "None" not in out and "True" not in out and "False" not in out
+    counters = next(l for l in out.splitlines() if l.startswith("FAIL ib.counters"))
+    assert "symbol_error: 3 -> 57]" in counters
+    acs = next(l for l in out.splitlines() if l.startswith("FAIL pcie.acs"))
+    assert acs.endswith("(not persistent: run it at boot, e.g. from a systemd unit), or turn ACS off in the BIOS")
+
+
+def test_causes_need_the_same_gpu_and_a_failing_cause():
+    lost = Finding("gpu.lost", FAIL, Component("gpu", "GPU6", gpu=6), "lost")
+    other = Finding("gpu.ecc", UNKNOWN, Component("gpu", "GPU2", gpu=2), "not read")
+    mine = Finding("gpu.ecc", UNKNOWN, Component("gpu", "GPU6", gpu=6), "not read")
+    linked = {f.key: f.caused_by for f in link_causes([lost, other, mine])}
+    assert linked == {"gpu.lost|GPU6": None, "gpu.ecc|GPU2": None, "gpu.ecc|GPU6": "gpu.lost|GPU6"}
+    passing = Finding("gpu.lost", "pass", Component("gpu", "GPU6", gpu=6), "answers")
+    assert link_causes([passing, mine])[1].caused_by is None
