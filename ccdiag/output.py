@@ -53,9 +53,13 @@ def console(stderr: bool = False):
             silence_stdout()
 
     tty = sys.stderr.isatty() if stderr else stdout_is_tty()
+    # piped output keeps long lines whole (grep-able) unless $COLUMNS asks for a width; text from
+    # the machine is never read as rich markup or emoji codes (bus "ab" must not become an emoji)
+    columns = os.environ.get("COLUMNS", "")
+    width = None if tty else (int(columns) if columns.isdigit() and int(columns) > 0 else 200)
     return _Console(stderr=stderr, no_color=not tty or bool(os.environ.get("NO_COLOR")),
-                   highlight=False, soft_wrap=not tty, width=None if tty else 200,
-                   force_terminal=None if tty else False)
+                   highlight=False, soft_wrap=not tty and width == 200, width=width,
+                   force_terminal=None if tty else False, emoji=False, markup=False)
 
 
 def table(title: str | None, columns: Iterable[str], rows: Iterable[Iterable[Any]], **kw: Any):

@@ -72,3 +72,29 @@ def test_causes_need_the_same_gpu_and_a_failing_cause():
     assert linked == {"gpu.lost|GPU6": None, "gpu.ecc|GPU2": None, "gpu.ecc|GPU6": "gpu.lost|GPU6"}
     passing = Finding("gpu.lost", "pass", Component("gpu", "GPU6", gpu=6), "answers")
     assert link_causes([passing, mine])[1].caused_by is None
+
+
+def test_topo_fits_an_80_column_terminal_and_lists_the_gpus(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    code, out, err = run("topo", "--replay", str(DEGRADED))
+    assert code == 0
+    assert [l for l in out.splitlines() if len(l) > 80] == []
+    assert "GPU - GPU" in out and "GPU - NIC" in out  # the matrix in two blocks that fit
+    gpu_table = out[out.index("\nGPUs "):]
+    assert "GPU-e11292b7" in gpu_table and "0000:ab:00.0" in gpu_table and "lost" in gpu_table
+    monkeypatch.setenv("COLUMNS", "250")
+    code, wide, err = run("topo", "--replay", str(DEGRADED))
+    assert "Topology (as nvidia-smi topo -m would show it)" in wide and "GPU - GPU" not in wide
+
+
+def test_text_from_the_machine_is_never_read_as_markup_or_emoji():
+    """PCI bus 0xab once printed as an emoji (':ab:'); a host name with [brackets] as markup."""
+    code, out, err = run("topo", "--replay", str(DEGRADED))
+    assert "0000:ab:00.0" in out and "\U0001f18e" not in out
+
+
+def test_the_picture_draws_a_lost_gpu_as_lost(tmp_path):
+    dot = tmp_path / "t.dot"
+    code, out, err = run("topo", "--replay", str(DEGRADED), "--dot", str(dot))
+    line = next(l for l in dot.read_text().splitlines() if "GPU6" in l and "label=" in l and " -- " not in l)
+    assert "LOST (gpu_lost)" in line and "color=red" in line and "#f4b6b6" in line

@@ -51,6 +51,48 @@ def _matrix_table(m, title: str):
     return table(title, rows[0], rows[1:])
 
 
+def _width() -> int:
+    """Columns to fit: the terminal's, or $COLUMNS, or (piped, unset) wide enough for any matrix."""
+    import shutil
+    import sys
+
+    if os.environ.get("COLUMNS", "").isdigit():
+        return int(os.environ["COLUMNS"])
+    if sys.stdout.isatty():
+        return shutil.get_terminal_size((80, 24)).columns
+    return 200
+
+
+def _table_width(m) -> int:
+    """Columns the whole matrix needs as a plain table (cells padded, two spaces between)."""
+    from ccdiag.probes.smi_topo import rows_for_table
+
+    rows = rows_for_table(m)
+    widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
+    return sum(widths) + 2 * (len(widths) - 1)
+
+
+def _matrix_blocks(m) -> list:
+    """The matrix as two narrow tables, GPU-GPU and GPU-NIC, for a terminal too narrow for the whole
+    nvidia-smi layout (the affinity columns move to the GPU table)."""
+    from ccdiag.output import table
+
+    gpus = [d for d in m.devices if d in m.gpus()]
+    nics = [d for d in m.devices if d not in gpus]
+    blocks = [table("GPU - GPU", ["", *gpus], [[a] + [m.raw_level(a, b) or "" for b in gpus] for a in gpus])]
+    if nics:
+        blocks.append(table("GPU - NIC", ["", *nics], [[a] + [m.raw_level(a, b) or "" for b in nics] for a in gpus]))
+    return blocks
+
+
+def _gpu_rows(topo, m) -> list[list[str]]:
+    rows = []
+    for g in topo.gpus():
+        rows.append([g.label, g.name or "?", g.uuid or "?", g.bdf or "?", "" if g.numa is None else str(g.numa),
+                     m.cpu_affinity.get(g.label) or "", topo.gpu_state(g)])
+    return rows
+
+
 def _nic_legend_line(m) -> str | None:
     nic = [f"{d}={m.nic_legend[d]}" for d in m.devices if d in m.nic_legend]
     return ("NIC legend: " + ", ".join(nic)) if nic else None
@@ -255,12 +297,18 @@ def render_text(out, topo, runs, meta: dict, smi_diffs: list[str] | None, smi_ma
         out.print(f"No NVIDIA driver/GPUs found on this host{': ' + why if why else ''}.")
     else:
         m = topo.matrix()
-        out.print(_matrix_table(m, "Topology (as nvidia-smi topo -m would show it)"))
+        full = _matrix_table(m, "Topology (as nvidia-smi topo -m would show it)")
+        if _table_width(m) > _width():
+            for block in _matrix_blocks(m):
+                out.print(block)
+        else:
+            out.print(full)
         legend = _nic_legend_line(m)
         if legend:
             out.print(legend)
         out.print("Levels: NV# = # NVLinks; PIX = one PCIe switch; PXB = several switches; PHB = host bridge; "
                   "NODE = across host bridges in a NUMA node; SYS = across sockets.")
+        out.print(table("GPUs", ["GPU", "model", "UUID", "PCI", "NUMA", "CPU affinity", "state"], _gpu_rows(topo, m)))
         out.print(table("NIC affinity (nearest RDMA NICs per GPU; GB/s to the NIC its traffic can use)",
                         ["GPU", "state", "nearest NIC(s) and level", "GPU->NIC GB/s", "as trained"],
                         _affinity_rows(topo)))

@@ -10,6 +10,8 @@ from typing import Any
 
 SHAPES = {"numa": "box3d", "host_bridge": "box", "root_port": "box", "switch": "box",
           "gpu": "box", "nic": "box", "nvswitch": "hexagon", "wire": "plaintext", "pci": "ellipse"}
+FAILED_FILL = "#f4b6b6"
+FAILED_WORDS = {"gpu_lost": "LOST", "hung": "HUNG", "timeout": "HUNG", "reset_required": "RESET REQUIRED"}
 FILL = {"gpu": "#d9f2d9", "nic": "#dde8fb", "nvswitch": "#f9ecd0", "numa": "#eeeeee", "switch": "#f5f5f5"}
 
 
@@ -29,10 +31,13 @@ def render_dot(topo: Any) -> str:
             text += f"\n{a['bdf']}"
         if kind == "numa" and a.get("cpus"):
             text += f"\nCPUs {a['cpus']}"
+        fill, border = FILL.get(kind, "white"), "black"
         if a.get("failed"):
-            text += f"\n({a['failed']})"
+            # a lost or hung GPU moves no data: drawn as failed, whatever its links could carry
+            text += f"\n{FAILED_WORDS.get(a['failed'], 'FAILED')} ({a['failed']})"
+            fill, border = FAILED_FILL, "red"
         out.append(f"  {_q(n)} [label={_q(text)}, shape={SHAPES.get(kind, 'ellipse')}, "
-                   f"fillcolor={_q(FILL.get(kind, 'white'))}];")
+                   f"fillcolor={_q(fill)}, color={border}];")
     for link in topo.links():
         if link.kind == "nvlink":
             continue  # drawn per switch / per peer below, from the graph edges
