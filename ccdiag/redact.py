@@ -19,7 +19,15 @@ from ccdiag.snapshot import SnapshotData
 IPV4 = re.compile(r"(?<![\d.])(?:\d{1,3}\.){3}\d{1,3}(?![\d.])")
 MAC = re.compile(r"(?<![0-9a-fA-F:])(?:[0-9a-fA-F]{2}:){5}[0-9a-fA-F]{2}(?![0-9a-fA-F:])")
 IB_GUID = re.compile(r"(?<![0-9a-fA-F:])(?:[0-9a-fA-F]{4}:){3}[0-9a-fA-F]{4}(?![0-9a-fA-F:])")
-HEX_GUID = re.compile(r"\b0x[0-9a-fA-F]{16}\b")
+#: a 64-bit hex number is a GUID only where the text says so ("Node GUID: 0x..."); elsewhere
+#: (the e820 memory map, register dumps) it is an address and stays as it is
+HEX_GUID = re.compile(r"(?i)(guid\W{0,3}\s*)(0x[0-9a-f]{16})\b")
+#: an IPoIB hardware address: 4 bytes of flags and QPN, then the port GID (prefix + port GUID)
+IPOIB_HW = re.compile(r"(?<![0-9a-fA-F:])((?:[0-9a-fA-F]{2}:){4})((?:[0-9a-fA-F]{2}:){8})((?:[0-9a-fA-F]{2}:){7}"
+                      r"[0-9a-fA-F]{2})(?![0-9a-fA-F:])")
+#: an IPv6 candidate (validated by ipaddress): groups with colons, optionally a dotted IPv4 tail and a zone
+IPV6 = re.compile(r"(?<![0-9A-Za-z:.])(?=[0-9A-Fa-f:]*:[0-9A-Fa-f]*:)((?:[0-9A-Fa-f]{0,4}:){2,7}"
+                  r"(?:[0-9A-Fa-f]{0,4}|\d{1,3}(?:\.\d{1,3}){3}))(%[\w.-]+)?(?![0-9A-Za-z:.])")
 GPU_UUID = re.compile(r"\b(?:GPU|MIG)-[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b")
 # a GID is eight groups; the upper half is the subnet prefix, the lower half the port GUID
 GID = re.compile(r"(?<![0-9a-fA-F:])(?:[0-9a-fA-F]{4}:){7}[0-9a-fA-F]{4}(?![0-9a-fA-F:])")
@@ -30,15 +38,26 @@ _KEEP_V4 = {"0.0.0.0", "127.0.0.1", "255.255.255.255"}
 class Redactor:
     """Collects originals and hands out stable pseudonyms."""
 
-    def __init__(self, literals: list | None = None) -> None:
+    def __init__(self, literals: list | None = None, reserved: set[str] | None = None) -> None:
         self.maps: dict[str, dict[str, str]] = {}
         #: (original, kind, pseudonym maker) for free-text identifiers such as host names
         self.literals = list(literals or [])
+        #: values that must never be handed out as pseudonyms: the originals of this snapshot (a
+        #: machine may really use a documentation address; its pseudonym must not look the same)
+        self.reserved = {v.lower() for v in (reserved or ())}
+        self._counter: dict[str, int] = {}
 
     def _pseudo(self, kind: str, original: str, make: Callable[[int], str]) -> str:
         table = self.maps.setdefault(kind, {})
         if original not in table:
-            table[original] = make(len(table) + 1)
+            n = self._counter.get(kind, 0)
+            while True:
+                n += 1
+                candidate = make(n)
+                if candidate.lower() not in self.reserved:
+                    break
+            self._counter[kind] = n
+            table[original] = candidate
         return table[original]
 
     def ipv4(self, m: re.Match) -> str:
@@ -59,13 +78,43 @@ class Redactor:
 
     def guid(self, m: re.Match) -> str:
         s = m.group(0)
-        if s.replace(":", "").strip("0") == "":
-            return s
+        if s.replace(":", "").strip("0") == "" or s.lower().replace(":", "").strip("f") == "":
+            return s  # all zeros or all ones: a mask or an unset value, not a GUID
         return self._pseudo("guid", s.lower(), lambda n: "0200:0000:0000:%04x" % n)
 
     def hex_guid(self, m: re.Match) -> str:
-        s = m.group(0)
-        return self._pseudo("hexguid", s.lower(), lambda n: "0x02000000%08x" % n)
+        s = m.group(2).lower()
+        # the same GUID as "a088:c203:00da:6342" elsewhere gets the same pseudonym
+        grouped = ":".join(s[2 + i:6 + i] for i in range(0, 16, 4))
+        fake = self.guid(IB_GUID.match(grouped)).replace(":", "")
+        return m.group(1) + "0x" + fake
+
+    def ipoib_hw(self, m: re.Match) -> str:
+        """``00:00:10:87:fe:80:...:a0:88:c2:03:00:da:63:42``: the port GID inside is redacted as a GID."""
+        gid_hex = (m.group(2) + m.group(3)).replace(":", "")
+        gid = ":".join(gid_hex[i:i + 4] for i in range(0, 32, 4))
+        fake = self.gid(GID.match(gid)).replace(":", "")
+        return m.group(1) + ":".join(fake[i:i + 2] for i in range(0, 32, 2))
+
+    def ipv6(self, m: re.Match) -> str:
+        s, zone = m.group(1), m.group(2) or ""
+        groups = s.split(":")
+        if len(groups) == 8 and all(len(g) == 4 for g in groups):
+            return m.group(0)  # a GID (or an IPv6 written out in full): the GID rule decides
+        try:
+            ip = ipaddress.IPv6Address(s)
+        except ValueError:
+            return m.group(0)
+        if ip.is_loopback or ip.is_unspecified or ip.is_multicast:
+            return m.group(0)
+        if ip.ipv4_mapped is not None:
+            return "::ffff:" + IPV4.sub(self.ipv4, str(ip.ipv4_mapped)) + zone
+        if ip in ipaddress.IPv6Network("2001:db8::/32"):
+            return m.group(0)  # already a documentation address
+        if ip.is_link_local:
+            # the interface identifier of a link-local address is often the MAC (EUI-64)
+            return self._pseudo("ipv6", str(ip), lambda n: f"fe80::200:ff:fe00:{n:x}") + zone
+        return self._pseudo("ipv6", str(ip), lambda n: f"2001:db8::{n:x}") + zone
 
     def gid(self, m: re.Match) -> str:
         s = m.group(0).lower()
@@ -92,6 +141,8 @@ class Redactor:
                 s = re.sub(pattern, lambda _m, w=word, k=kind, mk=make: self._pseudo(k, w, mk), s)
         s = GPU_UUID.sub(lambda m: self._pseudo(
             "uuid", m.group(0), lambda n: "%s-00000000-0000-4000-8000-%012x" % (m.group(0)[:3], n)), s)
+        s = IPOIB_HW.sub(self.ipoib_hw, s)
+        s = IPV6.sub(self.ipv6, s)
         s = GID.sub(self.gid, s)
         s = IB_GUID.sub(self.guid, s)
         s = HEX_GUID.sub(self.hex_guid, s)
@@ -132,9 +183,29 @@ def _learn_literals(snap: SnapshotData) -> list[tuple[str, str, Callable[[int], 
     return literals
 
 
+def _kmsg_used(record: dict) -> dict:
+    """Only the kernel-log lines the kmsg probe reads anything from leave the site."""
+    from ccdiag.probes.kmsg import lines_used
+
+    if not isinstance(record, dict) or not isinstance(record.get("lines"), list):
+        return record
+    lines = [l for l in record["lines"] if isinstance(l, str)]
+    return {**record, "lines": lines_used(lines), "redacted_lines": len(lines) - len(lines_used(lines))}
+
+
 def redact(snap: SnapshotData) -> tuple[SnapshotData, dict[str, int]]:
     """A redacted copy of ``snap`` and how many distinct values of each kind were replaced."""
-    r = Redactor(_learn_literals(snap))
+    # first pass: learn every original, so no pseudonym handed out equals a real value of this snapshot
+    probe = Redactor(_learn_literals(snap))
+    _redact_into(snap, probe)
+    originals = {orig for table in probe.maps.values() for orig in table}
+    r = Redactor(_learn_literals(snap), reserved=originals)
+    out = _redact_into(snap, r)
+    counts = {kind: len(table) for kind, table in r.maps.items()}
+    return out, counts
+
+
+def _redact_into(snap: SnapshotData, r: Redactor) -> SnapshotData:
     out = SnapshotData()
     out.meta = _walk(dict(snap.meta), r.text)
     out.meta["redacted"] = True
@@ -159,9 +230,8 @@ def redact(snap: SnapshotData) -> tuple[SnapshotData, dict[str, int]]:
         if "ok" in rec:
             rec["ok"] = _walk(rec["ok"], r.text)
         out.nvml.append(rec)
-    out.kmsg = _walk({k: v for k, v in snap.kmsg.items()}, r.text)
+    out.kmsg = _walk({k: _kmsg_used(v) for k, v in snap.kmsg.items()}, r.text)
     out.net = _walk({k: v for k, v in snap.net.items()}, r.text)
     out.statvfs = dict(snap.statvfs)
     out.environ = _walk(dict(snap.environ), r.text) if snap.environ is not None else None
-    counts = {kind: len(table) for kind, table in r.maps.items()}
-    return out, counts
+    return out

@@ -165,6 +165,23 @@ def parse_lines(lines: list[str]) -> tuple[list[KernelEvent], int]:
     return events, scanned
 
 
+def lines_used(lines: list[str]) -> list[str]:
+    """The lines this probe reads anything from (events, and the lines that name a GPU for later
+    ones): what a redacted snapshot keeps of the kernel log. USB and transceiver serials, NFS
+    servers, filesystem UUIDs and user names in the rest never leave the site."""
+    kept: list[str] = []
+    ctx: dict = {}
+    for line in lines:
+        split = split_line(line)
+        if split is None:
+            continue
+        message = split[1]
+        if match_event(message, split[0], ctx) is not None or _FALLEN_HEAD.search(message) \
+                or _FALLEN_TAIL.search(message) or _GPU_UUID.search(message):
+            kept.append(line)
+    return kept
+
+
 def parse_uptime(text: str) -> float | None:
     """Seconds since boot from /proc/uptime ("12345.67 54321.00")."""
     try:
