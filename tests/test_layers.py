@@ -37,7 +37,7 @@ def room_of(module: str) -> str | None:
     if parts[0] != "ccdiag" or len(parts) < 2:
         return None
     head = parts[1]
-    if head in ("host", "nvmlcall", "snapshot", "redact"):
+    if head in ("host", "nvmlcall", "snapshot"):
         return "host"
     if head in ("probes", "probing"):
         return "probes"
@@ -49,7 +49,7 @@ def room_of(module: str) -> str | None:
         return "nccl"
     if head in ("exporters",):
         return "exporters"
-    if head in ("report", "render"):
+    if head in ("report", "render", "redact"):  # redaction keeps what the probes read: downstream of them
         return "report"
     if head in ("checkrun", "stages"):
         return "run"

@@ -10,7 +10,6 @@ kernel log), serial numbers ("SerialNumber:" in the kernel log), and user names 
 
 from __future__ import annotations
 
-import io
 import ipaddress
 import re
 import socket
