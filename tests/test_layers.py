@@ -23,7 +23,7 @@ ALLOWED = {
     "nccl": {"probes", "topology"},
     "checks": {"probes", "topology", "host", "nccl"},
     "exporters": {"probes", "topology", "checks", "report", "host", "run", "nccl"},
-    "report": {"probes", "topology", "checks", "nccl"},
+    "report": {"probes", "topology", "checks", "nccl", "host"},
     "run": {"host", "probes", "topology", "checks", "nccl"},
     "commands": {"host", "probes", "topology", "checks", "report", "exporters", "run", "nccl"},
 }
