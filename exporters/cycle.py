@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from ccdiag.findings import Finding
+from ccdiag.model import normalize_bdf
 from ccdiag.probing import ProbeRun
 
 #: default bound on serving a failed probe's last good data (seconds)
@@ -43,6 +44,9 @@ class Cycle:
     xid_counts: Mapping[tuple, int] | None = None  # (bdf, xid) -> records; None: count ``data["kmsg"]``
     stages: Mapping[str, bool] = field(default_factory=dict)  # "topology", "checks" -> worked
     number: int = 1
+    #: bus id -> the GPU's UUID when it last answered: a GPU lost since keeps its UUID label, so
+    #: its series still join its XIDs and dcgm-exporter's
+    known_uuids: Mapping[str, str] = field(default_factory=dict)
 
 
 def _usable(run: ProbeRun | None) -> Any:
@@ -96,6 +100,7 @@ class CycleState:
     xid_seen: set = field(default_factory=set)
     xid_counts: dict[tuple, int] = field(default_factory=dict)
     number: int = 0
+    known_uuids: dict[str, str] = field(default_factory=dict)  # bus id -> UUID, bounded by the GPUs seen
 
     def _tally_xids(self, kmsg: Any) -> None:
         keys = xid_keys(kmsg)
@@ -113,6 +118,10 @@ class CycleState:
             self.last_good[name] = (completed_at, value)
         if "kmsg" in data:
             self._tally_xids(data["kmsg"])
+        for g in getattr(data.get("nvml"), "gpus", ()) or ():
+            bdf = normalize_bdf(g.bus_id)
+            if bdf and g.uuid and len(self.known_uuids) < 4096:
+                self.known_uuids[bdf] = g.uuid
         stale = set()
         for name, (when, value) in list(self.last_good.items()):
             if name in data:
@@ -126,4 +135,5 @@ class CycleState:
                      duration_s=float(getattr(result, "duration_s", 0.0)), findings=tuple(result.findings),
                      topology=result.topology, stale=frozenset(stale),
                      last_success={n: t for n, (t, _) in self.last_good.items()},
-                     xid_counts=dict(self.xid_counts), stages=_stages(result), number=self.number)
+                     xid_counts=dict(self.xid_counts), stages=_stages(result), number=self.number,
+                     known_uuids=dict(self.known_uuids))

@@ -46,16 +46,16 @@ DEFAULT_LISTEN = "127.0.0.1:9835"
 DEFAULT_INTERVAL_S = 15.0
 DEFAULT_DEADLINE_S = 30.0
 CONFIG_KEYS = {"listen": str, "interval": float, "policy": str, "web_config": str, "deadline": float,
-               "max_stale": float, "probes": list}
+               "max_stale": float, "probes": list, "telemetry_path": str}
 #: the lower bound of each duration; the command line enforces the same ones. A tiny interval would be
 #: a busy loop and a tiny deadline abandons every probe, so both are refused rather than clamped.
 MIN_INTERVAL_S = 0.1
 MIN_DEADLINE_S = 0.5
 #: how a setting is named in messages, per source: the file's key or the command line's option
 FILE_KEYS = {"listen": "listen", "interval_s": "interval", "deadline_s": "deadline",
-             "max_stale_s": "max_stale", "probes": "probes"}
-OPTION_KEYS = {"listen": "--listen", "interval_s": "--interval", "deadline_s": "--deadline",
-               "max_stale_s": "max_stale", "probes": "probes"}
+             "max_stale_s": "max_stale", "probes": "probes", "telemetry_path": "telemetry_path"}
+OPTION_KEYS = {"listen": "--web.listen-address", "interval_s": "--interval", "deadline_s": "--deadline",
+               "max_stale_s": "max_stale", "probes": "probes", "telemetry_path": "--web.telemetry-path"}
 
 
 class ConfigError(ValueError):
@@ -73,6 +73,7 @@ class DaemonConfig:
     probes: tuple[str, ...] = ALL_PROBES
     replay: str | None = None
     root: str = "/"
+    telemetry_path: str = "/metrics"
 
     def validate(self, source: str = "configuration", keys: dict[str, str] = FILE_KEYS) -> "DaemonConfig":
         """``self`` when every setting is usable, else :class:`ConfigError` naming ``source`` and the key.
@@ -90,6 +91,9 @@ class DaemonConfig:
             if not (math.isfinite(value) and value >= low):
                 raise ConfigError(f"{source}: {keys[name]} must be a finite number of seconds >= {low:g}, "
                                   f"not {value!r}")
+        path = self.telemetry_path
+        if not path.startswith("/") or path in ("/", "/-/healthy", "/-/ready") or any(c.isspace() for c in path):
+            raise ConfigError(f"{source}: {keys['telemetry_path']} must be a path like /metrics, not {path!r}")
         if not self.probes:
             raise ConfigError(f"{source}: {keys['probes']} must name at least one probe "
                               f"(known: {', '.join(ALL_PROBES)})")
@@ -307,7 +311,7 @@ class Daemon:
     def start(self) -> None:
         """Bind the endpoint and start the collection loop (returns at once)."""
         self.server = MetricsServer(parse_listen(self.config.listen), self.collector, lambda: self.web,
-                                    self.health, self.ready)
+                                    self.health, self.ready, metrics_path=self.config.telemetry_path)
         self._server_thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.2},
                                                name="ccdiag-http", daemon=True)
         self._server_thread.start()

@@ -150,6 +150,30 @@ def _xid_counts(cycle: Cycle) -> dict[tuple, int]:
     return counts
 
 
+def _with_lost_ids(cycle: Cycle, nvml: Any) -> Any:
+    """NVML's GPUs with what a lost GPU could not say filled in: its bus id as the checks infer it
+    (the NVIDIA GPU on PCI no other NVML GPU claims), and its UUID as the kernel log or an earlier
+    cycle knew it. A lost GPU keeps its ``gpu``, ``UUID`` and ``pci_bus_id`` labels that way."""
+    import dataclasses
+
+    from ccdiag.checks.common import NVIDIA_VENDOR, with_inferred_bus_ids
+
+    if nvml is None:
+        return None
+    pcie = cycle.data.get("pcie")
+    pci = None
+    if pcie is not None:
+        pci = [d for d in pcie.devices if d.kind == "gpu" and (d.vendor_id or NVIDIA_VENDOR).lower() == NVIDIA_VENDOR]
+    nvml = with_inferred_bus_ids(nvml, pci)
+    known = dict(cycle.known_uuids)
+    for e in getattr(cycle.data.get("kmsg"), "events", ()) or ():
+        if e.kind == "gpu_uuid" and e.bdf and e.device:
+            known.setdefault(e.bdf, e.device)
+    gpus = tuple(dataclasses.replace(g, uuid=known.get(normalize_bdf(g.bus_id) or "")) if not g.uuid and
+                 known.get(normalize_bdf(g.bus_id) or "") else g for g in nvml.gpus)
+    return dataclasses.replace(nvml, gpus=gpus)
+
+
 def _gpus(out: _Families, cycle: Cycle, nvml: Any) -> None:
     gpus = sorted(getattr(nvml, "gpus", ()) or (), key=lambda g: g.index)
     by_bdf = {normalize_bdf(g.bus_id): g for g in gpus if g.bus_id}
@@ -271,7 +295,7 @@ def _infiniband(out: _Families, ib: Any, topology: Any, nvml: Any) -> None:
         near = _near(topology, dev.name)
         for port in sorted(dev.ports, key=lambda p: p.port):
             ids = (dev.name, port.port)
-            out.add("infiniband_port_info", ids + (port.link_layer, dev.pci_bdf, ",".join(dev.netdevs),
+            out.add("infiniband_port_info", ids + (port.link_layer, dcgm_bus_id(dev.pci_bdf), ",".join(dev.netdevs),
                                                    dev.hca_type, dev.fw_ver, ",".join(near)), 1)
             out.add("infiniband_port_state_id", ids, port.state_code)
             out.add("infiniband_port_physical_state_id", ids, port.phys_state_code)
@@ -313,9 +337,6 @@ def _checks(out: _Families, findings: tuple[Finding, ...] | None) -> None:
         if key not in worst or S.SEVERITY[f.status] > S.SEVERITY[worst[key]]:
             worst[key] = f.status
     for key in sorted(worst):
-        for status in ("pass", "warn", "fail", "skip", "unknown"):
-            out.add("check_status", key + (status,), worst[key] == status)
-    for key in sorted(worst):
         out.add("check_severity", key, S.SEVERITY[worst[key]])
     counts = {s: 0 for s in STATUSES}
     for f in findings:
@@ -330,7 +351,7 @@ def families(cycle: Cycle, *, interval_s: float | None = None, cycles_total: int
     """Every family of ``cycle`` except the scrape-time age (see :func:`age_family`)."""
     out = _Families()
     _self_metrics(out, cycle, interval_s, cycles_total)
-    nvml = cycle.data.get("nvml")
+    nvml = _with_lost_ids(cycle, cycle.data.get("nvml"))
     _system(out, cycle.data.get("system"), nvml)
     _gpus(out, cycle, nvml)
     _pcie(out, cycle.data.get("pcie"))

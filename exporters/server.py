@@ -47,8 +47,9 @@ class MetricsServer(ThreadingHTTPServer):
     block_on_close = False
 
     def __init__(self, address: tuple[str, int], collector: CycleCollector, web: Callable[[], WebConfig],
-                 health: Callable[[], tuple[bool, str]], ready: Callable[[], bool]):
+                 health: Callable[[], tuple[bool, str]], ready: Callable[[], bool], metrics_path: str = "/metrics"):
         self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+        self.metrics_path = metrics_path
         self.collector = collector
         self.web = web
         self.health = health
@@ -70,7 +71,7 @@ class MetricsServer(ThreadingHTTPServer):
     def url(self) -> str:
         host, port = self.server_address[:2]
         shown = f"[{host}]" if ":" in host else host
-        return f"{self.web().scheme}://{shown}:{port}/metrics"
+        return f"{self.web().scheme}://{shown}:{port}{self.metrics_path}"
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -111,7 +112,7 @@ class _Handler(BaseHTTPRequestHandler):
         if not self._authorised():
             return
         path = self.path.split("?", 1)[0]
-        if path == "/metrics":
+        if path == self.server.metrics_path:
             if "gzip" in self.headers.get("Accept-Encoding", ""):
                 self._send(200, self.server.collector.exposition_gzip(), CONTENT_TYPE_PLAIN_0_0_4,
                            extra={"Content-Encoding": "gzip", "Vary": "Accept-Encoding"})

@@ -170,8 +170,6 @@ SPECS: tuple[MetricSpec, ...] = (
     _g("infiniband_nearest_gpu_info", "A GPU this RDMA device serves, with the PCIe path level between them "
        "(PIX, PXB, PHB, NODE, SYS); value is always 1.", ("device",) + GPU + ("path",)),
     # -- checks -----------------------------------------------------------------------------------
-    _g("check_status", "Status of one check on one component; 1 for the current status (pass, warn, fail, "
-       "skip, unknown), 0 for the others.", CHECK + ("status",)),
     _g("check_severity", f"Status of one check on one component as a number ({SEVERITY_HELP}).", CHECK),
     _g("findings", "Findings of the served cycle, by status.", ("status",)),
     _g("verdict_severity", f"Worst status among the served cycle's findings ({SEVERITY_HELP})."),

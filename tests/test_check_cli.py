@@ -228,7 +228,7 @@ def test_check_textfile_writes_prom_for_node_exporter(tmp_path):
     assert code == 1
     assert [p.name for p in tmp_path.iterdir()] == ["ccdiag.prom"]
     text = (tmp_path / "ccdiag.prom").read_text()
-    assert "ccdiag_check_status{" in text and 'check="gpu.lost"' in text
+    assert "ccdiag_check_severity{" in text and 'check="gpu.lost"' in text
     code, _, err = run("check", "--replay", str(DEGRADED), "--textfile", str(tmp_path / "missing"))
     assert code == 2 and "textfile" in err
 

@@ -17,20 +17,24 @@ from ccdiag.exitcodes import ExitCode
 
 @click.command(name="daemon")
 @host_options
-@click.option("--listen", metavar="ADDR:PORT", help="Address to serve on [default: 127.0.0.1:9835]; "
-              "port 0 picks a free port (the URL is printed on stderr).")
+@click.option("--web.listen-address", "--listen", "listen", metavar="ADDR:PORT",
+              help="Address to serve on [default: 127.0.0.1:9835]; port 0 picks a free port (the URL is printed "
+                   "on stderr). --listen is the same option.")
+@click.option("--web.telemetry-path", "telemetry_path", metavar="PATH",
+              help="Path under which to expose metrics [default: /metrics].")
 @click.option("--interval", type=click.FloatRange(min=0.1), metavar="S",
               help="Seconds between collection cycles [default: 15].")
 @click.option("--config", "config_file", metavar="FILE", type=click.Path(dir_okay=False),
               help="TOML settings file (re-read on SIGHUP).")
-@click.option("--web-config", metavar="FILE", type=click.Path(dir_okay=False),
-              help="TLS and basic-auth settings in the Prometheus exporter-toolkit format.")
+@click.option("--web.config.file", "--web-config", "web_config", metavar="FILE", type=click.Path(dir_okay=False),
+              help="TLS and basic-auth settings in the Prometheus exporter-toolkit format (--web-config is the "
+                   "same option).")
 @click.option("--policy", metavar="FILE", type=click.Path(dir_okay=False), help="Policy file the checks use.")
 @click.option("--deadline", type=click.FloatRange(min=0.5), metavar="S",
               help="Bound on one collection cycle [default: 30].")
 @click.option("--once", is_flag=True, help="Run one cycle, print the exposition on stdout and exit: 0 when "
               "the cycle completed (whatever it found), 3 when it could not.")
-def command(replay, root, listen, interval, config_file, web_config, policy, deadline, once):
+def command(replay, root, listen, telemetry_path, interval, config_file, web_config, policy, deadline, once):
     """Serve Prometheus metrics for GPUs, NVLinks, PCIe links and RDMA ports, and every check's status.
 
     Probes run on their own interval; a scrape serves the last completed cycle and its age
@@ -51,7 +55,8 @@ def command(replay, root, listen, interval, config_file, web_config, policy, dea
     from ccdiag.policy import PolicyError
     from ccdiag.snapshot import SnapshotError
 
-    overrides = {"listen": listen, "interval_s": interval, "web_config": web_config, "policy": policy,
+    overrides = {"listen": listen, "telemetry_path": telemetry_path, "interval_s": interval,
+                 "web_config": web_config, "policy": policy,
                  "deadline_s": deadline, "replay": replay, "root": root if root != "/" else None}
     try:
         config = load_config(config_file, overrides)
