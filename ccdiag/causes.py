@@ -54,6 +54,19 @@ def link_causes(findings: list[Finding]) -> list[Finding]:
     return out
 
 
+def drain_reason(findings: list[Finding], limit: int = 60) -> str | None:
+    """``ccdiag: gpu.lost GPU6 (+8)``: the first root-cause failure and how many other root
+    failures there are, at most ``limit`` characters (Slurm shows reasons in narrow columns).
+    None when nothing failed."""
+    fails = [f for f in findings if f.status == FAIL and not f.caused_by]
+    if not fails:
+        return None
+    f = fails[0]
+    text = f"ccdiag: {f.check} {f.component.name}" + (f" (+{len(fails) - 1})" if len(fails) > 1 else "")
+    text = " ".join(text.replace('"', "").split())
+    return text if len(text) <= limit else text[: limit - 1] + "~"
+
+
 def roots(findings: list[Finding]) -> list[Finding]:
     return [f for f in findings if not f.caused_by]
 

@@ -41,7 +41,10 @@ def verdict_section(findings: list[Finding], exit_code: int) -> dict:
     counts = {s: 0 for s in STATUSES}
     for f in findings:
         counts[f.status] += 1
-    return {"status": worst(findings), "counts": counts, "exit_code": int(exit_code)}
+    from ccdiag.causes import drain_reason
+
+    return {"status": worst(findings), "counts": counts, "exit_code": int(exit_code),
+            "reason": drain_reason(findings)}
 
 
 def build_report(kind: str, meta: dict, runs: dict[str, ProbeRun] | None = None, topology: Any = None,

@@ -41,23 +41,17 @@ log() {
     return 0
 }
 
-# The drain reason: "ccdiag: <check id> <component name>" of the first root-cause failure (one that
-# does not follow from another: a lost GPU, not the GPU count it lowers), "(+N)" other root
-# failures, at most 60 chars.
+# The drain reason ccdiag computed (report verdict.reason): "ccdiag: <check id> <component name>" of
+# the first root-cause failure (one that does not follow from another: a lost GPU, not the GPU
+# count it lowers), "(+N)" other root failures, at most 60 chars.
 reason_from_report() {
     "$PYTHON" -c '
 import json, sys
 try:
-    doc = json.load(open(sys.argv[1]))
-    fails = [f for f in doc.get("findings", []) if f.get("status") == "fail" and not f.get("caused_by")]
-    f = fails[0]
-    text = "ccdiag: %s %s" % (f["check"], f["component"]["name"])
-    if len(fails) > 1:
-        text += " (+%d)" % (len(fails) - 1)
+    text = json.load(open(sys.argv[1]))["verdict"]["reason"] or "ccdiag: check failed"
 except Exception:
     text = "ccdiag: check failed"
-text = " ".join(text.replace("\"", "").split())
-print(text if len(text) <= 60 else text[:59] + "~")
+print(" ".join(text.replace("\"", "").split())[:60])
 ' "$1" 2>/dev/null || echo "ccdiag: check failed"
 }
 

@@ -1,15 +1,19 @@
 #!/bin/bash
-# Slurm Prolog: refuse to start a job on a node that `ccdiag check` finds broken.
+# Slurm Prolog (and, as ccdiag-epilog.sh, Epilog): refuse to start a job on a node that
+# `ccdiag check` finds broken, or after a job, drain a node the job left broken.
 #
-# A prolog that exits non-zero makes Slurm drain the node (reason "Prolog error") and requeue the
-# job, so this script only has to say why: the verdict and one line per failure go to stderr (the
-# slurmd log) and to syslog. Only a failure (ccdiag exit 1) stops the job. No verdict (exit 3: a
+# A prolog or epilog that exits non-zero makes Slurm drain the node with its generic reason
+# ("Prolog error") and requeue the job, so before exiting the script drains the node itself with
+# ccdiag's reason (the root-cause failure, e.g. "ccdiag: gpu.lost GPU6 (+8)"): Slurm does not
+# overwrite the reason of a node that is already draining. The verdict and one line per failure
+# go to stderr (the slurmd log) and to syslog. Only a failure (ccdiag exit 1) stops the job. No verdict (exit 3: a
 # probe timed out) or a ccdiag problem (exit 2, 4) lets the job run and is logged, because a wrong
 # policy file must not drain a whole partition; set CCDIAG_PROLOG_FAIL_ON_UNKNOWN=1 to stop on 3 too.
 #
 # Runs for every job, so it is kept short: --window 0 by default (error-counter rates are the
 # health check's business) and a 40 s deadline, inside Slurm's PrologEpilogTimeout.
-# Environment: as ccdiag-healthcheck.sh (CCDIAG, CCDIAG_ARGS, CCDIAG_TIMEOUT, CCDIAG_DEFAULTS).
+# Environment: as ccdiag-healthcheck.sh (CCDIAG, CCDIAG_ARGS, CCDIAG_TIMEOUT, CCDIAG_DEFAULTS,
+# CCDIAG_PYTHON), and SCONTROL (default: scontrol from PATH).
 
 set -u
 PATH="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin${PATH:+:$PATH}"
@@ -20,8 +24,11 @@ defaults="${CCDIAG_DEFAULTS:-/etc/default/ccdiag}"
 [ -r "$defaults" ] && . "$defaults"
 
 CCDIAG="${CCDIAG:-ccdiag}"
+PYTHON="${CCDIAG_PYTHON:-python3}"
+SCONTROL="${SCONTROL:-scontrol}"
 NODE="${SLURMD_NODENAME:-$(hostname -s)}"
-TAG="ccdiag-prolog"
+STAGE="${CCDIAG_STAGE:-prolog}"  # "epilog" when run as ccdiag-epilog.sh
+TAG="ccdiag-$STAGE"
 
 log() {
     echo "$TAG: node $NODE job ${SLURM_JOB_ID:-?}: $*" >&2
@@ -29,15 +36,36 @@ log() {
     return 0
 }
 
+# Drain with ccdiag's own reason (verdict.reason of the JSON report), if scontrol is there.
+drain_with_reason() {
+    local reason
+    reason="$("$PYTHON" -c 'import json, sys; print(json.load(open(sys.argv[1]))["verdict"]["reason"] or "")' \
+              "$report" 2>/dev/null)"
+    reason="${reason:-ccdiag: check failed}"
+    if command -v "$SCONTROL" >/dev/null 2>&1 && \
+            "$SCONTROL" update nodename="$NODE" state=drain reason="$reason" >/dev/null 2>&1; then
+        log "drained: $reason"
+    else
+        log "could not drain with reason \"$reason\" (scontrol failed); Slurm's own reason applies"
+    fi
+}
+
+report="$(mktemp "${TMPDIR:-/tmp}/ccdiag-$STAGE.XXXXXX")" || report=/dev/null
+trap 'rm -f "$report"' EXIT
 read -r -a extra <<<"${CCDIAG_ARGS:-}"
-out="$("$CCDIAG" check --quiet --window 0 --timeout "${CCDIAG_TIMEOUT:-40}" "${extra[@]}" 2>&1)"
+out="$("$CCDIAG" check --quiet --window 0 --timeout "${CCDIAG_TIMEOUT:-40}" --output "$report" "${extra[@]}" 2>&1)"
 rc=$?
 
 case "$rc" in
 0) exit 0 ;;
 1)
     while IFS= read -r line; do log "$line"; done <<<"$out"
-    log "node failed ccdiag check; refusing the job (Slurm drains the node)"
+    drain_with_reason
+    if [ "$STAGE" = epilog ]; then
+        log "node failed ccdiag check after the job; drained"
+    else
+        log "node failed ccdiag check; refusing the job (Slurm requeues it)"
+    fi
     exit 1
     ;;
 3)

@@ -98,3 +98,37 @@ def test_the_picture_draws_a_lost_gpu_as_lost(tmp_path):
     code, out, err = run("topo", "--replay", str(DEGRADED), "--dot", str(dot))
     line = next(l for l in dot.read_text().splitlines() if "GPU6" in l and "label=" in l and " -- " not in l)
     assert "LOST (gpu_lost)" in line and "color=red" in line and "#f4b6b6" in line
+
+
+def _fake_scontrol(tmp_path):
+    """A SYNTHESIZED scontrol that records its arguments (the real one is tested in test_slurm)."""
+    import os
+
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    calls = tmp_path / "scontrol.calls"
+    (bindir / "scontrol").write_text(f'#!/bin/sh\necho "$@" >> {calls}\n')
+    os.chmod(bindir / "scontrol", 0o755)
+    wrapper = bindir / "ccdiag"
+    wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m ccdiag "$@"\n')
+    os.chmod(wrapper, 0o755)
+    return bindir, calls
+
+
+import pytest  # noqa: E402
+
+
+@pytest.mark.parametrize("script", ["ccdiag-prolog.sh", "ccdiag-epilog.sh"])
+def test_prolog_and_epilog_drain_with_ccdiags_reason(tmp_path, script):
+    import os
+
+    bindir, calls = _fake_scontrol(tmp_path)
+    env = {"PATH": f"{bindir}:{os.environ.get('PATH', '/usr/bin:/bin')}", "CCDIAG": str(bindir / "ccdiag"),
+           "CCDIAG_PYTHON": sys.executable, "CCDIAG_ARGS": f"--replay {DEGRADED}", "CCDIAG_DEFAULTS": "/nonexistent",
+           "SLURM_JOB_ID": "42", "SLURMD_NODENAME": "gpu-node-7", "SCONTROL": str(bindir / "scontrol")}
+    proc = subprocess.run(["/bin/bash", str(REPO / "slurm" / script)], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 1, proc.stderr
+    assert calls.read_text().split("\n")[0] == "update nodename=gpu-node-7 state=drain reason=ccdiag: gpu.lost GPU6 (+8)"
+    assert "drained: ccdiag: gpu.lost GPU6 (+8)" in proc.stderr
+    assert ("after the job" in proc.stderr) == (script == "ccdiag-epilog.sh")

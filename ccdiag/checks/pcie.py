@@ -200,7 +200,7 @@ def _judge_hop(ctx: CheckContext, names: Names, d: Any, a: _Attr,
             check_id, WARN, comp,
             f"{names.label(d)} PCIe link at {a.fmt(cur)} of {a.fmt(mx)} while the GPU is busy",
             tuple(ev), expected=a.fmt(mx), expected_source=f"device capability ({a.max_file})",
-            remedy="Re-check under load (e.g. `ccdiag bench h2d_copy`); if the link stays below its "
+            remedy="Re-check under load (e.g. while a job runs, `nvidia-smi -q -d PCIE -i <gpu>`); if the link stays below its "
                    "capability under load, reseat the GPU/riser and check the slot's BIOS link settings.",
             details={"gpus": [g.label for g in gpus]}), None
     status = FAIL if a is WIDTH else _speed_severity(names.carried(d))

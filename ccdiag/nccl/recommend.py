@@ -210,7 +210,7 @@ def _gid(layout: Layout, chosen: list[tuple[str, int | None]]) -> list[Knob]:
         return [Knob("NCCL_IB_GID_INDEX", DEFAULT, None,
                      f"NCCL (2.21+) selects the RoCEv2 IPv4 GID itself (NCCL_IB_ADDR_FAMILY=AF_INET is its default); "
                      f"every rail here has it at index {k}. Pin NCCL_IB_GID_INDEX={k} only if every host shows the "
-                     "same index (`ccdiag cluster check` compares hosts): the index differs between hosts on some "
+                     "same index (compare `ccdiag nccl --json` of the hosts): the index differs between hosts on some "
                      "fabrics", ev, HIGH, {"index_on_this_host": k})]
     return [Knob("NCCL_IB_GID_INDEX", DEFAULT, None,
                  "the RoCEv2 IPv4 GID sits at different indices on this host's rails: leave the index to NCCL's "
