@@ -4,8 +4,9 @@
 #
 # A prolog or epilog that exits non-zero makes Slurm drain the node with its generic reason
 # ("Prolog error") and requeue the job, so before exiting the script drains the node itself with
-# ccdiag's reason (the root-cause failure, e.g. "ccdiag: gpu.lost GPU6 (+8)"): Slurm does not
-# overwrite the reason of a node that is already draining. The verdict and one line per failure
+# ccdiag's reason (the root-cause failure, e.g. "ccdiag: gpu.lost GPU6 (+8)"), which slurmctld is
+# meant to keep for a node already draining (checked against a stand-in scontrol, not yet against a
+# running Slurm's prolog path). The verdict and one line per failure
 # go to stderr (the slurmd log) and to syslog. Only a failure (ccdiag exit 1) stops the job. No verdict (exit 3: a
 # probe timed out) or a ccdiag problem (exit 2, 4) lets the job run and is logged, because a wrong
 # policy file must not drain a whole partition; set CCDIAG_PROLOG_FAIL_ON_UNKNOWN=1 to stop on 3 too.
