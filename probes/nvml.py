@@ -83,6 +83,10 @@ AGGREGATE_ECC = 1
 PAGE_RETIREMENT_MULTIPLE_SBE = 0
 PAGE_RETIREMENT_DBE = 1
 TEMPERATURE_GPU = 0
+#: nvmlTemperatureThresholds_t: the GPU's own limits (nvml.h)
+TEMP_THRESHOLD_SHUTDOWN, TEMP_THRESHOLD_SLOWDOWN, TEMP_THRESHOLD_MEM_MAX, TEMP_THRESHOLD_GPU_MAX = 0, 1, 2, 3
+#: NVML_FI_DEV_MEMORY_TEMP: HBM temperature, where the GPU reports it (nvml.h field id)
+FI_DEV_MEMORY_TEMP = 82
 NVLINK_MAX_LINKS = 36
 NVLINK_ERROR_DL_REPLAY = 0
 NVLINK_ERROR_DL_RECOVERY = 1
@@ -207,6 +211,12 @@ class Gpu:
     clock_event_reasons: int | None = None  # raw bitmask
     clock_event_names: tuple[str, ...] = ()  # e.g. ("hw_slowdown", "sw_thermal_slowdown")
     temperature_c: float | None = None
+    # the GPU's own temperature limits and its memory (HBM) temperature, degrees C (None: not reported)
+    temp_slowdown_c: float | None = None
+    temp_shutdown_c: float | None = None
+    temp_gpu_max_c: float | None = None
+    temp_mem_max_c: float | None = None
+    memory_temperature_c: float | None = None
     power_w: float | None = None
     power_limit_w: float | None = None
     pcie_gen_current: int | None = None
@@ -598,6 +608,14 @@ def _read_gpu(host: Any, i: int) -> Gpu:
             f["clock_event_names"] = clock_event_names(mask)
         temp = r.get("nvmlDeviceGetTemperature", i, TEMPERATURE_GPU, parse=_int)
         f["temperature_c"] = float(temp) if temp is not None else None
+        for field, kind in (("temp_slowdown_c", TEMP_THRESHOLD_SLOWDOWN), ("temp_shutdown_c", TEMP_THRESHOLD_SHUTDOWN),
+                            ("temp_gpu_max_c", TEMP_THRESHOLD_GPU_MAX), ("temp_mem_max_c", TEMP_THRESHOLD_MEM_MAX)):
+            value, exc = r.raw("nvmlDeviceGetTemperatureThreshold", i, kind)
+            if exc is None:
+                limit = r.parse("nvmlDeviceGetTemperatureThreshold", (i, kind), value, _int)
+                f[field] = float(limit) if limit else None  # 0: the GPU has no such limit
+            elif exc.error_class != NOT_RECORDED:  # a snapshot from before these were read: absent
+                r.note("nvmlDeviceGetTemperatureThreshold", (i, kind), exc)
         f["power_w"] = r.get("nvmlDeviceGetPowerUsage", i, parse=milliwatts)
         f["power_limit_w"] = r.get("nvmlDeviceGetEnforcedPowerLimit", i, parse=milliwatts)
         f["pcie_gen_current"] = r.get("nvmlDeviceGetCurrPcieLinkGeneration", i, parse=_int)
@@ -619,6 +637,13 @@ def _read_gpu(host: Any, i: int) -> Gpu:
             fabric = r.parse(fabric_fn, (i,), value, parse_fabric_info)
             if fabric is not None:
                 f["fabric_state"], f["fabric_status"], f["fabric_health_mask"] = fabric
+        mem_temp, exc = r.raw("nvmlDeviceGetFieldValues", i, [FI_DEV_MEMORY_TEMP])
+        if exc is None:
+            mt = r.parse("nvmlDeviceGetFieldValues", (i, [FI_DEV_MEMORY_TEMP]), mem_temp, parse_field_values)
+            if mt and FI_DEV_MEMORY_TEMP in mt and mt[FI_DEV_MEMORY_TEMP][0] == 0 and mt[FI_DEV_MEMORY_TEMP][1]:
+                f["memory_temperature_c"] = float(mt[FI_DEV_MEMORY_TEMP][1])
+        elif exc.error_class != NOT_RECORDED:
+            r.note("nvmlDeviceGetFieldValues", (i, [FI_DEV_MEMORY_TEMP]), exc)
         fields = r.get("nvmlDeviceGetFieldValues", i, [FI_DEV_GET_GPU_RECOVERY_ACTION], parse=parse_field_values)
         if fields and FI_DEV_GET_GPU_RECOVERY_ACTION in fields:
             ret, val = fields[FI_DEV_GET_GPU_RECOVERY_ACTION]

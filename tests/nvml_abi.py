@@ -198,6 +198,9 @@ class NvmlAbi:
         g_("nvmlDeviceGetRemappedRows", (P, P, P, P), remapped)
         g_("nvmlDeviceGetCurrentClocksEventReasons", (P,), lambda i, g, out: self._put(c_ulonglong, out, 1))
         g_("nvmlDeviceGetTemperature", (ENUM, P), lambda i, g, sensor, out: self._put(c_uint, out, 33))
+        g_("nvmlDeviceGetTemperatureThreshold", (ENUM, P),
+           lambda i, g, kind, out: self._put(c_uint, out, {0: 92, 1: 89, 2: 95, 3: 87}[kind]) if kind < 4
+           else NVML_ERROR_NOT_SUPPORTED)
         g_("nvmlDeviceGetPowerUsage", (P,), lambda i, g, out: self._put(c_uint, out, 71500))
         g_("nvmlDeviceGetEnforcedPowerLimit", (P,), lambda i, g, out: self._put(c_uint, out, 700000))
         g_("nvmlDeviceGetCurrPcieLinkGeneration", (P,), lambda i, g, out: self._put(c_uint, out, 5))
@@ -239,6 +242,8 @@ class NvmlAbi:
             for v in arr:
                 if v.fieldId == 230:  # NVML_FI_DEV_GET_GPU_RECOVERY_ACTION
                     v.nvmlReturn, v.valueType, v.value.uiVal = 0, 1, 0
+                elif v.fieldId == 82:  # NVML_FI_DEV_MEMORY_TEMP
+                    v.nvmlReturn, v.valueType, v.value.uiVal = 0, 1, 41
                 elif v.fieldId in (138, 139):  # NVLink TX/RX throughput, per link (scopeId)
                     v.nvmlReturn, v.valueType = 0, 3
                     v.value.ullVal = 1000 * (v.fieldId - 137) + v.scopeId

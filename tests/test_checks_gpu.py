@@ -300,6 +300,32 @@ def test_temperature_above_policy_warns():
     assert only(run(ctx, "gpu.temperature"), "warn") == []
 
 
+# the GPU's own limits, as a Hopper GPU reports them (shutdown 92, slowdown 89, max operating 87,
+# memory max 95 C: a public `nvidia-smi -q` of an H800); temperatures SYNTHESIZED
+HOPPER_LIMITS = dict(temp_shutdown_c=92.0, temp_slowdown_c=89.0, temp_gpu_max_c=87.0, temp_mem_max_c=95.0)
+
+
+@pytest.mark.parametrize("gpu_c,mem_c,status,words", [
+    (60.0, 50.0, "pass", "slowdown at 89 C"),
+    (85.0, 50.0, "warn", "within 5 C of its slowdown limit"),
+    (89.0, 50.0, "fail", "reached its slowdown limit"),
+    (91.0, 50.0, "fail", "at its shutdown limit"),
+    (70.0, 95.0, "fail", "memory at 95 C has reached its limit"),
+])
+def test_temperature_is_judged_against_the_gpus_own_limits(gpu_c, mem_c, status, words):
+    ctx = S.context(S.with_gpu(S.healthy_runs(), 0, temperature_c=gpu_c, memory_temperature_c=mem_c, **HOPPER_LIMITS))
+    f = [x for x in run(ctx, "gpu.temperature") if x.component.gpu == 0][0]
+    assert f.status == status and words in f.summary, f.summary
+    assert "NVML temperature thresholds" in f.expected_source
+    assert any(e.what == "slowdown C" and e.value == 89.0 for e in f.evidence)
+
+
+def test_a_gpu_limit_overrides_the_generic_policy_limit():
+    # 86 C is over the generic 85 C, but this GPU slows down only at 95: not a warning
+    ctx = S.context(S.with_gpu(S.healthy_runs(), 0, temperature_c=86.0, temp_slowdown_c=95.0, temp_gpu_max_c=90.0))
+    assert [x.status for x in run(ctx, "gpu.temperature") if x.component.gpu == 0] == ["pass"]
+
+
 # -- configuration ----------------------------------------------------------------------------------------
 
 def test_persistence_off_warns_unless_policy_relaxes_it():

@@ -524,8 +524,10 @@ def test_nvlink_traffic_is_read_in_one_call_per_gpu_as_bytes():
     calls = [r["call"] for r in recs if r["call"][0] == "nvmlDeviceGetFieldValues"]
     every_link = [list(p) for p in _traffic_request(18)]
     assert every_link[:4] == [[138, 0], [139, 0], [138, 1], [139, 1]] and len(every_link) == 36
-    assert calls == [["nvmlDeviceGetFieldValues", 0, [230]], ["nvmlDeviceGetFieldValues", 0, every_link],
-                     ["nvmlDeviceGetFieldValues", 1, [230]], ["nvmlDeviceGetFieldValues", 1, every_link]]
+    assert calls == [["nvmlDeviceGetFieldValues", 0, [82]], ["nvmlDeviceGetFieldValues", 0, [230]],
+                     ["nvmlDeviceGetFieldValues", 0, every_link],
+                     ["nvmlDeviceGetFieldValues", 1, [82]], ["nvmlDeviceGetFieldValues", 1, [230]],
+                     ["nvmlDeviceGetFieldValues", 1, every_link]]
     obs = observe(recs)
     for g in obs.gpus:
         assert g.errors == ()
@@ -597,7 +599,7 @@ def test_nvlink_traffic_only_for_links_the_walk_found():
     # no links, no call
     none = nvml_records(h100_node(1, nvlink_count=0))
     assert [r["call"] for r in none if r["call"][0] == "nvmlDeviceGetFieldValues"] == [
-        ["nvmlDeviceGetFieldValues", 0, [230]]]
+        ["nvmlDeviceGetFieldValues", 0, [82]], ["nvmlDeviceGetFieldValues", 0, [230]]]
 
 
 def test_nvlink_traffic_rises_over_a_window():

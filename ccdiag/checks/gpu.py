@@ -464,24 +464,66 @@ def check_clocks(ctx: CheckContext) -> list[Finding]:
     return per_gpu(ctx, cid, judge)
 
 
+#: degrees below the GPU's own slowdown limit at which a warning starts (time to act before clocks drop)
+SLOWDOWN_MARGIN_C = 5.0
+
+
 @check("gpu.temperature", needs=("nvml",))
 def check_temperature(ctx: CheckContext) -> list[Finding]:
-    """A GPU far hotter than its peers or the policy limit is about to slow down or shut off."""
+    """Temperature against the GPU's own limits (NVML thresholds: slowdown, shutdown, maximum operating,
+    memory maximum), GPU and HBM; the policy's limit only where the GPU reports none."""
     cid = "gpu.temperature"
-    limit = ctx.policy.temperature_warn_c
+    policy_limit = ctx.policy.temperature_warn_c
 
     def judge(g, _nvml):
         src = f"nvmlDeviceGetTemperature({g.index}, 0)"  # NVML_TEMPERATURE_GPU
         if g.temperature_c is None:
             return [not_read(cid, g, "temperature", ("nvmlDeviceGetTemperature",))]
-        ev = (Evidence("temperature C", g.temperature_c, src),)
-        if g.temperature_c > limit:
-            return [Finding(cid, WARN, gpu_component(g),
-                            f"GPU{g.index} is at {g.temperature_c:g} C (limit {limit:g} C).",
-                            evidence=ev, expected=f"<= {limit:g} C", expected_source=policy_source(ctx),
-                            remedy="Check the node's cooling and airflow; see gpu.clocks for thermal slowdown.")]
-        return [Finding(cid, PASS, gpu_component(g), f"GPU{g.index} at {g.temperature_c:g} C.", evidence=ev,
-                        expected=f"<= {limit:g} C", expected_source=policy_source(ctx))]
+        t = g.temperature_c
+        ev = [Evidence("temperature C", t, src)]
+        thr = f"nvmlDeviceGetTemperatureThreshold({g.index}, ...)"
+        for what, value in (("slowdown C", g.temp_slowdown_c), ("shutdown C", g.temp_shutdown_c),
+                            ("max operating C", g.temp_gpu_max_c)):
+            if value is not None:
+                ev.append(Evidence(what, value, thr))
+        mem = g.memory_temperature_c
+        if mem is not None:
+            ev.append(Evidence("memory (HBM) temperature C", mem, f"nvmlDeviceGetFieldValues({g.index}, [82])"))
+            if g.temp_mem_max_c is not None:
+                ev.append(Evidence("memory max operating C", g.temp_mem_max_c, thr))
+        comp, ev = gpu_component(g), tuple(ev)
+        own = "the GPU's own limits (NVML temperature thresholds)"
+        cooling = "Check the node's cooling: fans, airflow, inlet temperature and blanking panels; see gpu.clocks."
+        if g.temp_shutdown_c is not None and t >= g.temp_shutdown_c - 1:
+            return [Finding(cid, FAIL, comp, f"GPU{g.index} at {t:g} C is at its shutdown limit "
+                            f"({g.temp_shutdown_c:g} C).", evidence=ev, expected=f"< {g.temp_slowdown_c or g.temp_shutdown_c:g} C",
+                            expected_source=own, remedy="Drain the node now. " + cooling)]
+        if g.temp_slowdown_c is not None and t >= g.temp_slowdown_c:
+            return [Finding(cid, FAIL, comp, f"GPU{g.index} at {t:g} C has reached its slowdown limit "
+                            f"({g.temp_slowdown_c:g} C): its clocks are cut.", evidence=ev,
+                            expected=f"< {g.temp_slowdown_c:g} C", expected_source=own,
+                            remedy="Drain the node. " + cooling)]
+        if mem is not None and g.temp_mem_max_c is not None and mem >= g.temp_mem_max_c:
+            return [Finding(cid, FAIL, comp, f"GPU{g.index} memory at {mem:g} C has reached its limit "
+                            f"({g.temp_mem_max_c:g} C).", evidence=ev, expected=f"< {g.temp_mem_max_c:g} C",
+                            expected_source=own, remedy="Drain the node. " + cooling)]
+        near = None
+        if g.temp_slowdown_c is not None and t >= g.temp_slowdown_c - SLOWDOWN_MARGIN_C:
+            near = f"within {SLOWDOWN_MARGIN_C:g} C of its slowdown limit ({g.temp_slowdown_c:g} C)"
+        elif g.temp_gpu_max_c is not None and t > g.temp_gpu_max_c:
+            near = f"above its maximum operating temperature ({g.temp_gpu_max_c:g} C)"
+        elif g.temp_slowdown_c is None and g.temp_gpu_max_c is None and t > policy_limit:
+            near = f"above the policy limit ({policy_limit:g} C; the GPU reports no limits of its own)"
+        if near:
+            return [Finding(cid, WARN, comp, f"GPU{g.index} at {t:g} C is {near}.", evidence=ev,
+                            expected=f"<= {(g.temp_gpu_max_c or policy_limit):g} C",
+                            expected_source=own if (g.temp_slowdown_c or g.temp_gpu_max_c) else policy_source(ctx),
+                            remedy=cooling)]
+        limit_text = f"slowdown at {g.temp_slowdown_c:g} C" if g.temp_slowdown_c is not None else \
+            f"policy limit {policy_limit:g} C"
+        return [Finding(cid, PASS, comp, f"GPU{g.index} at {t:g} C ({limit_text}).", evidence=ev,
+                        expected=f"< {(g.temp_slowdown_c or policy_limit):g} C",
+                        expected_source=own if g.temp_slowdown_c is not None else policy_source(ctx))]
 
     return per_gpu(ctx, cid, judge)
 

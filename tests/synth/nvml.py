@@ -75,6 +75,7 @@ CLASS_CODES: dict[str, tuple[int | None, str]] = {
 _NVLINK_COUNTERS = {"replay": 0, "recovery": 1, "crc_flit": 2, "crc_data": 3}
 #: field ids the model answers in nvmlDeviceGetFieldValues (nvml.h values)
 FI_RECOVERY_ACTION = 230
+FI_MEMORY_TEMP = 82
 FI_NVLINK_THROUGHPUT_DATA_TX = 138
 FI_NVLINK_THROUGHPUT_DATA_RX = 139
 #: nvmlGpuP2PStatus_t by nvidia-smi abbreviation
@@ -133,6 +134,10 @@ class SynthGpu:
     remapped_rows: tuple[int, int, bool, bool] | None = (0, 0, False, False)  # corr, unc, pending, failure
     clocks_event_reasons: int | None = 0x1  # GPU idle
     temperature_c: int | None = 33  # synthesized
+    memory_temperature_c: int | None = 38  # synthesized
+    #: nvmlTemperatureThresholds_t -> degrees C: shutdown 92, slowdown 89, memory max 95, GPU max
+    #: operating 87, as a public `nvidia-smi -q` of a Hopper (H800) GPU shows them
+    temp_thresholds: Mapping[int, int] | None = field(default_factory=lambda: {0: 92, 1: 89, 2: 95, 3: 87})
     power_mw: int | None = 72000  # synthesized
     power_limit_mw: int | None = 700000
     pcie_gen: int | None = 5
@@ -243,6 +248,8 @@ class _Model:
             return opt(g.clocks_event_reasons)
         if fn == "nvmlDeviceGetTemperature":
             return opt(g.temperature_c)
+        if fn == "nvmlDeviceGetTemperatureThreshold":
+            return ns if g.temp_thresholds is None or rest[0] not in g.temp_thresholds else g.temp_thresholds[rest[0]]
         simple = {
             "nvmlDeviceGetPowerUsage": g.power_mw, "nvmlDeviceGetEnforcedPowerLimit": g.power_limit_mw,
             "nvmlDeviceGetCurrPcieLinkGeneration": g.pcie_gen, "nvmlDeviceGetMaxPcieLinkGeneration": g.pcie_gen_max,
@@ -295,6 +302,12 @@ class _Model:
         if fid == FI_RECOVERY_ACTION:
             ret = g.field_returns.get((fid, scope), 0 if g.recovery_action is not None else 3)
             v = g.recovery_action or 0
+            return {"fieldId": fid, "scopeId": 0, "timestamp": 0, "latencyUsec": 0, "valueType": 1,
+                    "nvmlReturn": ret,
+                    "value": {"dVal": 0.0, "uiVal": v, "ulVal": v, "ullVal": v, "sllVal": v, "siVal": v, "usVal": v}}
+        if fid == FI_MEMORY_TEMP:
+            ret = g.field_returns.get((fid, scope), 0 if g.memory_temperature_c is not None else 3)
+            v = g.memory_temperature_c or 0
             return {"fieldId": fid, "scopeId": 0, "timestamp": 0, "latencyUsec": 0, "valueType": 1,
                     "nvmlReturn": ret,
                     "value": {"dVal": 0.0, "uiVal": v, "ulVal": v, "ullVal": v, "sllVal": v, "siVal": v, "usVal": v}}
