@@ -82,16 +82,22 @@ def _q(value: object, limit: int = QUOTE_LIMIT) -> str:
 
 
 class TopoParseError(ValueError):
-    """Text that cannot be read as a topology matrix without guessing; names the line."""
+    """Text that cannot be read as a topology matrix without guessing; names the line (and, when
+    several rows are damaged, every one of them: ``others``)."""
 
-    def __init__(self, message: str, line_no: int, line: str):
+    def __init__(self, message: str, line_no: int, line: str, others: tuple["TopoParseError", ...] = ()):
         self.message = message
         self.line_no = line_no
         self.line = line
+        self.others = tuple(others)
         super().__init__(message)
 
     def __str__(self) -> str:
-        return f"line {self.line_no}: {self.message}: {_q(self.line, 2 * QUOTE_LIMIT)}"
+        first = f"line {self.line_no}: {self.message}: {_q(self.line, 2 * QUOTE_LIMIT)}"
+        if not self.others:
+            return first
+        rest = "; ".join(f"line {e.line_no}: {e.message}" for e in self.others)
+        return f"{len(self.others) + 1} damaged lines: {first}; {rest}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -117,6 +123,12 @@ class TopoMatrix:
     truncated: bool = False
     legacy_soc: bool = False
     extra_columns: tuple[str, ...] = ()
+    #: every cell recovered from a damaged paste: "line 7: GPU1/NIC0 'PXBNODE' read as PXB, NODE"
+    repairs: tuple[str, ...] = ()
+
+    @property
+    def repaired(self) -> bool:
+        return bool(self.repairs)
 
     def gpus(self) -> tuple[str, ...]:
         return tuple(d for d in self.devices if _GPU_RE.match(d))
@@ -175,6 +187,7 @@ class P2PMatrix:
     legend: dict[str, str] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
     truncated: bool = False
+    repairs: tuple[str, ...] = ()
 
     def status(self, a: str, b: str) -> str | None:
         return self.cells.get((a, b))
@@ -193,6 +206,73 @@ class SmiTopoObservation:
 
 # ---------------------------------------------------------------------------------------------
 # Reading the grid
+
+
+#: a cell whose text was damaged in copying; filled from its mirror cell when that is readable
+DAMAGED = "\x00damaged"
+#: longest token tried for a split into several values (a merged pair or three is far shorter)
+_MAX_MERGED = 48
+#: the level words a mangled cell may have started as ("PH" for PHB, "PXQ" for PXB)
+_LEVEL_WORDS = ("SYS", "SOC", "NODE", "PHB", "PXB", "PIX", "NV")
+
+
+def _looks_like_a_level(text: str) -> bool:
+    """A cell damaged in copying, not garbage: short and beginning like a level word."""
+    t = text.strip().upper()
+    return 0 < len(t) <= 6 and any(w.startswith(t[:2]) or t.startswith(w[:2]) for w in _LEVEL_WORDS if len(t) >= 2)
+
+
+def _segmentations(token: str, valid_cell, limit: int = 2) -> list[list[str]]:
+    """Ways to read ``token`` as several valid cells run together (``PXBNODE`` -> PXB, NODE), at most
+    ``limit`` of them (two already means ambiguous). Linear in the token for a fixed vocabulary."""
+    if len(token) > _MAX_MERGED:
+        return []
+    memo: dict[int, list[list[str]]] = {}
+
+    def from_pos(i: int) -> list[list[str]]:
+        if i == len(token):
+            return [[]]
+        if i in memo:
+            return memo[i]
+        out: list[list[str]] = []
+        for j in range(i + 1, min(len(token), i + 8) + 1):
+            part = token[i:j]
+            if valid_cell(part) and not (part.startswith("NV") and j < len(token) and token[j].isdigit()):
+                for rest in from_pos(j):
+                    out.append([part] + rest)
+                    if len(out) >= limit:
+                        break
+            if len(out) >= limit:
+                break
+        memo[i] = out
+        return out
+
+    return [s for s in from_pos(0) if len(s) > 1]
+
+
+def _repair_cells(tokens: list[str], want: int, valid_cell, label: str, line_no: int,
+                  repairs: list[str]) -> list[str]:
+    """``tokens`` (the row after its label) with merged cells split where the split is the only one
+    possible, and a cell run into the affinity value (``PIX0-47``) cut apart; stops once ``want``
+    cells are read, the rest is the row's tail. Each repair is listed in ``repairs``."""
+    out: list[str] = []
+    for k, tok in enumerate(tokens):
+        if len(out) >= want or valid_cell(tok) or tok in _ELISION or tok == "":
+            out.append(tok)
+            continue
+        splits = _segmentations(tok, valid_cell)
+        if len(splits) == 1 and len(out) + len(splits[0]) <= want:
+            out.extend(splits[0])
+            repairs.append(f"line {line_no}: {_clip(label)}: {_q(tok)} read as {', '.join(splits[0])} (a tab lost)")
+            continue
+        m = re.match(r"^(X|SYS|SOC|NODE|PHB|PXB|PIX|NV[0-9]+|OK|NS|CNS|GNS|TNS|U)([0-9][0-9,\-]*)$", tok)
+        if m and len(out) + 1 == want and valid_cell(m.group(1)) and _CPU_LIST_RE.match(m.group(2)):
+            out.extend([m.group(1), m.group(2)])
+            repairs.append(f"line {line_no}: {_clip(label)}: {_q(tok)} read as {m.group(1)} then affinity "
+                           f"{m.group(2)} (a tab lost)")
+            continue
+        out.append(tok)
+    return out
 
 
 def _untab(s: str) -> tuple[list[str], int | None]:
@@ -305,6 +385,7 @@ class _Grid:
     truncated: bool
     prompt: str
     lines: list[str]
+    repairs: list[str] = field(default_factory=list)
 
     def text(self, line_no: int) -> str:
         return self.lines[line_no - 1] if 0 < line_no <= len(self.lines) else ""
@@ -338,6 +419,8 @@ def _read_grid(text: str, valid_cell, what: str) -> _Grid:
 
     ncols = len(header.labels)
     rows: list[tuple[int, str, list[str | None], list[str] | None]] = []
+    repairs: list[str] = []
+    damaged: list[TopoParseError] = []
     i = header_i + 1
     while i < len(lines):
         line = lines[i]
@@ -352,8 +435,13 @@ def _read_grid(text: str, valid_cell, what: str) -> _Grid:
             warnings.append(f"line {i + 1}: last line has no newline (cut short?); row {_clip(tokens[0])} not used")
             i += 1
             break
-        rows.append(_split_row(line, i + 1, header, ncols, valid_cell, warnings))
+        try:
+            rows.append(_split_row(line, i + 1, header, ncols, valid_cell, warnings, repairs))
+        except TopoParseError as exc:
+            damaged.append(exc)  # keep reading: a refusal names every damaged row at once
         i += 1
+    if damaged:
+        raise TopoParseError(damaged[0].message, damaged[0].line_no, damaged[0].line, tuple(damaged[1:]))
     if not rows:
         shown = lines[header_i + 1] if header_i + 1 < len(lines) else ""
         raise TopoParseError(f"{what} header without any row below it", header_i + 2, shown)
@@ -386,18 +474,20 @@ def _read_grid(text: str, valid_cell, what: str) -> _Grid:
         truncated = True
         warnings.append("no 'Legend:' section after the matrix (output cut short?)")
     return _Grid(header, rows, legend, nic_legend, has_legend, has_nic_legend, warnings, truncated, prompt,
-                 lines)
+                 lines, repairs)
 
 
 def _split_row(line: str, line_no: int, header: _Header, ncols: int, valid_cell,
-               warnings: list[str]) -> tuple[int, str, list[str | None], list[str] | None]:
+               warnings: list[str], repairs: list[str] | None = None) -> tuple[int, str, list[str | None], list[str] | None]:
     """One matrix row: (line number, label, cells, tail fields or None when unreadable)."""
     tail: list[str] | None
+    repairs = [] if repairs is None else repairs
     if "\t" in line:
         fields = [f.strip() for f in line.split("\t")]
+        label = fields[0]
+        fields = [label] + _repair_cells(fields[1:], header.raw_count, valid_cell, label, line_no, repairs)
         raw_cells = fields[1:1 + header.raw_count]
         tail = fields[1 + header.raw_count:]
-        label = fields[0]
     elif header.style == "grid":
         if line[:header.indent].strip():
             raise TopoParseError(f"row is not indented like the header ({header.indent} columns)", line_no, line)
@@ -417,6 +507,7 @@ def _split_row(line: str, line_no: int, header: _Header, ncols: int, valid_cell,
     else:
         tokens = line.split()
         label = tokens[0]
+        tokens = [label] + _repair_cells(tokens[1:], header.raw_count, valid_cell, label, line_no, repairs)
         raw_cells = tokens[1:1 + header.raw_count]
         tail = tokens[1 + header.raw_count:]
         if tail and len(tail) != len(header.extras):
@@ -439,11 +530,38 @@ def _split_row(line: str, line_no: int, header: _Header, ncols: int, valid_cell,
         if not valid_cell(c):
             if _CPU_LIST_RE.match(c) or c == "N/A":  # an affinity value: the row is short of cells
                 raise TopoParseError(f"expected {ncols} cells for {_clip(label)}, found {len(cells)}", line_no, line)
+            # characters lost inside a cell ("PH" for PHB): its mirror cell may still say what it was
+            if _looks_like_a_level(c) or (c.strip("? ") == "X"):
+                cells.append(DAMAGED + c)
+                continue
             raise TopoParseError(f"{_q(c)} is not a known value (cell of {_clip(label)})", line_no, line)
         cells.append(c)
     if not _LABEL_RE.match(label):
         raise TopoParseError(f"{_q(label)} is not a device label", line_no, line)
     return line_no, label, cells, tail
+
+
+def _mend_from_mirrors(grid: _Grid, cells: dict[tuple[str, str], str | None], symmetric: bool = True) -> None:
+    """A cell whose characters were lost takes the value of its mirror (the matrix is symmetric:
+    GPU1/NIC0 is NIC0/GPU1); every cell mended is listed, and a damaged cell whose mirror is
+    damaged or absent is a refusal naming both."""
+    problems: list[TopoParseError] = []
+    line_of = {label: line_no for line_no, label, _c, _t in grid.rows}
+    for (row, col), value in list(cells.items()):
+        if not (isinstance(value, str) and value.startswith(DAMAGED)):
+            continue
+        mirror = cells.get((col, row)) if symmetric else None
+        if isinstance(mirror, str) and not mirror.startswith(DAMAGED):
+            cells[(row, col)] = mirror
+            grid.repairs.append(f"line {line_of[row]}: {_clip(row)}/{_clip(col)} {_q(value[len(DAMAGED):])} "
+                                f"read as {mirror} (from {_clip(col)}/{_clip(row)})")
+        else:
+            n = line_of[row]
+            why = ", and its mirror cannot say" if symmetric else ""
+            problems.append(TopoParseError(f"{_q(value[len(DAMAGED):])} is not a known value (cell of {_clip(row)}/"
+                                           f"{_clip(col)}{why})", n, grid.text(n)))
+    if problems:
+        raise TopoParseError(problems[0].message, problems[0].line_no, problems[0].line, tuple(problems[1:]))
 
 
 def _assemble(grid: _Grid, kind: str):
@@ -462,10 +580,17 @@ def _assemble(grid: _Grid, kind: str):
         for col, value in zip(columns, row_cells):
             if value == "X" and col != label:
                 raise TopoParseError(f"X (self) off the diagonal, at {_clip(label)}/{_clip(col)}", line_no, grid.text(line_no))
+            if col == label and isinstance(value, str) and value.startswith(DAMAGED):
+                grid.repairs.append(f"line {line_no}: {_clip(label)}/{_clip(col)} {_q(value[len(DAMAGED):])} "
+                                    "read as X (the diagonal)")
+                value = "X"
             if col == label and value not in ("X", None):
                 raise TopoParseError(f"diagonal cell of {_clip(label)} is {_q(value)}, expected X", line_no,
                                      grid.text(line_no))
             cells[(label, col)] = value
+    # a path level is the same both ways; a p2p capability need not be, so it is never mirrored
+    _mend_from_mirrors(grid, cells, symmetric=(kind == "level"))
+    for line_no, label, row_cells, _tail in grid.rows:
         blanks = [c for c, v in zip(columns, row_cells) if v is None]
         if blanks:  # the tool never prints a blank level: the value is unknown
             grid.truncated = True
@@ -530,7 +655,7 @@ def parse_topo_matrix(text: str) -> TopoMatrix:
         gpu_numa_id=affinity.get("GPU NUMA ID", {}),
         nic_legend=dict(grid.nic_legend), legend=dict(grid.legend),
         warnings=tuple(warnings), truncated=grid.truncated, legacy_soc=legacy,
-        extra_columns=tuple(extras),
+        extra_columns=tuple(extras), repairs=tuple(grid.repairs),
     )
 
 
@@ -568,7 +693,7 @@ def parse_topo_p2p(text: str, mode: str | None = None) -> P2PMatrix:
         m = _P2P_PROMPT_RE.search(grid.prompt)
         mode = m.group(1) if m else None
     return P2PMatrix(mode=mode, devices=devices, cells=cells, legend=dict(grid.legend),
-                     warnings=tuple(grid.warnings), truncated=grid.truncated)
+                     warnings=tuple(grid.warnings), truncated=grid.truncated, repairs=tuple(grid.repairs))
 
 
 def parse_topo_cpu_query(text: str) -> dict[int, tuple[int, ...]]:

@@ -399,3 +399,24 @@ def test_two_nics_at_the_same_level_one_down_marks_only_that_one():
     assert (a["nearest"], a["nearest_down"], a["via"]) == (["mlx5_0", "mlx5_1"], False, "mlx5_1")
     row = _affinity_rows(topo)[0]
     assert row[2] == "mlx5_0 (down), mlx5_1 PIX" and row[3:] == ["50.0", "50.0"]
+
+
+# -- --from-smi reads -p2p outputs and shows repairs ------------------------------------------------------
+def test_from_smi_reads_a_p2p_matrix_and_names_the_pairs_without_p2p(capsys):
+    path = REPO / "tests" / "fixtures" / "corpus" / "topo-p2p" / "p2p-p-rtx2080ti-x2-ns-not-supported.txt"
+    code, out, err = main_exit(["topo", "--from-smi", str(path)], capsys)
+    assert code == 0 and "nvidia-smi topo -p2p" in out
+    assert "no peer-to-peer: GPU0->GPU1 NS, GPU1->GPU0 NS" in out
+
+
+def test_from_smi_lists_every_repaired_cell_in_text_and_json(tmp_path, capsys):
+    src = (REPO / "tests" / "fixtures" / "corpus" / "topo-m" / "a100-sxm4-40g-x8-epyc7742-10nic-tabs.txt").read_text()
+    lines = src.split("\n")
+    lines[7] = lines[7].replace("SYS\tPXB", "SYSPXB", 1)  # SYNTHESIZED damage: a tab lost in GPU3's row
+    bad = tmp_path / "pasted.txt"
+    bad.write_text("\n".join(lines))
+    code, out, err = main_exit(["topo", "--from-smi", str(bad)], capsys)
+    assert code == 0 and "REPAIRED: 1 cell(s)" in out and "'SYSPXB' read as SYS, PXB" in out
+    code, out, err = main_exit(["topo", "--from-smi", str(bad), "--json"], capsys)
+    doc = json.loads(out)
+    assert doc["topology"]["repaired"] is True and len(doc["topology"]["repairs"]) == 1

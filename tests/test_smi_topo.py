@@ -285,8 +285,8 @@ def _damage(folder, name, line_no, fn) -> str:
 @pytest.mark.parametrize("folder,name,line_no,fn,needle", [
     # a tab cell dropped from GPU3's row (file line 8)
     (TOPO_M, A100, 8, lambda s: s.replace("\tNV12", "", 1), "expected 18 cells for GPU3, found 17"),
-    # a level the tool never prints
-    (TOPO_M, A100, 8, lambda s: s.replace("PXB", "PXQ", 1), "'PXQ' is not a known value"),
+    # a level the tool never prints, and nothing like one
+    (TOPO_M, A100, 8, lambda s: s.replace("PXB", "banana", 1), "'banana' is not a known value"),
     # self not on the diagonal
     (TOPO_M, A100, 8, lambda s: s.replace(" X ", "PIX", 1), "diagonal cell of GPU3"),
     # a character lost inside the level cells of a tab-expanded row
@@ -558,3 +558,57 @@ def test_collect_parse_error_is_a_read_error():
 
 def test_probe_contract():
     assert smi_topo.NAME == "smi_topo" and smi_topo.TIMEOUT_S == 25
+
+
+# -- pastes damaged in the ways real ones are (SYNTHESIZED damage on real corpus files) --------------
+H100 = "h100-sxm-hbm3-x8-nv18-8nic-gpunumaid-spaces.txt"
+
+
+def test_a_lost_tab_between_two_cells_is_split_by_the_vocabulary_and_listed():
+    clean = parse_topo_matrix(read(TOPO_M, A100))
+    # GPU3's row (file line 8): "SYS\tPXB" run together as "SYSPXB"
+    text = _damage(TOPO_M, A100, 8, lambda s: s.replace("SYS\tPXB", "SYSPXB", 1))
+    m = parse_topo_matrix(text)
+    assert m.cells == clean.cells and m.repaired
+    assert m.repairs == ("line 8: GPU3: 'SYSPXB' read as SYS, PXB (a tab lost)",)
+
+
+def test_a_mangled_cell_is_read_from_its_mirror_and_listed():
+    clean = parse_topo_matrix(read(TOPO_M, A100))
+    text = _damage(TOPO_M, A100, 8, lambda s: s.replace("PXB", "PXQ", 1))
+    m = parse_topo_matrix(text)
+    assert m.cells == clean.cells
+    assert len(m.repairs) == 1 and m.repairs[0].startswith("line 8: GPU3/") and "read as PXB" in m.repairs[0]
+
+
+DGX2 = "dgx2-topo-mp-elided-single-space-mangled.txt"
+
+
+def test_space_separated_paste_with_merged_cells_recovers():
+    clean = parse_topo_matrix(read(TOPO_M, DGX2))
+    lines = read(TOPO_M, DGX2).split("\n")
+    row = next(i for i, l in enumerate(lines) if l.startswith("GPU0 X "))
+    lines[row] = lines[row].replace("X PIX PXB", "X PIXPXB", 1)
+    m = parse_topo_matrix("\n".join(lines))
+    assert m.cells == clean.cells
+    assert m.repairs == (f"line {row + 1}: GPU0: 'PIXPXB' read as PIX, PXB (a tab lost)",)
+
+
+def test_a_refusal_names_every_damaged_line_at_once():
+    text = read(TOPO_M, A100).split("\n")
+    text[7] = text[7].replace("PXB", "banana", 1)
+    text[9] = text[9].replace("SYS", "kiwi", 1)
+    with pytest.raises(TopoParseError) as info:
+        parse_topo_matrix("\n".join(text))
+    msg = str(info.value)
+    assert msg.startswith("2 damaged lines: line 8:") and "line 10:" in msg and "kiwi" in msg
+
+
+def test_a_cell_and_its_mirror_both_mangled_is_refused():
+    text = read(TOPO_M, A100).split("\n")
+    # GPU0/NIC0 (line 5) and NIC0/GPU0 (line 13) both lose a letter: nothing says what they were
+    assert text[4].startswith("GPU0") and text[12].startswith("NIC0")
+    text[4] = text[4].replace("PXB", "PX", 1)
+    text[12] = text[12].replace("PXB", "PX", 1)
+    with pytest.raises(TopoParseError, match="its mirror cannot say"):
+        parse_topo_matrix("\n".join(text))

@@ -387,6 +387,9 @@ def _from_smi(path: str, as_json: bool, output: str | None) -> int:
     try:
         m = parse_topo_matrix(text)
     except TopoParseError as exc:
+        p2p = _p2p_or_none(text)
+        if p2p is not None:
+            return _show_p2p(p2p, path, as_json, output)
         raise InputError(f"{path}: not an nvidia-smi topo -m matrix: {exc}") from None
     rows = rows_for_table(m)
     nic_aff = {}
@@ -402,7 +405,8 @@ def _from_smi(path: str, as_json: bool, output: str | None) -> int:
                                                                                      for r in rows[1:]],
                                                 "table": rows, "nic_legend": dict(m.nic_legend)},
                                      "nic_affinity": nic_aff, "warnings": list(m.warnings),
-                                     "truncated": m.truncated})
+                                     "truncated": m.truncated, "repaired": m.repaired,
+                                     "repairs": list(m.repairs)})
         emit_json(doc, output)
         return int(ExitCode.OK)
     if output:
@@ -418,6 +422,47 @@ def _from_smi(path: str, as_json: bool, output: str | None) -> int:
         out.print(table("NIC affinity", ["GPU", "nearest NIC(s)", "level"],
                         [[g, ", ".join(n for n, _ in v), v[0][1]] for g, v in nic_aff.items()]))
     for w in m.warnings:
+        out.print(f"note: {w}")
+    if m.repaired:
+        out.print(f"REPAIRED: {len(m.repairs)} cell(s) of the paste were damaged and recovered:")
+        for r in m.repairs:
+            out.print(f"  {r}")
+    return int(ExitCode.OK)
+
+
+def _p2p_or_none(text: str):
+    """The text as an ``nvidia-smi topo -p2p`` matrix (OK/NS/CNS... cells), or None."""
+    from ccdiag.probes.smi_topo import TopoParseError, parse_topo_p2p
+
+    try:
+        return parse_topo_p2p(text)
+    except TopoParseError:
+        return None
+
+
+def _show_p2p(p, path: str, as_json: bool, output: str | None) -> int:
+    from ccdiag.output import console, emit_json, table
+    from ccdiag.report import build_report
+
+    devices = list(p.devices)
+    rows = [[a] + [p.status(a, b) or "" for b in devices] for a in devices]
+    if as_json:
+        doc = build_report("topo", {"source": None}, run_info={"replayed_from": None, "from_smi": path},
+                           topology={"p2p": {"mode": p.mode, "labels": devices, "rows": [r[1:] for r in rows],
+                                             "legend": dict(p.legend)},
+                                     "warnings": list(p.warnings), "truncated": p.truncated,
+                                     "repaired": bool(p.repairs), "repairs": list(p.repairs)})
+        emit_json(doc, output)
+        return int(ExitCode.OK)
+    out = console()
+    mode = {"r": "read", "w": "write", "n": "NVLink", "a": "atomics", "p": "prop"}.get(p.mode or "", "mode unknown")
+    out.print(f"parsed {path}: nvidia-smi topo -p2p ({mode}), {len(devices)} GPU(s)" + (" (cut short)" if p.truncated else ""))
+    out.print(table("Peer-to-peer status (from pasted nvidia-smi topo -p2p)", ["", *devices], rows))
+    blocked = sorted({f"{a}->{b} {p.status(a, b)}" for a in devices for b in devices
+                      if a != b and p.status(a, b) not in (None, "OK", "X")})
+    if blocked:
+        out.print("no peer-to-peer: " + ", ".join(blocked))
+    for w in p.warnings:
         out.print(f"note: {w}")
     return int(ExitCode.OK)
 
