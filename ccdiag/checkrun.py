@@ -240,14 +240,17 @@ def _deadline_finding(deadline_s: float, judge_s: float) -> Finding:
 def evaluate(host: Host, policy: Policy | None = None, window_s: float = 0.0,
              deadline_s: float = DEFAULT_DEADLINE_S, env: dict[str, str] | None = None,
              env_source: str | None = None, *, strict: bool = False, only: Iterable[str] | None = None,
-             probes: Iterable[str] | None = None, budget: Budget | None = None) -> CheckResult:
+             probes: Iterable[str] | None = None, budget: Budget | None = None,
+             load_links: bool = False) -> CheckResult:
     """Probe ``host``, sample counters again after ``window_s``, build the topology, run the checks.
 
     On a replayed snapshot with two epochs the recorded window is used and nothing sleeps; on one
     with a single epoch there is no second sample. ``env`` defaults to the host's NCCL/CUDA
     environment. ``only``: check-id prefixes to run. ``probes``: probe names (default: all).
     ``budget``: the stage ends to keep (default: :meth:`Budget.plan` of ``deadline_s``; a caller
-    adding a benchmark stage plans one with its share). Returns within ``deadline_s`` plus about a
+    adding a benchmark stage plans one with its share). ``load_links``: on a live host, keep every
+    GPU's PCIe link busy (:mod:`ccdiag.linkload`) while the first sample is read, so link speeds
+    are judged under load. Returns within ``deadline_s`` plus about a
     second whatever the host does; raises :class:`ccdiag.stages.StageError` when a stage raised.
     """
     policy = policy or DEFAULT_POLICY
@@ -258,7 +261,16 @@ def evaluate(host: Host, policy: Policy | None = None, window_s: float = 0.0,
         # commands started by probes never outlive the probing stage, even ones a probe starts late
         host.deadline = budget.probe_end
     names = list(probes or ALL_PROBES)
-    runs = _run_probes_traced(host, names, budget.probe_end)
+    load = None
+    if load_links:
+        from ccdiag.linkload import LinkLoad
+
+        load = LinkLoad(max_s=max(0.5, min(5.0, budget.left(budget.probe_end) / 2)))
+        load.start(bool(host.live))
+    try:
+        runs = _run_probes_traced(host, names, budget.probe_end)
+    finally:
+        load_state = load.stop() if load is not None else None
     timed_out = any(r.status == TIMEOUT for r in runs.values())
 
     later: dict[str, ProbeRun] | None = None
@@ -281,6 +293,8 @@ def evaluate(host: Host, policy: Policy | None = None, window_s: float = 0.0,
         timed_out = timed_out or any(r.status == TIMEOUT for r in later.values())
 
     meta = host.meta()
+    if load_state is not None:
+        meta = {**meta, "link_load": load_state.to_json()}
     if env is None:
         env = host.environ()
         # a replay judges the settings the recording run judged, and names them the same way

@@ -37,7 +37,7 @@ def room_of(module: str) -> str | None:
     if parts[0] != "ccdiag" or len(parts) < 2:
         return None
     head = parts[1]
-    if head in ("host", "nvmlcall", "snapshot"):
+    if head in ("host", "nvmlcall", "snapshot", "linkload"):  # linkload drives the GPUs: a door to the machine
         return "host"
     if head in ("probes", "probing"):
         return "probes"

@@ -189,13 +189,15 @@ def _judge_hop(ctx: CheckContext, names: Names, d: Any, a: _Attr,
             details={"limited_by": parent.bdf}), None
     if a is SPEED and names.is_gpu_own_link(d):
         gpus = names.served_gpus(d)
-        acts = [gpu_activity(g.gpu) for g in gpus]
+        loaded = set((ctx.meta.get("link_load") or {}).get("loaded") or ())
+        acts = ["busy" if g.index in loaded else gpu_activity(g.gpu) for g in gpus]
         if "busy" not in acts:
             why = "idle" if acts and all(x == "idle" for x in acts) else "activity unknown"
             note = (f"{names.label(d)} link at {a.fmt(cur)} of {a.fmt(mx)}: GPU {why}; idle GPUs lower their "
                     f"PCIe speed to save power, so speed is not judged here")
             return "note", None, note
-        ev.append(Evidence("GPU activity", "busy", "NVML clock event reasons / compute processes"))
+        ev.append(Evidence("GPU activity", "busy", "ccdiag's host-to-device copies (link load)"
+                           if any(g.index in loaded for g in gpus) else "NVML clock event reasons / compute processes"))
         return "problem", Finding(
             check_id, WARN, comp,
             f"{names.label(d)} PCIe link at {a.fmt(cur)} of {a.fmt(mx)} while the GPU is busy",
@@ -340,6 +342,23 @@ def link_width(ctx: CheckContext) -> list[Finding]:
 def link_speed(ctx: CheckContext) -> list[Finding]:
     """Link speed at capability; GPU links judged only when the GPU is busy (idle GPUs downclock)."""
     return _link_check(ctx, SPEED, "pcie.link_speed")
+
+
+@check("pcie.link_load")
+def link_load(ctx: CheckContext) -> list[Finding]:
+    """Whether the GPUs' links were kept busy while their speed was read (see ccdiag.linkload)."""
+    info = ctx.meta.get("link_load")
+    if not info:
+        return [Finding("pcie.link_load", SKIP, node_component(), "GPU links were not loaded while read (a replay, "
+                        "or --no-load-links): speed is judged only on GPUs NVML shows busy")]
+    if info.get("skipped"):
+        return [Finding("pcie.link_load", SKIP, node_component(), f"GPU links not loaded: {info['skipped']}; speed "
+                        "is judged only on GPUs NVML shows busy", details=info)]
+    loaded = ", ".join(f"GPU{i}" for i in info.get("loaded", []))
+    return [Finding("pcie.link_load", PASS, node_component("GPU PCIe links"),
+                    f"links of {loaded} kept busy with host-to-device copies for {info.get('seconds', 0):g}s while "
+                    "their speed was read", (Evidence("copies per GPU", info.get("copies"), "ccdiag link load (CuPy)"),),
+                    details=info)]
 
 
 # ---------------------------------------------------------------- AER

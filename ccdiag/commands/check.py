@@ -83,8 +83,11 @@ def _save_failure_snapshot(host: RecordingHost, result, directory: str, env: dic
               help="Also write the verdict and metrics atomically to DIR/ccdiag.prom for node_exporter's "
                    "textfile collector.")
 @click.option("-q", "--quiet", is_flag=True, help="Only the verdict and the problem lines.")
+@click.option("--load-links/--no-load-links", "load_links", default=True, show_default=True,
+              help="Keep each GPU's PCIe link busy with short host-to-device copies (CuPy) while link speeds "
+                   "are read, so an idle GPU's power-saving downclock is not mistaken for a slow link.")
 def command(replay, root, policy_file, env_file, timeout, window, as_json, output, strict, snapshot_dir, only,
-            textfile_dir, quiet):
+            textfile_dir, quiet, load_links):
     """Judge this node (or a snapshot) and exit 0 ok, 1 failed, 2 bad input, 3 could not evaluate."""
     policy = None
     if policy_file:
@@ -115,7 +118,7 @@ def command(replay, root, policy_file, env_file, timeout, window, as_json, outpu
     result = None
     try:
         result = evaluate(host, policy, window_s=window, deadline_s=timeout, env=env, env_source=env_source,
-                          strict=strict, only=only or None)
+                          strict=strict, only=only or None, load_links=load_links and not replay)
         snap_path = None
         if record and result.exit_code == ExitCode.FAIL:
             assert isinstance(host, RecordingHost)
