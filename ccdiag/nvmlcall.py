@@ -88,6 +88,16 @@ def _new_out_struct(binding: Any, struct_cls: Any) -> Any:
     return out
 
 
+def _parent_index(spec: Any) -> Any:
+    """The GPU index of a device argument: itself, or the GPU of a MIG instance ``"3:mig1"``."""
+    if isinstance(spec, str) and ":mig" in spec:
+        try:
+            return int(spec.split(":mig", 1)[0])
+        except ValueError:
+            return spec
+    return spec
+
+
 class NvmlCallError(Exception):
     """An NVML call that did not return a value. ``error_class`` is one of the constants above."""
 
@@ -186,6 +196,7 @@ class NvmlFacade:
         self._init_error: NvmlCallError | None = None
         self._initialised = False
         self._handles: dict[int, Any] = {}
+        self._mig_handles: dict[tuple[int, int], Any] = {}
         self._hung_devices: set[int] = set()
         self._hung_global = False
 
@@ -244,6 +255,22 @@ class NvmlFacade:
         self._handles[index] = handle
         return handle
 
+    def _device_handle(self, spec: Any) -> Any:
+        """The handle of a GPU index, or of a MIG instance ``"<gpu>:mig<slot>"`` (NVML answers some
+        health queries, remapped rows among them, per MIG instance only)."""
+        if isinstance(spec, str) and ":mig" in spec:
+            parent_txt, slot_txt = spec.split(":mig", 1)
+            parent, slot = int(parent_txt), int(slot_txt)
+            key = (parent, slot)
+            if key not in self._mig_handles:
+                parent_handle = self._handle(parent)
+                binding = self._binding
+                self._mig_handles[key] = self._run(
+                    "nvmlDeviceGetMigDeviceHandleByIndex", (parent, slot),
+                    lambda: binding.nvmlDeviceGetMigDeviceHandleByIndex(parent_handle, slot), self.call_timeout, parent)
+            return self._mig_handles[key]
+        return self._handle(int(spec))
+
     # -- the API -------------------------------------------------------------------
     def call(self, fn: str, *args: Any) -> Any:
         with self._lock:
@@ -255,14 +282,15 @@ class NvmlFacade:
             if func is None:
                 raise NvmlCallError(fn, args, NOT_SUPPORTED, 13, f"{fn} is not in this nvidia-ml-py")
             device_positions = _DEVICE_ARGS.get(fn, (0,) if fn.startswith("nvmlDevice") and args else ())
-            devices = [args[i] for i in device_positions if i < len(args)]
+            # a MIG instance is named "<gpu>:mig<slot>"; hangs are charged to its GPU
+            devices = [_parent_index(args[i]) for i in device_positions if i < len(args)]
             for dev in devices:
                 if dev in self._hung_devices:
                     raise NvmlCallError(fn, args, HUNG, None, f"GPU {dev} stopped answering earlier; not called again")
             real_args = list(args)
             for pos in device_positions:
                 if pos < len(real_args):
-                    real_args[pos] = self._handle(int(real_args[pos]))
+                    real_args[pos] = self._device_handle(real_args[pos])
             out: Any = None
             struct_name = _OUT_STRUCTS.get(fn)
             if struct_name is not None and len(args) == 1:

@@ -208,6 +208,8 @@ class Gpu:
     remapped_rows_uncorrectable: int | None = None
     remapped_rows_pending: bool | None = None
     remapped_rows_failure: bool | None = None
+    #: MIG instance slots whose remapped rows were read (NVML answers per instance in MIG mode)
+    remapped_rows_mig: tuple[int, ...] | None = None
     clock_event_reasons: int | None = None  # raw bitmask
     clock_event_names: tuple[str, ...] = ()  # e.g. ("hw_slowdown", "sw_thermal_slowdown")
     temperature_c: float | None = None
@@ -554,6 +556,27 @@ def _read_nvlink_throughput(r: _Reader, i: int, links: list[NvLink]) -> None:
             links[n] = dataclasses.replace(link, **values, errors=link.errors + tuple(errors))
 
 
+def _mig_remapped_rows(r: "_Reader", i: int) -> tuple[tuple[int, int, bool, bool] | None, tuple[int, ...]]:
+    """Remapped rows of a GPU in MIG mode, where NVML answers per MIG instance: the counts summed,
+    pending or failed if any instance says so, and the slots read."""
+    count = r.get("nvmlDeviceGetMaxMigDeviceCount", i, parse=_int)
+    totals = [0, 0, False, False]
+    slots: list[int] = []
+    for k in range(min(count or 0, 16)):
+        value, exc = r.raw("nvmlDeviceGetRemappedRows", f"{i}:mig{k}")
+        if exc is not None:
+            if exc.error_class in NOT_APPLICABLE_CLASSES or exc.error_class == INVALID_ARGUMENT:
+                continue  # no instance in this slot
+            r.note("nvmlDeviceGetRemappedRows", (f"{i}:mig{k}",), exc)
+            continue
+        rows = r.parse("nvmlDeviceGetRemappedRows", (f"{i}:mig{k}",), value, parse_remapped_rows)
+        if rows is None:
+            continue
+        slots.append(k)
+        totals = [totals[0] + rows[0], totals[1] + rows[1], totals[2] or rows[2], totals[3] or rows[3]]
+    return (tuple(totals) if slots else None), tuple(slots)  # type: ignore[return-value]
+
+
 def _read_gpu(host: Any, i: int) -> Gpu:
     r = _Reader(host)
     f: dict[str, Any] = {"index": i}
@@ -592,6 +615,10 @@ def _read_gpu(host: Any, i: int) -> Gpu:
             pend = r.get("nvmlDeviceGetRetiredPagesPendingStatus", i, parse=_int)
             f["retired_pages_pending"] = bool(pend) if pend is not None else None
         rows = r.get("nvmlDeviceGetRemappedRows", i, parse=parse_remapped_rows)
+        if rows is None and f.get("mig_mode_current"):
+            rows, slots = _mig_remapped_rows(r, i)
+            if slots:
+                f["remapped_rows_mig"] = slots
         if rows is not None:
             (f["remapped_rows_correctable"], f["remapped_rows_uncorrectable"],
              f["remapped_rows_pending"], f["remapped_rows_failure"]) = rows

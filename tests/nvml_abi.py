@@ -25,6 +25,7 @@ from typing import Any, Callable
 NVML_SUCCESS = 0
 NVML_ERROR_INVALID_ARGUMENT = 2
 NVML_ERROR_NOT_SUPPORTED = 3
+NVML_ERROR_NOT_FOUND = 6
 NVML_ERROR_INSUFFICIENT_SIZE = 7
 NVML_ERROR_GPU_IS_LOST = 15
 #: first fake device handle; handle = base + index
@@ -197,6 +198,12 @@ class NvmlAbi:
 
         g_("nvmlDeviceGetRemappedRows", (P, P, P, P), remapped)
         g_("nvmlDeviceGetCurrentClocksEventReasons", (P,), lambda i, g, out: self._put(c_ulonglong, out, 1))
+        g_("nvmlDeviceGetMaxMigDeviceCount", (P,), lambda i, g, out: self._put(c_uint, out, 0))
+
+        def mig_handle(i: int, g: AbiGpu, slot: int, out: int) -> int:
+            return NVML_ERROR_NOT_FOUND  # MIG is off on the stand-in GPUs: no instance in any slot
+
+        g_("nvmlDeviceGetMigDeviceHandleByIndex", (c_uint, P), mig_handle)
         g_("nvmlDeviceGetTemperature", (ENUM, P), lambda i, g, sensor, out: self._put(c_uint, out, 33))
         g_("nvmlDeviceGetTemperatureThreshold", (ENUM, P),
            lambda i, g, kind, out: self._put(c_uint, out, {0: 92, 1: 89, 2: 95, 3: 87}[kind]) if kind < 4

@@ -293,3 +293,30 @@ def test_probe_on_live_host_without_library():
 
 # Output structures (fabric info) are tested below the binding, where pointer passing is visible:
 # tests/test_nvml_seam.py. A fake of the Python binding cannot tell a pointer from a value.
+
+
+def test_a_mig_instance_is_addressed_by_its_gpu_and_slot():
+    """``"1:mig2"`` becomes the instance handle from nvmlDeviceGetMigDeviceHandleByIndex(GPU1, 2);
+    the handle is asked for once."""
+
+    class Mig(Handle):
+        def __init__(self, parent: int, slot: int):
+            super().__init__(parent)
+            self.slot = slot
+
+    class WithMig(FakeBinding):
+        def nvmlDeviceGetMigDeviceHandleByIndex(self, handle, slot):
+            self._log("nvmlDeviceGetMigDeviceHandleByIndex", handle, slot)
+            return Mig(handle.index, slot)
+
+        def nvmlDeviceGetRemappedRows(self, handle):
+            self._log("nvmlDeviceGetRemappedRows", handle)
+            assert isinstance(handle, Mig)
+            return (0, 1, handle.slot == 2, False)
+
+    b = WithMig(count=2)
+    f = NvmlFacade(binding=b, call_timeout=TIMEOUT)
+    assert f.call("nvmlDeviceGetRemappedRows", "1:mig2") == [0, 1, True, False]
+    assert f.call("nvmlDeviceGetRemappedRows", "1:mig2") == [0, 1, True, False]
+    assert [c for c in b.calls if c[0] == "nvmlDeviceGetMigDeviceHandleByIndex"] == \
+        [("nvmlDeviceGetMigDeviceHandleByIndex", 1, 2)]

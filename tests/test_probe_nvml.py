@@ -671,3 +671,25 @@ def test_bundled_samples_carry_nvlink_traffic_that_moves_between_epochs():
                     assert moved == (0, 0)
                 else:
                     assert all(0 < d < 25e9 * 10 for d in moved), (name, a.index, la.link, moved)  # under 25 GB/s
+
+
+def test_remapped_rows_of_a_mig_gpu_are_read_per_instance():
+    """SYNTHESIZED: GPU 0 in MIG mode answers remapped rows only per instance (slots 0 and 3);
+    slot 3 has a remap pending, which the GPU's verdict must not miss."""
+    from ccdiag.checks import CheckContext, run_checks
+    from ccdiag.probing import ProbeRun
+
+    import dataclasses
+
+    gpus = h100_node(2)
+    gpus[0] = dataclasses.replace(gpus[0], mig_mode=(True, True),
+                                  mig_remapped_rows={0: (1, 0, False, False), 3: (0, 2, True, False)})
+    obs = observe(nvml_records(gpus))
+    g0 = obs.gpus[0]
+    assert g0.remapped_rows_mig == (0, 3)
+    assert (g0.remapped_rows_correctable, g0.remapped_rows_uncorrectable, g0.remapped_rows_pending) == (1, 2, True)
+    assert obs.gpus[1].remapped_rows_mig is None
+    ctx = CheckContext(runs={"nvml": ProbeRun("nvml", "ok", 0.1, obs)})
+    fails = [f for f in run_checks(ctx, only=["gpu.remapped_rows"]) if f.status == "fail"]
+    assert [f.component.gpu for f in fails] == [0]
+    assert "'0:mig3'" in fails[0].evidence[0].source and "pending" in fails[0].summary

@@ -323,6 +323,10 @@ def check_remapped_rows(ctx: CheckContext) -> list[Finding]:
 
 def _judge_remap(cid: str, g: Any, comp: Component) -> Finding:
     src = f"nvmlDeviceGetRemappedRows({g.index})"
+    if getattr(g, "remapped_rows_mig", None):
+        # MIG mode: NVML answers per GPU instance; the GPU's verdict combines them
+        src = "nvmlDeviceGetRemappedRows(" + ", ".join(f"'{g.index}:mig{k}'" for k in g.remapped_rows_mig) + \
+            ") (MIG instances)"
     ev = (Evidence("pending", g.remapped_rows_pending, src), Evidence("failure occurred", g.remapped_rows_failure, src),
           Evidence("rows remapped (uncorrectable)", g.remapped_rows_uncorrectable, src),
           Evidence("rows remapped (correctable)", g.remapped_rows_correctable, src))

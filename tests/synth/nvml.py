@@ -132,6 +132,9 @@ class SynthGpu:
     retired_pages: tuple[int, int] | None = None  # (sbe, dbe) counts; None: not supported (Ampere+)
     retired_pages_pending: bool = False
     remapped_rows: tuple[int, int, bool, bool] | None = (0, 0, False, False)  # corr, unc, pending, failure
+    #: MIG slot -> remapped rows of that instance; set, with MIG on, the GPU itself answers
+    #: NOT_SUPPORTED for remapped rows, as NVML does for queries it answers per instance
+    mig_remapped_rows: Mapping[int, tuple[int, int, bool, bool]] | None = None
     clocks_event_reasons: int | None = 0x1  # GPU idle
     temperature_c: int | None = 33  # synthesized
     memory_temperature_c: int | None = 38  # synthesized
@@ -243,7 +246,11 @@ class _Model:
         if fn == "nvmlDeviceGetRetiredPagesPendingStatus":
             return ns if g.retired_pages is None else int(g.retired_pages_pending)
         if fn == "nvmlDeviceGetRemappedRows":
+            if g.mig_mode[0] and g.mig_remapped_rows is not None:
+                return ns
             return ns if g.remapped_rows is None else [int(v) for v in g.remapped_rows]
+        if fn == "nvmlDeviceGetMaxMigDeviceCount":
+            return 7 if g.mig_mode[0] else 0
         if fn in ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"):
             return opt(g.clocks_event_reasons)
         if fn == "nvmlDeviceGetTemperature":
@@ -368,6 +375,13 @@ class _Model:
             return len(self.gpus)
         if fn == "nvmlDeviceGetP2PStatus":
             return self._p2p(*args)
+        if fn.startswith("nvmlDevice") and args and isinstance(args[0], str) and ":mig" in args[0]:
+            i, slot = (int(x) for x in args[0].split(":mig", 1))
+            g = self.gpus[i]
+            rows = (g.mig_remapped_rows or {}).get(slot)
+            if fn == "nvmlDeviceGetRemappedRows" and rows is not None:
+                return [int(v) for v in rows]
+            return err(nvmlcall.NOT_FOUND)  # no MIG instance in that slot
         if fn.startswith("nvmlDevice") and args and isinstance(args[0], int) and 0 <= args[0] < len(self.gpus):
             i, rest = args[0], tuple(args[1:])
             found = self._override(self.gpus[i].overrides, fn, rest)
