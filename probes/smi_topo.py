@@ -412,7 +412,7 @@ def _read_grid(text: str, valid_cell, what: str) -> _Grid:
     header = _split_header(lines[header_i], header_i + 1)
     if header.extras_damaged:
         warnings.append(f"line {header_i + 1}: affinity column titles are off the tab stops "
-                        "(characters lost in copying); affinity values ignored")
+                        "(characters lost in copying)")
     if header.elided_at:
         truncated = True
         warnings.append(f"line {header_i + 1}: columns elided with '. . .'; only the devices shown are known")
@@ -626,11 +626,23 @@ def parse_topo_matrix(text: str) -> TopoMatrix:
     grid = _read_grid(text, lambda c: bool(_LEVEL_RE.match(c)), "topology matrix")
     devices, cells = _assemble(grid, "level")
     header, warnings = grid.header, grid.warnings
-    # columns whose titles were damaged are treated as absent: their values are unknown, not blank
-    extras = [] if header.extras_damaged else header.extras
+    extras = header.extras
+    placed = None
+    if header.extras_damaged:
+        # the titles moved, the values did not: rows keep them on their own tab stops, in column
+        # order, so they are placed by their own positions when every row agrees with the columns
+        placed = _place_by_position(grid, extras)
+        if placed is None:
+            warnings.append("affinity values ignored: the rows do not line up with the damaged titles")
+            extras = []  # unknown, not blank
+        else:
+            warnings.append("affinity values placed by their own positions in each row")
     affinity: dict[str, dict[str, str | None]] = {col: {} for col in extras}
     for line_no, label, _cells, tail in grid.rows:
-        values = None if header.extras_damaged else _place_tail(tail, extras, label, line_no, grid.text(line_no))
+        if placed is not None:
+            values = placed.get(label)
+        else:
+            values = _place_tail(tail, extras, label, line_no, grid.text(line_no))
         for k, col in enumerate(extras):
             raw = values[k] if values is not None else ""
             affinity[col][label] = _affinity_value(col, raw, label, line_no, warnings)
@@ -657,6 +669,25 @@ def parse_topo_matrix(text: str) -> TopoMatrix:
         warnings=tuple(warnings), truncated=grid.truncated, legacy_soc=legacy,
         extra_columns=tuple(extras), repairs=tuple(grid.repairs),
     )
+
+
+def _place_by_position(grid: "_Grid", extras: list[str]) -> dict[str, list[str]] | None:
+    """Each row's affinity values by their order on the row, or None when a row does not fit."""
+    out: dict[str, list[str]] = {}
+    for line_no, label, _cells, tail in grid.rows:
+        if tail is None:
+            if _GPU_RE.match(label):
+                return None
+            continue
+        try:
+            values = _place_tail(tail, extras, label, line_no, grid.text(line_no))
+        except TopoParseError:
+            return None
+        for col, v in zip(extras, values or []):
+            if v and v != "N/A" and not (_CPU_LIST_RE.match(v) if col != "GPU NUMA ID" else v.isdigit()):
+                return None
+        out[label] = values or []
+    return out
 
 
 def _place_tail(tail: list[str] | None, extras: list[str], label: str, line_no: int,

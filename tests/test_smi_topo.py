@@ -612,3 +612,17 @@ def test_a_cell_and_its_mirror_both_mangled_is_refused():
     text[12] = text[12].replace("PXB", "PX", 1)
     with pytest.raises(TopoParseError, match="its mirror cannot say"):
         parse_topo_matrix("\n".join(text))
+
+
+def test_affinity_is_placed_by_its_own_positions_when_the_header_titles_shifted():
+    """SYNTHESIZED damage: the header of a tab-expanded paste loses two spaces before its
+    affinity titles; the rows still hold their values on their own tab stops."""
+    clean = parse_topo_matrix(read(TOPO_M, H100))
+    lines = read(TOPO_M, H100).split("\n")
+    h = next(i for i, l in enumerate(lines) if "CPU Affinity" in l)
+    lines[h] = lines[h].replace("  CPU Affinity", "CPU Affinity", 1)
+    m = parse_topo_matrix("\n".join(lines))
+    assert m.cells == clean.cells
+    assert m.cpu_affinity == clean.cpu_affinity and m.cpu_affinity["GPU0"]
+    assert m.numa_affinity == clean.numa_affinity
+    assert any("placed by their own positions" in w for w in m.warnings)
