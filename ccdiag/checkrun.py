@@ -387,12 +387,12 @@ def parse_env_file(text: str, source: str = "<env>") -> dict[str, str]:
 
 
 def load_env_file(path: str) -> dict[str, str]:
+    from ccdiag.userfiles import UserFileError, read_user_text
+
     try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise EnvFileError(f"{path}: cannot read environment file ({getattr(exc, 'strerror', None) or exc})") \
-            from None
+        text = read_user_text(path, "environment file", 1 << 20)
+    except UserFileError as exc:
+        raise EnvFileError(str(exc)) from None
     return parse_env_file(text, source=path)
 
 

@@ -236,7 +236,10 @@ class NvmlFacade:
         if self._initialised:
             return
         if self._init_error is not None:
-            raise self._init_error
+            # a fresh exception each time: re-raising the cached one would grow its traceback with
+            # every call (a daemon on a node whose driver did not load calls this every cycle)
+            e = self._init_error
+            raise NvmlCallError(e.fn, e.args_, e.error_class, e.code, e.message) from None
         try:
             binding = self._load_binding()
             self._run("nvmlInit", (), binding.nvmlInit, self.init_timeout, None)

@@ -171,11 +171,12 @@ _BOUNDS: dict[str, tuple[float, float]] = {
 
 def load_policy(path: str) -> Policy:
     """Read a policy file. Raises :class:`PolicyError` (missing, unreadable, malformed)."""
+    from ccdiag.userfiles import UserFileError, read_user_bytes
+
     try:
-        with open(path, "rb") as fh:
-            data = fh.read()
-    except OSError as exc:
-        raise PolicyError(f"{path}: cannot read policy ({exc.strerror or exc})") from None
+        data = read_user_bytes(path, "policy", 1 << 20)
+    except UserFileError as exc:
+        raise PolicyError(str(exc)) from None
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:

@@ -241,11 +241,12 @@ class SnapshotData:
 
     @classmethod
     def load(cls, path: str) -> "SnapshotData":
+        from ccdiag.userfiles import UserFileError, read_user_bytes
+
         try:
-            with open(path, "rb") as fh:
-                data = fh.read()
-        except OSError as exc:
-            raise SnapshotError(f"{path}: cannot read snapshot ({exc.strerror or exc})") from None
+            data = read_user_bytes(path, "snapshot")
+        except UserFileError as exc:
+            raise SnapshotError(str(exc)) from None
         return cls.from_bytes(data, name=path)
 
 

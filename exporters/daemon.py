@@ -134,11 +134,12 @@ def load_config(path: str | None, overrides: dict[str, Any]) -> DaemonConfig:
     """The file's settings with the command line's on top (``None`` values do not override)."""
     values: dict[str, Any] = {}
     if path:
+        from ccdiag.userfiles import UserFileError, read_user_text
+
         try:
-            with open(path, encoding="utf-8") as fh:
-                text = fh.read()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"{path}: cannot read ({getattr(exc, 'strerror', None) or exc})") from None
+            text = read_user_text(path, "daemon config", 1 << 20)  # /dev/zero must not grow the daemon
+        except UserFileError as exc:
+            raise ConfigError(str(exc)) from None
         values.update(parse_config(text, path))
         # the file on its own first: a bad value in it is an error, blamed on the file, even where an
         # option overrides it (the same file is re-read on SIGHUP)

@@ -44,6 +44,8 @@ def parse_listen(listen: str) -> tuple[str, int]:
 
 class MetricsServer(ThreadingHTTPServer):
     daemon_threads = True
+    #: a burst of scrapers (several Prometheus replicas, a federation, curl) must queue, not be refused
+    request_queue_size = 128
     block_on_close = False
 
     def __init__(self, address: tuple[str, int], collector: CycleCollector, web: Callable[[], WebConfig],
@@ -59,6 +61,12 @@ class MetricsServer(ThreadingHTTPServer):
     def get_request(self):
         sock, addr = super().get_request()
         sock.settimeout(CONNECTION_TIMEOUT_S)
+        try:
+            # headers and a gzip body go out as separate writes: without this, Nagle's algorithm
+            # waits for the client's delayed ACK (about 40 ms) before the body leaves
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError:
+            pass
         ctx = self.web().ssl_context
         if ctx is not None:
             sock = ctx.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)

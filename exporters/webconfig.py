@@ -181,10 +181,12 @@ def load_web_config(path: str) -> WebConfig:
     except ImportError:
         raise WebConfigError(f"{path}: reading a web config needs the 'PyYAML' package") from None
     try:
-        with open(path, encoding="utf-8") as fh:
-            doc = yaml.safe_load(fh)
+        from ccdiag.userfiles import read_user_text
+
+        doc = yaml.safe_load(read_user_text(path, "web config", 1 << 20))
     except OSError as exc:
-        raise WebConfigError(f"{path}: cannot read ({exc.strerror or exc})") from None
+        raise WebConfigError(str(exc) if not getattr(exc, "strerror", None) else
+                             f"{path}: cannot read ({exc.strerror})") from None
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
         raise WebConfigError(f"{path}: not valid YAML: {exc}") from None
     return parse_web_config(doc, os.path.dirname(os.path.abspath(path)), path)

@@ -28,7 +28,7 @@ ALLOWED = {
     "commands": {"host", "probes", "topology", "checks", "report", "exporters", "run", "nccl"},
 }
 #: leaf modules any room may use: errors, exit codes, data model, rates, findings, policy, output
-SHARED = {"errors", "exitcodes", "model", "linkrates", "findings", "policy", "tomlread", "output", "__init__",
+SHARED = {"errors", "userfiles", "exitcodes", "model", "linkrates", "findings", "policy", "tomlread", "output", "__init__",
           "__version__"}
 
 

@@ -20,22 +20,12 @@ FORMATS = ("text", "env", "nccl.conf", "json")
 
 
 def _read(path: str, what: str) -> str:
-    import os
-    import stat
+    from ccdiag.userfiles import UserFileError, read_user_text
 
     try:
-        st = os.stat(path)
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read {what}: {exc.strerror or exc}") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise InputError(f"{path}: not a regular file (expected a {what} file)")
-    if st.st_size > 64 << 20:
-        raise InputError(f"{path}: {st.st_size} bytes is larger than a {what} can be (64 MiB)")
-    try:
-        with open(path, "rb") as fh:
-            return fh.read(64 << 20).decode("utf-8", "replace")
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read {what}: {exc.strerror or exc}") from None
+        return read_user_text(path, what, 64 << 20)
+    except UserFileError as exc:
+        raise InputError(str(exc)) from None
 
 
 def _settings_present(host, env_file: str | None) -> tuple[dict[str, str], str]:

@@ -30,14 +30,12 @@ def _gbyte_s_text(v: float | None) -> str:
 
 
 def _read_text_file(path: str, what: str) -> str:
-    if os.path.isdir(path):
-        raise InputError(f"{path}: is a directory, expected a {what} file")
+    from ccdiag.userfiles import UserFileError, read_user_text
+
     try:
-        with open(path, "rb") as fh:
-            data = fh.read(16 << 20)
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read {what}: {exc.strerror or exc}") from None
-    return data.decode("utf-8", "replace")
+        return read_user_text(path, what, 16 << 20)
+    except UserFileError as exc:
+        raise InputError(str(exc)) from None
 
 
 # -- rendering -----------------------------------------------------------------------------------
