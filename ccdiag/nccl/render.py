@@ -8,8 +8,9 @@ comments: nothing in the file changes a job unless a person uncomments it.
 from __future__ import annotations
 
 import shlex
+from typing import Callable
 
-from ccdiag.nccl.knobs import DEFAULT, EXPERIMENT, INFO, REMOVE, SET, Recommendation
+from ccdiag.nccl.knobs import DEFAULT, EXPERIMENT, INFO, REMOVE, SET, Knob, Recommendation
 
 
 def _comment(text: str, width: int = 96) -> list[str]:
@@ -23,37 +24,34 @@ def _comment(text: str, width: int = 96) -> list[str]:
     return lines
 
 
-def env_file(rec: Recommendation, header: str) -> str:
+def _settings_file(rec: Recommendation, header: str, line: Callable[[Knob], str], *, commented: str,
+                   with_confidence: bool, remove: Callable[[Knob], str] | None, gap: list[str]) -> str:
+    """One settings file in either syntax: settings first, then experiments commented out (``commented``
+    prefixed to ``line``), then removals where the syntax has a way to say them."""
     out = _comment(header) + [""]
     for k in rec.knobs:
         if k.action == SET and k.value is not None:
-            out += _comment(f"{k.name}: {k.reason} [confidence: {k.confidence}]")
-            out.append(f"export {k.name}={shlex.quote(k.value)}")
-            out.append("")
+            note = f" [confidence: {k.confidence}]" if with_confidence else ""
+            out += _comment(f"{k.name}: {k.reason}{note}") + [line(k)] + gap
     for k in rec.knobs:
         if k.action == EXPERIMENT and k.value is not None:
-            out += _comment(f"EXPERIMENT {k.name}: {k.reason}")
-            out.append(f"# export {k.name}={shlex.quote(k.value)}")
-            out.append("")
-        elif k.action == REMOVE:
-            out += _comment(f"REMOVE {k.name}: {k.reason}")
-            out.append(f"unset {k.name}")
-            out.append("")
+            out += _comment(f"EXPERIMENT {k.name}: {k.reason}") + [commented + line(k)] + gap
+        elif k.action == REMOVE and remove is not None:
+            out += _comment(f"REMOVE {k.name}: {k.reason}") + [remove(k)] + gap
     return "\n".join(out).rstrip() + "\n"
+
+
+def env_file(rec: Recommendation, header: str) -> str:
+    """A file to source in a job script: ``export`` lines, ``unset`` for knobs to remove."""
+    return _settings_file(rec, header, lambda k: f"export {k.name}={shlex.quote(k.value or '')}", commented="# ",
+                          with_confidence=True, remove=lambda k: f"unset {k.name}", gap=[""])
 
 
 def nccl_conf(rec: Recommendation, header: str) -> str:
-    """``/etc/nccl.conf``: NAME=value lines NCCL reads at start-up (2.23+ also ``$NCCL_CONF_FILE``)."""
-    out = _comment(header) + [""]
-    for k in rec.knobs:
-        if k.action == SET and k.value is not None:
-            out += _comment(f"{k.name}: {k.reason}")
-            out.append(f"{k.name}={k.value}")
-    for k in rec.knobs:
-        if k.action == EXPERIMENT and k.value is not None:
-            out += _comment(f"EXPERIMENT {k.name}: {k.reason}")
-            out.append(f"#{k.name}={k.value}")
-    return "\n".join(out).rstrip() + "\n"
+    """``/etc/nccl.conf``: NAME=value lines NCCL reads at start-up (2.23+ also ``$NCCL_CONF_FILE``);
+    it has no way to unset a variable, so removals appear only in the text and env outputs."""
+    return _settings_file(rec, header, lambda k: f"{k.name}={k.value}", commented="#",
+                          with_confidence=False, remove=None, gap=[])
 
 
 TITLES = {SET: "set", DEFAULT: "leave to NCCL", EXPERIMENT: "experiment", REMOVE: "remove", INFO: "note"}

@@ -192,6 +192,16 @@ def _pci_info(bdf: str, device_id: int) -> dict:
             "pciSubSystemId": 0, "busId": _nvml_bus_id(bdf)}
 
 
+def _uint_field(fid: int, value: int | None, ret: int | None) -> dict:
+    """One unsigned nvmlFieldValue_t; a field the GPU does not report (``value`` None) answers
+    NOT_SUPPORTED (3) unless the test set its own return code."""
+    v = value or 0
+    if ret is None:
+        ret = 0 if value is not None else 3
+    return {"fieldId": fid, "scopeId": 0, "timestamp": 0, "latencyUsec": 0, "valueType": 1, "nvmlReturn": ret,
+            "value": {"dVal": 0.0, "uiVal": v, "ulVal": v, "ullVal": v, "sllVal": v, "siVal": v, "usVal": v}}
+
+
 class _Model:
     """Answers NVML calls for a list of SynthGpu the way the driver would."""
 
@@ -307,17 +317,9 @@ class _Model:
         ``[fieldId, scopeId]`` as the binding accepts them."""
         fid, scope = (item, 0) if isinstance(item, int) else (item[0], item[1])
         if fid == FI_RECOVERY_ACTION:
-            ret = g.field_returns.get((fid, scope), 0 if g.recovery_action is not None else 3)
-            v = g.recovery_action or 0
-            return {"fieldId": fid, "scopeId": 0, "timestamp": 0, "latencyUsec": 0, "valueType": 1,
-                    "nvmlReturn": ret,
-                    "value": {"dVal": 0.0, "uiVal": v, "ulVal": v, "ullVal": v, "sllVal": v, "siVal": v, "usVal": v}}
+            return _uint_field(fid, g.recovery_action, g.field_returns.get((fid, scope)))
         if fid == FI_MEMORY_TEMP:
-            ret = g.field_returns.get((fid, scope), 0 if g.memory_temperature_c is not None else 3)
-            v = g.memory_temperature_c or 0
-            return {"fieldId": fid, "scopeId": 0, "timestamp": 0, "latencyUsec": 0, "valueType": 1,
-                    "nvmlReturn": ret,
-                    "value": {"dVal": 0.0, "uiVal": v, "ulVal": v, "ullVal": v, "sllVal": v, "siVal": v, "usVal": v}}
+            return _uint_field(fid, g.memory_temperature_c, g.field_returns.get((fid, scope)))
         if fid in (FI_NVLINK_THROUGHPUT_DATA_TX, FI_NVLINK_THROUGHPUT_DATA_RX):
             value = 0
             if not 0 <= scope < g.nvlink_count:
