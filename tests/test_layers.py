@@ -23,9 +23,13 @@ ALLOWED = {
     "nccl": {"probes", "topology"},
     "checks": {"probes", "topology", "host", "nccl"},
     "exporters": {"probes", "topology", "checks", "report", "host", "run", "nccl"},
-    "report": {"probes", "topology", "checks", "nccl", "host"},
-    "run": {"host", "probes", "topology", "checks", "nccl"},
-    "commands": {"host", "probes", "topology", "checks", "report", "exporters", "run", "nccl"},
+    "report": {"probes", "topology", "checks", "nccl", "host", "bench"},
+    "benchparse": set(),
+    "bench": {"host", "probes", "topology", "checks", "nccl", "benchparse"},
+    "run": {"host", "probes", "topology", "checks", "nccl", "bench"},
+    "cluster": {"host", "probes", "topology", "checks", "nccl", "bench", "run", "report"},
+    "commands": {"host", "probes", "topology", "checks", "report", "exporters", "run", "nccl", "bench",
+                 "benchparse", "cluster"},
 }
 #: leaf modules any room may use: errors, exit codes, data model, rates, findings, policy, output
 SHARED = {"errors", "userfiles", "exitcodes", "model", "linkrates", "findings", "policy", "tomlread", "output", "__init__",

@@ -1,0 +1,407 @@
+"""The CuPy engine, run as a child process: ``python -m ccdiag.bench.cuda_worker < request.json``.
+
+Why a child process: a CUDA copy on a wedged GPU never completes, and a thread stuck in the driver
+cannot be stopped; a process group can be killed. The parent (:mod:`.engine`) sends one JSON
+request on stdin and reads JSON lines from stdout as they come (``info``, ``measure``, ``error``,
+``done``), so whatever was measured before a kill is kept.
+
+How it measures, following what nvbandwidth and the CUDA samples do (never their code):
+
+* copies are made by the copy engines (``cudaMemcpyAsync`` / ``cudaMemcpyPeerAsync``) on a
+  non-blocking stream and timed with CUDA events around ``reps`` back-to-back copies, after
+  ``warmup`` untimed rounds; the figure is the median of ``iters`` timed rounds, with every sample
+  kept so the spread shows;
+* host buffers are pinned (``cudaHostAlloc``) by a thread first bound to the CPUs of the NUMA node
+  asked for, so the pages are placed on that node when they are first touched;
+* peer pairs without peer access are still copied (the driver stages them through host memory) and
+  said so; a small copy's latency is the mean over many.
+
+GB/s here is 10^9 bytes per second of payload.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import Any
+
+#: copies per timed round, and untimed rounds before timing
+DEFAULT_REPS = 4
+DEFAULT_WARMUP = 2
+LATENCY_BYTES = 8
+LATENCY_REPS = 200
+
+
+def emit(kind: str, **fields: Any) -> None:
+    sys.stdout.write(json.dumps({"type": kind, **fields}) + "\n")
+    sys.stdout.flush()
+
+
+def parse_cpulist(text: str | None) -> set[int]:
+    """"0-47,96-143" -> {0..47, 96..143} (bounded: at most 65,536 CPUs)."""
+    out: set[int] = set()
+    for part in (text or "").split(","):
+        part = part.strip()
+        if not part:
+            continue
+        lo, _, hi = part.partition("-")
+        try:
+            a, b = int(lo), int(hi or lo)
+        except ValueError:
+            continue
+        if 0 <= a <= b < 65536:
+            out.update(range(a, b + 1))
+    return out
+
+
+class Deadline(Exception):
+    pass
+
+
+class Engine:
+    """One request's measurements, in the order asked."""
+
+    def __init__(self, cp: Any, req: dict):
+        self.cp = cp
+        self.rt = cp.cuda.runtime
+        self.req = req
+        self.size = int(req.get("size_bytes") or (256 << 20))
+        self.iters = max(1, int(req.get("iters") or 5))
+        self.reps = max(1, int(req.get("reps") or DEFAULT_REPS))
+        self.warmup = max(0, int(req.get("warmup") if req.get("warmup") is not None else DEFAULT_WARMUP))
+        self.deadline = time.monotonic() + float(req.get("budget_s") or 60.0)
+        self.numa_cpus = {int(k): parse_cpulist(v) for k, v in (req.get("numa_cpus") or {}).items()}
+        self.allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
+        self.devices = self._map_devices()
+
+    # -- set-up -------------------------------------------------------------------------------
+    def _map_devices(self) -> dict[str, int]:
+        """Topology GPU label -> CUDA device ordinal, matched by PCI address (CUDA numbers devices
+        fastest first unless CUDA_DEVICE_ORDER says otherwise; NVML and the topology by bus)."""
+        count = int(self.rt.getDeviceCount())
+        by_bdf: dict[str, int] = {}
+        names = {}
+        for i in range(count):
+            try:
+                bdf = str(self.cp.cuda.Device(i).pci_bus_id).lower()
+            except Exception:  # noqa: BLE001 - an old CuPy: fall back to bus order
+                bdf = f"#{i}"
+            by_bdf[_short_bdf(bdf)] = i
+            try:
+                names[i] = _name(self.rt.getDeviceProperties(i))
+            except Exception:  # noqa: BLE001
+                names[i] = None
+        out: dict[str, int] = {}
+        for g in self.req.get("gpus") or []:
+            key = _short_bdf(str(g.get("bdf") or "").lower())
+            if key in by_bdf:
+                out[g["label"]] = by_bdf[key]
+            elif g.get("index") is not None and f"#{g['index']}" in by_bdf:
+                out[g["label"]] = by_bdf[f"#{g['index']}"]
+        try:
+            drv, rtv = self.rt.driverGetVersion(), self.rt.runtimeGetVersion()
+        except Exception:  # noqa: BLE001
+            drv = rtv = None
+        emit("info", cuda_devices=count, mapped=out, names={str(k): v for k, v in names.items()},
+             driver_version=drv, runtime_version=rtv, cupy_version=getattr(self.cp, "__version__", None),
+             unmapped=[g["label"] for g in self.req.get("gpus") or [] if g["label"] not in out])
+        return out
+
+    def check_time(self) -> None:
+        if time.monotonic() >= self.deadline:
+            raise Deadline()
+
+    def bind(self, numa: int | None) -> str | None:
+        """Bind this thread to a NUMA node's CPUs; returns why not, or None."""
+        if numa is None:
+            return "NUMA node not known"
+        cpus = self.numa_cpus.get(numa, set()) & self.allowed if self.allowed else self.numa_cpus.get(numa, set())
+        if not cpus:
+            return f"no CPU of NUMA node {numa} is available to this process"
+        try:
+            os.sched_setaffinity(0, cpus)
+        except OSError as exc:
+            return f"cannot bind to NUMA node {numa}: {exc.strerror}"
+        return None
+
+    def unbind(self) -> None:
+        if self.allowed:
+            try:
+                os.sched_setaffinity(0, self.allowed)
+            except OSError:
+                pass
+
+    # -- timing -------------------------------------------------------------------------------
+    def time_rounds(self, ops: list[tuple[int, Any, Any]], nbytes: int) -> list[list[float]]:
+        """Run each (device, stream, op) concurrently: ``warmup`` untimed rounds, then ``iters``
+        timed ones (events made on each stream's own device). Returns, per stream, the GB/s of each
+        timed round."""
+        cp = self.cp
+        for _ in range(self.warmup):
+            for dev, stream, op in ops:
+                with cp.cuda.Device(dev):
+                    op(stream)
+            for _, stream, _ in ops:
+                stream.synchronize()
+            self.check_time()
+        out: list[list[float]] = [[] for _ in ops]
+        for _ in range(self.iters):
+            evs = []
+            for dev, stream, op in ops:
+                with cp.cuda.Device(dev):
+                    start, end = cp.cuda.Event(), cp.cuda.Event()
+                    start.record(stream)
+                    for _ in range(self.reps):
+                        op(stream)
+                    end.record(stream)
+                evs.append((start, end))
+            for k, (start, end) in enumerate(evs):
+                end.synchronize()
+                ms = cp.cuda.get_elapsed_time(start, end)
+                if ms > 0:
+                    out[k].append(nbytes * self.reps / (ms / 1e3) / 1e9)
+            self.check_time()
+        return out
+
+    def latency_us(self, stream: Any, op: Any) -> float | None:
+        cp = self.cp
+        op(stream)
+        stream.synchronize()
+        start, end = cp.cuda.Event(), cp.cuda.Event()
+        start.record(stream)
+        for _ in range(LATENCY_REPS):
+            op(stream)
+        end.record(stream)
+        end.synchronize()
+        ms = cp.cuda.get_elapsed_time(start, end)
+        return ms * 1e3 / LATENCY_REPS if ms > 0 else None
+
+    # -- host <-> device ----------------------------------------------------------------------
+    def host_device(self, gpu: dict, numa: int | None, remote: bool) -> None:
+        label = gpu["label"]
+        dev = self.devices[label]
+        rt, cp = self.rt, self.cp
+        why = self.bind(numa)
+        host = dptr = None
+        src = f"host:numa{numa}" if numa is not None else "host"
+        try:
+            host = rt.hostAlloc(self.size, 0)  # pinned; first touched by this bound thread
+            with cp.cuda.Device(dev):
+                dptr = rt.malloc(self.size)
+                s1 = cp.cuda.Stream(non_blocking=True)
+                s2 = cp.cuda.Stream(non_blocking=True)
+
+                def h2d(s, h=host, d=dptr):
+                    rt.memcpyAsync(d, h, self.size, rt.memcpyHostToDevice, s.ptr)
+
+                def d2h(s, h=host, d=dptr):
+                    rt.memcpyAsync(h, d, self.size, rt.memcpyDeviceToHost, s.ptr)
+
+                note = (f"host memory on NUMA node {numa}, {label}'s remote node" if remote
+                        else f"host memory on {label}'s own NUMA node {numa}") + (f" ({why})" if why else "")
+                tasks = self.req.get("tasks") or []
+                if "h2d" in tasks:
+                    (h2d_s,) = self.time_rounds([(dev, s1, h2d)], self.size)
+                    emit("measure", bench="h2d", src=src, dst=label, op="h2d", direction="uni",
+                         samples_gbyte_s=h2d_s, size_bytes=self.size, note=note, remote=remote, numa=numa)
+                if remote:
+                    return
+                if "d2h" in tasks:
+                    (d2h_s,) = self.time_rounds([(dev, s1, d2h)], self.size)
+                    emit("measure", bench="d2h", src=label, dst=src, op="d2h", direction="uni",
+                         samples_gbyte_s=d2h_s, size_bytes=self.size, note=note, numa=numa)
+                if "h2d" in tasks and "d2h" in tasks and self.req.get("bidir", True):
+                    # a second device buffer so the two directions do not touch the same memory
+                    dptr2 = rt.malloc(self.size)
+                    try:
+                        def d2h2(s, h=host, d=dptr2):
+                            rt.memcpyAsync(h, d, self.size, rt.memcpyDeviceToHost, s.ptr)
+                        a, b = self.time_rounds([(dev, s1, h2d), (dev, s2, d2h2)], self.size)
+                    finally:
+                        rt.free(dptr2)
+                    emit("measure", bench="h2d", src=src, dst=label, op="h2d", direction="bidir",
+                         samples_gbyte_s=a, size_bytes=self.size, note=note + "; while the other direction runs",
+                         numa=numa)
+                    emit("measure", bench="d2h", src=label, dst=src, op="d2h", direction="bidir",
+                         samples_gbyte_s=b, size_bytes=self.size, note=note + "; while the other direction runs",
+                         numa=numa)
+        finally:
+            if dptr is not None:
+                with cp.cuda.Device(dev):
+                    rt.free(dptr)
+            if host is not None:
+                rt.freeHost(host)
+            self.unbind()
+
+    # -- device-local ---------------------------------------------------------------------------
+    def d2d(self, gpu: dict) -> None:
+        label = gpu["label"]
+        rt, cp = self.rt, self.cp
+        with cp.cuda.Device(self.devices[label]):
+            a = rt.malloc(self.size)
+            try:
+                b = rt.malloc(self.size)
+                try:
+                    s = cp.cuda.Stream(non_blocking=True)
+
+                    def op(st, a=a, b=b):
+                        rt.memcpyAsync(b, a, self.size, rt.memcpyDeviceToDevice, st.ptr)
+
+                    (samples,) = self.time_rounds([(self.devices[label], s, op)], self.size)
+                finally:
+                    rt.free(b)
+            finally:
+                rt.free(a)
+        emit("measure", bench="d2d", src=label, dst=label, op="copy", direction="uni", samples_gbyte_s=samples,
+             size_bytes=self.size, note="device-local copy (bytes copied per second; memory reads and writes both)")
+
+    # -- peer to peer -------------------------------------------------------------------------
+    def peer_access(self, a: int, b: int) -> bool:
+        rt, cp = self.rt, self.cp
+        if not int(rt.deviceCanAccessPeer(a, b)):
+            return False
+        with cp.cuda.Device(a):
+            try:
+                rt.deviceEnablePeerAccess(b)
+            except Exception as exc:  # noqa: BLE001 - already enabled is fine
+                if "AlreadyEnabled" not in str(exc) and "already" not in str(exc).lower():
+                    raise
+        return True
+
+    def p2p(self, ga: dict, gb: dict, modes: list[str]) -> None:
+        la, lb = ga["label"], gb["label"]
+        a, b = self.devices[la], self.devices[lb]
+        rt, cp = self.rt, self.cp
+        peer = self.peer_access(a, b) and self.peer_access(b, a)
+        note = None if peer else "staged through host memory: the pair has no peer access"
+        with cp.cuda.Device(a):
+            pa = rt.malloc(self.size)
+            sa = cp.cuda.Stream(non_blocking=True)
+        try:
+            with cp.cuda.Device(b):
+                pb = rt.malloc(self.size)
+                sb = cp.cuda.Stream(non_blocking=True)
+            try:
+                def a_to_b(s):
+                    rt.memcpyPeerAsync(pb, b, pa, a, self.size, s.ptr)
+
+                def b_to_a(s):
+                    rt.memcpyPeerAsync(pa, a, pb, b, self.size, s.ptr)
+
+                common = dict(size_bytes=self.size, note=note, peer_access=peer)
+                if "write" in modes:  # the source GPU pushes
+                    (s,) = self.time_rounds([(a, sa, a_to_b)], self.size)
+                    emit("measure", bench="p2p", src=la, dst=lb, op="write", direction="uni",
+                         samples_gbyte_s=s, **common)
+                if "read" in modes:  # the destination GPU pulls
+                    (s,) = self.time_rounds([(b, sb, a_to_b)], self.size)
+                    emit("measure", bench="p2p", src=la, dst=lb, op="read", direction="uni",
+                         samples_gbyte_s=s, **common)
+                if "bidir" in modes and int(ga.get("index") or 0) < int(gb.get("index") or 0):
+                    s1, s2 = self.time_rounds([(a, sa, a_to_b), (b, sb, b_to_a)], self.size)
+                    emit("measure", bench="p2p", src=la, dst=lb, op="write", direction="bidir",
+                         samples_gbyte_s=s1, **common)
+                    emit("measure", bench="p2p", src=lb, dst=la, op="write", direction="bidir",
+                         samples_gbyte_s=s2, **common)
+                if "latency" in modes:
+                    def small(s):
+                        rt.memcpyPeerAsync(pb, b, pa, a, LATENCY_BYTES, s.ptr)
+                    with cp.cuda.Device(a):
+                        lat = self.latency_us(sa, small)
+                    emit("latency", bench="p2p", src=la, dst=lb, latency_us=lat, size_bytes=LATENCY_BYTES,
+                         peer_access=peer)
+            finally:
+                with cp.cuda.Device(b):
+                    rt.free(pb)
+        finally:
+            with cp.cuda.Device(a):
+                rt.free(pa)
+
+    # -- driver ----------------------------------------------------------------------------------
+    def run(self) -> None:
+        gpus = [g for g in self.req.get("gpus") or [] if g["label"] in self.devices]
+        tasks = self.req.get("tasks") or []
+        numas = sorted(self.numa_cpus)
+        done_host = False
+        for task in tasks:
+            if task in ("h2d", "d2h"):
+                if done_host:
+                    continue  # one pass measures both directions and both at once
+                done_host = True
+                for g in gpus:
+                    self._guard(task, "host", g["label"], lambda g=g: self.host_device(g, g.get("numa"), False))
+                    remote = [n for n in numas if n != g.get("numa")]
+                    if "h2d" in tasks and self.req.get("remote", True) and remote and g.get("numa") is not None:
+                        self._guard("h2d", "host", g["label"],
+                                    lambda g=g, r=remote[0]: self.host_device(g, r, True))
+            elif task == "d2d":
+                for g in gpus:
+                    self._guard(task, g["label"], g["label"], lambda g=g: self.d2d(g))
+            elif task == "p2p":
+                modes = self.req.get("p2p_modes") or ["write", "read", "bidir", "latency"]
+                for ga in gpus:
+                    for gb in gpus:
+                        if ga["label"] != gb["label"]:
+                            self._guard(task, ga["label"], gb["label"],
+                                        lambda ga=ga, gb=gb: self.p2p(ga, gb, modes))
+        emit("done")
+
+    def _guard(self, bench: str, src: str, dst: str, fn: Any) -> None:
+        """One measurement's failure (out of memory, peer access refused) is that measurement's
+        error line; the budget running out ends the run."""
+        self.check_time()
+        try:
+            fn()
+        except Deadline:
+            raise
+        except Exception as exc:  # noqa: BLE001 - reported, then the next measurement
+            emit("error", bench=bench, src=src, dst=dst, error=f"{type(exc).__name__}: {exc}"[:500])
+
+
+def _short_bdf(bdf: str) -> str:
+    """"00000000:18:00.0" and "0000:18:00.0" -> "18:00.0" with its domain as a number."""
+    bdf = bdf.strip().lower()
+    parts = bdf.split(":")
+    if len(parts) == 3:
+        try:
+            return f"{int(parts[0], 16):x}:{parts[1]}:{parts[2]}"
+        except ValueError:
+            return bdf
+    return bdf
+
+
+def _name(props: Any) -> str | None:
+    name = props.get("name") if isinstance(props, dict) else None
+    if isinstance(name, bytes):
+        name = name.decode("utf-8", "replace")
+    return name
+
+
+def main() -> int:
+    try:
+        req = json.loads(sys.stdin.read(1 << 20) or "{}")
+    except ValueError as exc:
+        emit("fatal", error=f"bad request: {exc}")
+        return 2
+    try:
+        import cupy
+    except Exception as exc:  # noqa: BLE001 - ImportError, or CUDA libraries that fail to load
+        emit("fatal", error=f"CuPy not available ({type(exc).__name__}: {exc}); install ccdiag[gpu]")
+        return 3
+    try:
+        engine = Engine(cupy, req)
+    except Exception as exc:  # noqa: BLE001 - no driver, no device
+        emit("fatal", error=f"CUDA not usable ({type(exc).__name__}: {exc})")
+        return 3
+    try:
+        engine.run()
+    except Deadline:
+        emit("budget", error="the time budget ran out")
+        return 0
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,336 @@
+"""``ib_write``: RDMA WRITE bandwidth per RDMA port, from GPU memory (GPUDirect) and host memory.
+
+Per active port, a loopback through the port itself (the per-HCA GPUDirect check production fleets
+run): the source buffer in the memory of the GPU nearest to that port, then in host memory for
+comparison. Two engines:
+
+* ``perftest``: runs the installed ``ib_write_bw`` as server and client on the same device
+  (``--use_cuda`` for GPU memory, ``--report_gbits``) and reads the client's table;
+* ``pyverbs``: ccdiag's own RC loopback (:mod:`.rdma_worker`).
+
+Expected: the GPU->NIC PCIe path and the port's rate, the smaller of the two (topology). A GPU
+figure low while the host figure is normal blames the GPU<->NIC path: a ``SYS``/``NODE`` path
+(GPUDirect across the CPU socket halves, linux-rdma/perftest#241) or GPUDirect itself
+(``nvidia_peermem``, ACS, IOMMU). Both low blames the port or its cable.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import time
+from typing import Any
+
+from ccdiag.bench import expected as exp
+from ccdiag.bench.judge import judge
+from ccdiag.bench.registry import Benchmark, BenchContext, module_missing, register
+from ccdiag.bench.result import ERROR, PARTIAL, RAN, TIMEOUT, BenchResult, Measurement
+from ccdiag.findings import FAIL, PASS, UNKNOWN, WARN, Component, Evidence, Finding
+
+#: message size of the bandwidth test: large enough that per-message costs vanish (the production
+#: GPUDirect check uses 8 MiB messages)
+SIZE_BYTES = 8 << 20
+QUICK_ITERS = 200
+ITERS = 2000
+#: seconds the server gets to start listening before the client connects
+SERVER_START_S = 1.0
+#: output kept from a perftest process
+MAX_OUTPUT_BYTES = 1 << 20
+
+
+def rdma_ports(ctx: BenchContext) -> list[dict]:
+    """Every active RDMA port with its NIC, GPU nearest to it, and the GID index to use (RoCE)."""
+    topo = ctx.topology
+    if topo is None:
+        return []
+    out = []
+    states = topo.nic_states()
+    for nic in topo.nics():
+        st = states.get(nic.label) or {}
+        ports = st.get("ports") or {}
+        for port in nic.ports:
+            pst = ports.get(port) or ports.get(str(port)) or {}
+            if str(pst.get("state") if isinstance(pst, dict) else pst).upper().find("ACTIVE") < 0:
+                continue
+            near = topo.gpus_near_nic(nic.label)
+            out.append({"nic": nic.label, "port": port, "gpu": near[0] if near else None,
+                        "link_layer": nic.link_layer})
+    return out
+
+
+def cuda_ordinal(ctx: BenchContext, gpu: str) -> int | None:
+    """The CUDA ordinal of a GPU when CUDA_DEVICE_ORDER=PCI_BUS_ID (engines are started so)."""
+    gpus = sorted((g for g in ctx.topology.gpus() if g.bdf), key=lambda g: g.bdf)
+    for i, g in enumerate(gpus):
+        if g.label == gpu:
+            return i
+    return None
+
+
+class IbWrite(Benchmark):
+    name = "ib_write"
+    what = "RDMA WRITE loopback per port, from the nearest GPU's memory (GPUDirect) and from host memory"
+    needs = ("live node", "active RDMA port", "ib_write_bw (perftest) or pyverbs")
+    engine = "rdma"
+    budget_s = 60.0
+    quick_budget_s = 6.0
+
+    def engine_choice(self) -> tuple[str | None, str | None]:
+        if shutil.which("ib_write_bw"):
+            return "perftest", None
+        missing = module_missing("pyverbs", "rdma-core's python3-pyverbs")
+        if missing is None:
+            return "pyverbs", None
+        return None, f"neither ib_write_bw (perftest) nor pyverbs is installed ({missing})"
+
+    def applicable(self, ctx: BenchContext) -> str | None:
+        if not ctx.live:
+            return ("a replayed snapshot cannot be measured: run `ccdiag bench ib_write` on the node itself, or "
+                    "judge ib_write_bw outputs with `ccdiag bench import`")
+        if not rdma_ports(ctx):
+            nics = ctx.topology.nics() if ctx.topology is not None else []
+            return "no active RDMA port" + (f" ({len(nics)} RDMA device(s), none ACTIVE)" if nics else
+                                            " (no RDMA device in this node's topology)")
+        engine, why = self.engine_choice()
+        return why
+
+    def run(self, ctx: BenchContext, budget_s: float) -> BenchResult:
+        engine, why = self.engine_choice()
+        res = BenchResult(self.name, RAN, budget_s=budget_s, engine={"name": engine},
+                          params={"size_bytes": ctx.size_bytes or SIZE_BYTES, "iters": ctx.iters})
+        t0 = time.monotonic()
+        end = t0 + budget_s
+        jobs = self.jobs(ctx)
+        if engine == "perftest":
+            for job in jobs:
+                if time.monotonic() >= end:
+                    res.outcome, res.reason = TIMEOUT, f"the budget of {budget_s:.0f} s ran out"
+                    break
+                res.measurements.append(run_perftest(job, ctx, end))
+                ctx.tick(self.name, f"{job['src']}->{job['device']}:{job['port']}")
+        else:
+            from ccdiag.bench.engine import run_worker
+
+            wr = run_worker({"jobs": jobs, "size_bytes": ctx.size_bytes or SIZE_BYTES, "iters": ctx.rounds()},
+                            budget_s, env=_engine_env(ctx), module="ccdiag.bench.rdma_worker")
+            for line in wr.lines:
+                m = Measurement("ib_write", str(line.get("src")), str(line.get("dst")), op="rdma_write",
+                                engine="pyverbs", error=line.get("error"))
+                s = tuple(float(x) for x in line.get("samples_gbyte_s") or () if isinstance(x, (int, float)))
+                m.samples_gbyte_s, m.gbyte_s = s, (statistics.median(s) if s else None)
+                m.extra["buffer"] = line.get("buffer")
+                res.measurements.append(m)
+            if wr.fatal and not wr.lines:
+                res.outcome, res.reason = ERROR, wr.fatal
+            elif wr.timed_out or wr.budget_ran_out:
+                res.outcome, res.reason = TIMEOUT, f"the budget of {budget_s:.0f} s ran out"
+        for m, job in zip(res.measurements, jobs):
+            m.extra.setdefault("buffer", job["buffer"])
+        for m in res.measurements:
+            dev, _, port = m.dst.partition(":")
+            if m.src.startswith("GPU"):
+                m.expected = exp.gpu_nic(ctx.topology, m.src, dev)
+            else:
+                m.expected = exp.host_nic(ctx.topology, dev)
+            if m.error is None:
+                judge(m, ctx.policy)
+            else:
+                m.status = UNKNOWN
+        res.findings = findings(res.measurements, ctx.topology)
+        if res.outcome == RAN and any(m.error for m in res.measurements):
+            res.outcome, res.reason = PARTIAL, f"{sum(1 for m in res.measurements if m.error)} measurement(s) failed"
+        res.duration_s = time.monotonic() - t0
+        return res
+
+    def jobs(self, ctx: BenchContext) -> list[dict]:
+        out = []
+        for p in rdma_ports(ctx):
+            gid = _gid_index(ctx, p["nic"], p["port"]) if (p["link_layer"] or "").lower() == "ethernet" else None
+            base = {"device": p["nic"], "port": p["port"], "gid_index": gid}
+            if p["gpu"] is not None:
+                level = ctx.topology.level(p["gpu"], p["nic"])
+                out.append({**base, "src": p["gpu"], "buffer": "gpu", "cuda_device": cuda_ordinal(ctx, p["gpu"]),
+                            "note": f"buffer in {p['gpu']} memory ({level} from {p['nic']})"})
+            out.append({**base, "src": "host", "buffer": "host", "cuda_device": None, "note": "buffer in host memory"})
+        return out
+
+
+def _gid_index(ctx: BenchContext, nic: str, port: int) -> int | None:
+    """The RoCEv2 GID index the infiniband probe saw for this port (what NCCL would pick)."""
+    ib = ctx.runs.get("infiniband") if ctx.runs else None
+    data = getattr(ib, "data", None)
+    for dev in getattr(data, "devices", ()) or ():
+        if getattr(dev, "name", None) != nic:
+            continue
+        for p in getattr(dev, "ports", ()) or ():
+            if getattr(p, "port", None) == port:
+                for g in getattr(p, "gids", ()) or ():
+                    if "v2" in str(getattr(g, "type", "")).lower() and getattr(g, "index", None) is not None:
+                        return int(g.index)
+    return None
+
+
+def _engine_env(ctx: BenchContext) -> dict:
+    env = dict(ctx.env if ctx.env is not None else os.environ)
+    env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+    return env
+
+
+def _free_tcp_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def perftest_argv(job: dict, ctx: BenchContext, tcp_port: int) -> list[str]:
+    argv = ["ib_write_bw", "-d", job["device"], "-i", str(job["port"]), "-s", str(ctx.size_bytes or SIZE_BYTES),
+            "-n", str(ctx.iters or (QUICK_ITERS if ctx.quick else ITERS)), "-F", "--report_gbits",
+            "-p", str(tcp_port)]
+    if job.get("gid_index") is not None:
+        argv += ["-x", str(job["gid_index"])]
+    if job.get("cuda_device") is not None:
+        argv.append(f"--use_cuda={job['cuda_device']}")
+    return argv
+
+
+def _spawn(argv: list[str], env: dict) -> subprocess.Popen:
+    return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True, env=env)
+
+
+def _finish(proc: subprocess.Popen, timeout: float) -> tuple[str, bool]:
+    """(output, timed out): waits at most ``timeout``, then kills the process group."""
+    try:
+        out, _ = proc.communicate(timeout=max(0.05, timeout))
+        return out[:MAX_OUTPUT_BYTES].decode("utf-8", "replace"), False
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            out, _ = proc.communicate(timeout=1.0)
+        except subprocess.TimeoutExpired:
+            out = b""
+        return (out or b"")[:MAX_OUTPUT_BYTES].decode("utf-8", "replace"), True
+
+
+def run_perftest(job: dict, ctx: BenchContext, end: float) -> Measurement:
+    """One loopback: ``ib_write_bw`` server and client on the same port, bounded by ``end``."""
+    m = Measurement("ib_write", job["src"], f"{job['device']}:{job['port']}", op="rdma_write", engine="perftest",
+                    size_bytes=ctx.size_bytes or SIZE_BYTES, note=job.get("note"))
+    env = _engine_env(ctx)
+    port = _free_tcp_port()
+    argv = perftest_argv(job, ctx, port)
+    try:
+        server = _spawn(argv, env)
+    except OSError as exc:
+        m.error = f"cannot start ib_write_bw: {exc.strerror or exc}"
+        return m
+    time.sleep(min(SERVER_START_S, max(0.0, end - time.monotonic())))
+    try:
+        client = _spawn(argv + ["127.0.0.1"], env)
+    except OSError as exc:
+        _finish(server, 0)
+        m.error = f"cannot start ib_write_bw: {exc.strerror or exc}"
+        return m
+    out, late = _finish(client, end - time.monotonic())
+    srv_out, _ = _finish(server, min(2.0, max(0.05, end - time.monotonic())))
+    m.extra["argv"] = " ".join(argv + ["127.0.0.1"])
+    if late:
+        m.error = "ib_write_bw did not finish within the budget"
+        return m
+    return read_perftest_output(m, out, client.returncode, srv_out)
+
+
+def read_perftest_output(m: Measurement, out: str, returncode: int | None, server_out: str = "") -> Measurement:
+    """Fill ``m`` from a client's output: its bandwidth, or the error perftest printed."""
+    from ccdiag.benchparse.errors import BenchParseError
+    from ccdiag.benchparse.perftest import parse_perftest
+
+    try:
+        parsed = parse_perftest(out)
+    except BenchParseError as exc:
+        tail = _error_lines(out) or _error_lines(server_out) or str(exc)
+        m.error = f"ib_write_bw (exit {returncode}): {tail}"
+        return m
+    rows = [r for r in parsed.bw_rows if r.bw_average_gbyte_s is not None]
+    if not rows:
+        m.error = f"ib_write_bw printed no bandwidth row (exit {returncode}): {_error_lines(out)}"
+        return m
+    row = max(rows, key=lambda r: r.size_bytes or 0)
+    m.gbyte_s = row.bw_average_gbyte_s
+    m.samples_gbyte_s = tuple(x for x in (row.bw_average_gbyte_s, row.bw_peak_gbyte_s) if x)
+    m.size_bytes = row.size_bytes
+    return m
+
+
+def _error_lines(text: str) -> str:
+    keys = ("error", "fail", "couldn't", "unable", "not supported", "no device", "invalid")
+    lines = [l.strip() for l in text.splitlines() if any(k in l.lower() for k in keys)]
+    return "; ".join(lines[:3])[:400]
+
+
+def findings(ms: list[Measurement], topology: Any) -> list[Finding]:
+    """GPU figure against host figure per port: which side of the port is at fault."""
+    out: list[Finding] = []
+    by_port: dict[str, dict[str, Measurement]] = {}
+    for m in ms:
+        by_port.setdefault(m.dst, {})["gpu" if m.src.startswith("GPU") else "host"] = m
+    for port, pair in sorted(by_port.items()):
+        dev, _, num = port.partition(":")
+        comp = Component("ib_port", f"{dev} port {num}", device=dev, port=int(num) if num.isdigit() else None)
+        g, h = pair.get("gpu"), pair.get("host")
+        for m in (g, h):
+            if m is not None and m.error:
+                out.append(Finding("bench.ib_write.error", UNKNOWN, comp, f"{m.src}->{port}: could not measure: {m.error}",
+                                   remedy="Check `ibv_devinfo -d " + dev + "`, that the port is ACTIVE, and for GPU "
+                                          "buffers that nvidia_peermem is loaded (`lsmod | grep peermem`)."))
+        judged = [m for m in (g, h) if m is not None and m.status in (PASS, WARN, FAIL)]
+        if not judged:
+            continue
+        ev = tuple(Evidence(f"RDMA write from {m.src} ({m.engine})", f"{m.gbyte_s * 8:.1f} Gb/s = {m.ratio:.0%} of "
+                            f"{m.expected.gbyte_s * 8:.0f} Gb/s", m.extra.get("argv") or m.engine) for m in judged)
+        bad = [m for m in judged if m.status != PASS]
+        if not bad:
+            out.append(Finding("bench.ib_write", PASS, comp, f"{port}: RDMA write at line rate "
+                               f"({', '.join(f'{m.src} {m.ratio:.0%}' for m in judged)})", evidence=ev,
+                               expected=judged[0].typical, expected_source=judged[0].threshold_source))
+            continue
+        status = FAIL if any(m.status == FAIL for m in bad) else WARN
+        if g in bad and (h is None or h.status == PASS):
+            level = g.expected.level if g.expected else None
+            if level in ("SYS", "NODE", "PHB"):
+                summary = (f"{g.src}->{port} GPUDirect write {g.gbyte_s * 8:.0f} Gb/s = {g.ratio:.0%} of line rate "
+                           f"while host memory reaches {h.ratio:.0%}" if h else f"{g.src}->{port} {g.ratio:.0%}") + \
+                          f": the GPU<->NIC path is {level} (crosses {'the CPU socket' if level == 'SYS' else 'the host bridge'})"
+                remedy = (f"Use a GPU on {dev}'s own PCIe switch for this rail (NCCL does with the right NCCL_IB_HCA "
+                          f"order; see `ccdiag nccl`), or move the NIC/GPU to share a switch.")
+                cname = Component("gpu_pair", f"{g.src}-{dev}", gpu=int(g.src[3:]) if g.src[3:].isdigit() else None,
+                                  device=dev, peer=dev)
+            else:
+                summary = (f"{g.src}->{port} GPUDirect write {g.gbyte_s * 8:.0f} Gb/s = {g.ratio:.0%} of line rate "
+                           f"on a {level} path while host memory reaches "
+                           f"{h.ratio:.0%}" if h else f"{g.src}->{port} GPUDirect write {g.ratio:.0%} of line rate")
+                remedy = ("GPUDirect RDMA is not running at full rate: load nvidia_peermem (or use dma-buf), disable "
+                          "ACS on the switch ports between GPU and NIC, and check the IOMMU setting (passthrough).")
+                cname = comp
+            out.append(Finding("bench.ib_write.gpudirect", status, cname, summary, evidence=ev,
+                               expected=f"{g.expected.gbyte_s * 8:.0f} Gb/s ({g.expected.bottleneck})",
+                               expected_source=g.expected.source, remedy=remedy))
+        else:
+            worst = min(bad, key=lambda m: m.ratio or 0)
+            out.append(Finding("bench.ib_write.port", status, comp,
+                               f"{port}: RDMA write {worst.gbyte_s * 8:.0f} Gb/s = {worst.ratio:.0%} of "
+                               f"{worst.expected.gbyte_s * 8:.0f} Gb/s from {'every buffer' if len(bad) > 1 else worst.src}",
+                               evidence=ev, expected=worst.typical, expected_source=worst.threshold_source,
+                               remedy=(f"The port itself is slow: check `ibstat {dev}` (rate, width), the cable and "
+                                       f"transceiver (`mlxlink -d {dev} -m`), and the switch port's counters.")))
+    return out
+
+
+register(IbWrite())

@@ -1,0 +1,106 @@
+"""How close to a path's expected bandwidth a healthy node comes, by kind of path.
+
+A measurement is judged as a *fraction of the bottleneck link's capability*. Good tools never reach
+100 %: protocol headers, DMA descriptor overheads and copy-engine limits take their share, and the
+share differs by kind of link. Each default below is the lower end of what good tools reach on
+healthy hardware (``typical``), a warning threshold at or below the loosest pass threshold that
+production fleets use, and a failure threshold at the fraction that a link trained at half its width
+or a path across the CPU socket gives. Figures and sources (public, as cited):
+
+* PCIe host<->device copies, pinned, copy engine: 79-88 % (nvbandwidth issue #11: A100 Gen4 25-26 of
+  31.5 GB/s; H200 Gen5 55.4 of 63 GB/s in stas00/ml-engineering network/README). Production pass
+  thresholds 67-76 % (Azure HPC health checks: 21 GB/s of 31.5 on NDv4, 48 of 63 on NDv5).
+* PCIe bidirectional host->device: per direction can drop to 40-50 %, platform dependent
+  (nvbandwidth issues #11 and #53).
+* NVLink peer copies (copy engine): 83-88 % one way and both ways (NVIDIA/nccl#1264: 371-377 of
+  450 GB/s on H100; stas00: 396 of 450 on H200). Production pass 74 % (Azure NDv5: 335 GB/s).
+* GPUDirect RDMA write, large messages: 90-95 % (Azure health checks: 380 Gb/s of 400 on NDR,
+  180-185 of 200 on HDR).
+* NCCL ring bus bandwidth against the bottleneck link: 77-82 % (nccl-tests issues #149 and #212:
+  A100 230 of 300, H100 ~370 of 450).
+* NVLS (NVLink SHARP), CollNet and tree bus bandwidths are *not* judged against a link rate: with
+  in-network reduction the busbw formula no longer describes bytes on a wire and can exceed the
+  link's unidirectional rate (nccl-tests issues #153 and #212; NVIDIA/nccl#1374: 215 GB/s busbw on
+  a 200 GB/s H800).
+
+Every default can be overridden in the policy file (``bench_<kind>_warn_fraction`` /
+``bench_<kind>_fail_fraction``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ccdiag.findings import FAIL, PASS, UNKNOWN, WARN
+
+
+@dataclass(frozen=True)
+class Fractions:
+    """Thresholds of one kind of path, as fractions of the bottleneck link's capability."""
+
+    kind: str
+    typical_low: float
+    typical_high: float
+    warn_below: float
+    fail_below: float
+    source: str
+
+    def status(self, ratio: float | None) -> str:
+        if ratio is None:
+            return UNKNOWN
+        if ratio < self.fail_below:
+            return FAIL
+        if ratio < self.warn_below:
+            return WARN
+        return PASS
+
+    def typical_desc(self) -> str:
+        return f"{self.typical_low:.0%}-{self.typical_high:.0%}"
+
+
+#: kind -> defaults. Kinds: ``pcie`` (host<->device and PCIe peer copies, one way), ``pcie_bidir``
+#: (each direction of a bidirectional host<->device copy), ``nvlink`` (NVLink peer copies),
+#: ``rdma`` (RDMA write over one port), ``busbw`` (NCCL/MPI ring allreduce bus bandwidth).
+DEFAULTS: dict[str, Fractions] = {
+    "pcie": Fractions("pcie", 0.79, 0.88, 0.67, 0.50,
+                      "nvbandwidth#11 and stas00/ml-engineering (typical); Azure HPC health checks NDv4/NDv5 (pass)"),
+    "pcie_bidir": Fractions("pcie_bidir", 0.40, 0.88, 0.35, 0.20,
+                            "nvbandwidth#11, #53: bidirectional host copies are platform dependent"),
+    "nvlink": Fractions("nvlink", 0.83, 0.88, 0.74, 0.50,
+                        "NVIDIA/nccl#1264 and stas00/ml-engineering (typical); Azure NDv5 335 GB/s (pass)"),
+    "rdma": Fractions("rdma", 0.90, 0.95, 0.90, 0.75,
+                      "Azure HPC health checks, ib_write_bw GPUDirect loopback (380/400 NDR, 180/200 HDR)"),
+    "busbw": Fractions("busbw", 0.77, 0.82, 0.70, 0.50,
+                       "nccl-tests#149 (A100 230/300), #212 (H100 ~370/450), ring algorithm only"),
+}
+
+#: the kinds whose thresholds a policy file may override
+POLICY_KINDS = tuple(DEFAULTS)
+
+
+def policy_key(kind: str, which: str) -> str:
+    """The policy file key of one threshold: ``bench_nvlink_warn_fraction``."""
+    return f"bench_{kind}_{which}_fraction"
+
+
+def fractions(kind: str, policy: Any = None) -> Fractions:
+    """The thresholds of ``kind``, with the policy's overrides applied (and named in the source)."""
+    base = DEFAULTS[kind]
+    if policy is None:
+        return base
+    warn = getattr(policy, policy_key(kind, "warn"), None)
+    fail = getattr(policy, policy_key(kind, "fail"), None)
+    if warn is None and fail is None:
+        return base
+    src = f"policy {getattr(policy, 'source', None) or '<policy>'}"
+    return Fractions(kind, base.typical_low, base.typical_high,
+                     base.warn_below if warn is None else float(warn),
+                     base.fail_below if fail is None else float(fail), src)
+
+
+#: within one node, GPUs of one model should copy device-local memory at the same rate: a GPU
+#: below this fraction of its peers' median warns, below the second fails (HBM is not a link in the
+#: topology, so the expectation comes from the node's other GPUs)
+PEER_WARN_BELOW = 0.85
+PEER_FAIL_BELOW = 0.70
