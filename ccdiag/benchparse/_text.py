@@ -11,7 +11,7 @@ import json
 import math
 import re
 
-from ccdiag.benchparse.errors import MAX_BYTES, MAX_LINE, BenchParseError
+from ccdiag.benchparse.errors import MAX_BYTES, MAX_LINE, BenchParseError, clip
 
 #: lines a ccdiag fixture carries in front of a captured output (source, hardware, notes)
 FIXTURE_PREFIX = "#ccdiag-"

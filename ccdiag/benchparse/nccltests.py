@@ -44,6 +44,7 @@ _AVG = re.compile(r"^#\s*Avg bus bandwidth\s*: (\S{1,60})(?:\s+(OK|FAILED))?\s*$
 _OOB = re.compile(r"^#\s*Out of bounds values\s*: ([0-9]{1,12}) (OK|FAILED)\s*$")
 _PERF_NAME = re.compile(r"\b([a-z][a-z0-9_]{1,60}_perf)(?:_mpi)?\b")
 _RANKS_NODES = re.compile(r"\bnRanks ([0-9]{1,9}) nNodes ([0-9]{1,9})\b")
+_DIGITS = re.compile(r"[0-9]+")  # a table row starts with two numbers (size, count); log lines do not
 _TIME_COLS = ("time", "cputime")
 _GROUP = ("time", "algbw", "busbw", "#wrong")
 _ITER = ("i_min", "i_max", "i_p99", "i_cv%")
@@ -299,8 +300,8 @@ def parse_nccl_tests(text: str) -> NcclTestsResult:
                 version = version or m.group(1)
             continue
         toks = s.split()
-        if (cur is not None and cur.layout is not None and len(toks) >= 3 and _text.is_int_token(toks[0])
-                and _text.is_int_token(toks[1])):
+        if (cur is not None and cur.layout is not None and len(toks) >= 3 and _DIGITS.fullmatch(toks[0])
+                and _DIGITS.fullmatch(toks[1])):
             if total_rows >= MAX_ROWS:
                 raise BenchParseError(f"more than MAX_ROWS={MAX_ROWS} table rows", n, line, limit="MAX_ROWS")
             cur.rows.append(cur.layout.parse(toks, n, line))
