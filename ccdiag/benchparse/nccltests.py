@@ -1,0 +1,441 @@
+"""nccl-tests output (``all_reduce_perf`` and every other collective; text, or the ``-J`` JSON) read
+into typed rows.
+
+Why: nccl-tests is how a cluster's interconnect is accepted, and its table is what users bring when
+"the busbw looks low". ccdiag reads it as they have it: an mpirun/Slurm log with the command line in
+front, NCCL_DEBUG=INFO lines and other programs' warnings interleaved with the table (ranks print
+while rank 0 prints rows), several tests concatenated.
+
+Text format (``NVIDIA/nccl-tests`` ``src/util.cu``; seen in ``tests/fixtures/corpus/nccl-tests``):
+optional ``# nccl-tests version ...`` and ``# Collective test starting: <name>``; ``# nThread N nGpus
+N minBytes N maxBytes N step: N(factor|bytes) warmup iters: N iters: N agg iters: N validation: N
+graph: N``; ``#  Rank  0 Group  0 Pid 305376 on HOST device  0 [0x0f] NAME`` (newer: ``[0000:0f:00]``);
+``NCCL version 2.27.5+cuda12.8``; the header ``#  size count type redop root time algbw busbw #wrong
+time algbw busbw #wrong`` (per-iteration runs add ``i_min i_max i_p99 i_cv%`` after each ``#wrong``,
+``-S`` a timestamp; old versions lack ``root`` and print ``error``); rows; ``# Out of bounds values :
+0 OK``, ``# Avg bus bandwidth : 476.572 [OK|FAILED]``, ``# Collective test concluded: <name>``.
+``#wrong`` is ``N/A`` where the test does not check (alltoall in-place). The time column is in us,
+algbw/busbw in GB/s (10^9 bytes/s: ``doc/PERFORMANCE.md``, algbw = S / t).
+
+JSON (``-J file.json``, ``src/util.cu``, file version 3): ``{"version", "args": [argv...], "nccl_version":
+22705, "config": {"nthreads", "ngpus", "minimum_bytes", ..., "devices": [{"rank", "group", "pid",
+"hostname", "device", "device_hex", "device_info"}]}, "results": [{"size", "count", "type", "redop",
+"root": "    -1", "out_of_place": {"time", "alg_bw", "bus_bw", "nwrong"} | null, "in_place": {...}}],
+"out_of_bounds": {"count", "okay"}, "average_bus_bandwidth": {"bandwidth", "okay"}}``; a NaN is
+written as the string ``"nan"``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from ccdiag.benchparse import _text
+from ccdiag.benchparse.errors import MAX_LABELS, MAX_ROWS, BenchParseError, clip
+
+_STARTING = re.compile(r"^#\s*Collective test starting: (\S{1,200})")
+_CONCLUDED = re.compile(r"^#\s*Collective test concluded: (\S{1,200})")
+_NTHREAD = re.compile(r"^#\s*nThread ([0-9]{1,9}) nGpus ([0-9]{1,9}) minBytes ([0-9]{1,20}) maxBytes ([0-9]{1,20})")
+_RANK = re.compile(r"^#\s*Rank +([0-9]{1,9}) Group +([0-9]{1,9}) Pid +([0-9]{1,12}) on +(\S{1,300}) device +([0-9]{1,5}) "
+                   r"\[([0-9a-fA-Fx:]{1,20})\] (.{0,300}?)\s*$")
+_VERSION = re.compile(r"NCCL version ([0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,4}\S{0,60})")
+_TESTS_VERSION = re.compile(r"^#\s*nccl-tests version (\S{1,60})")
+_AVG = re.compile(r"^#\s*Avg bus bandwidth\s*: (\S{1,60})(?:\s+(OK|FAILED))?\s*$")
+_OOB = re.compile(r"^#\s*Out of bounds values\s*: ([0-9]{1,12}) (OK|FAILED)\s*$")
+_PERF_NAME = re.compile(r"\b([a-z][a-z0-9_]{1,60}_perf)(?:_mpi)?\b")
+_RANKS_NODES = re.compile(r"\bnRanks ([0-9]{1,9}) nNodes ([0-9]{1,9})\b")
+_DIGITS = re.compile(r"[0-9]+")  # a table row starts with two numbers (size, count); log lines do not
+_TIME_COLS = ("time", "cputime")
+_GROUP = ("time", "algbw", "busbw", "#wrong")
+_ITER = ("i_min", "i_max", "i_p99", "i_cv%")
+
+
+@dataclass(frozen=True)
+class NcclTestsDevice:
+    rank: int
+    group: int
+    pid: int
+    host: str
+    device: int
+    bus_id: str  # as printed: "0x0f" (older) or "0000:0f:00"
+    name: str
+
+
+@dataclass(frozen=True)
+class NcclTestsMeasure:
+    """One side (out-of-place or in-place) of a row. ``wrong`` is None where the tool printed N/A."""
+
+    time_us: float
+    algbw_gbyte_s: float
+    busbw_gbyte_s: float
+    wrong: int | None
+    iter_min_us: float | None = None
+    iter_max_us: float | None = None
+    iter_p99_us: float | None = None
+    iter_cv_pct: float | None = None
+
+
+@dataclass(frozen=True)
+class NcclTestsRow:
+    size_bytes: int
+    count_elements: int
+    type: str
+    redop: str
+    root: int | None  # -1 (no root) as printed; None where the header has no root column
+    out_of_place: NcclTestsMeasure | None
+    in_place: NcclTestsMeasure | None
+    line_no: int | None = None
+
+    @property
+    def wrong(self) -> bool:
+        """True when either side reported wrong elements (#wrong > 0)."""
+        return any(m is not None and m.wrong is not None and m.wrong > 0 for m in (self.out_of_place, self.in_place))
+
+
+@dataclass(frozen=True)
+class NcclTestsRun:
+    collective: str | None  # "all_reduce_perf", ... when the output names it
+    rows: tuple[NcclTestsRow, ...] = ()
+    devices: tuple[NcclTestsDevice, ...] = ()
+    nccl_version: str | None = None
+    nthreads: int | None = None
+    ngpus: int | None = None
+    min_bytes: int | None = None
+    max_bytes: int | None = None
+    avg_bus_bandwidth_gbyte_s: float | None = None
+    avg_bus_bandwidth_ok: bool | None = None  # None: unchecked
+    out_of_bounds: int | None = None
+    n_ranks: int | None = None
+    n_nodes: int | None = None
+    complete: bool = False  # the '# Avg bus bandwidth' line was read
+
+    @property
+    def wrong_rows(self) -> tuple[NcclTestsRow, ...]:
+        return tuple(r for r in self.rows if r.wrong)
+
+    def row(self, size_bytes: int) -> NcclTestsRow | None:
+        for r in self.rows:
+            if r.size_bytes == size_bytes:
+                return r
+        return None
+
+
+@dataclass(frozen=True)
+class NcclTestsResult:
+    format: str  # "text" | "json"
+    runs: tuple[NcclTestsRun, ...] = field(default_factory=tuple)
+    nccl_tests_version: str | None = None
+
+    @property
+    def run(self) -> NcclTestsRun:
+        """The first (usually only) run."""
+        return self.runs[0]
+
+    @property
+    def wrong_rows(self) -> tuple[NcclTestsRow, ...]:
+        return tuple(r for run in self.runs for r in run.wrong_rows)
+
+
+def _nccl_version_from_code(code: int) -> str:
+    if code >= 10000:  # 2.9 and later: major*10000 + minor*100 + patch
+        return f"{code // 10000}.{code % 10000 // 100}.{code % 100}"
+    return f"{code // 1000}.{code % 1000 // 100}.{code % 100}"
+
+
+class _Layout:
+    """Where each value sits in a row, read from the header line."""
+
+    def __init__(self, cols: list[str], n: int, line: str):
+        try:
+            t = next(i for i, c in enumerate(cols) if c in _TIME_COLS)
+        except StopIteration:
+            raise BenchParseError("table header without a time column", n, line) from None
+        self.pre = cols[:t]
+        if self.pre[:4] != ["size", "count", "type", "redop"] or len(self.pre) not in (4, 5):
+            raise BenchParseError("table header does not start 'size count type redop [root]'", n, line)
+        self.has_root = len(self.pre) == 5
+        rest = cols[t:]
+        self.timestamp = bool(rest) and rest[-1] == "timestamp"
+        if self.timestamp:
+            rest = rest[:-1]
+        self.group = 8 if _ITER[0] in rest else 4
+        if len(rest) != 2 * self.group:
+            raise BenchParseError(f"table header has {len(rest)} measure columns, expected {2 * self.group}", n, line)
+        for k, c in enumerate(rest):
+            want = (_GROUP + _ITER)[k % self.group]
+            ok = c == want or (k % self.group == 0 and c in _TIME_COLS) or (want == "#wrong" and c == "error")
+            if not ok:
+                raise BenchParseError(f"unexpected table header column {clip(c, 20)!r}", n, line)
+
+    def parse(self, toks: list[str], n: int, line: str) -> NcclTestsRow:
+        npre, g = len(self.pre), self.group
+        full = npre + 2 * g
+        extra = 2 if self.timestamp and len(toks) in (full + 2, npre + g + 2) else 0
+        body = toks[npre:len(toks) - extra]
+        if len(body) == 2 * g:
+            oop, inp = body[:g], body[g:]
+        elif len(body) == g:  # out-of-place printed blank (trace replay): in-place only
+            oop, inp = None, body
+        else:
+            raise BenchParseError(f"table row has {len(toks)} fields, expected {full}", n, line)
+        return NcclTestsRow(
+            size_bytes=_text.to_int(toks[0], "size", n, line),
+            count_elements=_text.to_int(toks[1], "count", n, line),
+            type=toks[2], redop=toks[3],
+            root=_text.to_int(toks[4], "root", n, line) if self.has_root else None,
+            out_of_place=None if oop is None else _measure(oop, n, line),
+            in_place=_measure(inp, n, line), line_no=n)
+
+
+def _wrong(token: str, n: int, line: str) -> int | None:
+    if token == "N/A":
+        return None
+    value = _text.to_float(token, "#wrong", n, line)  # printed with %g: "1e+06" is possible
+    if value < 0:
+        raise BenchParseError("#wrong is negative", n, line)
+    return int(value)
+
+
+def _measure(t: list[str], n: int, line: str) -> NcclTestsMeasure:
+    f = _text.to_float
+    it = [f(x, "per-iteration value", n, line) for x in t[4:8]] if len(t) == 8 else [None] * 4
+    return NcclTestsMeasure(f(t[0], "time", n, line), f(t[1], "algbw", n, line), f(t[2], "busbw", n, line),
+                            _wrong(t[3], n, line), *it)
+
+
+class _RunBuilder:
+    def __init__(self, collective: str | None):
+        self.collective = collective
+        self.rows: list[NcclTestsRow] = []
+        self.devices: list[NcclTestsDevice] = []
+        self.info: dict[str, object] = {}
+        self.layout: _Layout | None = None
+        self.started = False
+
+    def build(self) -> NcclTestsRun:
+        hosts = {d.host for d in self.devices}
+        ranks = {d.rank for d in self.devices}
+        info = dict(self.info)
+        if self.devices:
+            info.setdefault("n_ranks", len(ranks))
+            info.setdefault("n_nodes", len(hosts))
+        return NcclTestsRun(collective=self.collective, rows=tuple(self.rows), devices=tuple(self.devices), **info)
+
+
+def parse_nccl_tests(text: str) -> NcclTestsResult:
+    """nccl-tests text or ``-J`` JSON output; refuses (:class:`BenchParseError`) anything else, and any
+    table row it cannot read exactly (naming the line)."""
+    numbered = _text.lines(text)
+    if _text.looks_like_json(numbered):
+        return _parse_json(text, numbered)
+    runs: list[NcclTestsRun] = []
+    cur: _RunBuilder | None = None
+    last_name: str | None = None
+    tests_version = None
+    version: str | None = None
+    ranks_nodes: tuple[int, int] | None = None
+    total_rows = 0
+
+    def new_run() -> _RunBuilder:
+        nonlocal cur
+        if cur is not None and (cur.rows or cur.layout is not None):
+            runs.append(cur.build())
+            cur = None
+        if cur is None:
+            cur = _RunBuilder(last_name)
+        return cur
+
+    for n, line in numbered:
+        s = line.strip()
+        if not s:
+            continue
+        if s.startswith("#"):
+            m = _STARTING.match(s)
+            if m:
+                last_name = m.group(1)
+                run = new_run()
+                run.collective = run.collective or last_name
+                run.started = True
+                continue
+            m = _NTHREAD.match(s)
+            if m:
+                run = cur if cur is not None and cur.started and not cur.rows and cur.layout is None else new_run()
+                run.started = False
+                run.info.update(nthreads=int(m.group(1)), ngpus=int(m.group(2)), min_bytes=int(m.group(3)),
+                                max_bytes=int(m.group(4)))
+                continue
+            m = _RANK.match(s)
+            if m:
+                run = cur or new_run()
+                if len(run.devices) >= MAX_LABELS * 16:
+                    raise BenchParseError("too many '# Rank' lines", n, line, limit="MAX_LABELS")
+                run.devices.append(NcclTestsDevice(int(m.group(1)), int(m.group(2)), int(m.group(3)), m.group(4),
+                                                   int(m.group(5)), m.group(6), m.group(7)))
+                continue
+            toks = s[1:].split()
+            if toks[:2] == ["size", "count"]:
+                run = cur if cur is not None and not cur.rows else new_run()
+                run.layout = _Layout(toks, n, line)
+                if version and "nccl_version" not in run.info:
+                    run.info["nccl_version"] = version
+                continue
+            m = _AVG.match(s)
+            if m and cur is not None:
+                cur.info["avg_bus_bandwidth_gbyte_s"] = _text.to_float(m.group(1), "Avg bus bandwidth", n, line)
+                cur.info["avg_bus_bandwidth_ok"] = None if m.group(2) is None else m.group(2) == "OK"
+                cur.info["complete"] = True
+                continue
+            m = _OOB.match(s)
+            if m and cur is not None:
+                cur.info["out_of_bounds"] = int(m.group(1))
+                continue
+            m = _TESTS_VERSION.match(s)
+            if m:
+                tests_version = m.group(1)
+                continue
+            if _CONCLUDED.match(s):
+                continue
+            m = _VERSION.search(s)
+            if m:
+                version = version or m.group(1)
+            continue
+        toks = s.split()
+        if (cur is not None and cur.layout is not None and len(toks) >= 3 and _DIGITS.fullmatch(toks[0])
+                and _DIGITS.fullmatch(toks[1])):
+            if total_rows >= MAX_ROWS:
+                raise BenchParseError(f"more than MAX_ROWS={MAX_ROWS} table rows", n, line, limit="MAX_ROWS")
+            cur.rows.append(cur.layout.parse(toks, n, line))
+            total_rows += 1
+            continue
+        # anything else is log: NCCL INFO lines, UCX/HCOLL warnings, the command line, a prompt
+        m = _VERSION.search(s)
+        if m:
+            version = version or m.group(1)
+            if cur is not None and cur.layout is None:
+                cur.info.setdefault("nccl_version", m.group(1))
+        m = _RANKS_NODES.search(s)
+        if m:
+            ranks_nodes = (int(m.group(1)), int(m.group(2)))
+        if "NCCL INFO" not in s and "NCCL WARN" not in s:
+            m = _PERF_NAME.search(s)
+            if m:
+                last_name = m.group(1)
+                if cur is not None and cur.collective is None and not cur.rows:
+                    cur.collective = last_name
+    if cur is not None and (cur.rows or cur.layout is not None):
+        runs.append(cur.build())
+    if not runs:
+        n, line = _text.first_line(numbered)
+        raise BenchParseError("not nccl-tests output (no '#  size  count  type ...' table header)", n, line)
+    done = []
+    for run in runs:
+        if run.nccl_version is None and version is not None:
+            run = _replace(run, nccl_version=version)
+        if ranks_nodes is not None and not run.devices:
+            run = _replace(run, n_ranks=ranks_nodes[0], n_nodes=ranks_nodes[1])
+        elif ranks_nodes is not None and run.n_ranks == ranks_nodes[0]:
+            run = _replace(run, n_nodes=ranks_nodes[1])
+        done.append(run)
+    return NcclTestsResult("text", tuple(done), tests_version)
+
+
+def _replace(run: NcclTestsRun, **changes: object) -> NcclTestsRun:
+    from dataclasses import replace
+
+    return replace(run, **changes)
+
+
+def _num(v: object, what: str, where: tuple[int, str]) -> float | None:
+    if v is None or v == "nan":
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise BenchParseError(f"{what} {clip(repr(v), 30)} is not a number", *where)
+    return _text.to_float(repr(float(v)), what, *where)
+
+
+def _int(v: object, what: str, where: tuple[int, str]) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < -(1 << 63) or v >= 1 << 64:
+        raise BenchParseError(f"{what} {clip(repr(v), 30)} is not an integer", *where)
+    return v
+
+
+def _json_measure(obj: object, where: tuple[int, str]) -> NcclTestsMeasure | None:
+    if obj is None:
+        return None
+    if not isinstance(obj, dict):
+        raise BenchParseError("out_of_place/in_place is not an object", *where)
+    t = obj.get("time", obj.get("cpu_time"))
+    vals = [_num(t, "time", where), _num(obj.get("alg_bw"), "alg_bw", where), _num(obj.get("bus_bw"), "bus_bw", where)]
+    if any(v is None for v in vals):
+        raise BenchParseError("a result without time, alg_bw or bus_bw", *where)
+    wrong = _num(obj.get("nwrong"), "nwrong", where)
+    return NcclTestsMeasure(vals[0], vals[1], vals[2], None if wrong is None else int(wrong))
+
+
+def _parse_json(text: str, numbered: list[tuple[int, str]]) -> NcclTestsResult:
+    doc = _text.load_json(text, numbered)
+    if not isinstance(doc, dict) or not isinstance(doc.get("results"), list):
+        raise BenchParseError("JSON without a \"results\" list (not nccl-tests -J output)", *_text.first_line(numbered))
+    results = doc["results"]
+    if len(results) > MAX_ROWS:
+        raise BenchParseError(f"more than MAX_ROWS={MAX_ROWS} results", *_text.json_line(numbered, '"results"'),
+                              limit="MAX_ROWS")
+    collective = None
+    args = doc.get("args")
+    if isinstance(args, list) and args and isinstance(args[0], str):
+        m = _PERF_NAME.search(args[0].rsplit("/", 1)[-1])
+        collective = m.group(1) if m else args[0].rsplit("/", 1)[-1][:200] or None
+    version = None
+    if isinstance(doc.get("nccl_version"), int) and not isinstance(doc.get("nccl_version"), bool):
+        version = _nccl_version_from_code(doc["nccl_version"])
+    config = doc.get("config") if isinstance(doc.get("config"), dict) else {}
+    devices = []
+    dev_list = config.get("devices", doc.get("devices", []))
+    where_dev = _text.json_line(numbered, '"devices"')
+    if not isinstance(dev_list, list) or len(dev_list) > MAX_LABELS * 16:
+        raise BenchParseError("\"devices\" is not a list (or too long)", *where_dev, limit="MAX_LABELS")
+    for d in dev_list:
+        if not isinstance(d, dict):
+            raise BenchParseError("a device entry is not an object", *where_dev)
+        devices.append(NcclTestsDevice(
+            _int(d.get("rank"), "rank", where_dev), _int(d.get("group", 0), "group", where_dev),
+            _int(d.get("pid", 0), "pid", where_dev), str(d.get("hostname", ""))[:300],
+            _int(d.get("device"), "device", where_dev), str(d.get("device_hex", ""))[:20],
+            str(d.get("device_info", ""))[:300]))
+    rows = []
+    where = _text.json_line(numbered, '"results"')
+    for r in results:
+        if not isinstance(r, dict):
+            raise BenchParseError("a results entry is not an object", *where)
+        root = r.get("root")
+        if isinstance(root, str) and _text.is_int_token(root.strip()):
+            root = int(root.strip())
+        elif root is not None:
+            root = _int(root, "root", where)
+        t, op = r.get("type"), r.get("redop")
+        if not isinstance(t, str) or not isinstance(op, str):
+            raise BenchParseError("a result without type or redop", *where)
+        rows.append(NcclTestsRow(_int(r.get("size"), "size", where), _int(r.get("count"), "count", where),
+                                 t[:40], op[:40], root, _json_measure(r.get("out_of_place"), where),
+                                 _json_measure(r.get("in_place"), where)))
+    info: dict[str, object] = {}
+    avg = doc.get("average_bus_bandwidth")
+    if isinstance(avg, dict):
+        info["avg_bus_bandwidth_gbyte_s"] = _num(avg.get("bandwidth"), "bandwidth",
+                                                 _text.json_line(numbered, '"average_bus_bandwidth"'))
+        ok = avg.get("okay")
+        info["avg_bus_bandwidth_ok"] = ok if isinstance(ok, bool) else None
+        info["complete"] = True
+    oob = doc.get("out_of_bounds")
+    if isinstance(oob, dict) and isinstance(oob.get("count"), int) and not isinstance(oob.get("count"), bool):
+        info["out_of_bounds"] = oob["count"]
+    for key, name in (("nthreads", "nthreads"), ("ngpus", "ngpus"), ("minimum_bytes", "min_bytes"),
+                      ("maximum_bytes", "max_bytes")):
+        v = config.get(key)
+        if isinstance(v, int) and not isinstance(v, bool):
+            info[name] = v
+    if devices:
+        info["n_ranks"] = len({d.rank for d in devices})
+        info["n_nodes"] = len({d.host for d in devices})
+    run = NcclTestsRun(collective=collective, rows=tuple(rows), devices=tuple(devices), nccl_version=version, **info)
+    return NcclTestsResult("json", (run,))

@@ -1,0 +1,330 @@
+"""nvbandwidth output (text, or the ``-j`` JSON) read into typed matrices.
+
+Why: users already run nvbandwidth (it ships with DCGM's diag and Azure's health checks) and paste
+its output; ccdiag judges those numbers against the topology's expected bandwidths instead of
+asking for a rerun.
+
+Text format (``NVIDIA/nvbandwidth`` ``output.cpp``, ``inline_common.h``; seen in
+``tests/fixtures/corpus/nvbandwidth``): version lines (``nvbandwidth Version: v0.4``, ``Built from Git
+version: ...``), ``CUDA Runtime Version: N``, ``CUDA Driver Version: N``, ``Driver Version: X``,
+``Device N: NAME``, then per testcase ``Running <name>.``, a description line ending in the unit
+(``memcpy CE CPU(row) -> GPU(column) bandwidth (GB/s)``; latency cases end in ``(ns)``), a column
+header, one row per row label with a value or ``N/A`` per column, a blank line, and ``SUM <name>
+<value>`` (``&&&& PERF <name> <value> +GB/s`` with ``--perfFormatter``). A testcase that did not run
+prints ``Waived: ...`` / ``Error: ...`` instead. Bidirectional cases print several matrices (Read1,
+Read2, Total), each with its own SUM.
+
+JSON (``json_output.cpp``): ``{"nvbandwidth": {"version", "git_version", "CUDA Runtime Version",
+"Driver Version", "GPU Device list": ["0: NAME ...: (host)"], "testcases": [{"name", "status",
+"bandwidth_description", "bandwidth_matrix": [["370.9", "N/A", ...]], "sum"}], "error"}}``; matrix
+cells are strings. The JSON keeps only the last matrix of a bidirectional case.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from ccdiag.benchparse import _text
+from ccdiag.benchparse.errors import MAX_LABELS, BenchParseError, clip
+
+_RUNNING = re.compile(r"^Running ([A-Za-z0-9_]{1,200})\.\s*$")
+_STATUS = re.compile(r"^(Waived|Error|ERROR|Not Found)\s?:\s?(.*)$")
+_SUM = re.compile(r"^SUM ([A-Za-z0-9_]{1,200}) (\S{1,60})\s*$")
+_PERF = re.compile(r"^&&&& PERF ([A-Za-z0-9_]{1,200}) (\S{1,60}) ([+-](?:GB/s|ns))\s*$")
+_DESC_UNIT = re.compile(r"\((GB/s|ns)\)\s*$")
+_AXES = re.compile(r"(CPU|GPU)\(row\) (<->|->|<-) (CPU|GPU)\(column\)")
+_DEVICE = re.compile(r"^Device ([0-9]{1,5}): (.{1,300})$")
+_KV = {
+    "nvbandwidth Version:": "version",
+    "Built from Git version:": "git_version",
+    "CUDA Runtime Version:": "cuda_runtime_version",
+    "CUDA Driver Version:": "cuda_driver_version",
+    "Driver Version:": "driver_version",
+}
+
+
+@dataclass(frozen=True)
+class NvbMatrix:
+    """One printed matrix. Exactly one of ``bandwidth_gbyte_s`` / ``latency_us`` is set, by the
+    unit in the description; cells are None where the tool printed ``N/A`` (a pair it did not
+    measure, such as a GPU with itself).
+
+    ``row_device`` / ``column_device`` say what the row and column labels index (``"CPU"`` or
+    ``"GPU"``, None when the description names neither, as in ``All Gpus -> GPU(column)``);
+    ``direction`` says which way data moved: ``"row_to_column"`` (row is the source),
+    ``"column_to_row"``, ``"both"`` (bidirectional), or None.
+    """
+
+    description: str
+    row_labels: tuple[str, ...]
+    column_labels: tuple[str, ...]
+    bandwidth_gbyte_s: tuple[tuple[float | None, ...], ...] | None = None
+    latency_us: tuple[tuple[float | None, ...], ...] | None = None
+    sum_gbyte_s: float | None = None
+    sum_latency_us: float | None = None
+    row_device: str | None = None
+    column_device: str | None = None
+    direction: str | None = None
+
+    def cell(self, row: int, column: int) -> float | None:
+        values = self.bandwidth_gbyte_s if self.bandwidth_gbyte_s is not None else self.latency_us
+        return values[row][column] if values is not None else None
+
+
+@dataclass(frozen=True)
+class NvbTestcase:
+    name: str
+    status: str  # "Passed" | "Waived" | "Error" | "Not Found" | "Running" (cut before its result)
+    matrices: tuple[NvbMatrix, ...] = ()
+    message: str | None = None
+
+    @property
+    def matrix(self) -> NvbMatrix | None:
+        """The testcase's matrix (the last, "Total", one of a bidirectional case)."""
+        return self.matrices[-1] if self.matrices else None
+
+    @property
+    def sum_gbyte_s(self) -> float | None:
+        return self.matrix.sum_gbyte_s if self.matrix else None
+
+
+@dataclass(frozen=True)
+class NvbResult:
+    format: str  # "text" | "json"
+    version: str | None = None
+    git_version: str | None = None
+    cuda_runtime_version: int | None = None
+    cuda_driver_version: int | None = None
+    driver_version: str | None = None
+    devices: dict[int, str] = field(default_factory=dict)
+    testcases: dict[str, NvbTestcase] = field(default_factory=dict)
+    error: str | None = None
+
+
+def _axes(description: str) -> tuple[str | None, str | None, str | None]:
+    m = _AXES.search(description)
+    if not m:
+        return None, None, None
+    direction = {"->": "row_to_column", "<-": "column_to_row", "<->": "both"}[m.group(2)]
+    return m.group(1), m.group(3), direction
+
+
+def _cell(token: str, n: int, line: str) -> float | None:
+    if token == "N/A":
+        return None
+    return _text.to_float(token, "matrix value", n, line)
+
+
+def _matrix(description: str, rows: list[tuple[float | None, ...]], row_labels: list[str],
+            column_labels: tuple[str, ...], total: float | None) -> NvbMatrix:
+    row_device, column_device, direction = _axes(description)
+    unit = _DESC_UNIT.search(description).group(1)
+    values = tuple(rows)
+    if unit == "ns":
+        us = tuple(tuple(None if v is None else v / 1000.0 for v in r) for r in values)
+        return NvbMatrix(description, tuple(row_labels), column_labels, latency_us=us,
+                         sum_latency_us=None if total is None else total / 1000.0,
+                         row_device=row_device, column_device=column_device, direction=direction)
+    return NvbMatrix(description, tuple(row_labels), column_labels, bandwidth_gbyte_s=values, sum_gbyte_s=total,
+                     row_device=row_device, column_device=column_device, direction=direction)
+
+
+def parse_nvbandwidth(text: str) -> NvbResult:
+    """nvbandwidth's text or ``-j`` JSON output; refuses (:class:`BenchParseError`) anything else."""
+    numbered = _text.lines(text)
+    if _text.looks_like_json(numbered):
+        return _parse_json(text, numbered)
+    info: dict[str, object] = {}
+    devices: dict[int, str] = {}
+    order: list[str] = []
+    cases: dict[str, dict] = {}
+    current: dict | None = None
+    # matrix state: description, column labels, row values, row labels, line of the description
+    desc: tuple[int, str] | None = None
+    columns: tuple[str, ...] | None = None
+    rows: list[tuple[float | None, ...]] = []
+    labels: list[str] = []
+    ended = False  # the blank line after the rows was read
+    seen_tool = False
+
+    def close(total: float | None, n: int, line: str) -> None:
+        nonlocal desc, columns, rows, labels, ended
+        if desc is not None:
+            if current is None:
+                raise BenchParseError("a result matrix outside any 'Running <testcase>.' block", desc[0], desc[1])
+            if columns is None or not rows:
+                raise BenchParseError("matrix without rows", n, line)
+            current["matrices"].append(_matrix(desc[1].strip(), rows, labels, columns, total))
+            current["status"] = "Passed"
+        desc, columns, rows, labels, ended = None, None, [], [], False
+
+    for n, line in numbered:
+        s = line.strip()
+        if desc is not None:
+            if columns is None:
+                if not s:
+                    continue
+                toks = s.split()
+                if len(toks) > MAX_LABELS:
+                    raise BenchParseError(f"more than MAX_LABELS={MAX_LABELS} columns", n, line, limit="MAX_LABELS")
+                columns = tuple(toks)
+                continue
+            if s and not ended and not s.startswith(("SUM ", "&&&& ")):
+                toks = s.split()
+                if len(toks) != len(columns) + 1:
+                    raise BenchParseError(f"matrix row has {len(toks) - 1} values for {len(columns)} columns",
+                                          n, line)
+                if len(rows) >= MAX_LABELS:
+                    raise BenchParseError(f"more than MAX_LABELS={MAX_LABELS} matrix rows", n, line,
+                                          limit="MAX_LABELS")
+                labels.append(toks[0])
+                rows.append(tuple(_cell(t, n, line) for t in toks[1:]))
+                continue
+            if not s:
+                ended = ended or bool(rows)  # a blank line ends the rows; SUM follows
+                continue
+        m = _SUM.match(s) or _PERF.match(s)
+        if m:
+            total = _text.to_float(m.group(2), "SUM", n, line)
+            if desc is None:
+                raise BenchParseError("SUM line without a matrix before it", n, line)
+            close(total, n, line)
+            continue
+        if desc is not None:
+            if rows:  # the matrix ended without its SUM line (cut, or a pager dropped it)
+                close(None, n, line)
+            else:
+                raise BenchParseError("matrix header without rows", n, line)
+        m = _RUNNING.match(s)
+        if m:
+            seen_tool = True
+            name = m.group(1)
+            if name not in cases:
+                if len(cases) >= MAX_LABELS:
+                    raise BenchParseError(f"more than MAX_LABELS={MAX_LABELS} testcases", n, line, limit="MAX_LABELS")
+                order.append(name)
+            current = cases[name] = {"name": name, "status": "Running", "matrices": [], "message": None}
+            continue
+        if _DESC_UNIT.search(s) and ("(row)" in s or "(column)" in s):
+            desc = (n, s)
+            continue
+        m = _STATUS.match(s)
+        if m and current is not None:
+            current["status"] = "Error" if m.group(1) == "ERROR" else m.group(1)
+            current["message"] = m.group(2).strip() or None
+            continue
+        for prefix, key in _KV.items():
+            if s.startswith(prefix):
+                seen_tool = seen_tool or key == "version"
+                value = s[len(prefix):].strip()
+                if key in ("cuda_runtime_version", "cuda_driver_version"):
+                    info[key] = _text.to_int(value, prefix.rstrip(":"), n, line)
+                else:
+                    info[key] = value
+                break
+        else:
+            m = _DEVICE.match(s)
+            if m:
+                if len(devices) >= MAX_LABELS:
+                    raise BenchParseError(f"more than MAX_LABELS={MAX_LABELS} devices", n, line, limit="MAX_LABELS")
+                devices[int(m.group(1))] = m.group(2).strip()
+    if desc is not None:
+        last_n, last = numbered[-1] if numbered else (1, "")
+        if rows:
+            close(None, last_n, last)
+        else:
+            raise BenchParseError("input ends inside a matrix header", last_n, last)
+    if not seen_tool:
+        n, line = _text.first_line(numbered)
+        raise BenchParseError("not nvbandwidth output (no 'nvbandwidth Version:' or 'Running <testcase>.' line)",
+                              n, line)
+    testcases = {k: NvbTestcase(k, cases[k]["status"], tuple(cases[k]["matrices"]), cases[k]["message"])
+                 for k in order}
+    return NvbResult("text", devices=devices, testcases=testcases, **info)
+
+
+def _json_matrix(rows: object, where: tuple[int, str]) -> list[tuple[float | None, ...]]:
+    if not isinstance(rows, list) or len(rows) > MAX_LABELS:
+        raise BenchParseError("bandwidth_matrix is not a list of rows (or over MAX_LABELS)", *where)
+    out = []
+    width = None
+    for row in rows:
+        if not isinstance(row, list) or len(row) > MAX_LABELS:
+            raise BenchParseError("bandwidth_matrix row is not a list (or over MAX_LABELS)", *where)
+        if width is None:
+            width = len(row)
+        elif len(row) != width:
+            raise BenchParseError("bandwidth_matrix rows differ in length", *where)
+        cells = []
+        for v in row:
+            if v == "N/A" or v is None:
+                cells.append(None)
+            elif isinstance(v, str):
+                cells.append(_text.to_float(v.strip(), "bandwidth_matrix value", *where))
+            elif isinstance(v, (int, float)) and not isinstance(v, bool):
+                cells.append(_text.to_float(repr(float(v)), "bandwidth_matrix value", *where))
+            else:
+                raise BenchParseError(f"bandwidth_matrix value {clip(repr(v), 30)} is not a number", *where)
+        out.append(tuple(cells))
+    return out
+
+
+def _parse_json(text: str, numbered: list[tuple[int, str]]) -> NvbResult:
+    doc = _text.load_json(text, numbered)
+    root = doc.get("nvbandwidth") if isinstance(doc, dict) else None
+    if not isinstance(root, dict):
+        raise BenchParseError("JSON without a top-level \"nvbandwidth\" object", *_text.first_line(numbered))
+
+    def opt_str(key: str) -> str | None:
+        v = root.get(key)
+        return v if isinstance(v, str) else None
+
+    def opt_int(key: str) -> int | None:
+        v = root.get(key)
+        if isinstance(v, bool):
+            return None
+        if isinstance(v, int):
+            return v
+        if isinstance(v, str) and _text.is_int_token(v.strip()):
+            return int(v.strip())
+        return None
+
+    devices: dict[int, str] = {}
+    dev_list = root.get("GPU Device list")
+    if isinstance(dev_list, list):
+        for i, entry in enumerate(dev_list[:MAX_LABELS]):
+            if isinstance(entry, str):
+                idx, _, name = entry.partition(": ")
+                idx = idx.strip()
+                devices[int(idx) if _text.is_int_token(idx) else i] = name.strip()
+    cases_raw = root.get("testcases", [])
+    if not isinstance(cases_raw, list) or len(cases_raw) > MAX_LABELS:
+        raise BenchParseError("\"testcases\" is not a list (or over MAX_LABELS)", *_text.json_line(numbered, '"testcases"'))
+    testcases: dict[str, NvbTestcase] = {}
+    for case in cases_raw:
+        if not isinstance(case, dict) or not isinstance(case.get("name"), str):
+            raise BenchParseError("a testcase without a name", *_text.json_line(numbered, '"testcases"'))
+        name = case["name"]
+        where = _text.json_line(numbered, f'"{name}"')
+        status = case.get("status") if isinstance(case.get("status"), str) else "Running"
+        matrices: tuple[NvbMatrix, ...] = ()
+        if "bandwidth_matrix" in case:
+            desc = case.get("bandwidth_description")
+            if not isinstance(desc, str) or not _DESC_UNIT.search(desc):
+                raise BenchParseError("testcase matrix without a description naming its unit", *where)
+            rows = _json_matrix(case["bandwidth_matrix"], where)
+            total = case.get("sum")
+            if isinstance(total, (int, float)) and not isinstance(total, bool):
+                total = _text.to_float(repr(float(total)), "sum", *where)
+            else:
+                total = None
+            width = len(rows[0]) if rows else 0
+            matrices = (_matrix(desc.strip(), rows, [str(i) for i in range(len(rows))],
+                                tuple(str(i) for i in range(width)), total),)
+        message = case.get("error") if isinstance(case.get("error"), str) else None
+        testcases[name] = NvbTestcase(name, status, matrices, message)
+    return NvbResult("json", version=opt_str("version"), git_version=opt_str("git_version"),
+                     cuda_runtime_version=opt_int("CUDA Runtime Version"),
+                     cuda_driver_version=opt_int("CUDA Driver Version"), driver_version=opt_str("Driver Version"),
+                     devices=devices, testcases=testcases, error=opt_str("error"))
