@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import sys
 import tempfile
 from typing import Any, Iterable
@@ -43,6 +44,19 @@ def silence_stdout() -> None:
         pass
 
 
+# C0 controls but tab, DEL, and C1 controls (0x9b is an 8-bit CSI): shown escaped, never sent to the
+# terminal. Text from a snapshot (host name, device names, command output) reaches the report, and
+# "\x1b]0;...\x07" would retitle the window, "\x1b[2J" clear it, "\r" overwrite a verdict.
+_CONTROL_RE = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f]")
+
+
+def sanitize(text: str) -> str:
+    """``text`` with terminal control characters shown as ``\\xNN`` (one line stays one line)."""
+    if not isinstance(text, str):
+        text = str(text)
+    return _CONTROL_RE.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
 def console(stderr: bool = False):
     """A rich Console: colour and boxes on a TTY, plain text otherwise."""
     from rich.console import Console
@@ -51,6 +65,19 @@ def console(stderr: bool = False):
         def on_broken_pipe(self) -> None:  # rich's default exits with status 1
             self.quiet = True
             silence_stdout()
+
+        def print(self, *objects: Any, **kw: Any) -> None:  # noqa: A003 - rich's name
+            """Strings and Text printed with control characters escaped (see :func:`sanitize`)."""
+            from rich.text import Text
+
+            clean = []
+            for obj in objects:
+                if isinstance(obj, str):
+                    obj = sanitize(obj)
+                elif isinstance(obj, Text) and _CONTROL_RE.search(obj.plain):
+                    obj = Text(sanitize(obj.plain), style=obj.style)
+                clean.append(obj)
+            super().print(*clean, **kw)
 
     tty = sys.stderr.isatty() if stderr else stdout_is_tty()
     # piped output keeps long lines whole (grep-able) unless $COLUMNS asks for a width; text from
@@ -68,12 +95,12 @@ def table(title: str | None, columns: Iterable[str], rows: Iterable[Iterable[Any
     from rich.table import Table
 
     tty = stdout_is_tty()
-    t = Table(title=title, box=box.SIMPLE_HEAD if tty else None, show_edge=tty, pad_edge=False,
+    t = Table(title=sanitize(title) if title is not None else None, box=box.SIMPLE_HEAD if tty else None, show_edge=tty, pad_edge=False,
               title_justify="left", **kw)
     for col in columns:
-        t.add_column(str(col), overflow="fold")
+        t.add_column(sanitize(str(col)), overflow="fold")
     for row in rows:
-        t.add_row(*["" if v is None else str(v) for v in row])
+        t.add_row(*["" if v is None else sanitize(str(v)) for v in row])
     return t
 
 

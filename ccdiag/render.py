@@ -181,7 +181,10 @@ def render_lines(findings: list[Finding], exit_code: int, hostname: str | None, 
     passed = pass_summary(findings)
     if passed:
         lines.append((passed, STYLE[PASS]))
-    return lines
+    from ccdiag.output import sanitize
+
+    # findings quote what was read (host and device names, command output): escaped for a terminal
+    return [(sanitize(text), style) for text, style in lines]
 
 
 def _verdict_status(exit_code: int, findings: list[Finding]) -> str:

@@ -20,8 +20,11 @@ import base64
 import gzip
 import io
 import json
+import math
+import re
 import tarfile
 import time
+import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -156,9 +159,16 @@ class SnapshotData:
     # -- reading --------------------------------------------------------------------
     @classmethod
     def from_bytes(cls, data: bytes, name: str = "<snapshot>") -> "SnapshotData":
+        """Read and check a snapshot: the archive's integrity first (the whole gzip stream, so its
+        CRC is verified; the tar must end in its end-of-archive blocks), then every member's shape
+        (:mod:`ccdiag.snapshotcheck`). Anything wrong is a SnapshotError naming the member/field."""
         snap = cls()
         try:
-            tar = tarfile.open(fileobj=io.BytesIO(data), mode="r:*")
+            raw = gunzip_verified(data)
+        except ShapeError as exc:
+            raise SnapshotError(f"{name}: corrupt snapshot ({exc})") from None
+        try:
+            tar = tarfile.open(fileobj=io.BytesIO(raw), mode="r:")
         except (tarfile.TarError, EOFError, OSError) as exc:
             first = str(exc).splitlines()[0].rstrip(":") if str(exc) else type(exc).__name__
             raise SnapshotError(f"{name}: not a ccdiag snapshot (not a readable tar archive: {first})") from None
@@ -171,7 +181,7 @@ class SnapshotData:
                         mname = mname[2:]
                     if mname in ("meta.json", "index.json", "commands.json", "nvml.json"):
                         fh = tar.extractfile(member)
-                        docs[mname] = json.loads(fh.read().decode("utf-8")) if fh else None
+                        docs[mname] = load_json(fh.read(), mname) if fh else None
                     elif mname == "fs" or mname.startswith("fs/"):
                         path = mname[2:] or "/"
                         if member.isdir():
@@ -181,6 +191,9 @@ class SnapshotData:
                         elif member.isfile():
                             fh = tar.extractfile(member)
                             snap.put_file(path, fh.read() if fh else b"")
+                check_tar_end(raw, tar.offset)
+        except ShapeError as exc:
+            raise SnapshotError(f"{name}: corrupt snapshot ({exc})") from None
         except (tarfile.TarError, EOFError, OSError, ValueError, UnicodeDecodeError) as exc:
             raise SnapshotError(f"{name}: corrupt snapshot ({type(exc).__name__}: {exc})") from None
         meta = docs.get("meta.json")
@@ -196,6 +209,8 @@ class SnapshotData:
                 f"understands ({FORMAT_VERSION}); upgrade ccdiag")
         try:
             snap._fill(meta, docs)
+        except ShapeError as exc:
+            raise SnapshotError(f"{name}: corrupt snapshot ({exc})") from None
         except (TypeError, ValueError, AttributeError, KeyError) as exc:
             raise SnapshotError(f"{name}: corrupt snapshot (malformed {type(exc).__name__}: {exc})") from None
         return snap
@@ -204,38 +219,61 @@ class SnapshotData:
         """Populate from the JSON members, checking their shapes (a hand-edited or damaged file
         must be refused as bad input, never crash a replay later)."""
         snap = self
+        check_meta(meta)
         snap.meta = meta
+        ix = "index.json"
         index = docs.get("index.json") or {}
-        if not isinstance(index, dict):
-            raise TypeError("index.json is not an object")
+        need(isinstance(index, dict), ix, "", "an object", index)
+
+        def section(key: str) -> dict:
+            value = index.get(key) or {}
+            need(isinstance(value, dict), ix, key, "an object", value)
+            return value
+
         snap.listings = {}
-        for k, v in (index.get("listings") or {}).items():
-            if not isinstance(v, list):
-                raise TypeError(f"listing of {k} is not a list")
-            snap.listings[str(k)] = [str(n) for n in v]
-        for epoch, errs in (index.get("fs_errors") or {}).items():
+        for k, v in section("listings").items():
+            need(isinstance(v, list) and all(isinstance(n, str) for n in v), ix, f"listings.{k}",
+                    "a list of names", v)
+            snap.listings[str(k)] = list(v)
+        for epoch, errs in section("fs_errors").items():
+            e = epoch_key(epoch, ix, "fs_errors")
+            need(isinstance(errs, dict), ix, f"fs_errors.{epoch}", "an object", errs)
             for p, err in errs.items():
-                if not isinstance(err, dict):
-                    raise TypeError(f"read error of {p} is not an object")
-                snap.put_error(p, err.get("kind", "io"), err.get("errno"), err.get("message", ""), int(epoch))
-        for epoch, files in (index.get("files_later") or {}).items():
+                check_read_error(err, ix, f"fs_errors.{epoch}.{p}")
+                snap.put_error(p, err.get("kind", "io"), err.get("errno"), err.get("message", ""), e)
+        for epoch, files in section("files_later").items():
+            e = epoch_key(epoch, ix, "files_later")
+            need(isinstance(files, dict), ix, f"files_later.{epoch}", "an object", files)
             for p, enc in files.items():
-                snap.put_file(p, _decode_bytes(enc), int(epoch))
-        snap.kmsg = {int(k): dict(v) for k, v in (index.get("kmsg") or {}).items()}
-        snap.net = {int(k): dict(v) for k, v in (index.get("net") or {}).items()}
-        snap.statvfs = dict(index.get("statvfs") or {})
+                ok = isinstance(enc, dict) and (isinstance(enc.get("text"), str) or isinstance(enc.get("b64"), str))
+                need(ok, ix, f"files_later.{epoch}.{p}", 'an object with "text" or "b64"', enc)
+                try:
+                    snap.put_file(p, _decode_bytes(enc), e)
+                except ValueError:
+                    raise ShapeError(f"{ix}: files_later.{epoch}.{p}: b64 is not base64") from None
+        snap.kmsg = {}
+        for k, v in section("kmsg").items():
+            check_kmsg(v, f"kmsg.{k}")
+            snap.kmsg[epoch_key(k, ix, "kmsg")] = dict(v)
+        snap.net = {}
+        for k, v in section("net").items():
+            check_net(v, f"net.{k}")
+            snap.net[epoch_key(k, ix, "net")] = dict(v)
+        for p, rec in section("statvfs").items():
+            check_statvfs(p, rec)
+        snap.statvfs = dict(section("statvfs"))
         env = index.get("environ")
-        snap.environ = {str(k): str(v) for k, v in env.items()} if env is not None else None
+        need(env is None or isinstance(env, dict) and all(isinstance(v, str) for v in env.values()),
+                ix, "environ", "an object of text values", env)
+        snap.environ = {str(k): v for k, v in env.items()} if env is not None else None
         commands = docs.get("commands.json") or []
         nvml = docs.get("nvml.json") or []
-        if not isinstance(commands, list) or not isinstance(nvml, list):
-            raise TypeError("commands.json / nvml.json are not lists")
-        for rec in commands:
-            if not isinstance(rec, dict) or not isinstance(rec.get("argv"), list):
-                raise TypeError("a command record without an argv list")
-        for rec in nvml:
-            if not isinstance(rec, dict) or not isinstance(rec.get("call"), list) or not rec["call"]:
-                raise TypeError("an NVML record without a call list")
+        need(isinstance(commands, list), "commands.json", "", "a list", commands)
+        need(isinstance(nvml, list), "nvml.json", "", "a list", nvml)
+        for k, rec in enumerate(commands):
+            check_command(rec, k)
+        for k, rec in enumerate(nvml):
+            check_nvml(rec, k)
         snap.commands = list(commands)
         snap.nvml = list(nvml)
 
@@ -263,3 +301,292 @@ def base_meta(**extra: Any) -> dict:
     }
     meta.update(extra)
     return meta
+
+
+# ---------------------------------------------------------------------------------------------
+# Checking a snapshot before any probe sees it
+#
+# Checking a snapshot before any probe sees it: archive integrity, then the shape of every member.
+#
+# Why a separate pass: a snapshot comes from another site, a ticket or a damaged disk. A flipped byte,
+# a tar cut mid-member or a hand-edited JSON value must end as one clear refusal (exit 2) naming the
+# member and the field, never as a wrong verdict or as an exception deep inside a probe. So:
+#
+# * the whole gzip stream is read (its CRC and length are verified only at its end) with a bound on
+#   the unpacked size (:data:`MAX_UNPACKED_BYTES`), and the tar must end in its end-of-archive blocks
+#   with nothing but zero padding after them (``tarfile`` stops silently at a damaged header);
+# * JSON is read without NaN/Infinity and refused beyond :data:`MAX_JSON_DEPTH` levels of nesting
+#   (deeper documents raise RecursionError in the decoder or in any code that walks them);
+# * every record is checked against the shape the replay host and the probes rely on (types, ranges).
+
+
+
+#: the most bytes a snapshot may unpack to (a large node's snapshot unpacks to a few tens of MB)
+MAX_UNPACKED_BYTES = 512 << 20
+#: the deepest JSON nesting a member may have (the format itself needs 4)
+MAX_JSON_DEPTH = 32
+#: the most sampling passes a snapshot may carry (``--window`` records 2)
+MAX_EPOCHS = 64
+#: the largest integer a recorded value may be (a u64 counter fits)
+MAX_INT = 1 << 64
+
+
+class ShapeError(ValueError):
+    """A member whose content is not what the format says; ``str()`` names the member and field."""
+
+
+def gunzip_verified(data: bytes) -> bytes:
+    """The whole gzip stream unpacked (CRC and length checked) or, for an uncompressed tar, ``data``.
+    Raises ShapeError naming what is wrong."""
+    if data[:2] != b"\x1f\x8b":
+        return data
+    out = bytearray()
+    try:
+        with gzip.GzipFile(fileobj=_Reader(data)) as gz:
+            while True:
+                chunk = gz.read(1 << 20)
+                if not chunk:
+                    break
+                out += chunk
+                if len(out) > MAX_UNPACKED_BYTES:
+                    raise ShapeError(f"unpacks to more than {MAX_UNPACKED_BYTES} bytes (MAX_UNPACKED_BYTES)")
+    except (OSError, EOFError, zlib.error) as exc:
+        why = str(exc) or type(exc).__name__
+        if isinstance(exc, EOFError):
+            why = "compressed stream ends before its end marker (file cut short)"
+        raise ShapeError(f"damaged gzip data: {why}") from None
+    return bytes(out)
+
+
+class _Reader:
+    """A minimal file object over bytes (io.BytesIO would do; kept explicit for GzipFile)."""
+
+    def __init__(self, data: bytes):
+        import io
+
+        self._io = io.BytesIO(data)
+
+    def read(self, n: int = -1) -> bytes:
+        return self._io.read(n)
+
+    def seek(self, *a):
+        return self._io.seek(*a)
+
+    def tell(self) -> int:
+        return self._io.tell()
+
+
+def check_tar_end(raw: bytes, offset: int) -> None:
+    """After ``tarfile`` stopped at ``offset``: the archive must end there in zero blocks (its
+    end-of-archive marker and padding); anything else is a damaged header or trailing garbage."""
+    rest = raw[offset:]
+    if len(rest) < 1024 or rest.strip(b"\0"):
+        if rest.strip(b"\0"):
+            raise ShapeError(f"damaged tar header or trailing data at byte {offset} of {len(raw)} "
+                             "(the archive does not end in its end-of-archive blocks there)")
+        raise ShapeError(f"tar archive cut short at byte {len(raw)} (no end-of-archive blocks)")
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def load_json(raw: bytes, member: str):
+    """``raw`` decoded as UTF-8 JSON, no NaN/Infinity, nesting at most :data:`MAX_JSON_DEPTH`."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ShapeError(f"{member}: not UTF-8 text (byte {exc.start})") from None
+    depth = _bracket_depth(text)
+    if depth > MAX_JSON_DEPTH:
+        raise ShapeError(f"{member}: JSON nested {depth} levels deep, more than {MAX_JSON_DEPTH} (MAX_JSON_DEPTH)")
+    try:
+        return json.loads(text, parse_constant=_no_constant)
+    except (ValueError, RecursionError) as exc:
+        raise ShapeError(f"{member}: not valid JSON ({str(exc)[:120]})") from None
+
+
+def _bracket_depth(text: str) -> int:
+    """Deepest nesting of [ and { outside strings; linear, without recursion."""
+    import re
+
+    depth = best = 0
+    for m in re.finditer(r'"(?:[^"\\]|\\.)*"|[\[\]{}]', text):
+        c = m.group()
+        if c in "[{":
+            depth += 1
+            if depth > best:
+                best = depth
+                if best > MAX_JSON_DEPTH:
+                    return best
+        elif c in "]}":
+            depth -= 1
+    return best
+
+
+# -- shapes ----------------------------------------------------------------------------------------
+def _where(member: str, field: str) -> str:
+    """``member: field``, the field (built from the snapshot's own keys) clipped and with control
+    characters escaped: a refusal is one printable line."""
+    if not field:
+        return member
+    field = field if len(field) <= 120 else field[:117] + "..."
+    return f"{member}: " + "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in field)
+
+
+def need_str(value, member: str, field: str, optional: bool = False) -> None:
+    if value is None and optional:
+        return
+    if not isinstance(value, str):
+        raise ShapeError(f"{_where(member, field)}: expected text, got {_kind(value)}")
+
+
+def need_int(value, member: str, field: str, optional: bool = False, lo: int = -MAX_INT, hi: int = MAX_INT) -> None:
+    if value is None and optional:
+        return
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ShapeError(f"{_where(member, field)}: expected an integer, got {_kind(value)}")
+    if not lo <= value <= hi:
+        raise ShapeError(f"{_where(member, field)}: {value} is out of range ({lo}..{hi})")
+
+
+def need_number(value, member: str, field: str, optional: bool = False, lo: float = -1e18, hi: float = 1e18) -> None:
+    if value is None and optional:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ShapeError(f"{_where(member, field)}: expected a number, got {_kind(value)}")
+    if isinstance(value, float) and not math.isfinite(value) or not lo <= value <= hi:
+        raise ShapeError(f"{_where(member, field)}: {value!r} is out of range ({lo:g}..{hi:g})")
+
+
+def need(cond: bool, member: str, field: str, what: str, value=None) -> None:
+    if not cond:
+        raise ShapeError(f"{_where(member, field)}: expected {what}, got {_kind(value)}")
+
+
+def _kind(value) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"a boolean ({value})"
+    if isinstance(value, (int, float)):
+        return f"a number ({str(value)[:20]})"
+    if isinstance(value, str):
+        return f"text ({value[:30]!r})"
+    if isinstance(value, list):
+        return f"a list of {len(value)}"
+    if isinstance(value, dict):
+        return f"an object of {len(value)} keys"
+    return type(value).__name__
+
+
+def epoch_key(key, member: str, field: str) -> int:
+    """An epoch as written in the index ("0", "1"): a small non-negative integer."""
+    s = str(key)
+    if not (s.isascii() and s.isdigit() and len(s) <= 3) or int(s) >= MAX_EPOCHS:
+        raise ShapeError(f"{member}: {field}: epoch {s[:20]!r} is not an integer 0..{MAX_EPOCHS - 1}")
+    return int(s)
+
+
+def check_read_error(err, member: str, field: str) -> None:
+    need(isinstance(err, dict), member, field, "a read-error object", err)
+    need_str(err.get("kind", "io"), member, f"{field}.kind")
+    need_int(err.get("errno"), member, f"{field}.errno", optional=True, lo=0, hi=4096)
+    need_str(err.get("message", ""), member, f"{field}.message")
+
+
+def check_meta(meta: dict) -> None:
+    m = "meta.json"
+    for key in ("host", "hostname", "kernel", "tool", "tool_version", "time", "format"):
+        if key in meta:
+            need_str(meta[key], m, key, optional=True)
+    need_number(meta.get("time_epoch"), m, "time_epoch", optional=True, lo=0, hi=1e11)
+    need_int(meta.get("format_version", 0), m, "format_version", lo=0, hi=1000)
+    need_int(meta.get("epochs", 1), m, "epochs", optional=True, lo=0, hi=MAX_EPOCHS)
+
+
+def check_command(rec, k: int) -> None:
+    m = "commands.json"
+    f = f"record {k}"
+    need(isinstance(rec, dict), m, f, "an object", rec)
+    argv = rec.get("argv")
+    need(isinstance(argv, list) and all(isinstance(a, str) for a in argv), m, f"{f}.argv", "a list of text", argv)
+    need_int(rec.get("epoch", 0), m, f"{f}.epoch", lo=0, hi=MAX_EPOCHS - 1)
+    need_int(rec.get("rc"), m, f"{f}.rc", optional=True, lo=-1024, hi=1024)
+    need_str(rec.get("stdout", ""), m, f"{f}.stdout")
+    need_str(rec.get("stderr", ""), m, f"{f}.stderr")
+    need_number(rec.get("duration_s", 0.0), m, f"{f}.duration_s", lo=0, hi=1e6)
+    need(isinstance(rec.get("timed_out", False), bool), m, f"{f}.timed_out", "true or false", rec.get("timed_out"))
+    need_str(rec.get("error"), m, f"{f}.error", optional=True)
+
+
+def check_nvml(rec, k: int) -> None:
+    m = "nvml.json"
+    f = f"record {k}"
+    need(isinstance(rec, dict), m, f, "an object", rec)
+    call = rec.get("call")
+    need(isinstance(call, list) and bool(call) and isinstance(call[0], str), m, f"{f}.call",
+         "a list starting with a function name", call)
+    for a in call[1:]:
+        # arguments are scalars or lists of them (field ids); only their repr() is used, as a key
+        need(a is None or isinstance(a, (str, int, float, bool, list)), m, f"{f}.call", "scalar or list arguments", a)
+    need_int(rec.get("epoch", 0), m, f"{f}.epoch", lo=0, hi=MAX_EPOCHS - 1)
+    if "error" in rec:
+        need_str(rec["error"], m, f"{f}.error")
+        need_int(rec.get("code"), m, f"{f}.code", optional=True)
+        need_str(rec.get("message", ""), m, f"{f}.message")
+    # "ok" values are any JSON; the NVML probe checks each against the shape its call returns
+
+
+def check_kmsg(rec, field: str) -> None:
+    m = "index.json"
+    need(isinstance(rec, dict), m, field, "an object", rec)
+    if "error" in rec:
+        check_read_error(rec["error"], m, f"{field}.error")
+        return
+    lines = rec.get("lines", [])
+    need(isinstance(lines, list) and all(isinstance(x, str) for x in lines), m, f"{field}.lines",
+         "a list of text", lines)
+
+
+def check_net(rec, field: str) -> None:
+    """What the netdev probe reads of psutil's facts: addrs {name: [{family, address, netmask}]},
+    stats {name: {isup, speed_mbps, mtu, ...}}."""
+    m = "index.json"
+    need(isinstance(rec, dict), m, field, "an object", rec)
+    if "error" in rec:
+        need_str(rec["error"] if isinstance(rec["error"], str) else str(rec["error"]), m, f"{field}.error")
+        return
+    addrs = rec.get("addrs", {})
+    need(isinstance(addrs, dict), m, f"{field}.addrs", "an object", addrs)
+    for name, items in addrs.items():
+        need(isinstance(items, list), m, f"{field}.addrs.{name}", "a list", items)
+        for i, item in enumerate(items):
+            need(isinstance(item, dict), m, f"{field}.addrs.{name}[{i}]", "an object", item)
+            for key in ("family", "address", "netmask", "broadcast"):
+                v = item.get(key)
+                need(v is None or isinstance(v, (str, int)) and not isinstance(v, bool), m,
+                     f"{field}.addrs.{name}[{i}].{key}", "text or a number", v)
+    stats = rec.get("stats", {})
+    need(isinstance(stats, dict), m, f"{field}.stats", "an object", stats)
+    for name, st in stats.items():
+        need(isinstance(st, dict), m, f"{field}.stats.{name}", "an object", st)
+        for key, v in st.items():
+            if key in ("isup", "up"):
+                need(isinstance(v, bool) or v is None, m, f"{field}.stats.{name}.{key}", "true or false", v)
+            elif key in ("speed_mbps", "mtu"):
+                need_int(v, m, f"{field}.stats.{name}.{key}", optional=True, lo=-1, hi=10 ** 9)
+            elif key in ("duplex",):
+                need(v is None or isinstance(v, (str, int)), m, f"{field}.stats.{name}.{key}", "text or a number", v)
+
+
+def check_statvfs(path, rec) -> None:
+    m = "index.json"
+    f = f"statvfs.{path}"
+    need(isinstance(rec, dict), m, f, "an object", rec)
+    if "error" in rec:
+        check_read_error(rec["error"], m, f"{f}.error")
+        return
+    for key, v in rec.items():
+        need_int(v, m, f"{f}.{key}", lo=0, hi=MAX_INT) if not isinstance(v, float) else \
+            need_number(v, m, f"{f}.{key}", lo=0, hi=1e30)

@@ -58,12 +58,28 @@ def link_basename(host, path: str) -> str | None:
     return name or None
 
 
+#: the most digits a decimal value read from a file or a log may have (2**64 has 20); int() of more
+#: than 4300 raises ValueError, and no counter, index or time is that long
+MAX_DECIMAL_DIGITS = 24
+
+
+def decimal(text: str | None) -> int | None:
+    """``text`` as a non-negative decimal of ASCII digits (at most :data:`MAX_DECIMAL_DIGITS`), else
+    None. ``str.isdigit`` is no guard: it accepts "²", which ``int()`` refuses."""
+    if text is None:
+        return None
+    s = text.strip()
+    if not s or len(s) > MAX_DECIMAL_DIGITS or not s.isascii() or not s.isdigit():
+        return None
+    return int(s)
+
+
 def parse_int(text: str | None) -> int | None:
     """A decimal or 0x-hex integer; None for anything else (empty, "N/A", garbage)."""
     if text is None:
         return None
     s = text.strip()
-    if not s:
+    if not s or len(s) > MAX_DECIMAL_DIGITS + 2:
         return None
     try:
         return int(s, 16) if s.lower().startswith("0x") else int(s, 10)

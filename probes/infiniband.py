@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from ccdiag.host import HostReadError
 from ccdiag.model import ReadError
 from ccdiag.probing import ProbeUnavailable
-from ccdiag.probes._sysfs import BDF_RE, attr, listing, parse_int, read_error
+from ccdiag.probes._sysfs import BDF_RE, MAX_DECIMAL_DIGITS, attr, decimal, listing, parse_int, read_error
 
 NAME = "infiniband"
 TIMEOUT_S = 10.0
@@ -32,7 +32,8 @@ IB_CLASS = "/sys/class/infiniband"
 ZERO_GID = "0000:0000:0000:0000:0000:0000:0000:0000"
 
 _RATE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*Gb/sec\s*\((\d+)X(?:\s+([A-Za-z0-9]+))?\)")
-_STATE_RE = re.compile(r"^\s*(\d+)\s*:\s*(\S.*?)\s*$")
+# greedy and stripped after: a lazy ``(\S.*?)\s*$`` is quadratic in a run of trailing spaces
+_STATE_RE = re.compile(r"^\s*([0-9]+)\s*:\s*(\S.*)$")
 
 
 @dataclass(frozen=True)
@@ -89,9 +90,9 @@ def parse_state(text: str | None) -> tuple[int | None, str | None]:
     if text is None or not text.strip():
         return None, None
     m = _STATE_RE.match(text)
-    if not m:
+    if not m or decimal(m.group(1)) is None:
         return None, text.strip()
-    return int(m.group(1)), m.group(2)
+    return decimal(m.group(1)), m.group(2).strip()
 
 
 def parse_rate(text: str | None) -> tuple[float | None, int | None, str | None]:
@@ -99,17 +100,17 @@ def parse_rate(text: str | None) -> tuple[float | None, int | None, str | None]:
     if not text:
         return None, None, None
     m = _RATE_RE.match(text)
-    if not m:
+    if not m or decimal(m.group(2)) is None or len(m.group(1)) > MAX_DECIMAL_DIGITS:
         return None, None, None
-    return float(m.group(1)), int(m.group(2)), (m.group(3).upper() if m.group(3) else None)
+    return float(m.group(1)), decimal(m.group(2)), (m.group(3).upper() if m.group(3) else None)
 
 
 def parse_counter(text: str) -> tuple[int | None, str | None]:
     """(value, None) for an integer counter, else (None, why): "N/A (no PMA)" is a counter the
     port management agent does not provide; anything else non-numeric is garbage."""
     s = text.strip()
-    if s.isdigit():
-        return int(s), None
+    if decimal(s) is not None:
+        return decimal(s), None
     if s.upper().startswith("N/A"):
         return None, f"counter not provided: {s!r}"
     return None, f"not an integer: {s[:40]!r}"
@@ -120,6 +121,8 @@ def parse_hex_int(text: str | None) -> int | None:
     if text is None:
         return None
     s = text.strip().lower()
+    if len(s) > MAX_DECIMAL_DIGITS + 2:
+        return None
     try:
         return int(s, 16) if s.startswith("0x") else int(s)
     except ValueError:
@@ -217,7 +220,7 @@ def _read_device(host, name: str) -> IbDevice:
     if port_names is None:
         errors.append(ReadError(f"{dev_dir}/ports", "missing", "device has no ports directory"))
     for pname in sorted(port_names or [], key=lambda n: (len(n), n)):
-        if pname.isdigit():
+        if decimal(pname) is not None:  # "²" passes isdigit() and fails int()
             ports.append(_read_port(host, dev_dir, pname))
     netdevs = set(listing(host, f"{dev_dir}/device/net") or [])
     for port in ports:

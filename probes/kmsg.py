@@ -59,9 +59,11 @@ class KmsgObservation:
 
 
 # -- line framing ----------------------------------------------------------------------------------
-_KMSG_RECORD = re.compile(r"^(\d+),(\d+),(\d+),[^;]*;(.*)$")
+# numbers of ASCII digits, at most 20 (a u64): ``\d`` takes any script's digits and int() of
+# thousands of digits raises ValueError
+_KMSG_RECORD = re.compile(r"^([0-9]{1,20}),([0-9]{1,20}),([0-9]{1,20}),[^;]*;(.*)$")
 _RAW_PRI = re.compile(r"^<\d+>")
-_MONO_STAMP = re.compile(r"^\[\s*(\d+\.\d+)\]\s?")
+_MONO_STAMP = re.compile(r"^\[\s*([0-9]{1,20}\.[0-9]{1,20})\]\s?")
 _CTIME_STAMP = re.compile(r"^\[[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4}\]\s?")
 _SYSLOG_PREFIX = re.compile(r"^[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \S+ kernel: ")
 _BDF = r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?"
@@ -70,6 +72,7 @@ _BDF = r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?"
 def split_line(line: str) -> tuple[float | None, str] | None:
     """(seconds since boot or None, message) from one log line in any supported framing;
     None for kmsg continuation lines (" SUBSYSTEM=pci") and blank lines."""
+    line = line[:MAX_MESSAGE_CHARS + 64]  # room for the framing before the message
     if not line.strip() or line[:1] == " " and "=" in line and "NVRM" not in line:
         return None
     m = _KMSG_RECORD.match(line)
@@ -91,16 +94,21 @@ def split_line(line: str) -> tuple[float | None, str] | None:
 
 
 # -- event matching --------------------------------------------------------------------------------
-_XID = re.compile(rf"NVRM: Xid \((?:PCI:)?({_BDF})\): (\d+)(.*)$")
-_SXID = re.compile(rf"(nvidia-nvswitch\d*): SXid \((?:PCI:)?({_BDF})\): (\d+)(.*)$")
-_PID = re.compile(r"\bpid='?(\d+)'?")
+_XID = re.compile(rf"NVRM: Xid \((?:PCI:)?({_BDF})\): ([0-9]{{1,9}})\b(.*)$")
+_SXID = re.compile(rf"(nvidia-nvswitch[0-9]*): SXid \((?:PCI:)?({_BDF})\): ([0-9]{{1,9}})\b(.*)$")
+_PID = re.compile(r"\bpid='?([0-9]{1,12})'?")
 _FALLEN = re.compile(rf"NVRM: GPU ({_BDF}): GPU has fallen off the bus")
 _FALLEN_HEAD = re.compile(rf"NVRM: The NVIDIA GPU ({_BDF})")
 _FALLEN_TAIL = re.compile(r"fallen off the bus and is not responding")
 _GPU_UUID = re.compile(rf"NVRM: GPU at (?:PCI:)?({_BDF}): (GPU-[0-9a-fA-F-]+)")
 _NETDEV_LINK = re.compile(rf"^(mlx\w*?)(?: ({_BDF}))?:? (\S+?):? [Ll]ink (up|down|Up|Down)\b")
-_PORT_LINK = re.compile(rf"^(?:mlx\w* ({_BDF}) )?(\S+?):? ?[Pp]ort:? ?(\d+) (?:.*?)?[Ll]ink (\w+)")
-_AER = re.compile(rf"^\S+ ({_BDF}): AER: (.*error.*received.*)$", re.IGNORECASE)
+_PORT_LINK = re.compile(rf"^(?:mlx\w* ({_BDF}) )?(\S+?):? ?[Pp]ort:? ?([0-9]{{1,9}}) (?:.*?)?[Ll]ink (\w+)")
+# "error ... received" is checked after the match: ``(.*error.*received.*)`` backtracks over every
+# "error" in a long line, quadratic in it
+_AER = re.compile(rf"^\S+ ({_BDF}): AER: (.*)$", re.IGNORECASE)
+#: the longest message read: the kernel prints at most 1024 bytes a record (PRINTK_MESSAGE_MAX);
+#: longer lines come from a damaged paste or snapshot, and their tail is not read
+MAX_MESSAGE_CHARS = 2048
 _AER_SOURCE = re.compile(rf"(?:from|received:)\s+({_BDF})")
 
 
@@ -108,6 +116,7 @@ def match_event(message: str, time_s: float | None, context: dict | None = None)
     """The event one message stands for, or None. ``context`` carries state across lines (the
     multi-line "The NVIDIA GPU ... fallen off the bus" form)."""
     ctx = context if context is not None else {}
+    message = message[:MAX_MESSAGE_CHARS]
     m = _XID.search(message)
     if m:
         pid = _PID.search(m.group(3))
@@ -142,7 +151,8 @@ def match_event(message: str, time_s: float | None, context: dict | None = None)
                 return KernelEvent(kind, message, time_s, normalize_bdf(m.group(1)), None, m.group(2),
                                    port=int(m.group(3)))
     m = _AER.match(message)
-    if m:
+    low = m.group(2).lower() if m else ""
+    if m and "error" in low and "received" in low[low.index("error") + 5:]:
         src = _AER_SOURCE.search(m.group(2))
         port = normalize_bdf(m.group(1))
         return KernelEvent("aer", message, time_s, normalize_bdf(src.group(1)) if src else port, None, port)

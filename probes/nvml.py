@@ -476,7 +476,9 @@ class _Reader:
             return value
         try:
             return parse(value)
-        except (ParseError, KeyError, TypeError, ValueError) as exc:
+        # a replayed value of the wrong shape (a list where an object belongs, a huge or non-finite
+        # number) is this call's parse error, never an exception that ends the probe
+        except (ParseError, KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError) as exc:
             self.errors.append(ReadError(call_name(fn, args), "parse", f"unexpected value: {exc}"))
             return None
 
@@ -548,7 +550,7 @@ def _read_nvlink_throughput(r: _Reader, i: int, links: list[NvLink]) -> None:
             if ret == 0:
                 try:
                     values[attr] = kib_counter_bytes(val)
-                except ParseError as exc:
+                except (ParseError, TypeError, ValueError, OverflowError) as exc:
                     errors.append(ReadError(source, "parse", f"{what}: unexpected value: {exc}"))
             elif ret not in FIELD_NOT_APPLICABLE:
                 errors.append(ReadError(source, "field_error", f"{what}: {nvml_return_name(ret)}"))

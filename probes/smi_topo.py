@@ -30,7 +30,9 @@ from __future__ import annotations
 
 import re
 import time
+from collections import Counter
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from ccdiag.model import ReadError
 from ccdiag.probing import ProbeUnavailable
@@ -46,7 +48,9 @@ P2P_MODES = ("r", "w", "n", "a")
 #: the columns after the device columns, in the order the tool prints them
 EXTRA_COLUMNS = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
 
-_LEVEL_RE = re.compile(r"^(X|SYS|SOC|NODE|PHB|PXB|PIX|NV[0-9]+)$")
+# an NVLink count has at most 3 digits (18 on Hopper); more is noise, and int() of thousands of
+# digits raises ValueError
+_LEVEL_RE = re.compile(r"^(X|SYS|SOC|NODE|PHB|PXB|PIX|NV[0-9]{1,3})$")
 _P2P_VALUES = frozenset({"X", "OK", "CNS", "GNS", "TNS", "NS", "U"})  # plus any legend key
 _GPU_RE = re.compile(r"^GPU[0-9]+$")
 _NIC_LABEL_RE = re.compile(r"^NIC[0-9]+$")
@@ -54,7 +58,13 @@ _LABEL_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_.:-]*$")
 _CPU_LIST_RE = re.compile(r"^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$")
 _EXTRA_RE = re.compile(r"CPU Affinity|NUMA Affinity|GPU NUMA ID")
 _ELISION = frozenset({".", "...", ". . .", "\u2026"})
-_LEGEND_ENTRY_RE = re.compile(r"^\s*(\S+)\s*=\s*(.*?)\s*$")
+# the value is stripped after the match: a lazy ``(.*?)\s*$`` retries the trailing-space scan at
+# every character, quadratic in a line of spaces
+_LEGEND_ENTRY_RE = re.compile(r"^\s*([^\s=]+)\s*=(.*)$")
+# a legend key line; ``[ \t]`` and not ``\s``: with re.M, ``^\s*`` runs across newlines, so a paste of
+# many blank lines made every line start rescan all the blank lines after it (quadratic)
+_P2P_LEGEND_KEY_RE = re.compile(r"^[ \t]*([A-Z]{1,4})[ \t]+=", re.M)
+_GPU_NUMA_ID_RE = re.compile(r"^[0-9]{1,6}$")
 _NIC_ENTRY_RE = re.compile(r"^\s*(NIC[0-9]+)\s*:\s*(\S+)\s*$")
 # a shell prompt line ending in the command that printed the matrix
 _P2P_PROMPT_RE = re.compile(r"nvidia-smi\s+topo\s+(?:-p2p|--p2p)\s*([rwnap])\s*$")
@@ -64,6 +74,19 @@ _PCI_ONLY_PROMPT_RE = re.compile(r"nvidia-smi\s+topo\s+(?:-mp|--matrix_pci)\s*$"
 #: the longest piece of pasted text a message quotes: a refusal must stay one readable line even
 #: when the pasted "cell" is a whole file without a separator
 QUOTE_LIMIT = 60
+
+# Bounds on what a paste may be. Real outputs are far inside them (the largest node in the corpus
+# has 8 GPUs and 18 NICs, lines under 300 characters); beyond them the text is refused, naming the
+# limit, so that every parse stays linear and well under a second whatever a stranger pastes.
+#: the most text one parser call reads (a 512-device matrix with tabs expanded is about 2.2 MB)
+MAX_TEXT_BYTES = 4 << 20
+#: the longest line (512 cells of 8 columns, label and affinity values fit four times over)
+MAX_LINE_CHARS = 16384
+#: the most lines (a 512-device matrix with both legends is about 1,100; the rest is room for the
+#: prompt and notes around it)
+MAX_LINES = 65536
+#: the most devices a header may name, and the most rows and NIC legend entries
+MAX_DEVICES = 512
 
 
 def _clip(text: str, limit: int = QUOTE_LIMIT) -> str:
@@ -98,6 +121,26 @@ class TopoParseError(ValueError):
             return first
         rest = "; ".join(f"line {e.line_no}: {e.message}" for e in self.others)
         return f"{len(self.others) + 1} damaged lines: {first}; {rest}"
+
+
+def check_bounds(text: str, what: str) -> None:
+    """Refuse text beyond :data:`MAX_TEXT_BYTES`, :data:`MAX_LINES` or with a line beyond
+    :data:`MAX_LINE_CHARS` (linear: one split of the text), naming the limit."""
+    if not isinstance(text, str):
+        raise TopoParseError(f"{what}: expected text, got {type(text).__name__}", 1, "")
+    if len(text) > MAX_TEXT_BYTES:
+        raise TopoParseError(f"{what} of {len(text)} characters is more than the {MAX_TEXT_BYTES} "
+                             "this parser reads (MAX_TEXT_BYTES)", 1,
+                             text[:2 * QUOTE_LIMIT + 1])
+    lines = text.split("\n")
+    if len(lines) > MAX_LINES:
+        raise TopoParseError(f"{what} of {len(lines)} lines is more than the {MAX_LINES} this parser reads "
+                             "(MAX_LINES)", MAX_LINES + 1, lines[MAX_LINES])
+    longest = max(lines, key=len)
+    if len(longest) > MAX_LINE_CHARS:
+        line_no = next(k for k, ln in enumerate(lines, 1) if len(ln) > MAX_LINE_CHARS)
+        raise TopoParseError(f"line of {len(lines[line_no - 1])} characters is longer than the {MAX_LINE_CHARS} "
+                             "a topology line may be (MAX_LINE_CHARS)", line_no, lines[line_no - 1][:2 * QUOTE_LIMIT + 1])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -141,14 +184,21 @@ class TopoMatrix:
         """``NIC0`` -> ``mlx5_0`` through the NIC legend; any other label is its own name."""
         return self.nic_legend.get(label, label)
 
+    @cached_property
+    def _labels_by_name(self) -> dict[str, str]:
+        """Label by label and by RDMA device name, built once: a per-call scan of the devices made
+        rendering an n-device matrix cubic."""
+        devices = set(self.devices)
+        out: dict[str, str] = {}
+        for label, nic in self.nic_legend.items():
+            if label in devices:
+                out.setdefault(nic, label)  # the first legend entry wins, as the scan did
+        out.update({d: d for d in self.devices})
+        return out
+
     def label_of(self, name: str) -> str | None:
         """The label for a device label or an RDMA device name (``mlx5_2`` -> ``NIC0``)."""
-        if name in self.devices:
-            return name
-        for label, nic in self.nic_legend.items():
-            if nic == name and label in self.devices:
-                return label
-        return None
+        return self._labels_by_name.get(name)
 
     def raw_level(self, a: str, b: str) -> str | None:
         """The cell as printed, from row ``a`` or, when that row is missing, from row ``b``
@@ -250,6 +300,28 @@ def _segmentations(token: str, valid_cell, limit: int = 2) -> list[list[str]]:
     return [s for s in from_pos(0) if len(s) > 1]
 
 
+class _Vocabulary:
+    """A cell validator that remembers its answers and its segmentations: a paste repeats the same
+    few tokens (``SYS``, ``PXBNODE``) thousands of times, so each is judged once per parse."""
+
+    def __init__(self, valid_cell):
+        self._valid = valid_cell
+        self._known: dict[str, bool] = {}
+        self._splits: dict[str, list[list[str]]] = {}
+
+    def __call__(self, cell: str) -> bool:
+        known = self._known.get(cell)
+        if known is None:
+            known = self._known[cell] = bool(self._valid(cell))
+        return known
+
+    def segmentations(self, token: str) -> list[list[str]]:
+        splits = self._splits.get(token)
+        if splits is None:
+            splits = self._splits[token] = _segmentations(token, self)
+        return splits
+
+
 def _repair_cells(tokens: list[str], want: int, valid_cell, label: str, line_no: int,
                   repairs: list[str]) -> list[str]:
     """``tokens`` (the row after its label) with merged cells split where the split is the only one
@@ -260,7 +332,8 @@ def _repair_cells(tokens: list[str], want: int, valid_cell, label: str, line_no:
         if len(out) >= want or valid_cell(tok) or tok in _ELISION or tok == "":
             out.append(tok)
             continue
-        splits = _segmentations(tok, valid_cell)
+        seg = getattr(valid_cell, "segmentations", None)
+        splits = seg(tok) if seg is not None else _segmentations(tok, valid_cell)
         if len(splits) == 1 and len(out) + len(splits[0]) <= want:
             out.extend(splits[0])
             repairs.append(f"line {line_no}: {_clip(label)}: {_q(tok)} read as {', '.join(splits[0])} (a tab lost)")
@@ -283,9 +356,9 @@ def _untab(s: str) -> tuple[list[str], int | None]:
     """
     fields: list[str] = []
     p, n = 0, len(s)
+    text_end = len(s.rstrip())  # computed once: slicing the rest at every field was quadratic
     while p < n:
-        rest = s[p:]
-        if not rest.strip():
+        if p >= text_end:
             break  # trailing padding; blank trailing fields are indistinguishable from absent ones
         if s[p] == " " and (p + 1 >= n or s[p + 1] == " "):
             chunk = s[p:p + 8]
@@ -356,7 +429,10 @@ def _split_header(line: str, line_no: int) -> _Header:
     for label in labels:
         if not _LABEL_RE.match(label):
             raise TopoParseError(f"{_q(label)} is not a device label", line_no, line)
-    dup = {x for x in labels if labels.count(x) > 1}
+    if len(labels) > MAX_DEVICES:
+        raise TopoParseError(f"{len(labels)} device labels in the header, more than the {MAX_DEVICES} "
+                             "a matrix may have (MAX_DEVICES)", line_no, line)
+    dup = {x for x, k in Counter(labels).items() if k > 1}  # one count, not one list scan per label
     if dup:
         raise TopoParseError(f"device label {_clip(sorted(dup)[0])} appears twice", line_no, line)
     if len(set(extras)) != len(extras):
@@ -392,6 +468,7 @@ class _Grid:
 
 
 def _read_grid(text: str, valid_cell, what: str) -> _Grid:
+    valid_cell = _Vocabulary(valid_cell)
     lines = [ln[:-1] if ln.endswith("\r") else ln for ln in text.split("\n")]
     cut_last = not text.endswith("\n")
     if not cut_last:
@@ -418,6 +495,7 @@ def _read_grid(text: str, valid_cell, what: str) -> _Grid:
         warnings.append(f"line {header_i + 1}: columns elided with '. . .'; only the devices shown are known")
 
     ncols = len(header.labels)
+    label_set = set(header.labels)
     rows: list[tuple[int, str, list[str | None], list[str] | None]] = []
     repairs: list[str] = []
     damaged: list[TopoParseError] = []
@@ -428,13 +506,15 @@ def _read_grid(text: str, valid_cell, what: str) -> _Grid:
         if not stripped or stripped in ("Legend:", "NIC Legend:"):
             break
         tokens = stripped.split()
-        if tokens[0] not in header.labels and not (len(tokens) > 1 and valid_cell(tokens[1])):
+        if tokens[0] not in label_set and not (len(tokens) > 1 and valid_cell(tokens[1])):
             break  # text after the matrix (a prompt, a note): not a row
         if cut(i):
             truncated = True
             warnings.append(f"line {i + 1}: last line has no newline (cut short?); row {_clip(tokens[0])} not used")
             i += 1
             break
+        if len(rows) + len(damaged) >= MAX_DEVICES:
+            raise TopoParseError(f"more than {MAX_DEVICES} rows (MAX_DEVICES)", i + 1, line)
         try:
             rows.append(_split_row(line, i + 1, header, ncols, valid_cell, warnings, repairs))
         except TopoParseError as exc:
@@ -461,7 +541,7 @@ def _read_grid(text: str, valid_cell, what: str) -> _Grid:
         if section == "legend":
             m = _LEGEND_ENTRY_RE.match(lines[j])
             if m:
-                legend[m.group(1)] = m.group(2)
+                legend[m.group(1)] = m.group(2).strip()
         elif section == "nic":
             m = _NIC_ENTRY_RE.match(lines[j])
             if m and cut(j):
@@ -470,6 +550,8 @@ def _read_grid(text: str, valid_cell, what: str) -> _Grid:
                                 f"NIC legend entry {m.group(1)} not used")
             elif m:
                 nic_legend[m.group(1)] = m.group(2)
+                if len(nic_legend) > MAX_DEVICES:
+                    raise TopoParseError(f"more than {MAX_DEVICES} NIC legend entries (MAX_DEVICES)", j + 1, lines[j])
     if not has_legend:
         truncated = True
         warnings.append("no 'Legend:' section after the matrix (output cut short?)")
@@ -569,14 +651,16 @@ def _assemble(grid: _Grid, kind: str):
     header = grid.header
     columns = header.labels
     devices = list(columns)
+    device_set = set(devices)
     cells: dict[tuple[str, str], str | None] = {}
-    seen: list[str] = []
+    seen: dict[str, None] = {}  # ordered, and a set for the lookups (lists made this quadratic)
     for line_no, label, row_cells, _tail in grid.rows:
         if label in seen:
             raise TopoParseError(f"second row for {_clip(label)}", line_no, grid.text(line_no))
-        seen.append(label)
-        if label not in devices:
+        seen[label] = None
+        if label not in device_set:
             devices.append(label)
+            device_set.add(label)
         for col, value in zip(columns, row_cells):
             if value == "X" and col != label:
                 raise TopoParseError(f"X (self) off the diagonal, at {_clip(label)}/{_clip(col)}", line_no, grid.text(line_no))
@@ -599,7 +683,8 @@ def _assemble(grid: _Grid, kind: str):
     if missing:
         grid.truncated = True
         grid.warnings.append(f"no row for {_clip(', '.join(missing), 2 * QUOTE_LIMIT)} (output cut short?)")
-    extra = [d for d in seen if d not in columns]
+    column_set = set(columns)
+    extra = [d for d in seen if d not in column_set]
     if extra:
         grid.truncated = True
         grid.warnings.append(f"rows without a column: {_clip(', '.join(extra), 2 * QUOTE_LIMIT)} (columns lost in copying?)")
@@ -613,7 +698,7 @@ def _assemble(grid: _Grid, kind: str):
 def _affinity_value(column: str, value: str, label: str, line_no: int, warnings: list[str]) -> str | None:
     if value in ("", "N/A"):
         return None
-    ok = _CPU_LIST_RE.match(value) if column != "GPU NUMA ID" else value.isdigit()
+    ok = _CPU_LIST_RE.match(value) if column != "GPU NUMA ID" else _GPU_NUMA_ID_RE.match(value)
     if not ok:
         warnings.append(f"line {line_no}: {column} of {_clip(label)} {_q(value)} is not a valid value; not used")
         return None
@@ -623,6 +708,7 @@ def _affinity_value(column: str, value: str, label: str, line_no: int, warnings:
 def parse_topo_matrix(text: str) -> TopoMatrix:
     """Parse ``nvidia-smi topo -m`` / ``topo --matrix`` (or ``-mp``) output, as the tool printed it
     or as it was pasted. Lines before the header (prompts, notes) are skipped."""
+    check_bounds(text, "topology matrix")
     grid = _read_grid(text, lambda c: bool(_LEVEL_RE.match(c)), "topology matrix")
     devices, cells = _assemble(grid, "level")
     header, warnings = grid.header, grid.warnings
@@ -684,7 +770,7 @@ def _place_by_position(grid: "_Grid", extras: list[str]) -> dict[str, list[str]]
         except TopoParseError:
             return None
         for col, v in zip(extras, values or []):
-            if v and v != "N/A" and not (_CPU_LIST_RE.match(v) if col != "GPU NUMA ID" else v.isdigit()):
+            if v and v != "N/A" and not (_CPU_LIST_RE.match(v) if col != "GPU NUMA ID" else _GPU_NUMA_ID_RE.match(v)):
                 return None
         out[label] = values or []
     return out
@@ -708,9 +794,8 @@ def _place_tail(tail: list[str] | None, extras: list[str], label: str, line_no: 
 def parse_topo_p2p(text: str, mode: str | None = None) -> P2PMatrix:
     """Parse ``nvidia-smi topo -p2p <r|w|n|a|p>`` output. ``mode`` is the letter asked for; when not
     given it is read from a preceding prompt line, else None."""
-    legend_keys: set[str] = set()
-    for m in re.finditer(r"^\s*([A-Z]{1,4})\s+=", text, flags=re.M):
-        legend_keys.add(m.group(1))
+    check_bounds(text, "p2p matrix")
+    legend_keys = {m.group(1) for m in _P2P_LEGEND_KEY_RE.finditer(text)}
     allowed = _P2P_VALUES | legend_keys
     grid = _read_grid(text, lambda c: c in allowed, "p2p matrix")
     devices, cells = _assemble(grid, "p2p")
@@ -727,8 +812,13 @@ def parse_topo_p2p(text: str, mode: str | None = None) -> P2PMatrix:
                      warnings=tuple(grid.warnings), truncated=grid.truncated, repairs=tuple(grid.repairs))
 
 
+#: the longest CPU or GPU index ``topo -c`` output may carry
+_MAX_INDEX_DIGITS = 7
+
+
 def parse_topo_cpu_query(text: str) -> dict[int, tuple[int, ...]]:
     """``nvidia-smi topo -c N`` output (several may be concatenated): CPU -> GPU indices."""
+    check_bounds(text, "CPU affinity query")
     out: dict[int, tuple[int, ...]] = {}
     lines = text.splitlines()
     for k, line in enumerate(lines):
@@ -738,6 +828,11 @@ def parse_topo_cpu_query(text: str) -> dict[int, tuple[int, ...]]:
         nxt = lines[k + 1] if k + 1 < len(lines) else ""
         if not re.match(r"^\s*[0-9]+(\s*,\s*[0-9]+)*\s*$", nxt):
             raise TopoParseError("expected a list of GPU indices", k + 2, nxt)
+        # int() of thousands of digits raises a bare ValueError; no CPU or GPU index is that long
+        if len(m.group(1)) > _MAX_INDEX_DIGITS:
+            raise TopoParseError(f"CPU number of {len(m.group(1))} digits (at most {_MAX_INDEX_DIGITS})", k + 1, line)
+        if any(len(x.strip()) > _MAX_INDEX_DIGITS for x in nxt.split(",")):
+            raise TopoParseError(f"GPU index of more than {_MAX_INDEX_DIGITS} digits", k + 2, nxt)
         out[int(m.group(1))] = tuple(int(x) for x in nxt.split(","))
     return out
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from ccdiag.host import HostReadError
 from ccdiag.model import ReadError
-from ccdiag.probes._sysfs import attr, listing, read_error
+from ccdiag.probes._sysfs import attr, decimal, listing, read_error
 
 NAME = "system"
 TIMEOUT_S = 8.0
@@ -102,7 +102,7 @@ def parse_memlock(text: str) -> tuple[int | None, int | None, bool | None]:
                 return None, None, None
 
             def value(s: str) -> int | None:
-                return None if s == "unlimited" else int(s) if s.isdigit() else None
+                return None if s == "unlimited" else decimal(s)
 
             soft, hard = value(fields[0]), value(fields[1])
             return soft, hard, fields[0] == "unlimited"

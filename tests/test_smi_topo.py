@@ -312,15 +312,16 @@ def test_p2p_unknown_value_is_refused():
 
 # Oversized pieces of text (SYNTHESIZED): a refusal quotes at most QUOTE_LIMIT characters of any
 # one fragment and 2 x QUOTE_LIMIT of the line, so a pasted file without separators never floods
-# stderr. Each case names the refusal it must still give.
-BIG = 1_000_000
+# stderr. Each case names the refusal it must still give. BIG stays under MAX_LINE_CHARS, so these
+# reach the refusal of the content; beyond the bounds the refusal names the bound (test below).
+BIG = smi_topo.MAX_LINE_CHARS - 100
 OVERSIZED = [
-    ("one token", parse_topo_matrix, "x" * (10 * BIG), "no topology matrix header"),
+    ("one token", parse_topo_matrix, "x" * BIG, "no topology matrix header"),
     ("cell", parse_topo_matrix, "\tGPU0\tGPU1\nGPU0\t X \tNV4\nGPU1\tNV4\t" + "b" * BIG + "\n",
      "is not a known value (cell of GPU1)"),
     ("row label", parse_topo_matrix, "\tGPU0\tGPU1\nGPU0\t X \tNV4\n" + "Z" * BIG + "\tNV4\tX\n",
      "X (self) off the diagonal"),
-    ("header label", parse_topo_matrix, "\tGPU0\t" + "G-" * BIG + "!\n", "is not a device label"),
+    ("header label", parse_topo_matrix, "\tGPU0\t" + "G-" * (BIG // 2) + "!\n", "is not a device label"),
     ("column after affinity", parse_topo_matrix, "\tGPU0\tGPU1\tCPU Affinity\t" + "q" * BIG + "\n",
      "after the affinity columns"),
     ("header text", parse_topo_matrix, "        GPU0    GPU1    CPU Affinity  " + "w" * BIG + "\n",
@@ -328,7 +329,7 @@ OVERSIZED = [
     ("values after last column", parse_topo_matrix,
      "\tGPU0\tGPU1\nGPU0\tX\tNV4\t\t\t" + "t" * BIG + "\nGPU1\tNV4\tX\n", "values after the last column"),
     ("diagonal", parse_topo_matrix, "\tGPU0\tGPU1\nGPU0\tNV" + "9" * BIG + "\tNV4\nGPU1\tNV4\tX\n",
-     "diagonal cell of GPU0"),
+     "is not a known value (cell of GPU0)"),  # NV and more than 3 digits is no level
     ("p2p tail", parse_topo_p2p, "\tGPU0\tGPU1\nGPU0\tX\tOK\t" + "t" * BIG + "\nGPU1\tOK\tX\n",
      "values after the GPU0 cells"),
 ]
@@ -344,7 +345,7 @@ def test_refusals_quote_only_a_short_fragment(what, parse, text, needle):
 
 
 def test_affinity_warning_quotes_only_a_short_fragment():
-    text = ("\tGPU0\tCPU Affinity\tNUMA Affinity\nGPU0\t X \t" + "0-" * BIG + "x\t0\n\nLegend:\n\n  X = Self\n")
+    text = ("\tGPU0\tCPU Affinity\tNUMA Affinity\nGPU0\t X \t" + "0-" * (BIG // 2) + "x\t0\n\nLegend:\n\n  X = Self\n")
     m = parse_topo_matrix(text)
     bad = [w for w in m.warnings if "CPU Affinity of GPU0" in w]
     assert bad and len(bad[0]) < 2 * smi_topo.QUOTE_LIMIT + 60 and "..." in bad[0]
@@ -626,3 +627,23 @@ def test_affinity_is_placed_by_its_own_positions_when_the_header_titles_shifted(
     assert m.cpu_affinity == clean.cpu_affinity and m.cpu_affinity["GPU0"]
     assert m.numa_affinity == clean.numa_affinity
     assert any("placed by their own positions" in w for w in m.warnings)
+
+
+# Beyond the bounds (SYNTHESIZED): refused before any parsing, naming the limit, in one short line.
+BEYOND = [
+    ("text", parse_topo_matrix, ("GPU0\n" * (smi_topo.MAX_TEXT_BYTES // 5 + 1)), "MAX_TEXT_BYTES"),
+    ("line", parse_topo_matrix, "\tGPU0\tGPU1\nGPU0\t X \t" + "b" * 1_000_000 + "\n", "MAX_LINE_CHARS"),
+    ("p2p line", parse_topo_p2p, "x" * (smi_topo.MAX_LINE_CHARS + 1), "MAX_LINE_CHARS"),
+    ("labels", parse_topo_matrix, "\t" + "\t".join(f"GPU{i}" for i in range(smi_topo.MAX_DEVICES + 1)) + "\n",
+     "MAX_DEVICES"),
+    ("cpu query", parse_topo_cpu_query, "The GPUs that have an affinity with CPU 0 are:\n" + "9" * 5000 + "\n",
+     "digits"),
+]
+
+
+@pytest.mark.parametrize("what,parse,text,needle", BEYOND, ids=[c[0] for c in BEYOND])
+def test_beyond_the_bounds_the_refusal_names_the_limit(what, parse, text, needle):
+    with pytest.raises(TopoParseError) as info:
+        parse(text)
+    msg = str(info.value)
+    assert needle in msg and "\n" not in msg and len(msg) < 4 * smi_topo.QUOTE_LIMIT + 160, msg[:500]
