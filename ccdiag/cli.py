@@ -25,6 +25,7 @@ COMMANDS = {
     "policy": ("ccdiag.commands.policy", "group", "Write or show the expectations a node is held to."),
     "daemon": ("ccdiag.commands.daemon", "command", "Serve Prometheus metrics from a background collection loop."),
     "nccl": ("ccdiag.commands.nccl", "command", "NCCL settings for this node with their evidence; read NCCL logs."),
+    "bench": ("ccdiag.commands.bench", "command", "Measure the node's links and judge each figure against the topology."),
 }
 
 

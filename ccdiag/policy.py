@@ -40,6 +40,18 @@ class Policy:
     require_peermem: bool | None = None  # None: required only when GPUs and RDMA ports are both present
     nvlink_error_rate_warn: int = 1  # counter increase over the window that warns
     ib_error_rate_warn: int = 1
+    # ccdiag bench: thresholds as fractions of a path's bottleneck link (None: the defaults of
+    # ccdiag.bench.thresholds, each with its public source)
+    bench_pcie_warn_fraction: float | None = None
+    bench_pcie_fail_fraction: float | None = None
+    bench_pcie_bidir_warn_fraction: float | None = None
+    bench_pcie_bidir_fail_fraction: float | None = None
+    bench_nvlink_warn_fraction: float | None = None
+    bench_nvlink_fail_fraction: float | None = None
+    bench_rdma_warn_fraction: float | None = None
+    bench_rdma_fail_fraction: float | None = None
+    bench_busbw_warn_fraction: float | None = None
+    bench_busbw_fail_fraction: float | None = None
     source: str | None = None  # where the policy came from (file path), for evidence
 
     @classmethod
@@ -66,6 +78,16 @@ FIELD_HELP: dict[str, str] = {
     "require_peermem": "nvidia_peermem must be loaded; absent means 'when GPUs and RDMA ports are both present'",
     "nvlink_error_rate_warn": "NVLink error counter increase over the window that warns",
     "ib_error_rate_warn": "IB error counter increase over the window that warns",
+    "bench_pcie_warn_fraction": "ccdiag bench: pcie figures below this fraction of the path's bottleneck link warn",
+    "bench_pcie_fail_fraction": "ccdiag bench: pcie figures below this fraction of the path's bottleneck link fail",
+    "bench_pcie_bidir_warn_fraction": "ccdiag bench: pcie_bidir figures below this fraction of the path's bottleneck link warn",
+    "bench_pcie_bidir_fail_fraction": "ccdiag bench: pcie_bidir figures below this fraction of the path's bottleneck link fail",
+    "bench_nvlink_warn_fraction": "ccdiag bench: nvlink figures below this fraction of the path's bottleneck link warn",
+    "bench_nvlink_fail_fraction": "ccdiag bench: nvlink figures below this fraction of the path's bottleneck link fail",
+    "bench_rdma_warn_fraction": "ccdiag bench: rdma figures below this fraction of the path's bottleneck link warn",
+    "bench_rdma_fail_fraction": "ccdiag bench: rdma figures below this fraction of the path's bottleneck link fail",
+    "bench_busbw_warn_fraction": "ccdiag bench: busbw figures below this fraction of the path's bottleneck link warn",
+    "bench_busbw_fail_fraction": "ccdiag bench: busbw figures below this fraction of the path's bottleneck link fail",
 }
 
 #: fields never read from or written to a file
@@ -85,6 +107,8 @@ def _expected_type(name: str) -> str:
         "temperature_warn_c": "float", "require_persistence_mode": "bool", "require_peermem": "bool",
         "ignore_xids": "int list",
     }
+    if name.startswith("bench_") and name.endswith("_fraction"):
+        return "float"
     return defaults[name]
 
 
@@ -166,6 +190,8 @@ _BOUNDS: dict[str, tuple[float, float]] = {
     "ib_rate_gbit_s": (1, 3200), "expected_ib_ports": (0, 256), "xid_window_s": (0, 365 * 86400),
     "temperature_warn_c": (20, 150), "min_shm_bytes": (0, 1 << 50), "min_memlock_bytes": (0, 1 << 62),
     "nvlink_error_rate_warn": (0, 1 << 40), "ib_error_rate_warn": (0, 1 << 40),
+    **{f"bench_{k}_{w}_fraction": (0.0, 1.0) for k in ("pcie", "pcie_bidir", "nvlink", "rdma", "busbw")
+       for w in ("warn", "fail")},
 }
 
 

@@ -19,7 +19,7 @@ from ccdiag.findings import STATUSES, Finding, worst
 from ccdiag.model import to_jsonable
 from ccdiag.probing import ProbeRun
 
-SCHEMA_VERSION = "1.1.0"
+SCHEMA_VERSION = "1.2.0"
 
 
 def host_section(meta: dict) -> dict:

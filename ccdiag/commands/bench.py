@@ -1,0 +1,269 @@
+"""``ccdiag bench``: measure what the node's links deliver and judge every figure against its path.
+
+``ccdiag bench [NAME...]`` runs the named benchmarks (all by default), ``ccdiag bench list`` says
+which can run here and why not, ``ccdiag bench import FILE...`` judges nvbandwidth /
+p2pBandwidthLatencyTest / nccl-tests / perftest outputs users already have. Exit codes: 0 every
+figure within range, 1 a figure failed (or warned, with ``--strict``), 2 bad usage or an
+unreadable/unparseable file, 3 nothing could be measured here (every benchmark skipped, with the
+reasons printed) or a benchmark ran out of its budget.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import click
+
+from ccdiag.commands.common import host_options, make_host
+from ccdiag.errors import InputError
+from ccdiag.exitcodes import ExitCode
+
+#: subcommands that are not benchmark names
+SUBCOMMANDS = ("list", "import", "allreduce", "pairs")
+
+
+class BenchGroup(click.Group):
+    """``ccdiag bench NAME...`` runs benchmarks; a first word that is a subcommand runs it instead."""
+
+    def resolve_command(self, ctx, args):
+        if args and args[0] in self.commands:
+            return super().resolve_command(ctx, args)
+        return "run", self.commands["run"], args
+
+    def format_usage(self, ctx, formatter):
+        formatter.write_usage("ccdiag bench", "[NAME...] [OPTIONS] | list | import FILE... | allreduce | pairs")
+
+
+@click.group(name="bench", cls=BenchGroup, invoke_without_command=True,
+             context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@click.pass_context
+def group(ctx):
+    """Measure the node's links and judge every figure against the topology.
+
+    NAMES: h2d, d2h, p2p, d2d, ib_write (default: all). Exit 0 ok, 1 a figure failed, 2 bad input,
+    3 nothing could be measured here (each skip says why) or the budget ran out."""
+    if ctx.invoked_subcommand is None:
+        return ctx.invoke(run_command)
+
+
+def _load_policy(policy_file):
+    if not policy_file:
+        return None
+    from ccdiag.policy import PolicyError, load_policy
+
+    try:
+        return load_policy(policy_file)
+    except PolicyError as exc:
+        raise InputError(str(exc)) from None
+
+
+def _observe(replay, root, policy, deadline_s: float):
+    """The node's observations and topology (the same probes `ccdiag check` reads)."""
+    from ccdiag.checkrun import close_host, evaluate
+
+    host = make_host(replay, root)
+    try:
+        result = evaluate(host, policy, deadline_s=deadline_s, load_links=False)
+    except BaseException:
+        close_host(host)
+        raise
+    return host, result
+
+
+def _progress():
+    """A progress line on stderr when it is a terminal; None otherwise."""
+    if not sys.stderr.isatty():
+        return None, None
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    from ccdiag.output import console
+
+    prog = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                    console=console(stderr=True), transient=True)
+    task = prog.add_task("benchmarks", total=None)
+
+    def tick(bench: str, what: str) -> None:
+        prog.update(task, description=f"{bench}: {what}")
+
+    return prog, tick
+
+
+@group.command(name="run", hidden=True)
+@click.argument("names", nargs=-1)
+@host_options
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON report on stdout.")
+@click.option("-o", "--output", metavar="FILE", help="Also write the JSON report to FILE.")
+@click.option("--budget", type=click.FloatRange(1, 3600), default=300.0, show_default=True, metavar="S",
+              help="Seconds for all the benchmarks together; each stops when its share runs out.")
+@click.option("--size", "size_bytes", type=click.IntRange(4096, 1 << 36), metavar="BYTES",
+              help="Bytes per copy (default 256 MiB; quick 32 MiB; ib_write 8 MiB messages).")
+@click.option("--iters", type=click.IntRange(1, 100000), metavar="N", help="Timed rounds (default 5; quick 3).")
+@click.option("--quick", is_flag=True, help="Short, bounded figures (the ones `check --bench quick` adds).")
+@click.option("--policy", "policy_file", metavar="FILE", type=click.Path(dir_okay=False),
+              help="Thresholds from a policy file (bench_<kind>_warn_fraction / _fail_fraction).")
+@click.option("--strict", is_flag=True, help="Warnings fail too (exit 1).")
+def run_command(names, replay, root, as_json, output, budget, size_bytes, iters, quick, policy_file, strict):
+    from ccdiag.bench.registry import BenchContext
+    from ccdiag.bench.runner import exit_code, resolve, run_benchmarks
+    from ccdiag.checkrun import close_host
+
+    bad = [n for n in names if n.startswith("-")]
+    if bad:
+        raise click.UsageError(f"no such option: {bad[0]}")
+    try:
+        names = resolve(names)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    policy = _load_policy(policy_file)
+    t0 = time.monotonic()
+    host, observed = _observe(replay, root, policy, deadline_s=min(30.0, budget))
+    prog, tick = _progress()
+    ctx = BenchContext(host=host, topology=observed.topology, runs=observed.runs, policy=policy,
+                       size_bytes=size_bytes, iters=iters, quick=quick, progress=tick,
+                       deadline=t0 + budget)
+    try:
+        if prog is not None:
+            with prog:
+                results = run_benchmarks(names, ctx)
+        else:
+            results = run_benchmarks(names, ctx)
+    finally:
+        close_host(host)
+    code = exit_code(results, strict)
+    doc = None
+    if as_json or output:
+        doc = bench_report(observed, results, code, replay, time.monotonic() - t0)
+    if output:
+        from ccdiag.output import write_atomic
+        from ccdiag.report import dumps
+
+        try:
+            write_atomic(output, dumps(doc) + "\n")
+        except OSError as exc:
+            raise InputError(f"cannot write report {output}: {exc.strerror or exc}") from None
+    if as_json:
+        from ccdiag.output import emit_json
+
+        emit_json(doc)
+    else:
+        from ccdiag.commands.bench_render import print_results
+
+        print_results(results, int(code), observed.hostname)
+    return int(code)
+
+
+def bench_report(observed, results, code, replay, duration_s: float) -> dict:
+    from ccdiag.report import build_report
+
+    findings = [f for r in results for f in r.findings]
+    return build_report("bench", observed.meta, topology=observed.topology, findings=findings,
+                        exit_code=int(code), run_info={"replayed_from": replay, "duration_s": round(duration_s, 3)},
+                        extra={"bench": [r.to_json() for r in results]})
+
+
+@group.command(name="list")
+@host_options
+@click.option("--json", "as_json", is_flag=True, help="Print the list as JSON.")
+def list_command(replay, root, as_json):
+    """Each benchmark, what it measures, and whether it can run here (and why not)."""
+    from ccdiag.bench.registry import BenchContext, load_all
+    from ccdiag.checkrun import close_host
+
+    host, observed = _observe(replay, root, None, deadline_s=20.0)
+    try:
+        ctx = BenchContext(host=host, topology=observed.topology, runs=observed.runs)
+        rows = [(b.name, b.what, b.applicable(ctx)) for b in load_all().values()]
+    finally:
+        close_host(host)
+    if as_json:
+        from ccdiag.output import emit_json
+
+        emit_json([{"name": n, "what": w, "runnable": why is None, "reason": why} for n, w, why in rows])
+        return 0
+    from ccdiag.output import sanitize
+
+    for n, w, why in rows:
+        click.echo(f"{n:9} {'can run' if why is None else 'skip'}: {sanitize(w)}")
+        if why:
+            click.echo(f"{'':9}   why not: {sanitize(why)}")
+    return 0
+
+
+@group.command(name="import")
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("--replay", metavar="FILE", type=click.Path(dir_okay=False),
+              help="Judge against the topology of this snapshot (default: this node).")
+@click.option("--root", default="/", show_default=True, metavar="DIR", help="Read sysfs under DIR instead of /.")
+@click.option("--from-smi", "from_smi", metavar="FILE", type=click.Path(dir_okay=False),
+              help="Place the figures on a pasted `nvidia-smi topo -m` (levels only: no link rates, no ratios).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON report on stdout.")
+@click.option("--policy", "policy_file", metavar="FILE", type=click.Path(dir_okay=False),
+              help="Thresholds from a policy file.")
+@click.option("--strict", is_flag=True, help="Warnings fail too (exit 1).")
+def import_command(files, replay, root, from_smi, as_json, policy_file, strict):
+    """Judge nvbandwidth, p2pBandwidthLatencyTest, nccl-tests or perftest outputs (text or JSON)."""
+    from ccdiag.bench.imports import MatrixTopology, import_file
+    from ccdiag.bench.runner import exit_code
+    from ccdiag.benchparse.errors import BenchParseError
+    from ccdiag.userfiles import UserFileError, read_user_text
+
+    if from_smi and replay:
+        raise click.UsageError("--from-smi and --replay both name a topology: give one")
+    policy = _load_policy(policy_file)
+    texts = []
+    for f in files:
+        try:
+            texts.append((f, read_user_text(f, "benchmark output")))
+        except UserFileError as exc:
+            raise InputError(str(exc)) from None
+    t0 = time.monotonic()
+    observed = None
+    if from_smi:
+        from ccdiag.probes.smi_topo import TopoParseError, parse_topo_matrix
+
+        try:
+            topology = MatrixTopology(parse_topo_matrix(read_user_text(from_smi, "nvidia-smi topo -m")))
+        except UserFileError as exc:
+            raise InputError(str(exc)) from None
+        except TopoParseError as exc:
+            raise InputError(f"{from_smi}: not an nvidia-smi topo -m matrix: {exc}") from None
+    else:
+        from ccdiag.checkrun import close_host
+
+        host, observed = _observe(replay, root, policy, deadline_s=20.0)
+        close_host(host)
+        topology = observed.topology
+    results = []
+    for f, text in texts:
+        try:
+            results.append(import_file(text, topology, policy, f))
+        except BenchParseError as exc:
+            raise InputError(f"{f}: {exc}") from None
+    code = exit_code(results, strict)
+    if code == ExitCode.UNEVALUATED and any(r.measurements for r in results):
+        code = ExitCode.OK  # figures were read; only those without a topology stayed unjudged
+    if as_json:
+        from ccdiag.output import emit_json
+
+        meta = observed.meta if observed is not None else {}
+        doc = bench_report(observed, results, code, replay, time.monotonic() - t0) if observed else \
+            _matrix_report(meta, results, code, time.monotonic() - t0)
+        emit_json(doc)
+    else:
+        from ccdiag.commands.bench_render import print_results
+
+        print_results(results, int(code), observed.hostname if observed else f"the matrix in {from_smi}")
+    return int(code)
+
+
+def _matrix_report(meta, results, code, duration_s):
+    from ccdiag.report import build_report
+
+    findings = [f for r in results for f in r.findings]
+    return build_report("bench", meta, findings=findings, exit_code=int(code),
+                        run_info={"duration_s": round(duration_s, 3)},
+                        extra={"bench": [r.to_json() for r in results]})
+
+
+command = group

@@ -1,0 +1,91 @@
+"""The terminal form of benchmark results: a verdict line, then per benchmark what ran (or why it
+could not), its figures against their expected values, a GPU matrix for peer copies, and the
+findings that name a component, root cause first."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from ccdiag.findings import PASS, STATUS_RANK
+from ccdiag.output import sanitize
+from ccdiag.render import detail_lines, verdict_line
+
+#: figures listed per benchmark before "... N more" (JSON always has them all)
+MAX_ROWS = 24
+
+
+def _fig(m: Any) -> str:
+    if m.error:
+        return f"error: {m.error}"
+    if m.gbyte_s is None:
+        return "no figure"
+    e = m.expected
+    s = f"{m.gbyte_s:8.1f} GB/s"
+    if m.ratio is not None and e is not None and e.gbyte_s:
+        s += f"  {m.ratio:4.0%} of {e.gbyte_s:.1f} ({e.bottleneck_desc or e.level or 'path'})"
+    elif m.ratio is not None:
+        s += f"  {m.ratio:4.0%} of the peers' median"
+    if m.latency_us is not None:
+        s += f"  latency {m.latency_us:.1f} us"
+    return f"{s}  {m.status}"
+
+
+def matrix_lines(ms: list[Any], op: str = "write", direction: str = "uni") -> list[str]:
+    """GPU x GPU figures of one kind of peer copy (GB/s, and % of the path)."""
+    cells = {(m.src, m.dst): m for m in ms if m.op == op and m.direction == direction and m.gbyte_s is not None}
+    gpus = sorted({a for a, _ in cells} | {b for _, b in cells}, key=lambda g: (len(g), g))
+    if len(gpus) < 2:
+        return []
+    out = [f"  {op} {direction} GB/s (% of path)  rows: source, columns: destination",
+           "  " + " " * 6 + "".join(f"{g:>13}" for g in gpus)]
+    for a in gpus:
+        row = f"  {a:6}"
+        for b in gpus:
+            m = cells.get((a, b))
+            if a == b or m is None:
+                row += f"{'-':>13}"
+            else:
+                pct = f"({m.ratio:.0%})" if m.ratio is not None else ""
+                row += f"{m.gbyte_s:7.1f}{pct:>6}"
+        out.append(row)
+    return out
+
+
+def result_lines(results: list[Any], exit_code: int, hostname: str | None) -> list[str]:
+    findings = [f for r in results for f in r.findings]
+    lines = [verdict_line(findings, exit_code, hostname)]
+    for r in results:
+        head = f"{r.name:9} {r.outcome}"
+        if r.reason:
+            head += f": {r.reason}"
+        elif r.measurements:
+            head += f": {len(r.measurements)} figure(s) in {r.duration_s:.1f} s"
+        lines.append(head)
+        if r.name == "p2p" or r.name.startswith("import:") and any(m.bench == "p2p" for m in r.measurements):
+            lines += matrix_lines([m for m in r.measurements if m.bench == "p2p"])
+        shown = [m for m in r.measurements if not (m.bench == "p2p" and m.op == "write" and m.direction == "uni")
+                 or r.name != "p2p"]
+        shown.sort(key=lambda m: (m.ratio if m.ratio is not None else 9.0))
+        for m in shown[:MAX_ROWS]:
+            lines.append(f"  {m.label:28} {m.op:10} {m.direction:5} {_fig(m)}")
+            if m.note and m.status != PASS:
+                lines.append(f"  {'':28} {m.note}")
+        if len(shown) > MAX_ROWS:
+            lines.append(f"  ... {len(shown) - MAX_ROWS} more (--json lists every figure)")
+    problems = sorted((f for f in findings if f.status != PASS), key=lambda f: STATUS_RANK.get(f.status, 9))
+    if problems:
+        lines.append("")
+        for f in problems:
+            lines += detail_lines(f)
+    passes = [f for f in findings if f.status == PASS]
+    if passes:
+        lines.append("")
+        lines += [f"PASS {f.check}: {f.summary}" for f in passes]
+    return lines
+
+
+def print_results(results: list[Any], exit_code: int, hostname: str | None) -> None:
+    for line in result_lines(results, exit_code, hostname):
+        click.echo(sanitize(line))
