@@ -74,6 +74,7 @@ class CheckResult:
     env_source: str = "environment"
     strict: bool = False
     budget: Budget | None = None
+    bench: list = field(default_factory=list)  # ccdiag.bench results when `check --bench` ran
 
     @property
     def status(self) -> str:
@@ -334,6 +335,32 @@ def evaluate(host: Host, policy: Policy | None = None, window_s: float = 0.0,
                        deadline_s=float(deadline_s), duration_s=time.monotonic() - t0, started_at=started_at,
                        observed_at=host.now(), meta=meta, policy=policy, env_source=env_source, strict=strict,
                        budget=budget)
+
+
+#: seconds of a check's deadline that ``--bench quick`` asks for (Budget.plan caps it at half of
+#: what the probes and the judge leave)
+QUICK_BENCH_S = 12.0
+
+
+def add_benchmarks(result: CheckResult, host: Host, names: Iterable[str] = (), env: dict | None = None) -> CheckResult:
+    """Run the applicable benchmarks in quick mode until the budget's bench stage ends; returns the
+    result with their findings folded into the verdict. Benchmarks that cannot run here skip (no finding), so a node
+    without GPUs or RDMA ports gets the same verdict as without ``--bench``."""
+    from ccdiag.bench.registry import BenchContext
+    from ccdiag.bench.runner import run_benchmarks
+
+    budget = result.budget
+    if budget is None or budget.left(budget.bench_end) < 1.0:
+        return result
+    ctx = BenchContext(host=host, topology=result.topology, runs=result.runs, policy=result.policy, quick=True,
+                       deadline=budget.bench_end, env=env)
+    try:
+        benches = run_stage("bench", lambda: run_benchmarks(list(names), ctx), budget.bench_end, grace_s=3.0)
+    except StageTimeout:
+        benches = []
+    findings = sorted(result.findings + [f for b in benches for f in b.findings], key=Finding.sort_key)
+    return dataclasses.replace(result, bench=benches, findings=findings,
+                               exit_code=int(exit_code_for(findings, result.timed_out, result.strict)))
 
 
 def close_host(host: Host, timeout: float = 0.5, result: CheckResult | None = None) -> None:

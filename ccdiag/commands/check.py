@@ -86,8 +86,11 @@ def _save_failure_snapshot(host: RecordingHost, result, directory: str, env: dic
 @click.option("--load-links/--no-load-links", "load_links", default=True, show_default=True,
               help="Keep each GPU's PCIe link busy with short host-to-device copies (CuPy) while link speeds "
                    "are read, so an idle GPU's power-saving downclock is not mistaken for a slow link.")
+@click.option("--bench", "bench", type=click.Choice(["quick"]), default=None,
+              help="Add a short, bounded run of the benchmarks that can run here (`ccdiag bench --quick`) to the "
+                   "verdict; it takes its own share of --timeout.")
 def command(replay, root, policy_file, env_file, timeout, window, as_json, output, strict, snapshot_dir, only,
-            textfile_dir, quiet, load_links):
+            textfile_dir, quiet, load_links, bench):
     """Judge this node (or a snapshot) and exit 0 ok, 1 failed, 2 bad input, 3 could not evaluate."""
     policy = None
     if policy_file:
@@ -117,8 +120,18 @@ def command(replay, root, policy_file, env_file, timeout, window, as_json, outpu
     host = make_host(replay, root, record=record)
     result = None
     try:
+        budget = None
+        if bench:
+            from ccdiag.checkrun import QUICK_BENCH_S
+            from ccdiag.stages import Budget
+
+            budget = Budget.plan(timeout, bench_s=QUICK_BENCH_S)
         result = evaluate(host, policy, window_s=window, deadline_s=timeout, env=env, env_source=env_source,
-                          strict=strict, only=only or None, load_links=load_links and not replay)
+                          strict=strict, only=only or None, load_links=load_links and not replay, budget=budget)
+        if bench:
+            from ccdiag.checkrun import add_benchmarks
+
+            result = add_benchmarks(result, host)
         snap_path = None
         if record and result.exit_code == ExitCode.FAIL:
             assert isinstance(host, RecordingHost)
@@ -140,6 +153,8 @@ def command(replay, root, policy_file, env_file, timeout, window, as_json, outpu
         extra = {"policy": _policy_section(result.policy)}
         if snap_path:
             extra["failure_snapshot"] = snap_path
+        if result.bench:
+            extra["bench"] = [b.to_json() for b in result.bench]
         doc = build_report("check", result.meta, runs=result.runs, topology=result.topology,
                            findings=result.findings, exit_code=result.exit_code,
                            run_info=result.run_info(replay), extra=extra)

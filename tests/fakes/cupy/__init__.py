@@ -1,0 +1,196 @@
+"""A test double of the CuPy API surface ccdiag's CUDA benchmark worker uses (SYNTHESIZED: no GPU,
+no CUDA; see tests/fakes/README.md). Configured by the JSON in ``CCDIAG_FAKE_CUDA``:
+
+``devices``: [{"bdf", "name", "numa"}], ``h2d`` / ``d2h`` / ``d2d``: GB/s per device index,
+``p2p``: {"a-b": GB/s} with ``p2p_default``, ``no_peer``: ["a-b"], ``remote_factor``: host->device
+rate multiplier when the pinned buffer sits on another NUMA node (buffer node = the CPU the
+allocating thread is bound to, via ``cpu_numa``; streams do not slow each other), ``oom_devices``: [index],
+``hang``: a benchmark kind whose copies never complete ("h2d", "p2p", "d2d").
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+__version__ = "0.0-fake"
+_CFG = json.loads(os.environ.get("CCDIAG_FAKE_CUDA") or "{}")
+
+
+class CUDARuntimeError(RuntimeError):
+    pass
+
+
+class _Memory:
+    class OutOfMemoryError(MemoryError):
+        pass
+
+
+class _State:
+    current = 0
+    ptrs: dict = {}  # ptr -> ("host", numa) | ("dev", device)
+    next_ptr = 0x1000
+
+
+def _rate(kind: str, dev: int) -> float:
+    table = _CFG.get(kind) or {}
+    return float(table.get(str(dev), table.get("default", 10.0)))
+
+
+def _hang(kind: str) -> None:
+    if _CFG.get("hang") == kind:
+        time.sleep(3600)
+
+
+class _Runtime:
+    memcpyHostToHost, memcpyHostToDevice, memcpyDeviceToHost, memcpyDeviceToDevice = 0, 1, 2, 3
+
+    @staticmethod
+    def getDeviceCount() -> int:
+        return len(_CFG.get("devices") or [])
+
+    @staticmethod
+    def getDeviceProperties(i: int) -> dict:
+        return {"name": (_CFG["devices"][i].get("name") or "Fake GPU").encode()}
+
+    @staticmethod
+    def driverGetVersion() -> int:
+        return 12040
+
+    @staticmethod
+    def runtimeGetVersion() -> int:
+        return 12040
+
+    @staticmethod
+    def deviceGetPCIBusId(i: int) -> str:
+        return _CFG["devices"][i]["bdf"]
+
+    @staticmethod
+    def deviceCanAccessPeer(a: int, b: int) -> int:
+        return 0 if f"{a}-{b}" in (_CFG.get("no_peer") or []) or f"{b}-{a}" in (_CFG.get("no_peer") or []) else 1
+
+    @staticmethod
+    def deviceEnablePeerAccess(peer: int) -> None:
+        return None
+
+    @staticmethod
+    def hostAlloc(size: int, flags: int) -> int:
+        cpus = os.sched_getaffinity(0)
+        cpu_numa = _CFG.get("cpu_numa") or {}
+        numa = cpu_numa.get(str(min(cpus))) if len(cpus) == 1 else None
+        ptr = _State.next_ptr
+        _State.next_ptr += 0x1000
+        _State.ptrs[ptr] = ("host", numa)
+        return ptr
+
+    @staticmethod
+    def freeHost(ptr: int) -> None:
+        _State.ptrs.pop(ptr, None)
+
+    @staticmethod
+    def malloc(size: int) -> int:
+        if _State.current in (_CFG.get("oom_devices") or []):
+            raise _Memory.OutOfMemoryError(f"out of memory to allocate {size} bytes (device {_State.current})")
+        ptr = _State.next_ptr
+        _State.next_ptr += 0x1000
+        _State.ptrs[ptr] = ("dev", _State.current)
+        return ptr
+
+    @staticmethod
+    def free(ptr: int) -> None:
+        _State.ptrs.pop(ptr, None)
+
+    @staticmethod
+    def memcpyAsync(dst: int, src: int, size: int, kind: int, stream: int) -> None:
+        s = _Stream.by_ptr[stream]
+        if kind == 1:
+            _hang("h2d")
+            dev, numa = _State.ptrs[dst][1], _State.ptrs[src][1]
+            rate = _rate("h2d", dev)
+        elif kind == 2:
+            _hang("h2d")
+            dev, numa = _State.ptrs[src][1], _State.ptrs[dst][1]
+            rate = _rate("d2h", dev)
+        else:
+            _hang("d2d")
+            dev, numa = _State.ptrs[src][1], None
+            rate = _rate("d2d", dev)
+        if kind in (1, 2):
+            own = (_CFG["devices"][dev].get("numa"))
+            if numa is not None and own is not None and numa != own:
+                rate *= float(_CFG.get("remote_factor", 0.8))
+        s.clock += size / (rate * 1e9)
+
+    @staticmethod
+    def memcpyPeerAsync(dst: int, dst_dev: int, src: int, src_dev: int, size: int, stream: int) -> None:
+        _hang("p2p")
+        s = _Stream.by_ptr[stream]
+        if _Runtime.deviceCanAccessPeer(src_dev, dst_dev):
+            table = _CFG.get("p2p") or {}
+            rate = float(table.get(f"{src_dev}-{dst_dev}", _CFG.get("p2p_default", 100.0)))
+        else:
+            rate = float(_CFG.get("staged", 20.0))
+        s.clock += size / (rate * 1e9) + 2e-6
+
+
+class _Stream:
+    by_ptr: dict = {}
+    _n = 0
+
+    def __init__(self, non_blocking: bool = False):
+        _Stream._n += 1
+        self.ptr = 0x10 + _Stream._n
+        self.device = _State.current
+        self.clock = 0.0
+        _Stream.by_ptr[self.ptr] = self
+
+    def synchronize(self) -> None:
+        return None
+
+
+class _Event:
+    def __init__(self):
+        self.t = None
+        self.stream = None
+
+    def record(self, stream) -> None:
+        self.t = stream.clock
+        self.stream = stream
+
+    def synchronize(self) -> None:
+        return None
+
+
+def _elapsed(a: _Event, b: _Event) -> float:
+    return (b.t - a.t) * 1e3
+
+
+class _Device:
+    def __init__(self, i: int = 0):
+        self.id = i
+        self._prev = None
+
+    @property
+    def pci_bus_id(self) -> str:
+        return _CFG["devices"][self.id]["bdf"]
+
+    def __enter__(self):
+        self._prev = _State.current
+        _State.current = self.id
+        return self
+
+    def __exit__(self, *exc):
+        _State.current = self._prev
+
+
+class _Cuda:
+    runtime = _Runtime
+    memory = _Memory
+    Stream = _Stream
+    Event = _Event
+    Device = _Device
+    get_elapsed_time = staticmethod(_elapsed)
+
+
+cuda = _Cuda
