@@ -210,7 +210,8 @@ def test_check_bench_quick_folds_benchmark_findings_into_the_verdict():
     rates = {str(i): H100_H2D for i in range(8)}
     rates["3"] = H100_H2D / 2
     out = add_benchmarks(res, LiveStub(), names=["h2d"], env=fake_env(h2d=rates, d2h=rates))
-    assert [b.name for b in out.bench] == ["h2d"] and out.bench[0].outcome == "ran"
+    assert [b.name for b in out.bench] == ["h2d"], out.bench
+    assert out.bench[0].outcome == "ran", (out.bench[0].outcome, out.bench[0].reason)
     assert out.bench[0].params["quick"] is True
     slow = [f for f in out.findings if f.check == "bench.h2d.slow_link"]
     assert slow and slow[0].component.name == "GPU3 <- 0000:5c:00.0"

@@ -17,6 +17,7 @@ link's rate (nccl-tests issues #153 and #212), so such figures are reported, nev
 
 from __future__ import annotations
 
+import re
 import statistics
 from typing import Any
 
@@ -26,8 +27,10 @@ from ccdiag.bench.localize import localize
 from ccdiag.bench.result import RAN, BenchResult, Expected, Measurement
 from ccdiag.findings import FAIL, UNKNOWN, Component, Evidence, Finding
 
-#: text that shows NCCL used an algorithm whose busbw is not a link's rate
-IN_NETWORK_MARKERS = ("NVLS", "CollNet", "NCCL_ALGO=Tree", "NCCL_ALGO=NVLS", "SHARP")
+#: text that shows NCCL was set to, or chose, an algorithm whose busbw is not a link's rate (a
+#: plugin probe such as "Failed to find ncclCollNetPlugin_v10 symbol" says nothing of the kind)
+IN_NETWORK = re.compile(r"NCCL_ALGO=[^\s]*(?:NVLS|Tree|CollNet)|NCCL_COLLNET_ENABLE=1|NCCL_SHARP_ENABLE=1"
+                        r"|\bAlgo (?:NVLS|NVLSTree|CollNet\w*|Tree)\b|NVLS multicast support is available", re.I)
 
 
 class MatrixTopology:
@@ -37,7 +40,7 @@ class MatrixTopology:
 
     def __init__(self, matrix: Any):
         self.m = matrix
-        self._labels = set(matrix.gpus) | set(matrix.nics) | {matrix.nic_name(n) for n in matrix.nics}
+        self._labels = set(matrix.gpus()) | set(matrix.nics()) | {matrix.nic_name(n) for n in matrix.nics()}
 
     def has_device(self, name: str) -> bool:
         return name in self._labels
@@ -159,7 +162,7 @@ def from_p2plat(parsed: Any, topology: Any, policy: Any, source: str) -> list[Me
                 # the sample's bidirectional figure counts both directions: halve it per direction
                 v = float(val) / 2 if direction == "bidir" else float(val)
                 peer = enabled and parsed.peer_access.get((i, j), True)
-                m = Measurement("p2p", a, b, op="write", direction=direction,
+                m = Measurement("p2p", a, b, op="write" if enabled else "staged", direction=direction,
                                 engine="import:p2pBandwidthLatencyTest", gbyte_s=v, samples_gbyte_s=(v,),
                                 note=source if peer else f"{source}; P2P disabled: staged through host memory")
                 m.expected = _expected(topology, "p2p" if peer else "staged", a, b)
@@ -180,11 +183,16 @@ def from_perftest(parsed: Any, topology: Any, policy: Any, source: str) -> list[
     row = max(parsed.bw_rows, key=lambda r: r.size_bytes or 0)
     dev = parsed.device or "?"
     gpu = _gpu(parsed.cuda_device) if parsed.use_cuda and parsed.cuda_device is not None else None
-    m = Measurement("ib_write" if (parsed.test or "").startswith("ib_write") else (parsed.test or "ib_bw"),
-                    gpu or "host", f"{dev}:1", op=(parsed.test or "rdma").replace("ib_", "").replace("_bw", ""),
-                    engine=f"import:perftest {parsed.test or ''}".strip(), gbyte_s=row.bw_average_gbyte_s,
+    test = (parsed.test or "").lower()
+    bench = "ib_write" if "write" in test else "ib_read" if "read" in test else "ib_send" if "send" in test else "ib_bw"
+    m = Measurement(bench, gpu or "host", f"{dev}:{getattr(parsed, 'ib_port', None) or 1}",
+                    op=bench.replace("ib_", "rdma_"), engine=f"import:perftest {parsed.test or ''}".strip(),
+                    gbyte_s=row.bw_average_gbyte_s,
                     samples_gbyte_s=tuple(x for x in (row.bw_average_gbyte_s, row.bw_peak_gbyte_s) if x),
                     size_bytes=row.size_bytes, note=f"{source} ({parsed.role or 'side unknown'})")
+    if getattr(parsed, "bw_unit_assumed", False):
+        m.note += (f"; perftest's JSON does not record its unit: read as {parsed.bw_unit} "
+                   "(give --perftest-unit Gb/sec for a run with --report_gbits)")
     if gpu is not None and topology is not None and topology.has_device(gpu) and topology.has_device(dev):
         m.expected = _expected(topology, "gpu_nic", gpu, dev)
     elif topology is not None and topology.has_device(dev):
@@ -198,7 +206,8 @@ def from_perftest(parsed: Any, topology: Any, policy: Any, source: str) -> list[
 def nccl_findings(parsed: Any, text: str, topology: Any, policy: Any, source: str) -> tuple[list[Measurement], list[Finding]]:
     ms: list[Measurement] = []
     findings: list[Finding] = []
-    in_network = next((k for k in IN_NETWORK_MARKERS if k in text), None)
+    hit = IN_NETWORK.search(text[:1 << 24])
+    in_network = hit.group(0) if hit else None
     for run in parsed.runs:
         coll = (run.collective or "collective").replace("_perf", "")
         for row in run.wrong_rows:
@@ -248,12 +257,15 @@ def nccl_findings(parsed: Any, text: str, topology: Any, policy: Any, source: st
     return ms, findings
 
 
-def import_file(text: str, topology: Any, policy: Any, source: str) -> BenchResult:
-    """Parse one file (any supported tool) and judge it. Raises BenchParseError on a bad file."""
+def import_file(text: str, topology: Any, policy: Any, source: str, perftest_unit: str | None = None) -> BenchResult:
+    """Parse one file (any supported tool) and judge it. Raises BenchParseError on a bad file.
+    ``perftest_unit``: the bandwidth unit of a perftest JSON file ("MiB/sec" or "Gb/sec"), which the
+    JSON itself does not record."""
     from ccdiag.benchparse.detect import detect, parse_any
+    from ccdiag.benchparse.perftest import parse_perftest
 
     kind = detect(text)
-    parsed = parse_any(text)
+    parsed = parse_perftest(text, perftest_unit) if kind == "perftest" else parse_any(text)
     res = BenchResult(f"import:{kind}", RAN, params={"file": source, "tool": kind})
     if kind == "nccl-tests":
         res.measurements, res.findings = nccl_findings(parsed, text, topology, policy, source)
@@ -268,6 +280,11 @@ def import_file(text: str, topology: Any, policy: Any, source: str) -> BenchResu
             res.reason = "latency test: reported, not judged (no expected latency in the topology)"
     res.measurements = ms
     real = None if isinstance(topology, MatrixTopology) else topology
+    if kind == "perftest":
+        from ccdiag.bench.ib_write import findings as rdma_findings
+
+        res.findings = rdma_findings(ms, real)
+        return res
     for bench in sorted({m.bench for m in ms}):
         res.findings += localize(bench, [m for m in ms if m.bench == bench], real)
     return res

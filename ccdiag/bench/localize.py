@@ -148,22 +148,23 @@ def localize(bench: str, ms: list[Measurement], topology: Any = None) -> list[Fi
                     details={"pairs": [m.label for m in mine_bad]}))
                 pool = [m for m in pool if m not in mine_bad]
 
-    # 3. a link shared by the slow paths and by no healthy one
+    # 3. a link shared by the slow paths and by no healthy one: a link is named when two or more
+    #    slow paths share it, or when healthy paths clear every other link of a slow path
     healthy_links = {l for m in good if m.expected for l in m.expected.links}
+
+    def suspects(m: Measurement) -> list[str]:
+        return [l for l in (m.expected.links if m.expected else ()) if l not in healthy_links]
+
     while pool:
         cover: dict[str, list[Measurement]] = {}
         for m in pool:
-            for l in (m.expected.links if m.expected else ()):
-                if l not in healthy_links:
-                    cover.setdefault(l, []).append(m)
-        if not cover:
+            for l in suspects(m):
+                cover.setdefault(l, []).append(m)
+        named = {l: g for l, g in cover.items() if len(g) >= 2 or any(len(suspects(m)) == 1 for m in g)}
+        if not named:
             break
         # most slow paths first; on a tie the link nearer the root (shared by more devices) wins
-        name, group = max(cover.items(), key=lambda kv: (len(kv[1]), kv[0].startswith(("switch", "NVSwitch"))))
-        if len(group) < 2 and len(pool) > 1 and not name.startswith(("switch",)):
-            # one slow path alone does not single out one of its links; leave it to step 4
-            if all(len(v) < 2 for v in cover.values()):
-                break
+        name, group = max(named.items(), key=lambda kv: (len(kv[1]), kv[0].startswith(("switch", "NVSwitch"))))
         comp = _link_component(topology, name)
         findings.append(Finding(
             f"{check}.shared_link", _worst(group), comp,

@@ -72,10 +72,17 @@ class BenchContext:
         return None
 
 
-def module_missing(name: str, install: str) -> str | None:
-    """The reason an optional module cannot be used, found without importing it."""
+def module_missing(name: str, install: str, env: dict | None = None) -> str | None:
+    """The reason an optional module cannot be used, found without importing it. ``env``: the
+    environment engine child processes get; its PYTHONPATH is searched first, as the child will."""
+    import importlib.machinery
+    import os
+    import sys
+
     try:
-        found = importlib.util.find_spec(name) is not None
+        extra = [p for p in ((env or {}).get("PYTHONPATH") or "").split(os.pathsep) if p]
+        found = (bool(extra) and importlib.machinery.PathFinder.find_spec(name, extra) is not None) \
+            or importlib.util.find_spec(name) is not None
     except (ImportError, ValueError):
         found = False
     return None if found else f"{name} is not installed ({install})"

@@ -14,6 +14,9 @@ or a path across the CPU socket gives. Figures and sources (public, as cited):
   (nvbandwidth issues #11 and #53).
 * NVLink peer copies (copy engine): 83-88 % one way and both ways (NVIDIA/nccl#1264: 371-377 of
   450 GB/s on H100; stas00: 396 of 450 on H200). Production pass 74 % (Azure NDv5: 335 GB/s).
+* GPU peer copies staged through host memory (no peer access): 35-45 % of one PCIe link, the
+  copy crossing two links in turn (p2pBandwidthLatencyTest with P2P disabled: 25-26 of 63 GB/s on
+  H100 PCIe, 5.7 of 15.75 on RTX 2080 Ti).
 * GPUDirect RDMA write, large messages: 90-95 % (Azure health checks: 380 Gb/s of 400 on NDR,
   180-185 of 200 on HDR).
 * NCCL ring bus bandwidth against the bottleneck link: 77-82 % (nccl-tests issues #149 and #212:
@@ -69,6 +72,10 @@ DEFAULTS: dict[str, Fractions] = {
                             "nvbandwidth#11, #53: bidirectional host copies are platform dependent"),
     "nvlink": Fractions("nvlink", 0.83, 0.88, 0.74, 0.50,
                         "NVIDIA/nccl#1264 and stas00/ml-engineering (typical); Azure NDv5 335 GB/s (pass)"),
+    "staged": Fractions("staged", 0.35, 0.45, 0.25, 0.15,
+                        "p2pBandwidthLatencyTest with P2P disabled, copies staged through host memory: 25-26 GB/s "
+                        "on H100 PCIe Gen5 x16 (40 %, HPE DL380a Gen11 guide), 5.7 GB/s on RTX 2080 Ti Gen3 x16 (36 %, "
+                        "AutoDL 2080Ti x2 test)"),
     "rdma": Fractions("rdma", 0.90, 0.95, 0.90, 0.75,
                       "Azure HPC health checks, ib_write_bw GPUDirect loopback (380/400 NDR, 180/200 HDR)"),
     "busbw": Fractions("busbw", 0.77, 0.82, 0.70, 0.50,
@@ -76,7 +83,7 @@ DEFAULTS: dict[str, Fractions] = {
 }
 
 #: the kinds whose thresholds a policy file may override
-POLICY_KINDS = tuple(DEFAULTS)
+POLICY_KINDS = ("pcie", "pcie_bidir", "nvlink", "rdma", "busbw")
 
 
 def policy_key(kind: str, which: str) -> str:

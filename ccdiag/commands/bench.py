@@ -201,7 +201,9 @@ def list_command(replay, root, as_json):
 @click.option("--policy", "policy_file", metavar="FILE", type=click.Path(dir_okay=False),
               help="Thresholds from a policy file.")
 @click.option("--strict", is_flag=True, help="Warnings fail too (exit 1).")
-def import_command(files, replay, root, from_smi, as_json, policy_file, strict):
+@click.option("--perftest-unit", type=click.Choice(["MiB/sec", "Gb/sec"]), default=None,
+              help="Bandwidth unit of perftest JSON files (their JSON does not say; Gb/sec with --report_gbits).")
+def import_command(files, replay, root, from_smi, as_json, policy_file, strict, perftest_unit):
     """Judge nvbandwidth, p2pBandwidthLatencyTest, nccl-tests or perftest outputs (text or JSON)."""
     from ccdiag.bench.imports import MatrixTopology, import_file
     from ccdiag.bench.runner import exit_code
@@ -237,7 +239,7 @@ def import_command(files, replay, root, from_smi, as_json, policy_file, strict):
     results = []
     for f, text in texts:
         try:
-            results.append(import_file(text, topology, policy, f))
+            results.append(import_file(text, topology, policy, f, perftest_unit))
         except BenchParseError as exc:
             raise InputError(f"{f}: {exc}") from None
     code = exit_code(results, strict)

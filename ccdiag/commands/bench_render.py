@@ -32,8 +32,12 @@ def _fig(m: Any) -> str:
     return f"{s}  {m.status}"
 
 
-def matrix_lines(ms: list[Any], op: str = "write", direction: str = "uni") -> list[str]:
-    """GPU x GPU figures of one kind of peer copy (GB/s, and % of the path)."""
+def matrix_lines(ms: list[Any], op: str | None = None, direction: str = "uni") -> list[str]:
+    """GPU x GPU figures of one kind of peer copy (GB/s, and % of the path); ``op``: the most
+    common one-way operation when not given."""
+    if op is None:
+        ops = [m.op for m in ms if m.direction == direction and m.op != "staged"]
+        op = max(set(ops), key=ops.count) if ops else "write"
     cells = {(m.src, m.dst): m for m in ms if m.op == op and m.direction == direction and m.gbyte_s is not None}
     gpus = sorted({a for a, _ in cells} | {b for _, b in cells}, key=lambda g: (len(g), g))
     if len(gpus) < 2:
@@ -65,8 +69,7 @@ def result_lines(results: list[Any], exit_code: int, hostname: str | None) -> li
         lines.append(head)
         if r.name == "p2p" or r.name.startswith("import:") and any(m.bench == "p2p" for m in r.measurements):
             lines += matrix_lines([m for m in r.measurements if m.bench == "p2p"])
-        shown = [m for m in r.measurements if not (m.bench == "p2p" and m.op == "write" and m.direction == "uni")
-                 or r.name != "p2p"]
+        shown = list(r.measurements)
         shown.sort(key=lambda m: (m.ratio if m.ratio is not None else 9.0))
         for m in shown[:MAX_ROWS]:
             lines.append(f"  {m.label:28} {m.op:10} {m.direction:5} {_fig(m)}")

@@ -1,0 +1,132 @@
+"""``ccdiag bench import``: every real benchmark output in the corpus (tests/fixtures/corpus:
+nvbandwidth, p2pBandwidthLatencyTest, nccl-tests, perftest; each file keeps its source line) is
+judged against a topology or refused with its line named; NVLS-inflated bus bandwidth is never
+held to a link rate. Topologies come from the bundled samples (synthesized 8x H100 SXM nodes) or a
+real pasted `nvidia-smi topo -m`."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+import pytest
+
+from cli_runner import run
+from ccdiag.report import validate
+
+TESTS = pathlib.Path(__file__).resolve().parent
+CORPUS = TESTS / "fixtures" / "corpus"
+HEALTHY = str(TESTS.parent / "samples" / "hgx-h100-8gpu-healthy.snap.tar.gz")
+ALL = sorted(p for d in ("nvbandwidth", "nccl-tests", "perftest") for p in (CORPUS / d).glob("*.txt"))
+
+
+def imported(path, *extra):
+    code, out, err = run("bench", "import", str(path), "--json", *extra)
+    doc = json.loads(out) if out.strip() else None
+    return code, doc, err
+
+
+@pytest.mark.parametrize("path", ALL, ids=lambda p: p.name[:60])
+def test_every_corpus_file_is_judged_or_refused_with_its_line(path):
+    code, doc, err = imported(path, "--replay", HEALTHY)
+    assert code in (0, 1, 2, 3), err
+    if code == 2:
+        assert "line " in err and path.name in err
+        return
+    validate(doc)
+    assert doc["kind"] == "bench" and doc["bench"]
+    assert "Traceback" not in err
+
+
+def test_nvbandwidth_h100_read_ce_is_82_percent_of_nv18_and_passes():
+    code, doc, _ = imported(CORPUS / "nvbandwidth" / "nvbandwidth-v0.4-d2d-memcpy-read-ce-h100-x8-azure-ndv5.txt",
+                            "--replay", HEALTHY)
+    ms = doc["bench"][0]["measurements"]
+    assert code == 0 and len(ms) == 56
+    cell = next(m for m in ms if m["src"] == "GPU2" and m["dst"] == "GPU0")
+    assert cell["gbyte_s"] == pytest.approx(372.05)
+    assert cell["expected"]["gbyte_s"] == 450.0 and cell["expected"]["bottleneck_desc"] == "18 x NVLink4"
+    assert cell["ratio"] == pytest.approx(372.05 / 450, abs=1e-3) and cell["status"] == "pass"
+
+
+def test_p2p_sample_on_its_own_pasted_matrix_is_placed_not_given_a_ratio():
+    code, doc, _ = imported(CORPUS / "nvbandwidth" / "p2pBandwidthLatencyTest-h100-pcie-x2-nvlink-bridge.txt",
+                            "--from-smi", str(CORPUS / "topo-m" / "h100-pcie-x2-nvlink-bridge-nv12-indented.txt"))
+    assert code == 0
+    pair = next(m for m in doc["bench"][0]["measurements"] if m["src"] == "GPU0" and m["dst"] == "GPU1"
+                and m["op"] == "write" and m["direction"] == "uni")
+    assert pair["gbyte_s"] == pytest.approx(256.6, abs=0.05) and pair["ratio"] is None
+    assert pair["expected"]["level"] == "NV12" and "levels only" in pair["note"]
+
+
+def test_pair_that_cannot_access_its_peer_is_staged_and_said_so():
+    code, doc, _ = imported(CORPUS / "nvbandwidth" / "p2pBandwidthLatencyTest-rtx2080ti-x2-cannot-access-peer.txt",
+                            "--replay", HEALTHY)
+    enabled = [m for m in doc["bench"][0]["measurements"] if m["op"] == "write" and m["src"] != m["dst"]]
+    assert enabled and all(m["extra"].get("peer_access") is False for m in enabled)
+    assert all("CANNOT Access Peer" in m["note"] for m in enabled)
+    assert all(m["expected"]["kind"] == "staged" for m in enabled)
+
+
+def test_nvls_inflated_busbw_is_reported_never_judged():
+    code, doc, _ = imported(CORPUS / "nccl-tests" / "all_reduce_perf-2node-16x-h200-oci-rdma.txt", "--replay", HEALTHY)
+    m = doc["bench"][0]["measurements"][0]
+    assert m["gbyte_s"] == pytest.approx(486.5, abs=0.1)  # the largest size's busbw (16 GiB)
+    assert m["status"] == "unknown" and "not judged" in m["note"] and "exceeds" in m["note"]
+    assert m["expected"]["gbyte_s"] == 400.0  # 8 NDR rails of 50 GB/s
+    assert code == 0 and not [f for f in doc["findings"] if f["status"] in ("warn", "fail")]
+
+
+def test_a_plugin_probe_line_is_not_taken_for_collnet():
+    code, doc, _ = imported(CORPUS / "nccl-tests" /
+                            "alltoall_perf-2node-4x-h20-3e-vm-roce-bond-tencent-rdma-plugin-interleaved-nccl-info.txt",
+                            "--replay", HEALTHY)
+    m = doc["bench"][0]["measurements"][0]
+    assert "not judged" not in (m["note"] or "") and m["ratio"] is not None
+
+
+def test_ring_busbw_against_the_nvlink_bottleneck():
+    """An 8-GPU single-node allreduce judged against the H100 sample (as a user pointing at another
+    node's snapshot would): 232 GB/s is 52 % of what 18 NVLink4 carry, below the 70 % warning."""
+    code, doc, _ = imported(CORPUS / "nccl-tests" / "all_reduce_perf-1node-8x-a100-sxm4-40g-new-header-format.txt",
+                            "--replay", HEALTHY)
+    m = doc["bench"][0]["measurements"][0]
+    assert m["gbyte_s"] == pytest.approx(232.17, abs=0.05) or m["gbyte_s"] > 232
+    assert m["status"] == "warn" and m["expected"]["gbyte_s"] == 450.0
+    assert any(f["check"] == "bench.nccl" and f["status"] == "warn" for f in doc["findings"])
+
+
+def test_wrong_results_fail_whatever_the_bandwidth():
+    code, doc, _ = imported(TESTS / "fixtures" / "synth" / "nccl-tests" / "all_reduce_perf-J-v3-from-h200-capture.json",
+                            "--replay", HEALTHY)
+    assert code == 1 and any(f["check"] == "bench.nccl.wrong" for f in doc["findings"])
+
+
+def test_perftest_host_write_on_a_slow_port_blames_the_port():
+    code, doc, _ = imported(CORPUS / "perftest" / "ib_write_bw-a-mlx5_0-hdr-ib-client-MBps-tabs-cpu-freq-warnings.txt",
+                            "--replay", HEALTHY)
+    f = next(f for f in doc["findings"] if f["check"].startswith("bench.ib_write"))
+    assert f["check"] == "bench.ib_write.port" and f["component"]["device"] == "mlx5_0" and code == 1
+
+
+def test_server_side_latency_output_is_refused_naming_the_line():
+    code, out, err = run("bench", "import", str(CORPUS / "perftest" / "ib_read_lat-mlx4-fdr-ib-server-side-no-results.txt"))
+    assert code == 2 and "line 6" in err and "client" in err
+
+
+def test_perftest_json_unit_can_be_given():
+    f = TESTS / "fixtures" / "synth" / "perftest" / "ib_write_bw-out_json-from-t4-roce-client.json"
+    _, doc, _ = imported(f, "--replay", HEALTHY)
+    assumed = doc["bench"][0]["measurements"][0]
+    assert "does not record its unit" in assumed["note"]
+    _, doc, _ = imported(f, "--replay", HEALTHY, "--perftest-unit", "Gb/sec")
+    assert doc["bench"][0]["measurements"][0]["gbyte_s"] > assumed["gbyte_s"] * 100
+
+
+def test_garbage_and_missing_files_are_usage_errors(tmp_path):
+    bad = tmp_path / "x.txt"
+    bad.write_text("hello\nthis is not a benchmark\n")
+    code, _, err = run("bench", "import", str(bad))
+    assert code == 2 and "x.txt" in err
+    code, _, err = run("bench", "import", str(tmp_path / "missing.txt"))
+    assert code == 2

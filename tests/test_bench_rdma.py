@@ -1,0 +1,130 @@
+"""``ib_write`` at its boundary (no RDMA device here): the perftest adapter driven through a
+stand-in ``ib_write_bw`` script (SYNTHESIZED: it prints a real client output from the corpus, or
+an error, or hangs), the choice of engine and its skip reasons, and the judging that tells a slow
+port from a GPUDirect path across the CPU socket (linux-rdma/perftest#241)."""
+
+from __future__ import annotations
+
+import pathlib
+import time
+
+import pytest
+
+from bench_support import context, observed
+from ccdiag.bench import expected as exp
+from ccdiag.bench import ib_write
+from ccdiag.bench.judge import judge
+from ccdiag.bench.result import Measurement
+
+TESTS = pathlib.Path(__file__).resolve().parent
+HDR_CLIENT = TESTS / "fixtures" / "corpus" / "perftest" / "ib_write_bw-a-mlx5_0-hdr-ib-client-MBps-tabs-cpu-freq-warnings.txt"
+
+
+@pytest.fixture(scope="module")
+def healthy():
+    return observed("hgx-h100-8gpu-healthy", numa_on_this_machine=False)
+
+
+def fake_perftest(tmp_path, monkeypatch, behaviour: str):
+    """A stand-in ib_write_bw on PATH: the server exits after a moment; the client (last argument an
+    address) prints the real HDR client capture, an error, or hangs."""
+    log = tmp_path / "argv.log"
+    script = tmp_path / "ib_write_bw"
+    script.write_text(f"""#!/bin/bash
+echo "$@" >> {log}
+last="${{@: -1}}"
+if [ "$last" != "127.0.0.1" ]; then sleep 0.2; exit 0; fi
+case {behaviour} in
+  ok) grep -v '^#ccdiag-' {HDR_CLIENT}; exit 0;;
+  error) echo " Couldn't connect to 127.0.0.1:18515"; echo " Unable to open file descriptor for socket connection"; exit 1;;
+  hang) sleep 600;;
+esac
+""")
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    return log
+
+
+def test_perftest_adapter_runs_server_and_client_per_port_and_reads_the_client(healthy, tmp_path, monkeypatch):
+    runs, topo = healthy
+    log = fake_perftest(tmp_path, monkeypatch, "ok")
+    ctx = context(runs, topo, env=None, size_bytes=None, iters=None, quick=True)
+    bench = ib_write.IbWrite()
+    assert bench.applicable(ctx) is None and bench.engine_choice()[0] == "perftest"
+    monkeypatch.setattr(ib_write, "SERVER_START_S", 0.05)
+    res = bench.run(ctx, 60)
+    ports = {m.dst for m in res.measurements}
+    assert ports == {f"mlx5_{i}:1" for i in range(8)}
+    gpu = [m for m in res.measurements if m.src.startswith("GPU")]
+    assert {m.src for m in gpu} == {f"GPU{i}" for i in range(8)}  # each rail's own GPU
+    assert all(m.gbyte_s == pytest.approx(24.45, abs=0.1) for m in res.measurements)
+    argv = log.read_text().splitlines()
+    assert any("--use_cuda=0" in a and "-d mlx5_0" in a and "--report_gbits" in a for a in argv)
+    # 196 Gb/s on 400 Gb/s ports from every buffer: the ports are blamed, not GPUDirect
+    assert {f.check for f in res.findings} == {"bench.ib_write.port"}
+
+
+def test_perftest_error_is_that_ports_error_with_perftests_words(healthy, tmp_path, monkeypatch):
+    runs, topo = healthy
+    fake_perftest(tmp_path, monkeypatch, "error")
+    monkeypatch.setattr(ib_write, "SERVER_START_S", 0.05)
+    res = ib_write.IbWrite().run(context(runs, topo, env=None, quick=True), 60)
+    assert res.outcome == "partial"
+    assert all("Couldn't connect" in m.error for m in res.measurements)
+    assert {f.check for f in res.findings} == {"bench.ib_write.error"}
+
+
+def test_a_hung_ib_write_bw_is_killed_at_the_budget(healthy, tmp_path, monkeypatch):
+    runs, topo = healthy
+    fake_perftest(tmp_path, monkeypatch, "hang")
+    monkeypatch.setattr(ib_write, "SERVER_START_S", 0.05)
+    t0 = time.monotonic()
+    res = ib_write.IbWrite().run(context(runs, topo, env=None, quick=True), 3.0)
+    assert time.monotonic() - t0 < 3.0 + 5.0
+    assert res.outcome == "timeout" or any("did not finish" in (m.error or "") for m in res.measurements)
+
+
+def test_without_perftest_or_pyverbs_it_says_so(healthy, tmp_path, monkeypatch):
+    runs, topo = healthy
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr(ib_write, "module_missing", lambda *a, **k: "pyverbs is not installed (rdma-core)")
+    why = ib_write.IbWrite().applicable(context(runs, topo, env=None))
+    assert "neither ib_write_bw (perftest) nor pyverbs" in why
+
+
+def test_no_active_port_and_replay_skip_with_reasons(healthy):
+    runs, topo = healthy
+    from ccdiag.bench.registry import BenchContext
+
+    replay = BenchContext(host=type("R", (), {"live": False})(), topology=topo, runs=runs)
+    assert "replayed snapshot" in ib_write.IbWrite().applicable(replay)
+    empty = context({}, None, env=None)
+    assert "no active RDMA port" in ib_write.IbWrite().applicable(empty)
+
+
+def _m(topo, src, nic, gbyte_s):
+    m = Measurement("ib_write", src, f"{nic}:1", op="rdma_write", engine="perftest", gbyte_s=gbyte_s)
+    m.expected = exp.gpu_nic(topo, src, nic) if src.startswith("GPU") else exp.host_nic(topo, nic)
+    return judge(m)
+
+
+def test_gpudirect_across_the_socket_is_named_as_the_path(healthy):
+    runs, topo = healthy
+    assert topo.level("GPU0", "mlx5_7") == "SYS"
+    ms = [_m(topo, "GPU0", "mlx5_7", 23.0), _m(topo, "host", "mlx5_7", 48.0)]
+    f = [x for x in ib_write.findings(ms, topo) if x.status != "pass"]
+    assert [x.check for x in f] == ["bench.ib_write.gpudirect"]
+    assert "SYS" in f[0].summary and "CPU socket" in f[0].summary and f[0].component.kind == "gpu_pair"
+
+
+def test_gpudirect_slow_on_its_own_switch_blames_gpudirect(healthy):
+    runs, topo = healthy
+    ms = [_m(topo, "GPU0", "mlx5_0", 23.0), _m(topo, "host", "mlx5_0", 48.0)]
+    f = [x for x in ib_write.findings(ms, topo) if x.status != "pass"]
+    assert f[0].check == "bench.ib_write.gpudirect" and "nvidia_peermem" in f[0].remedy
+
+
+def test_line_rate_passes(healthy):
+    runs, topo = healthy
+    ms = [_m(topo, "GPU0", "mlx5_0", 48.5), _m(topo, "host", "mlx5_0", 48.7)]
+    assert [x.status for x in ib_write.findings(ms, topo)] == ["pass"]
