@@ -29,9 +29,16 @@ def _from_paths(cap: Any, cur: Any, kind: str, source: str) -> Expected:
 
 
 def _missing(topology: Any, *names: str) -> str | None:
+    """The first name the topology cannot place: absent, or a GPU NVML lost (its links unknown)."""
     for n in names:
         if topology is None or not topology.has_device(n):
             return n
+        if n.startswith("GPU"):
+            try:
+                if topology.gpu(n).failed:
+                    return n
+            except KeyError:
+                pass
     return None
 
 

@@ -16,6 +16,9 @@ from ccdiag.bench.result import Measurement
 from ccdiag.bench.thresholds import PEER_FAIL_BELOW, PEER_WARN_BELOW, fractions
 from ccdiag.findings import FAIL, PASS, UNKNOWN, WARN
 
+#: a figure above this fraction of its path's capability cannot have crossed that path
+ABOVE_CAPABILITY = 1.05
+
 
 def judge(m: Measurement, policy: Any = None) -> Measurement:
     """Fill ``ratio``, ``ratio_current``, ``status``, ``typical`` from ``m.expected``."""
@@ -29,6 +32,14 @@ def judge(m: Measurement, policy: Any = None) -> Measurement:
         return m
     th = fractions(e.kind, policy)
     m.ratio = m.gbyte_s / e.gbyte_s
+    if m.ratio > ABOVE_CAPABILITY:
+        # faster than the path's slowest link can carry: the topology does not describe the path this
+        # figure crossed (another node's snapshot, NVLinks NVML did not report): never a pass
+        m.status = UNKNOWN
+        m.note = ((m.note + "; ") if m.note else "") + (
+            f"{m.ratio:.0%} of the expected {e.gbyte_s:.1f} GB/s: faster than the path's bottleneck "
+            f"({e.bottleneck or 'unknown link'}) can carry, so the topology does not describe this path")
+        return m
     m.ratio_current = m.gbyte_s / e.current_gbyte_s if e.current_gbyte_s else None
     m.status = th.status(m.ratio)
     m.typical = th.typical_desc()

@@ -59,7 +59,10 @@ def matrix_lines(ms: list[Any], op: str | None = None, direction: str = "uni") -
 
 def result_lines(results: list[Any], exit_code: int, hostname: str | None) -> list[str]:
     findings = [f for r in results for f in r.findings]
-    lines = [verdict_line(findings, exit_code, hostname)]
+    if results and all(r.outcome == "skip" for r in results):
+        lines = [f"NOT MEASURED: no benchmark can run here (node {hostname or 'unknown'}); the reasons follow"]
+    else:
+        lines = [verdict_line(findings, exit_code, hostname)]
     for r in results:
         head = f"{r.name:9} {r.outcome}"
         if r.reason:
