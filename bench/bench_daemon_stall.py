@@ -99,10 +99,13 @@ def scrapes(host: str, port: int, n: int, clients: int, spread_s: float) -> tupl
 
 
 def metric(host: str, port: int, name: str) -> float | None:
+    """One value from a scrape; ``None`` when the daemon does not answer within 10 s."""
     conn = http.client.HTTPConnection(host, port, timeout=10)
     try:
         conn.request("GET", "/metrics")
         body = conn.getresponse().read().decode()
+    except (OSError, http.client.HTTPException):
+        return None
     finally:
         conn.close()
     m = re.search(rf"^{re.escape(name)} (\S+)$", body, re.M)

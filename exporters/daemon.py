@@ -5,10 +5,19 @@ Collection and scrapes are decoupled. A background thread runs one evaluation pe
 the finished cycle; scrapes only ever read the last published cycle and its age, so Prometheus'
 scrape timeout is never spent waiting on NVML.
 
-A probe that hangs is abandoned at its deadline by the probe runner, but its thread cannot be
-killed. Starting it again every interval would pile up one stuck thread per cycle, so while a
-probe's thread from an earlier cycle is still alive the probe is not started again: it is reported
-as ``timeout`` (``ccdiag_probe_success 0``) until its thread returns.
+Each cycle runs in a forked child process (:mod:`.isolation` says why, with measurements): nothing
+a probe does there (a parse that holds the interpreter lock for minutes, memory it allocates, a
+thread that never returns) reaches the process that serves scrapes. The child is killed at the
+cycle's deadline; what it delivered by then is published, the rest marked ``timeout``; a probe
+that kept a child from finishing then runs in a child of its own until it delivers again. Each
+probe's observation is checked before it is published (:mod:`.sanity`): a value that cannot be
+exported fails that probe (``ccdiag_probe_success 0``, its last good data served stale), never the
+cycle.
+
+A child that cannot exit (a probe in an uninterruptible kernel call, a wedged GPU) keeps its probes
+from being started again until it is gone, as does, where cycles run in-process (no ``fork``), a
+probe thread from an earlier cycle that is still alive: starting them every interval would pile
+up stuck calls. Such probes are reported as ``timeout`` until they return.
 
 Signals: SIGTERM/SIGINT stop cleanly (exit 0), SIGHUP re-reads the config file, policy and web
 config (a bad new file is logged and the old settings stay), SIGUSR1 starts a cycle now.
@@ -42,7 +51,10 @@ from ccdiag.tomlread import loads as toml_loads
 
 log = logging.getLogger("ccdiag.daemon")
 
-#: loopback by default: exposing node internals to the network is an explicit decision
+#: loopback by default: exposing node internals to the network is an explicit decision. 9835 is also
+#: another GPU exporter's default (issue 8); it stays until a port can be shown free in Prometheus'
+#: default-port-allocations list: the only stored copy found (a 2016 fork of the wiki page) is too
+#: old to tell, and that list's 9100-9999 range has been reported fully allocated since 2023.
 DEFAULT_LISTEN = "127.0.0.1:9835"
 DEFAULT_INTERVAL_S = 15.0
 DEFAULT_DEADLINE_S = 30.0
@@ -217,6 +229,7 @@ class Daemon:
         self.isolate = isolate
         self._stuck: list[isolation.Job] = []  # children that could not exit, with their probes
         self._quarantine: set[str] = set()  # probes that kept a child from finishing in time
+        self._jobs: list[isolation.Job] = []  # the children of the cycle running now
         self.last_error: str | None = None  # why the latest cycle was not published, if it was not
 
     # -- configuration ----------------------------------------------------------------------
@@ -294,6 +307,7 @@ class Daemon:
             jobs.append(isolation.start(run(main), tuple(main)))
         for name in quarantined:  # one child each: a probe that stalls its child stalls only itself
             jobs.append(isolation.start(run([name]), (name,)))
+        self._jobs = jobs  # for stop(): children never outlive the daemon
         # the budget the evaluation keeps to, and a margin for starting and sending the result
         isolation.wait(jobs, time.monotonic() + cfg.deadline_s + CHILD_GRACE_S)
         runs: dict[str, ProbeRun] = {}
@@ -426,6 +440,8 @@ class Daemon:
         if self.server is not None:
             self.server.shutdown()
             self.server.server_close()
+        for job in list(self._jobs):
+            isolation.kill(job)
         if self._loop is not None:
             self._loop.join(2.0)  # a cycle in a hung call is abandoned: its thread is a daemon
         close_host(self.host)

@@ -178,6 +178,16 @@ def _finish(job: Job, kill: bool) -> None:
     reap(job, wait_s=1.0)
 
 
+def kill(job: Job) -> None:
+    """Kill a child that is still running (the daemon is stopping). Only the signal: the thread
+    reading the child sees its pipe close and reaps it."""
+    if not job.exited:
+        try:
+            os.kill(job.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 def reap(job: Job, wait_s: float = 0.0) -> bool:
     """Collect the child's exit status if it has exited (waiting up to ``wait_s``)."""
     end = time.monotonic() + wait_s
