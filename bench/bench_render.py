@@ -100,6 +100,7 @@ def main() -> int:
     ap.add_argument("--sizes", default="8,16,32,64")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--output", default=RESULTS)
+    ap.add_argument("--baseline", help="an earlier run's JSON: its times are kept as before_render_ms")
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     rows = []
@@ -115,6 +116,11 @@ def main() -> int:
         rows.append({"gpus": n, "nvml_gpus": gpus, "render_ms": round(best * 1000, 2), "series": series,
                      "bytes": len(text)})
         print(f"{n:3d} GPUs: {best * 1000:8.1f} ms  {series} series", file=sys.stderr)
+    if args.baseline:
+        with open(args.baseline) as fh:
+            before = {r["gpus"]: r["render_ms"] for r in json.load(fh)["sizes"]}
+        for row in rows:
+            row["before_render_ms"] = before.get(row["gpus"])
     for a, b in zip(rows, rows[1:]):
         b["exponent_from_previous"] = round(math.log(b["render_ms"] / a["render_ms"]) / math.log(b["gpus"] / a["gpus"]), 2)
     overall = round(math.log(rows[-1]["render_ms"] / rows[0]["render_ms"]) / math.log(rows[-1]["gpus"] / rows[0]["gpus"]), 2)
