@@ -219,3 +219,26 @@ def test_a_negative_clocks_event_value_from_nvml_is_read_as_unsigned():
     gpu0 = next(g for g in result.runs["nvml"].data.gpus if g.index == 0)
     assert gpu0.clock_event_reasons == (1 << 64) - 1
     assert "hw_slowdown" in gpu0.clock_event_names and len(gpu0.clock_event_names) == 64
+
+
+@pytest.mark.parametrize("target", ["/dev/zero", "fifo"])
+def test_a_tls_file_that_is_a_device_or_a_fifo_is_refused_at_once(tmp_path, target):
+    from ccdiag.exporters.webconfig import WebConfigError, load_web_config
+
+    if target == "fifo":
+        target = str(tmp_path / "cert.pem")
+        os.mkfifo(target)
+    cfg = tmp_path / "web.yml"
+    cfg.write_text(f"tls_server_config:\n  cert_file: {target}\n  key_file: {target}\n")
+    out = []
+
+    def load():
+        try:
+            load_web_config(str(cfg))
+        except WebConfigError as exc:
+            out.append(str(exc))
+
+    t = threading.Thread(target=load, daemon=True)
+    t.start()
+    t.join(5.0)
+    assert out and "not a regular file" in out[0] and "cert_file" in out[0]
