@@ -50,10 +50,17 @@ class CycleCollector:
         self._static_gz: bytes | None = None
 
     def publish(self, cycle: Cycle) -> None:
+        """Render ``cycle`` and make it the one served. Rendering happens here, in the collection
+        loop, not in the first scrape after it: a scrape then only copies bytes, and a cycle that
+        cannot be rendered raises here and is not published (the previous one stays served)."""
+        with self._lock:
+            total = self._cycles_total + 1
+        static = generate_latest(StaticCollector(self._families(cycle, total)))
+        static_gz = gzip.compress(static, compresslevel=6)
         with self._lock:
             self._cycle = cycle
-            self._cycles_total += 1
-            self._static = self._static_gz = None  # rendered lazily by the first scrape of this cycle
+            self._cycles_total = total
+            self._static, self._static_gz = static, static_gz
 
     @property
     def cycle(self) -> Cycle | None:

@@ -5,10 +5,19 @@ Collection and scrapes are decoupled. A background thread runs one evaluation pe
 the finished cycle; scrapes only ever read the last published cycle and its age, so Prometheus'
 scrape timeout is never spent waiting on NVML.
 
-A probe that hangs is abandoned at its deadline by the probe runner, but its thread cannot be
-killed. Starting it again every interval would pile up one stuck thread per cycle, so while a
-probe's thread from an earlier cycle is still alive the probe is not started again: it is reported
-as ``timeout`` (``ccdiag_probe_success 0``) until its thread returns.
+Each cycle runs in a forked child process (:mod:`.isolation` says why, with measurements): nothing
+a probe does there (a parse that holds the interpreter lock for minutes, memory it allocates, a
+thread that never returns) reaches the process that serves scrapes. The child is killed at the
+cycle's deadline; what it delivered by then is published, the rest marked ``timeout``; a probe
+that kept a child from finishing then runs in a child of its own until it delivers again. Each
+probe's observation is checked before it is published (:mod:`.sanity`): a value that cannot be
+exported fails that probe (``ccdiag_probe_success 0``, its last good data served stale), never the
+cycle.
+
+A child that cannot exit (a probe in an uninterruptible kernel call, a wedged GPU) keeps its probes
+from being started again until it is gone, as does, where cycles run in-process (no ``fork``), a
+probe thread from an earlier cycle that is still alive: starting them every interval would pile
+up stuck calls. Such probes are reported as ``timeout`` until they return.
 
 Signals: SIGTERM/SIGINT stop cleanly (exit 0), SIGHUP re-reads the config file, policy and web
 config (a bad new file is logged and the old settings stay), SIGUSR1 starts a cycle now.
@@ -19,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import os
 import signal
 import threading
 import time
@@ -26,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ccdiag.checkrun import CheckResult, close_host, evaluate
-from ccdiag.exporters import sdnotify
+from ccdiag.exporters import isolation, sanity, sdnotify
 from ccdiag.exporters.collector import CycleCollector
 from ccdiag.exporters.cycle import DEFAULT_MAX_STALE_S, CycleState
 from ccdiag.exporters.server import MetricsServer, parse_listen
@@ -34,14 +44,17 @@ from ccdiag.exporters.webconfig import WebConfig, load_web_config
 from ccdiag.findings import UNKNOWN, Component, Evidence, Finding
 from ccdiag.host import Host, LiveHost, ReplayHost
 from ccdiag.policy import DEFAULT_POLICY, Policy, load_policy
-from ccdiag.probing import ALL_PROBES, TIMEOUT, ProbeRun
+from ccdiag.probing import ALL_PROBES, FAILED, TIMEOUT, ProbeRun
 
 from ccdiag.tomlread import TomlError
 from ccdiag.tomlread import loads as toml_loads
 
 log = logging.getLogger("ccdiag.daemon")
 
-#: loopback by default: exposing node internals to the network is an explicit decision
+#: loopback by default: exposing node internals to the network is an explicit decision. 9835 is also
+#: another GPU exporter's default (issue 8); it stays until a port can be shown free in Prometheus'
+#: default-port-allocations list: the only stored copy found (a 2016 fork of the wiki page) is too
+#: old to tell, and that list's 9100-9999 range has been reported fully allocated since 2023.
 DEFAULT_LISTEN = "127.0.0.1:9835"
 DEFAULT_INTERVAL_S = 15.0
 DEFAULT_DEADLINE_S = 30.0
@@ -51,11 +64,17 @@ CONFIG_KEYS = {"listen": str, "interval": float, "policy": str, "web_config": st
 #: a busy loop and a tiny deadline abandons every probe, so both are refused rather than clamped.
 MIN_INTERVAL_S = 0.1
 MIN_DEADLINE_S = 0.5
+#: seconds a collection child gets beyond the cycle's deadline to start and send its result
+CHILD_GRACE_S = 3.0
 #: how a setting is named in messages, per source: the file's key or the command line's option
 FILE_KEYS = {"listen": "listen", "interval_s": "interval", "deadline_s": "deadline",
              "max_stale_s": "max_stale", "probes": "probes", "telemetry_path": "telemetry_path"}
 OPTION_KEYS = {"listen": "--web.listen-address", "interval_s": "--interval", "deadline_s": "--deadline",
                "max_stale_s": "max_stale", "probes": "probes", "telemetry_path": "--web.telemetry-path"}
+
+
+class CycleError(RuntimeError):
+    """The evaluation of a cycle raised (in the collection child); the message is its error."""
 
 
 class ConfigError(ValueError):
@@ -153,11 +172,14 @@ def _probe_thread_alive(name: str) -> bool:
     return any(t.name == f"probe-{name}" and t.is_alive() for t in threading.enumerate())
 
 
-def _hung_finding(name: str) -> Finding:
+def _hung_finding(name: str, why: str = "blocked") -> Finding:
+    summary = (f"probe {name} did not finish before the cycle's deadline; its collection process was killed"
+               if why == "killed" else f"probe {name} is still blocked since an earlier cycle; not started again")
     return Finding(
         check="probe.timeout", status=UNKNOWN, component=Component("probe", name, device=name),
-        summary=f"probe {name} is still blocked since an earlier cycle; not started again",
-        evidence=(Evidence("probe thread", "alive", f"probe {name}"),),
+        summary=summary,
+        evidence=(Evidence("probe thread" if why == "blocked" else "collection process",
+                           "alive" if why == "blocked" else "killed", f"probe {name}"),),
         expected="every probe finishes within its deadline",
         remedy=("A driver call or command that never returns usually means a wedged GPU or driver: check "
                 "`dmesg` for XIDs, then drain and reset or reboot the node."))
@@ -180,7 +202,8 @@ class Daemon:
     """The collection loop, the endpoint and the signal handling around them."""
 
     def __init__(self, config: DaemonConfig, reload_config: Callable[[], DaemonConfig] | None = None,
-                 host: Host | None = None, clock: Callable[[], float] = time.time):
+                 host: Host | None = None, clock: Callable[[], float] = time.time,
+                 isolate: bool | None = None):
         self.config = config
         self._reload_config = reload_config
         self.clock = clock
@@ -200,6 +223,13 @@ class Daemon:
         self._cycle_lock = threading.Lock()  # one cycle at a time
         self._config_lock = threading.Lock()  # config/host/policy swapped together on reload
         self._retired: list[Host] = []
+        #: cycles run in a forked child (see :mod:`.isolation`); in-process where fork is missing
+        if isolate is None:  # CCDIAG_DAEMON_IN_PROCESS=1: the old way, for comparing (bench_daemon_stall)
+            isolate = isolation.supported() and os.environ.get("CCDIAG_DAEMON_IN_PROCESS", "") in ("", "0")
+        self.isolate = isolate
+        self._stuck: list[isolation.Job] = []  # children that could not exit, with their probes
+        self._quarantine: set[str] = set()  # probes that kept a child from finishing in time
+        self._jobs: list[isolation.Job] = []  # the children of the cycle running now
         self.last_error: str | None = None  # why the latest cycle was not published, if it was not
 
     # -- configuration ----------------------------------------------------------------------
@@ -240,13 +270,103 @@ class Daemon:
         return True
 
     # -- collection -------------------------------------------------------------------------
+    def _blocked(self, cfg: DaemonConfig) -> list[str]:
+        """Probes not to start this cycle: a probe thread still alive in this process (cycles run
+        in-process), or a probe of an earlier child that could not exit (stuck in the kernel)."""
+        still = []
+        for job in self._stuck:
+            if not isolation.reap(job):
+                still.append(job)
+        self._stuck = still
+        held = {p for job in still for p in job.probes}
+        return [n for n in cfg.probes if n in held or _probe_thread_alive(n)]
+
+    def _evaluate(self, cfg: DaemonConfig, host: Host, policy: Policy, names: list[str]) -> CheckResult | None:
+        """One evaluation of ``names``; in a child process where possible (see :mod:`.isolation`).
+
+        Probes that kept an earlier child from finishing are *quarantined*: each runs in a child
+        of its own, beside the main one, until one delivers in time, so one pathological input costs
+        that probe its fresh data but no longer every other probe's, nor the checks'.
+        """
+        def run(probes: list[str]) -> Callable[[], CheckResult]:
+            def go() -> CheckResult:
+                if isinstance(host, ReplayHost):
+                    host.epoch = 0  # every cycle replays the snapshot from its first sample
+                env = None if not host.live else {}
+                return evaluate(host, policy, 0.0, cfg.deadline_s, env,
+                                None if env is None else "none (the daemon has no job environment)",
+                                probes=probes)
+            return go
+
+        if not self.isolate:
+            return run(names)() if names else None
+        quarantined = [n for n in names if n in self._quarantine]
+        main = [n for n in names if n not in self._quarantine]
+        jobs = []
+        if main:
+            jobs.append(isolation.start(run(main), tuple(main)))
+        for name in quarantined:  # one child each: a probe that stalls its child stalls only itself
+            jobs.append(isolation.start(run([name]), (name,)))
+        self._jobs = jobs  # for stop(): children never outlive the daemon
+        # the budget the evaluation keeps to, and a margin for starting and sending the result
+        isolation.wait(jobs, time.monotonic() + cfg.deadline_s + CHILD_GRACE_S)
+        runs: dict[str, ProbeRun] = {}
+        for job in jobs:
+            if not job.exited:
+                self._stuck.append(job)
+            delivered = dict(job.runs)
+            if job.result is not None:
+                delivered.update(job.result.runs)
+            for name in job.probes:
+                if name in delivered:
+                    self._quarantine.discard(name)
+                    runs[name] = delivered[name]
+                else:
+                    why = "killed at the cycle's deadline" if job.killed else (job.error or "no result")
+                    runs[name] = ProbeRun(name, TIMEOUT, cfg.deadline_s, None,
+                                          f"probe {name} did not deliver: collection child {why}")
+                    if job.killed:
+                        self._quarantine.add(name)
+        main_job = jobs[0] if main else None
+        if main_job is not None and main_job.result is None and main_job.error and not main_job.killed:
+            raise CycleError(main_job.error)  # the evaluation itself broke: a bug, not a probe's failure
+        result = main_job.result if main_job is not None else None
+        if result is None:  # no checks ran: the probes that delivered are still served
+            findings = [_hung_finding(n, why="killed") for n, r in runs.items() if r.status == TIMEOUT]
+            return CheckResult(runs=runs, later=None, topology=None, findings=sorted(findings, key=Finding.sort_key),
+                               exit_code=3, timed_out=True)
+        if set(runs) != set(result.runs) or any(runs[n] is not result.runs.get(n) for n in runs):
+            extra = [_hung_finding(n, why="killed") for n in runs
+                     if n not in result.runs and runs[n].status == TIMEOUT]
+            findings = sorted(list(result.findings) + extra, key=Finding.sort_key)
+            result = dataclasses.replace(result, runs={**result.runs, **runs}, findings=findings)
+        return result
+
+    @staticmethod
+    def _sane(result: CheckResult) -> CheckResult:
+        """``result`` with each probe whose observation holds an unexportable value turned into
+        that probe's failure (see :mod:`.sanity`)."""
+        bad = {}
+        for name, run in result.runs.items():
+            why = sanity.bad_value(run.data) if run.usable else None
+            later = (result.later or {}).get(name)
+            why = why or (sanity.bad_value(later.data) if later is not None and later.usable else None)
+            if why:
+                bad[name] = ProbeRun(name, FAILED, run.duration_s, None, f"bad value in {name}: {why}")
+        if not bad:
+            return result
+        for name, run in bad.items():
+            log.warning("probe %s failed: %s", name, run.error)
+        later = {n: r for n, r in (result.later or {}).items() if n not in bad} if result.later else result.later
+        return dataclasses.replace(result, runs={**result.runs, **bad}, later=later)
+
     def run_cycle(self) -> bool:
         """One evaluation, published for scrapes. Never raises.
 
         Returns whether a cycle was published. ``False`` means the evaluation itself broke (the
         error is logged and :attr:`last_error` says what): scrapes keep the previous cycle, and
-        ``--once`` has nothing to report on. Probes that failed or timed out inside a cycle do not
-        make it ``False``; they are part of what the cycle publishes.
+        ``--once`` has nothing to report on. Probes that failed, timed out or held a bad value do
+        not make it ``False``; they are part of what the cycle publishes.
         """
         with self._cycle_lock:
             with self._config_lock:
@@ -254,23 +374,17 @@ class Daemon:
                 retired, self._retired = self._retired, []
             for old in retired:
                 close_host(old)
-            hung = [n for n in cfg.probes if _probe_thread_alive(n)]
-            names = [n for n in cfg.probes if n not in hung]
-            result = None
             try:
-                if isinstance(host, ReplayHost):
-                    host.epoch = 0  # every cycle replays the snapshot from its first sample
-                if names:
-                    env = None if not host.live else {}
-                    result = evaluate(host, policy, 0.0, cfg.deadline_s, env,
-                                      None if env is None else "none (the daemon has no job environment)",
-                                      probes=names)
+                hung = self._blocked(cfg)
+                names = [n for n in cfg.probes if n not in hung]
+                result = self._evaluate(cfg, host, policy, names)
                 if hung or result is None:
                     result = _with_hung(result, hung)
+                result = self._sane(result)
                 cycle = self.state.advance(result, completed_at=self.clock())
                 self.collector.publish(cycle)
             except Exception as exc:  # noqa: BLE001 - the loop must survive anything a cycle does
-                self.last_error = f"{type(exc).__name__}: {exc}"
+                self.last_error = str(exc) if isinstance(exc, CycleError) else f"{type(exc).__name__}: {exc}"
                 log.error("collection cycle failed: %s", self.last_error)
                 return False
             self.last_error = None
@@ -326,6 +440,8 @@ class Daemon:
         if self.server is not None:
             self.server.shutdown()
             self.server.server_close()
+        for job in list(self._jobs):
+            isolation.kill(job)
         if self._loop is not None:
             self._loop.join(2.0)  # a cycle in a hung call is abandoned: its thread is a daemon
         close_host(self.host)

@@ -20,6 +20,7 @@ from ccdiag.exporters.cycle import Cycle, xid_keys
 from ccdiag.findings import STATUSES, Finding
 from ccdiag.model import normalize_bdf
 from ccdiag.probing import OK, PARTIAL, UNAVAILABLE
+from ccdiag.topology.levels import UNKNOWN
 
 #: kernel modules whose presence decides whether GPU or RDMA work can run
 WATCHED_MODULES = ("nvidia", "nvidia_uvm", "nvidia_modeset", "nvidia_peermem", "nv_peer_mem", "gdrdrv",
@@ -278,12 +279,34 @@ def _gts(gts: float | None) -> float | None:
     return None if gts is None else gts * 1e9
 
 
-def _near(topology: Any, nic: str) -> list[str]:
+def _nearest_gpus(topology: Any) -> dict[str, list[tuple[str, str]]]:
+    """NIC label -> the GPUs it serves (those for which it is at their best level), with that level.
+
+    What :meth:`Topology.gpus_near_nic` answers for one NIC, for all NICs at once: each GPU's
+    levels to every NIC are computed once (GPUs x NICs), where asking ``gpus_near_nic`` per NIC
+    recomputed every GPU's for each NIC, and rendering grew with the cube of the node (1.7 s at
+    64 GPUs, ``bench/bench_render.py``).
+    """
+    served: dict[str, list[tuple[str, str]]] = {}
+    if topology is None:
+        return served
+    for g in topology.gpus():
+        near = topology.nearest_nics(g.label)
+        if not near or near[0][1] == UNKNOWN:
+            continue
+        best = topology.level_rank(near[0][1])
+        for nic, level in near:
+            if topology.level_rank(level) == best:
+                served.setdefault(nic, []).append((g.label, level))
+    return served
+
+
+def _near(topology: Any, nic: str, served: dict[str, list[tuple[str, str]]]) -> list[tuple[str, str]]:
     if topology is None:
         return []
     if not topology.has_device(nic):  # a NIC the topology does not know serves no GPU we can name
         return []
-    return list(topology.gpus_near_nic(nic))
+    return list(served.get(topology.label(topology.node_id(nic)), ()))
 
 
 def _infiniband(out: _Families, ib: Any, topology: Any, nvml: Any) -> None:
@@ -291,8 +314,10 @@ def _infiniband(out: _Families, ib: Any, topology: Any, nvml: Any) -> None:
     topo_gpus = {}
     if topology is not None:
         topo_gpus = {g.label: g for g in topology.gpus()}
+    served = _nearest_gpus(topology) if getattr(ib, "devices", None) else {}
     for dev in sorted(getattr(ib, "devices", ()) or (), key=lambda d: _natural(d.name)):
-        near = _near(topology, dev.name)
+        near_levels = dict(_near(topology, dev.name, served))
+        near = list(near_levels)
         for port in sorted(dev.ports, key=lambda p: p.port):
             ids = (dev.name, port.port)
             out.add("infiniband_port_info", ids + (port.link_layer, dcgm_bus_id(dev.pci_bdf), ",".join(dev.netdevs),
@@ -318,7 +343,7 @@ def _infiniband(out: _Families, ib: Any, topology: Any, nvml: Any) -> None:
             g = by_index.get(tg.index) if tg is not None else None
             gid = _gpu_ids(g) if g is not None else (
                 (tg.index, tg.uuid, dcgm_bus_id(tg.bdf)) if tg is not None else (None, None, None))
-            level = topology.level(dev.name, label) if topology.has_device(dev.name) else None
+            level = near_levels[label]
             out.add("infiniband_nearest_gpu_info", (dev.name,) + gid + (level,), 1)
 
 

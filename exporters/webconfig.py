@@ -98,10 +98,23 @@ class WebConfig:
         return "https" if self.ssl_context is not None else "http"
 
 
+#: the largest certificate, key or CA bundle read (a CA bundle of a whole OS is about 250 KB)
+MAX_PEM_BYTES = 4 << 20
+
+
 def _path(base: str, value: Any, what: str, source: str) -> str:
+    """The file's path, once it is known to be a regular file of at most :data:`MAX_PEM_BYTES`:
+    OpenSSL would wait forever on a FIFO and read a device without end."""
+    from ccdiag.userfiles import UserFileError, read_user_bytes
+
     if not isinstance(value, str) or not value:
         raise WebConfigError(f"{source}: {what} must be a file path")
-    return value if os.path.isabs(value) else os.path.join(base, value)
+    path = value if os.path.isabs(value) else os.path.join(base, value)
+    try:
+        read_user_bytes(path, what, MAX_PEM_BYTES)
+    except UserFileError as exc:
+        raise WebConfigError(f"{source}: cannot load {what}: {exc}") from None
+    return path
 
 
 def _tls_context(tls: dict, base: str, source: str) -> ssl.SSLContext | None:

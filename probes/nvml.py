@@ -122,6 +122,9 @@ CLOCK_EVENT_BITS = (
     (0x400, "reliability"),  # throttle-reason API only
 )
 
+#: the width of NVML's clocks-event mask (unsigned long long)
+CLOCK_EVENT_MASK_64 = (1 << 64) - 1
+
 #: nvmlGpuP2PStatus_t, in nvidia-smi's abbreviations
 P2P_STATUS = {0: "OK", 1: "CNS", 2: "GNS", 3: "TNS", 4: "DR", 5: "NS", 6: "U"}
 
@@ -316,18 +319,22 @@ def parse_remapped_rows(value: Any) -> tuple[int, int, bool, bool]:
 
 
 def clock_event_names(mask: int) -> tuple[str, ...]:
-    """Names of the bits set in a clocks-event (throttle) reason mask; unknown bits by value."""
+    """Names of the bits set in a clocks-event (throttle) reason mask; unknown bits by value.
+
+    NVML's mask is an unsigned long long. A value outside it (a negative one from a binding that
+    sign-extends, or a corrupt snapshot's huge one) is taken modulo 2**64 first: a negative Python
+    int has infinitely many bits set, and walking them never ends.
+    """
+    mask &= CLOCK_EVENT_MASK_64
     names = [name for bit, name in CLOCK_EVENT_BITS if mask & bit]
     known = 0
     for bit, _ in CLOCK_EVENT_BITS:
         known |= bit
     rest = mask & ~known
-    bit = 1
     while rest:
-        if rest & bit:
-            names.append(f"unknown_0x{bit:x}")
-            rest &= ~bit
-        bit <<= 1
+        bit = rest & -rest  # the lowest set bit: at most 64 turns
+        names.append(f"unknown_0x{bit:x}")
+        rest ^= bit
     return tuple(names)
 
 
@@ -633,6 +640,7 @@ def _read_gpu(host: Any, i: int) -> Gpu:
         else:
             mask = r.parse("nvmlDeviceGetCurrentClocksEventReasons", (i,), value, _int)
         if mask is not None:
+            mask &= CLOCK_EVENT_MASK_64  # an unsigned long long: -1 is 0xffffffffffffffff
             f["clock_event_reasons"] = mask
             f["clock_event_names"] = clock_event_names(mask)
         temp = r.get("nvmlDeviceGetTemperature", i, TEMPERATURE_GPU, parse=_int)

@@ -111,13 +111,30 @@ def runs(**override) -> dict[str, ProbeRun]:
 
 
 class FakeTopology:
-    """Answers the two questions the exporter asks of a topology."""
+    """Answers the questions the exporter asks of a topology: GPU0 is PIX to mlx5_0, everything
+    else is SYS."""
 
     def has_device(self, name):
         return name in ("mlx5_0", "mlx5_1", "GPU0", "GPU1")
 
-    def gpus_near_nic(self, nic):
-        return ["GPU0"] if nic == "mlx5_0" else []
+    def node_id(self, name):
+        if not self.has_device(name):
+            raise KeyError(name)
+        return name
+
+    def label(self, node):
+        return node
+
+    def nearest_nics(self, gpu):
+        if gpu == "GPU0":
+            return [("mlx5_0", "PIX"), ("mlx5_1", "SYS")]
+        return [("mlx5_0", "unknown"), ("mlx5_1", "unknown")]
+
+    @staticmethod
+    def level_rank(level):
+        from ccdiag.topology.levels import level_rank
+
+        return level_rank(level)
 
     def gpus(self):
         from ccdiag.topology import GpuNode

@@ -50,11 +50,11 @@ def fetch(url, timeout=5.0) -> tuple[int, str]:
 def run_daemon():
     started = []
 
-    def start(host=None, **cfg):
+    def start(host=None, isolate=None, **cfg):
         cfg.setdefault("listen", "127.0.0.1:0")
         cfg.setdefault("interval_s", 600.0)  # cycles run when a test asks (next_cycle), never mid-patch
         config = DaemonConfig(**cfg)
-        d = Daemon(config, host=host if host is not None else ReplayHost(str(C.HEALTHY)))
+        d = Daemon(config, host=host if host is not None else ReplayHost(str(C.HEALTHY)), isolate=isolate)
         d.start()
         started.append(d)
         wait_for(d.ready)
@@ -136,7 +136,34 @@ def test_a_probe_that_raises_is_marked_and_the_rest_still_served(run_daemon, mon
     assert value(text, "ccdiag_gpu_temperature_celsius", gpu=0) is not None
 
 
+def test_a_probe_that_hangs_in_a_collection_child_leaves_nothing_behind(run_daemon, monkeypatch):
+    """Cycles run in a forked child: a hung probe is abandoned at its deadline and its thread ends
+    with the child, so the daemon process holds no probe thread and the next cycle tries again."""
+    import ccdiag.probes.nvml as nvml_probe
+
+    real = nvml_probe.collect
+    d = run_daemon()
+    assert d.isolate
+    monkeypatch.setattr(nvml_probe, "TIMEOUT_S", 0.5)
+    monkeypatch.setattr(nvml_probe, "collect", lambda host: time.sleep(60) or real(host))
+    next_cycle(d)
+    t0 = time.monotonic()
+    code, text = fetch(d.server.url)
+    assert code == 200 and time.monotonic() - t0 < 2.0
+    assert value(text, "ccdiag_probe_success", probe="nvml") == 0
+    assert value(text, "ccdiag_probe_status", probe="nvml", status="timeout") == 1
+    assert value(text, "ccdiag_probe_data_stale", probe="nvml") == 1
+    assert value(text, "ccdiag_probe_success", probe="pcie") == 1
+    assert not any(t.name.startswith("probe-") for t in threading.enumerate())
+    monkeypatch.setattr(nvml_probe, "collect", real)
+    next_cycle(d)
+    text = fetch(d.server.url)[1]
+    assert value(text, "ccdiag_probe_success", probe="nvml") == 1
+    assert value(text, "ccdiag_probe_data_stale", probe="nvml") == 0
+
+
 def test_a_probe_that_hangs_never_blocks_a_scrape_and_is_not_restarted(run_daemon, monkeypatch):
+    """In-process collection (where fork is missing): a stuck probe thread is not started again."""
     import ccdiag.probes.nvml as nvml_probe
 
     release = threading.Event()
@@ -148,7 +175,7 @@ def test_a_probe_that_hangs_never_blocks_a_scrape_and_is_not_restarted(run_daemo
         release.wait(60)
         return real(host)
 
-    d = run_daemon()
+    d = run_daemon(isolate=False)
     monkeypatch.setattr(nvml_probe, "TIMEOUT_S", 0.5)
     monkeypatch.setattr(nvml_probe, "collect", hang)
     try:

@@ -286,3 +286,26 @@ def test_samples_export_nvlink_traffic_for_every_link_that_answers():
         {str(i) for i in range(8) if i != 6}
     assert all(v > 0 and v % 1024 == 0 for k, v in samples(healthy).items()
                if k[0] in ("ccdiag_nvlink_transmit_bytes_total", "ccdiag_nvlink_receive_bytes_total"))
+
+
+def test_rendering_asks_each_gpu_for_its_nearest_nics_once():
+    """The GPUs each NIC serves come from one pass over the GPUs (GPUs x NICs levels), not one per
+    NIC (which made rendering grow with the cube of the node); the exposition is the same."""
+    result = C.sample_result(C.HEALTHY)
+    topo = result.topology
+    calls = []
+
+    class Counting:
+        def __getattr__(self, name):
+            return getattr(topo, name)
+
+        def nearest_nics(self, gpu):
+            calls.append(gpu)
+            return topo.nearest_nics(gpu)
+
+    plain = generate_latest(StaticCollector(families(cycle_from_result(result, completed_at=1.0))))
+    counted = generate_latest(StaticCollector(families(
+        cycle_from_result(dataclasses.replace(result, topology=Counting()), completed_at=1.0))))
+    assert counted == plain
+    assert sorted(calls) == sorted(g.label for g in topo.gpus())
+    assert b"ccdiag_infiniband_nearest_gpu_info" in plain

@@ -37,8 +37,9 @@ from ccdiag.exitcodes import ExitCode
 def command(replay, root, listen, telemetry_path, interval, config_file, web_config, policy, deadline, once):
     """Serve Prometheus metrics for GPUs, NVLinks, PCIe links and RDMA ports, and every check's status.
 
-    Probes run on their own interval; a scrape serves the last completed cycle and its age
-    (ccdiag_collection_age_seconds) and never waits on a probe. A failing or hung probe shows as
+    Probes run on their own interval, each cycle in a child process killed at the deadline; a
+    scrape serves the last completed cycle and its age (ccdiag_collection_age_seconds) and never
+    waits on a probe. A failing or hung probe shows as
     ccdiag_probe_success 0 while its last good values stay served (ccdiag_probe_data_stale 1) for up
     to max_stale seconds. Endpoints: /metrics, /-/healthy, /-/ready.
 
