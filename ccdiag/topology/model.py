@@ -145,6 +145,7 @@ class TopologyParts:
     driver_version: str | None = None
     nv: dict[str, dict[str, list]] = field(default_factory=dict)  # gpu node -> {far end: [total, active, gen]}
     notes: list[str] = field(default_factory=list)
+    mismatches: list = field(default_factory=list)  # Mismatch values: devices two probes disagree on
     pcie_tree: PcieTree = field(default_factory=lambda: PcieTree(()))
 
 
@@ -195,6 +196,7 @@ class Topology:
         self.have_nvml: bool = parts.have_nvml
         self.driver_version: str | None = parts.driver_version
         self._notes: tuple[str, ...] = tuple(parts.notes)
+        self._mismatches: tuple = tuple(parts.mismatches)
         self._names = MappingProxyType(self._name_index())
         self._pcie_tree = parts.pcie_tree
 
@@ -208,6 +210,10 @@ class Topology:
         """Label, UUID and BDF -> node, built once so lookups stay constant-time on large nodes."""
         index: dict[str, str] = {}
         by_bdf: dict[str, str] = {}
+        # a GPU's or RDMA NIC's own label always names it, whatever other node shares the word
+        for dev in (*self._gpus, *self._nics):
+            if dev.label and dev.node in self._graph:
+                index.setdefault(dev.label, dev.node)
         for n, attrs in self._graph.nodes(data=True):
             for key in (attrs.get("label"), attrs.get("uuid")):
                 if key and key not in index:
@@ -249,6 +255,11 @@ class Topology:
     @property
     def notes(self) -> tuple[str, ...]:
         return self._notes
+
+    @property
+    def mismatches(self) -> tuple:
+        """Devices two probes disagree on (:class:`ccdiag.topology.mismatch.Mismatch`)."""
+        return self._mismatches
 
     @property
     def pcie_tree(self) -> PcieTree:
