@@ -17,6 +17,7 @@ from typing import Any
 from ccdiag.linkrates import pcie_gen
 from ccdiag.model import normalize_bdf
 from ccdiag.topology.bandwidth import pcie_desc, pcie_gbyte_s, wire_gbyte_s
+from ccdiag.topology.mismatch import Mismatch
 from ccdiag.topology.pcie_tree import PcieTree
 from ccdiag.topology.model import (GpuNode, Link, NicNode, Topology, TopologyParts, natural_key,
                                    nvlink_bundle)
@@ -62,6 +63,11 @@ class Builder:
         self.netdev = probe_data(runs, "netdev")
         self.devs: dict[str, Any] = {}
         self.node_of_bdf: dict[str, str] = {}
+
+    def _mismatch(self, device: str, kind: str, summary: str, *sources: str, bdf: str | None = None) -> None:
+        """Two probes disagree about ``device``: record it (a check reports it) and note it (topo shows it)."""
+        self.t.mismatches.append(Mismatch(device, kind, summary, tuple(sources), bdf))
+        self.t.notes.append(summary)
 
     def build(self) -> Topology:
         self._numa()
@@ -205,6 +211,15 @@ class Builder:
                 matched[g.index] = by_bdf.pop(bdf)
             elif bdf:
                 node = f"gpu:{bdf}"
+                if node in self.g:  # two NVML GPUs claim one bus id: the second gets a node of its own
+                    self._mismatch(f"GPU{g.index}", "gpu", f"NVML GPU{g.index} reports bus id {bdf}, which another "
+                                   "NVML GPU already has", "NVML nvmlDeviceGetPciInfo", "NVML nvmlDeviceGetPciInfo",
+                                   bdf=bdf)
+                    node = f"gpu:nvml{g.index}"
+                elif self.t.have_pcie:
+                    self._mismatch(f"GPU{g.index}", "gpu", f"NVML lists GPU{g.index} at {bdf}, but the PCI tree "
+                                   f"has no GPU there: its PCIe levels are unknown", "NVML nvmlDeviceGetPciInfo",
+                                   f"/sys/bus/pci/devices/{bdf}", bdf=bdf)
                 self.g.add_node(node, kind="gpu", label=bdf, bdf=bdf, numa=self._numa_for(g.numa_node))
                 matched[g.index] = node
             else:
@@ -227,6 +242,8 @@ class Builder:
             used.add(nxt)
             if self.nvml is not None:
                 self.t.notes.append(f"GPU at {bdf} is on the PCI bus but not listed by NVML")
+                self.t.mismatches.append(Mismatch(f"GPU{nxt}", "gpu", f"GPU at {bdf} is on the PCI bus but not "
+                                                  "listed by NVML", (f"/sys/bus/pci/devices/{bdf}", "NVML"), bdf))
         nv_by_index = {g.index: g for g in nv_gpus}
         for index in sorted(matched):
             node = matched[index]
@@ -278,15 +295,12 @@ class Builder:
         for itf in getattr(self.netdev, "interfaces", ()) or ():
             if itf.ib_device:
                 netdev_by_ib.setdefault(itf.ib_device, []).append(itf.name)
+        self._netdev_mismatches(devices)
+        claimed: dict[str, str] = {}  # graph node -> the RDMA device that took it
         for d in devices:
             bdf = normalize_bdf(d.pci_bdf)
-            node = self.node_of_bdf.get(bdf) if bdf else None
-            if node is None or self.g.nodes[node].get("kind") not in ("nic", "pci"):
-                node = f"nic:{bdf}" if bdf else f"nic:{d.name}"
-                if node in self.g and self.g.nodes[node].get("ib"):
-                    node = f"nic:{d.name}"
-                if node not in self.g:
-                    self.g.add_node(node, kind="nic", label=d.name, bdf=bdf, numa=None)
+            node = self._nic_node(d, bdf, claimed)
+            claimed[node] = d.name
             attrs = self.g.nodes[node]
             attrs.update(kind="nic", label=d.name, ib=True)
             active = [p for p in d.ports if (p.state or "").upper() == "ACTIVE"]
@@ -297,12 +311,66 @@ class Builder:
                           tuple(p.port for p in d.ports), netdevs, node)
             self.t.nics.append(nic)
         typical = self._typical_rates(devices)
-        for d in devices:
-            node = next(n.node for n in self.t.nics if n.label == d.name)
+        for d, nic in zip(devices, self.t.nics):
             for p in d.ports:
-                self._wire(d.name, node, p, typical)
+                self._wire(d.name, nic.node, p, typical)
         self._label_plain_nics()
         self._relabel_links()
+
+    def _nic_node(self, d: Any, bdf: str | None, claimed: dict[str, str]) -> str:
+        """The graph node of RDMA device ``d``: its PCI function's, when the PCI tree has that function
+        as a NIC and no other RDMA device took it; otherwise a node of its own, outside the PCIe tree
+        (levels "unknown"), with the disagreement recorded. Every RDMA device gets exactly one node of
+        its own, so its name always resolves."""
+        src_ib = f"/sys/class/infiniband/{d.name}/device"
+        node = self.node_of_bdf.get(bdf) if bdf else None
+        if node is not None and node in claimed:
+            self._mismatch(d.name, "nic", f"RDMA devices {claimed[node]} and {d.name} both name PCI function {bdf} "
+                           f"as their device: {d.name}'s place in the PCIe tree is unknown",
+                           f"/sys/class/infiniband/{claimed[node]}/device", src_ib, bdf=bdf)
+            node = None
+        elif node is not None and self.g.nodes[node].get("kind") not in ("nic", "pci"):
+            self._mismatch(d.name, "nic", f"RDMA device {d.name} names PCI function {bdf} as its device, but the "
+                           f"PCI tree has a {self.g.nodes[node].get('kind')} there: its place in the PCIe tree "
+                           "is unknown", src_ib, f"/sys/bus/pci/devices/{bdf}", bdf=bdf)
+            node = None
+        elif node is None and self.t.have_pcie:
+            if bdf:
+                self._mismatch(d.name, "nic", f"RDMA device {d.name} names PCI function {bdf}, which the PCI "
+                               "tree does not have: its PCIe levels are unknown", src_ib,
+                               f"/sys/bus/pci/devices/{bdf}", bdf=bdf)
+            else:
+                self._mismatch(d.name, "nic", f"RDMA device {d.name} is listed without a readable PCI device "
+                               "link: its PCIe levels are unknown", "/sys/class/infiniband", src_ib)
+        if node is not None:
+            return node
+        for cand in (f"nic:{bdf}" if bdf else None, f"nic:{d.name}", f"nic:{d.name}#{len(claimed)}"):
+            if cand and cand not in self.g:
+                self.g.add_node(cand, kind="nic", label=d.name, bdf=bdf, numa=None)
+                return cand
+            if cand and cand not in claimed and self.g.nodes[cand].get("kind") == "nic" \
+                    and self.g.nodes[cand].get("label") == d.name:
+                return cand
+        raise AssertionError("unreachable: the last candidate node name is unique")  # pragma: no cover
+
+    def _netdev_mismatches(self, devices: list) -> None:
+        """Network interfaces and RDMA devices that name each other inconsistently."""
+        names = {d.name for d in devices}
+        owners: dict[str, list[str]] = {}
+        for d in devices:
+            for n in d.netdevs:
+                owners.setdefault(n, []).append(d.name)
+        for itf in getattr(self.netdev, "interfaces", ()) or ():
+            src = f"/sys/class/net/{itf.name}/device/infiniband"
+            if itf.ib_device and self.ib is not None and itf.ib_device not in names:
+                self._mismatch(itf.name, "netdev", f"network interface {itf.name} belongs to RDMA device "
+                               f"{itf.ib_device}, which the InfiniBand class does not list", src,
+                               "/sys/class/infiniband")
+            elif itf.ib_device and owners.get(itf.name) and itf.ib_device not in owners[itf.name]:
+                other = owners[itf.name][0]
+                self._mismatch(itf.name, "netdev", f"network interface {itf.name} belongs to RDMA device "
+                               f"{itf.ib_device}, but RDMA device {other} lists it as its own", src,
+                               f"/sys/class/infiniband/{other}/device/net")
 
     @staticmethod
     def _typical_rates(devices: list) -> dict[str, tuple[float, str | None]]:

@@ -145,6 +145,7 @@ class TopologyParts:
     driver_version: str | None = None
     nv: dict[str, dict[str, list]] = field(default_factory=dict)  # gpu node -> {far end: [total, active, gen]}
     notes: list[str] = field(default_factory=list)
+    mismatches: list = field(default_factory=list)  # Mismatch values: devices two probes disagree on
     pcie_tree: PcieTree = field(default_factory=lambda: PcieTree(()))
 
 
@@ -195,8 +196,14 @@ class Topology:
         self.have_nvml: bool = parts.have_nvml
         self.driver_version: str | None = parts.driver_version
         self._notes: tuple[str, ...] = tuple(parts.notes)
+        self._mismatches: tuple = tuple(parts.mismatches)
         self._names = MappingProxyType(self._name_index())
         self._pcie_tree = parts.pcie_tree
+        # the graph never changes, so chains and leaf-pair levels are computed once (a node with
+        # thousands of NICs asks for millions of levels, all between a few hundred switch pairs)
+        self._chains: dict[str, tuple[str, ...]] = {}
+        self._branch_levels: dict[tuple[str, str], str] = {}
+        self._inner = frozenset(self._parent.values())
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name in self.__dict__ or not name.startswith("_") and name not in (
@@ -208,6 +215,10 @@ class Topology:
         """Label, UUID and BDF -> node, built once so lookups stay constant-time on large nodes."""
         index: dict[str, str] = {}
         by_bdf: dict[str, str] = {}
+        # a GPU's or RDMA NIC's own label always names it, whatever other node shares the word
+        for dev in (*self._gpus, *self._nics):
+            if dev.label and dev.node in self._graph:
+                index.setdefault(dev.label, dev.node)
         for n, attrs in self._graph.nodes(data=True):
             for key in (attrs.get("label"), attrs.get("uuid")):
                 if key and key not in index:
@@ -249,6 +260,11 @@ class Topology:
     @property
     def notes(self) -> tuple[str, ...]:
         return self._notes
+
+    @property
+    def mismatches(self) -> tuple:
+        """Devices two probes disagree on (:class:`ccdiag.topology.mismatch.Mismatch`)."""
+        return self._mismatches
 
     @property
     def pcie_tree(self) -> PcieTree:
@@ -299,10 +315,15 @@ class Topology:
 
     # -- levels -------------------------------------------------------------------------------
     def _ancestors(self, node: str) -> list[str]:
-        chain = [node]
-        while chain[-1] in self.parent:
-            chain.append(self.parent[chain[-1]])
-        return chain
+        chain = self._chains.get(node)
+        if chain is None:
+            walk = [node]
+            seen = {node}
+            while walk[-1] in self._parent and self._parent[walk[-1]] not in seen:
+                walk.append(self._parent[walk[-1]])
+                seen.add(walk[-1])
+            chain = self._chains[node] = tuple(walk)
+        return list(chain)
 
     def _numa_of_chain(self, chain: list[str]) -> int | None:
         top = chain[-1]
@@ -331,9 +352,22 @@ class Topology:
         na, nb = self.node_id(a), self.node_id(b)
         if na == nb:
             return "X"
-        ca, cb = self._ancestors(na), self._ancestors(nb)
-        if len(ca) == 1 or len(cb) == 1:
+        pa, pb = self._parent.get(na), self._parent.get(nb)
+        if pa is None or pb is None:
             return UNKNOWN
+        if na not in self._inner and nb not in self._inner:
+            # two leaves (endpoints): their level depends only on the branches above them
+            key = (pa, pb) if pa <= pb else (pb, pa)
+            lvl = self._branch_levels.get(key)
+            if lvl is None:
+                lvl = self._branch_levels[key] = self._level_of_chains(self._ancestors(key[0]),
+                                                                       self._ancestors(key[1]), 0)
+            return lvl
+        return self._level_of_chains(self._ancestors(na), self._ancestors(nb), 1)
+
+    def _level_of_chains(self, ca: list[str], cb: list[str], skip: int) -> str:
+        """The level between the ends of two ancestor chains; ``skip`` 1 when each chain starts at
+        the device itself (not counted as a bridge), 0 when it starts at the device's parent."""
         common = set(ca) & set(cb)
         if not common:
             numa_a, numa_b = self._numa_of_chain(ca), self._numa_of_chain(cb)
@@ -347,7 +381,7 @@ class Topology:
         if kind == "host_bridge":
             return "PHB"
         # bridges (switches, root ports) traversed on the way up from both ends, the LCA once
-        between = ca[1:ca.index(lca)] + cb[1:cb.index(lca)] + [lca]
+        between = ca[skip:ca.index(lca)] + cb[skip:cb.index(lca)] + [lca]
         bridges = sum(1 for n in between if self.graph.nodes[n].get("kind") == "switch")
         return "PIX" if bridges <= 1 else "PXB"
 
@@ -526,14 +560,16 @@ class Topology:
 
     def matrix_rows(self) -> tuple[list[str], dict[tuple[str, str], str], dict[str, dict]]:
         """Labels (GPUs then NICs as NIC<i>), the cells, and per-row affinity / legend facts."""
-        gl = [g.label for g in self._gpus]
-        nl = [f"NIC{i}" for i in range(len(self._nics))]
+        labels, info = self._matrix_labels_info()
         nodes = [g.node for g in self._gpus] + [n.node for n in self._nics]
-        labels = gl + nl
         cells: dict[tuple[str, str], str] = {}
         for i, a in enumerate(nodes):
             for j, b in enumerate(nodes):
                 cells[(labels[i], labels[j])] = "X" if i == j else self.level(a, b)
+        return labels, cells, info
+
+    def _matrix_labels_info(self) -> tuple[list[str], dict[str, dict]]:
+        labels = [g.label for g in self._gpus] + [f"NIC{i}" for i in range(len(self._nics))]
         info: dict[str, dict] = {}
         for g in self._gpus:
             numa = g.numa
@@ -541,7 +577,7 @@ class Topology:
                              "numa_affinity": numa, "gpu_numa_id": None}
         for i, n in enumerate(self._nics):
             info[f"NIC{i}"] = {"nic_name": n.label}
-        return labels, cells, info
+        return labels, info
 
     def compare_smi(self, m: Any) -> list[str]:
         """Differences between this topology and a parsed ``nvidia-smi topo -m`` matrix, one line
@@ -552,7 +588,10 @@ class Topology:
 
     # -- export ---------------------------------------------------------------------------------
     def to_json(self) -> dict:
-        labels, cells, info = self.matrix_rows()
+        labels, info = self._matrix_labels_info()
+        ends = [g.node for g in self._gpus] + [n.node for n in self._nics]
+        # rows built directly (no cell dictionary): a node with thousands of NICs has millions of cells
+        rows = [["X" if i == j else self.level(a, b) for j, b in enumerate(ends)] for i, a in enumerate(ends)]
         nodes = []
         for n, attrs in sorted(self.graph.nodes(data=True)):
             nodes.append({"id": n, **{k: v for k, v in attrs.items() if k != "nvml"}})
@@ -576,7 +615,7 @@ class Topology:
             "nvswitches": [self.label(s) for s in self.nvswitches],
             "nodes": nodes,
             "links": [l.to_json() for l in self._links],
-            "matrix": {"labels": labels, "rows": [[cells[(a, b)] for b in labels] for a in labels],
+            "matrix": {"labels": labels, "rows": rows,
                        "affinity": info},
             "nic_affinity": {g.label: [list(p) for p in self.nearest_nics(g.label)] for g in self._gpus},
             "expected": expected,
