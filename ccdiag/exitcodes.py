@@ -20,10 +20,11 @@ class ExitCode(IntEnum):
 #: what each code means, as the README's "Exit codes" table says it
 EXIT_CODE_DOCS = {
     ExitCode.OK: "The command ran; `check`: no failure (warnings allowed unless `--strict`).",
-    ExitCode.FAIL: "`check`: at least one finding failed (or warned, with `--strict`).",
+    ExitCode.FAIL: "`check`, `bench`: at least one finding failed (or warned, with `--strict`).",
     ExitCode.USAGE: "Bad command line, unreadable or malformed input file (snapshot, policy, pasted output).",
     ExitCode.UNEVALUATED: "Could not evaluate the node: no NVIDIA driver / no GPU data, a probe timed out, "
-                          "or the deadline came before a verdict.",
+                          "or the deadline came before a verdict; `bench`: nothing could be measured here, or a "
+                          "benchmark ran out of its budget.",
     ExitCode.INTERNAL: "A bug in ccdiag: an unexpected exception, reported in one line naming the stage it "
                        "broke (`internal error in the judge stage: ...`; set `CCDIAG_DEBUG=1` for the "
                        "traceback). Also ccdiag run from a source tree that was never installed "
