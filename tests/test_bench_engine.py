@@ -216,3 +216,36 @@ def test_check_bench_quick_folds_benchmark_findings_into_the_verdict():
     slow = [f for f in out.findings if f.check == "bench.h2d.slow_link"]
     assert slow and slow[0].component.name == "GPU3 <- 0000:5c:00.0"
     assert out.exit_code == 1
+
+
+def test_check_bench_quick_on_a_replay_keeps_the_verdict_and_lists_the_skips():
+    import json as _json
+
+    from bench_support import SAMPLES
+    from cli_runner import run
+
+    sample = str(SAMPLES / "hgx-h100-8gpu-degraded.snap.tar.gz")
+    code_plain, out_plain, _ = run("check", "--replay", sample, "--json")
+    code, out, _ = run("check", "--replay", sample, "--json", "--bench", "quick")
+    assert code == code_plain == 1
+    doc = _json.loads(out)
+    from ccdiag.report import validate
+
+    validate(doc)
+    assert doc["verdict"]["counts"] == _json.loads(out_plain)["verdict"]["counts"]
+    assert {b["outcome"] for b in doc["bench"]} == {"skip"}
+    assert all("replayed snapshot" in b["reason"] for b in doc["bench"])
+
+
+def test_bench_command_on_this_machine_says_why_nothing_runs():
+    from cli_runner import run
+
+    code, out, err = run("bench")
+    if "NOT MEASURED" not in out:
+        pytest.skip("this machine has a GPU or an RDMA port")
+    assert code == 3 and "skip:" in out and "Traceback" not in err
+    code, out, err = run("bench", "nosuch")
+    assert code == 2 and "unknown benchmark 'nosuch'" in err
+    code, out, _ = run("bench", "list", "--json")
+    names = {b["name"] for b in __import__("json").loads(out)}
+    assert code == 0 and names == {"h2d", "d2h", "p2p", "d2d", "ib_write"}

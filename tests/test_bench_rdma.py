@@ -128,3 +128,29 @@ def test_line_rate_passes(healthy):
     runs, topo = healthy
     ms = [_m(topo, "GPU0", "mlx5_0", 48.5), _m(topo, "host", "mlx5_0", 48.7)]
     assert [x.status for x in ib_write.findings(ms, topo)] == ["pass"]
+
+
+def test_pyverbs_engine_says_when_pyverbs_cannot_be_used(healthy, tmp_path, monkeypatch):
+    """The native engine's child process with a pyverbs that cannot load (as on a machine whose
+    rdma-core has no device or no Python binding): the result says so, nothing hangs."""
+    runs, topo = healthy
+    (tmp_path / "pyverbs").mkdir()
+    (tmp_path / "pyverbs" / "__init__.py").write_text("raise ImportError('libibverbs.so.1: cannot open shared object')\n")
+    monkeypatch.setenv("PATH", str(tmp_path))  # no ib_write_bw: the pyverbs engine is chosen
+    import os
+    env = dict(os.environ, PYTHONPATH=str(tmp_path))
+    ctx = context(runs, topo, env=env)
+    bench = ib_write.IbWrite()
+    monkeypatch.setattr(ib_write, "module_missing", lambda *a, **k: None)
+    assert bench.engine_choice()[0] == "pyverbs"
+    res = bench.run(ctx, 20)
+    assert res.outcome == "error" and "pyverbs not available" in res.reason and "libibverbs" in res.reason
+
+
+def test_pyverbs_jobs_pair_each_port_with_its_own_gpu_and_host_memory(healthy):
+    runs, topo = healthy
+    jobs = ib_write.IbWrite().jobs(context(runs, topo, env=None))
+    gpu_jobs = [j for j in jobs if j["buffer"] == "gpu"]
+    assert len(jobs) == 16 and len(gpu_jobs) == 8
+    j0 = next(j for j in gpu_jobs if j["device"] == "mlx5_0")
+    assert j0["src"] == "GPU0" and j0["cuda_device"] == 0 and "PIX" in j0["note"]
