@@ -25,6 +25,9 @@ COMMANDS = {
     "policy": ("ccdiag.commands.policy", "group", "Write or show the expectations a node is held to."),
     "daemon": ("ccdiag.commands.daemon", "command", "Serve Prometheus metrics from a background collection loop."),
     "nccl": ("ccdiag.commands.nccl", "command", "NCCL settings for this node with their evidence; read NCCL logs."),
+    "cluster": ("ccdiag.commands.cluster", "group", "Across hosts, as MPI ranks: every node's check in one report."),
+    "compare": ("ccdiag.commands.compare", "command", "Outliers among many hosts' JSON reports; diff of two."),
+    "bench-mpi": ("ccdiag.commands.bench_mpi", "group", "MPI network benchmarks (allreduce, pairs); temporary."),
 }
 
 
