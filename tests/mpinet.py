@@ -168,32 +168,54 @@ class NetnsCluster:
         _run("ip", "-n", self.hosts[i], "link", "set", "eth0", "down")
 
     # -- launching --------------------------------------------------------------------------------
-    def mpirun_argv(self, np_: int | None = None, slots: int = 1, hosts: list[int] | None = None) -> list[str]:
+    def mpirun_argv(self, np_: int | None = None, slots: int = 1, hosts: list[int] | None = None,
+                    hostfile: str | None = None) -> list[str]:
+        """mpirun with the namespace agent; ranks on ``hosts`` (default all) or from ``hostfile``."""
         idx = list(range(self.n)) if hosts is None else hosts
-        spec = ",".join(f"{self.hosts[i]}:{slots}" for i in idx)
+        where = ["--hostfile", hostfile] if hostfile else ["-H", ",".join(f"{self.hosts[i]}:{slots}" for i in idx)]
         return ["mpirun", "--allow-run-as-root", "--oversubscribe", "--mca", "plm_rsh_agent", self.rsh,
                 "--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", "eth0",
-                "--mca", "oob_tcp_if_include", f"{self.subnet}.0/24", "-H", spec,
+                "--mca", "oob_tcp_if_include", f"{self.subnet}.0/24", *where,
                 "-np", str(np_ or len(idx) * slots)]
 
     def start(self, argv: list[str], env: dict | None = None) -> subprocess.Popen:
-        """Start ``argv`` (usually :meth:`mpirun_argv` + a program) in its own process group."""
-        p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             start_new_session=True, env={**os.environ, **(env or {})})
+        """Start ``argv`` (usually :meth:`mpirun_argv` + a program) in its own process group, with
+        stdout/stderr in files: an orted stranded on a host whose interface is down keeps pipes
+        open long after mpirun has exited, files do not."""
+        k = len(self.procs)
+        out = open(os.path.join(self.dir, f"out{k}"), "w+")
+        err = open(os.path.join(self.dir, f"err{k}"), "w+")
+        p = subprocess.Popen(argv, stdout=out, stderr=err, text=True, start_new_session=True,
+                             env={**os.environ, **(env or {})})
+        p.out_file, p.err_file = out, err  # type: ignore[attr-defined]
         self.procs.append(p)
         return p
+
+    def finish(self, p: subprocess.Popen, timeout_s: float) -> tuple[int | None, str, str]:
+        """Wait for ``p`` until ``timeout_s``; kill it (and whatever it left in the namespaces)
+        if it is still running; returns (returncode or None when killed, stdout, stderr)."""
+        try:
+            rc = p.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            p.wait(timeout=10)
+            rc = None
+        self._kill_ns_pids()
+        texts = []
+        for fh in (p.out_file, p.err_file):  # type: ignore[attr-defined]
+            fh.flush()
+            fh.seek(0)
+            texts.append(fh.read())
+        return rc, texts[0], texts[1]
 
     def run(self, argv: list[str], timeout_s: float, env: dict | None = None):
         """Run to the end or ``timeout_s``; returns (returncode or None, stdout, stderr, seconds)."""
         t0 = time.monotonic()
         p = self.start(argv, env)
-        try:
-            out, err = p.communicate(timeout=timeout_s)
-            rc = p.returncode
-        except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGKILL)
-            out, err = p.communicate()
-            rc = None
+        rc, out, err = self.finish(p, timeout_s)
         return rc, out, err, time.monotonic() - t0
 
     def rank_pids(self, host: int, pattern: str) -> list[int]:

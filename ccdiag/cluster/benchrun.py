@@ -61,11 +61,8 @@ def allreduce(sizes: list[int], iters: int, warmup: int, budget_s: float, as_jso
         findings: list[Finding] = []
         hop_doc = None
         hop_text = ""
-        complete = [r["size_bytes"] for r in rows
-                    if all(r["size_bytes"] in d.get("sizes", {}) for d in results.values())]
-        if complete and len(results) == n and n > 1:
-            size = max(complete)
-            recs = hop_records(results, size)
+        size, recs = hop_records(results)
+        if recs and len(recs) == n and n > 1:
             trows = hopmod.hop_table(recs, outcome.idents(), n, link_iface)
             median, findings = hopmod.slow_hops(trows, margin)
             hop_doc = {"size_bytes": size, "median_gbyte_s": median, "margin": margin, "rows": trows}

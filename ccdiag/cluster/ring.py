@@ -144,6 +144,28 @@ def ring_allreduce(comm, buf, tmp, deadline: Deadline, seg_elems: int, xp=None, 
         times.send_done_s = time.perf_counter() - t0
 
 
+def ring_first_step(comm, buf, tmp, deadline: Deadline, seg_elems: int) -> float:
+    """The ring's first reduce-scatter step on its own: every rank sends its chunk to the right
+    and receives the left one's, all links at once and independent of each other. Returns the
+    seconds until the last segment arrived; the per-hop table is built from this."""
+    n, r = comm.size, comm.rank
+    right, left = (r + 1) % n, (r - 1) % n
+    bounds = chunk_bounds(buf.shape[0], n)
+    maxchunk = max(b - a for a, b in bounds)
+    nseg = max(1, -(-maxchunk // max(1, seg_elems)))
+    cr = (r - 1) % n
+    base = bounds[cr][0]
+    t0 = time.perf_counter()
+    recvs = [comm.Irecv(tmp[a - base:b - base], source=left, tag=TAG_RING + j)
+             for j, (a, b) in enumerate(seg_bounds(*bounds[cr], nseg))]
+    sends = [comm.Isend(buf[a:b], dest=right, tag=TAG_RING + j)
+             for j, (a, b) in enumerate(seg_bounds(*bounds[r], nseg))]
+    wait_all(recvs, [left] * len(recvs), deadline, "ring hop timing")
+    took = time.perf_counter() - t0
+    wait_all(sends, [right] * len(sends), deadline, "ring hop timing")
+    return took
+
+
 def rabenseifner_allreduce(comm, buf, tmp, deadline: Deadline, xp=None):
     """Halving-doubling (Rabenseifner): recursive-halving reduce-scatter, recursive-doubling
     allgather; lg N steps each. A non-power-of-two N first folds the extra ranks into their

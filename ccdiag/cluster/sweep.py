@@ -11,7 +11,6 @@ and every rank follows (one broadcast float, with a deadline).
 
 from __future__ import annotations
 
-import statistics
 import sys
 import time
 from dataclasses import dataclass
@@ -20,7 +19,10 @@ from ccdiag.cluster import ring
 from ccdiag.cluster.mpictx import Deadline, agree, barrier, load_mpi, load_numpy
 
 ALGOS = ("ring", "halving-doubling", "MPI_Allreduce")
-HOP_RUNS = 3
+HOP_RUNS = 5
+#: the per-hop timing moves at least this much per link, so a hop takes milliseconds, not the
+#: tens of microseconds that scheduling noise and barrier skew are made of
+HOP_MIN_CHUNK_BYTES = 1 << 20
 
 
 @dataclass
@@ -91,7 +93,7 @@ def run_sweep(comm, cfg: SweepConfig, deadline: Deadline, reserve_s: float, log=
     out: dict = {"rank": r, "sizes": {}, "skipped_sizes": [], "notes": notes}
     last_total_s = 0.0
     prev_size = 0
-    for size in cfg.sizes_bytes:
+    for size_index, size in enumerate(cfg.sizes_bytes):
         # rank 0 predicts this size's time from the last one and stops the sweep when the budget
         # (less the reserve for the report) cannot hold it; every rank follows its word
         predicted = last_total_s * (size / prev_size) * 1.3 if prev_size else 0.0
@@ -127,28 +129,55 @@ def run_sweep(comm, cfg: SweepConfig, deadline: Deadline, reserve_s: float, log=
             # verified run: known values, exact sums
             ring.fill_known(buf, r, xp)
             barrier(comm, deadline, f"{algo} {size} bytes")
-            fn()
+            if algo == "ring":
+                # the verified ring run also records each step's arrival (reported per rank)
+                st = ring.StepTimes()
+                ring.ring_allreduce(comm, buf, tmp, deadline, seg_elems, xp, times=st)
+                res["ring_steps"] = {"recv_done_s": st.recv_done_s, "recv_bytes": st.recv_bytes,
+                                     "send_done_s": st.send_done_s}
+            else:
+                fn()
             wrong = ring.count_wrong(buf, n, xp)
             buf.fill(0)
             for _ in range(cfg.warmup):
                 fn()
             barrier(comm, deadline, f"{algo} {size} bytes")
-            res[algo] = {"time_s": _time_loop(fn, cfg.iters), "wrong": wrong}
-        # per-hop: barrier-aligned ring runs, step times recorded
-        hop_runs = []
-        for _ in range(HOP_RUNS):
-            barrier(comm, deadline, f"ring hop timing {size} bytes")
-            st = ring.StepTimes()
-            ring.ring_allreduce(comm, buf, tmp, deadline, seg_elems, xp, times=st)
-            hop_runs.append({"recv_done_s": st.recv_done_s, "recv_bytes": st.recv_bytes})
-        res["hops"] = hop_runs
+            # iterations that fit this algorithm's share of what is left (agreed: every rank
+            # must run the same number, or the collective never completes)
+            probe_s = _time_loop(fn, 1)
+            slots_left = (len(algos) - algos.index(algo)) + 2 * len(algos) * (len(cfg.sizes_bytes) - 1 - size_index)
+            share_s = max(0.0, deadline.left_s() - reserve_s) / max(1, slots_left)
+            iters = int(agree(comm, float(min(cfg.iters, max(1, int(share_s / max(probe_s, 1e-6))))), deadline,
+                              f"{algo} {size} bytes"))
+            barrier(comm, deadline, f"{algo} {size} bytes")
+            res[algo] = {"time_s": _time_loop(fn, iters), "wrong": wrong, "iters": iters}
         out["sizes"][size] = res
         last_total_s = time.perf_counter() - t_size
         prev_size = size
         if log and r == 0:
             log(f"size {size} bytes done in {last_total_s:.2f} s")
         del buf, tmp
+    if out["sizes"]:
+        out["hops"] = _hop_timing(comm, xp, max(out["sizes"]), cfg, deadline)
     return out
+
+
+def _hop_timing(comm, xp, size: int, cfg: SweepConfig, deadline: Deadline) -> dict:
+    """The ring's first step alone, barrier-aligned, HOP_RUNS times at the largest size done (at
+    least HOP_MIN_CHUNK_BYTES per link); the fastest run per hop, since noise only adds time and
+    a slow link is slow every time."""
+    n = comm.size
+    count = max(size // 4, n * HOP_MIN_CHUNK_BYTES // 4)
+    buf = xp.ones(count, dtype=xp.float32)
+    tmp = xp.empty(-(-count // n), dtype=xp.float32)
+    seg_elems = max(1, cfg.segment_bytes // 4)
+    runs = []
+    for _ in range(HOP_RUNS):
+        barrier(comm, deadline, "ring hop timing")
+        runs.append(ring.ring_first_step(comm, buf, tmp, deadline, seg_elems))
+    left = (comm.rank - 1) % n
+    bounds = ring.chunk_bounds(count, n)
+    return {"size_bytes": count * 4, "bytes": (bounds[left][1] - bounds[left][0]) * 4, "runs_s": runs}
 
 
 def merge(per_rank: dict[int, dict], n: int) -> list[dict]:
@@ -212,20 +241,16 @@ def format_table(rows: list[dict], n: int) -> str:
     return "\n".join(lines)
 
 
-def hop_records(per_rank: dict[int, dict], size: int) -> dict[int, dict]:
-    """Per receiving rank: bytes of the first ring step and its median duration at ``size``."""
-    out = {}
+def hop_records(per_rank: dict[int, dict]) -> tuple[int | None, dict[int, dict]]:
+    """Per receiving rank: bytes of the ring's first step and its fastest time."""
+    out, size = {}, None
     for rank, d in per_rank.items():
-        res = d.get("sizes", {}).get(size)
-        if not res:
+        h = d.get("hops")
+        if not h or not h.get("runs_s"):
             continue
-        firsts = [h["recv_done_s"][0] for h in res["hops"] if h["recv_done_s"]]
-        steps = [h["recv_done_s"] for h in res["hops"]]
-        if not firsts:
-            continue
-        out[rank] = {"bytes": res["hops"][0]["recv_bytes"][0], "step0_s": statistics.median(firsts),
-                     "steps_s": steps[len(steps) // 2]}
-    return out
+        size = h["size_bytes"]
+        out[rank] = {"bytes": h["bytes"], "step0_s": min(h["runs_s"]), "runs_s": h["runs_s"]}
+    return size, out
 
 
 def log_stderr(msg: str) -> None:
