@@ -52,6 +52,21 @@ class RankOutcome:
                 "hosts": {str(r): a.get("ident", {}).get("host") for r, a in sorted(self.answers.items())}}
 
 
+def _last_resort(seconds: float) -> None:
+    """End this process ``seconds`` from now whatever it is doing, from a C-level thread that
+    needs no Python lock: the backstop for a rank stuck where no Python code runs (MPI_Init waiting
+    for a host that hung at start-up). Its traceback dump goes to /dev/null, never to the user."""
+    import faulthandler
+    import os
+
+    global _DEVNULL
+    _DEVNULL = open(os.devnull, "w")  # noqa: SIM115 - must stay open for the life of the process
+    faulthandler.dump_traceback_later(seconds, exit=True, file=_DEVNULL)
+
+
+_DEVNULL = None
+
+
 def reserve_for(budget_s: float) -> float:
     """Seconds kept back from the work for gathering and reporting."""
     return min(10.0, max(2.0, 0.15 * budget_s))
@@ -64,11 +79,12 @@ def run_ranks(budget_s: float, body: Callable, report: Callable[[RankOutcome], i
 
     Returns the exit code on a rank that finalizes normally (rank 0: the report's; others 0);
     a run with a silent rank ends in ``comm.Abort`` after rank 0's report."""
-    MPI = load_mpi()
-    comm = MPI.COMM_WORLD
     t0 = time.monotonic()
     end = t0 + budget_s
     reserve = reserve_for(budget_s)
+    _last_resort(budget_s + 3 * reserve)
+    MPI = load_mpi()
+    comm = MPI.COMM_WORLD
     work = Deadline(end - reserve, budget_s)
     gather_dl = Deadline(end - reserve * 0.3, budget_s)
     final_dl = Deadline(end + reserve, budget_s)
@@ -116,9 +132,20 @@ def run_ranks(budget_s: float, body: Callable, report: Callable[[RankOutcome], i
             print(f"{label}: internal error while reporting: {type(exc).__name__}: {exc}", file=sys.stderr)
             code = int(ExitCode.INTERNAL)
         ok = not out.missing and not out.errors
+        if ok and comm.size > 1:
+            # a rank that stops after answering would hang MPI_Finalize on every rank: ask once more
+            late = live.roll_call(min(2.0, reserve / 3))
+            if late:
+                for r in late:
+                    print(f"{label}: rank {r} did not answer the final roll call (it stopped after reporting); "
+                          f"aborting", file=sys.stderr, flush=True)
+                ok = False
         if not ok and code == 0:
             code = int(ExitCode.UNEVALUATED)
-    dog.disarm()
-    live.stop()
+    if comm.rank == 0:
+        live.stop()
     finish(comm, ok, final_dl, code or int(ExitCode.UNEVALUATED))
+    # non-root ranks answer roll calls until rank 0's word has come
+    live.stop()
+    dog.disarm()
     return code
