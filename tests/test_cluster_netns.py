@@ -20,7 +20,7 @@ if _WHY:
     pytest.skip(_WHY, allow_module_level=True)
 
 SMALL = ["--sizes", "1M", "--iters", "3", "--warmup", "1"]
-PAIRS = ["--sizes", "2M", "--iters", "3", "--warmup", "1"]
+PAIRS = ["--sizes", "4M", "--iters", "4", "--warmup", "1"]
 
 
 @pytest.fixture

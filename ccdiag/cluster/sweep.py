@@ -22,7 +22,7 @@ ALGOS = ("ring", "halving-doubling", "MPI_Allreduce")
 HOP_RUNS = 5
 #: the per-hop timing moves at least this much per link, so a hop takes milliseconds, not the
 #: tens of microseconds that scheduling noise and barrier skew are made of
-HOP_MIN_CHUNK_BYTES = 1 << 20
+HOP_MIN_CHUNK_BYTES = 4 << 20
 
 
 @dataclass
