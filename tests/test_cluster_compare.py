@@ -53,9 +53,9 @@ def test_memory_per_key_is_bounded():
     assert len(agg.reservoir) <= compare.RESERVOIR and len(agg.low) <= compare.KEEP_HOSTS
     assert len(agg.high) <= compare.KEEP_HOSTS and not agg.nums
     text = compare.KeyAgg()
-    for i in range(5000):
+    for i in range(5000):  # noqa: B007
         text.add("same" if i else "odd", f"h{i}", rng)
-    assert all(len(v) <= compare.KEEP_HOSTS for v in text.text_hosts.values())
+    assert all(len(v) <= compare.KEEP_TEXT_HOSTS for v in text.text_hosts.values())
 
 
 def test_cli_fleet_and_diff_and_bad_input(tmp_path, healthy_doc):

@@ -6,13 +6,14 @@ or a number far from the fleet's median by a robust measure (MAD: one broken nod
 is worth a look. Why streaming: thousands of reports of ~0.5 MB each do not fit in memory at once,
 so each file is read, reduced to flat facts, folded into per-key aggregates and dropped:
 
-* a text value: a count per distinct value, and the first :data:`KEEP_HOSTS` hosts of each;
+* a text value: a count per distinct value (at most :data:`MAX_TEXT_VALUES`), and the first
+  :data:`KEEP_TEXT_HOSTS` hosts of each;
 * a number: exact counts while there are few distinct values (hardware facts), else a fixed
   reservoir sample for the median and MAD; plus the :data:`KEEP_HOSTS` lowest and highest values
   with their hosts, since an outlier is by definition in a tail.
 
-Memory is bounded by keys x (:data:`RESERVOIR` + 2 x :data:`KEEP_HOSTS`), whatever the number of
-reports.
+Memory is bounded by keys x (:data:`RESERVOIR` + 2 x :data:`KEEP_HOSTS` + host names of the
+minority text values), whatever the number of reports.
 """
 
 from __future__ import annotations
@@ -28,7 +29,9 @@ from typing import Iterable, Iterator
 
 from ccdiag.cluster.gather import facts_from_report
 
-KEEP_HOSTS = 20
+KEEP_HOSTS = 50
+#: hosts kept per distinct text value (a minority driver on 100 hosts should name all 100)
+KEEP_TEXT_HOSTS = 1000
 RESERVOIR = 256
 EXACT_DISTINCT = 64
 MAX_TEXT_VALUES = 256
@@ -100,7 +103,7 @@ class KeyAgg:
             return
         self.text[v] += 1
         hosts = self.text_hosts.setdefault(v, [])
-        if len(hosts) < KEEP_HOSTS:
+        if len(hosts) < KEEP_TEXT_HOSTS:
             hosts.append(host)
 
     def _add_num(self, x: float, host: str, rng: random.Random) -> None:
