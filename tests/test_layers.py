@@ -25,7 +25,8 @@ ALLOWED = {
     "exporters": {"probes", "topology", "checks", "report", "host", "run", "nccl"},
     "report": {"probes", "topology", "checks", "nccl", "host"},
     "run": {"host", "probes", "topology", "checks", "nccl"},
-    "commands": {"host", "probes", "topology", "checks", "report", "exporters", "run", "nccl"},
+    "cluster": {"host", "probes", "topology", "checks", "report", "run", "nccl"},
+    "commands": {"host", "probes", "topology", "checks", "report", "exporters", "run", "nccl", "cluster"},
 }
 #: leaf modules any room may use: errors, exit codes, data model, rates, findings, policy, output
 SHARED = {"errors", "userfiles", "exitcodes", "model", "linkrates", "findings", "policy", "tomlread", "output", "__init__",

@@ -100,10 +100,23 @@ def _injected_stall(rank: int) -> None:
         return
 
 
+def _make_host(path: str | None):
+    """The live machine, or a snapshot (a bad one is an input error naming the file)."""
+    from ccdiag.errors import InputError
+    from ccdiag.host import LiveHost, ReplayHost
+    from ccdiag.snapshot import SnapshotError
+
+    if not path:
+        return LiveHost("/")
+    try:
+        return ReplayHost(path)
+    except SnapshotError as exc:
+        raise InputError(str(exc)) from None
+
+
 def run_node_check(ident: dict, rank: int, replay: str | None, timeout_s: float, reports_dir: str | None,
                    policy_file: str | None) -> dict:
     from ccdiag.checkrun import close_host, evaluate
-    from ccdiag.commands.common import make_host
     from ccdiag.errors import CcdiagError
     from ccdiag.report import build_report
 
@@ -115,7 +128,7 @@ def run_node_check(ident: dict, rank: int, replay: str | None, timeout_s: float,
             from ccdiag.policy import load_policy
 
             policy = load_policy(policy_file)
-        host = make_host(path)
+        host = _make_host(path)
     except CcdiagError as exc:
         return {"host": host_name, "exit_code": int(exc.exit_code), "error": str(exc), "facts": {}}
     except Exception as exc:  # noqa: BLE001 - one host's bad input is reported, not raised

@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from ccdiag.cluster.mpictx import Deadline, DeadlineExpired, load_mpi, load_numpy, wait_all, wait_one
+from ccdiag.cluster.mpictx import Deadline, load_numpy, wait_all, wait_one
 
 #: tag base of the ring's point-to-point messages; segment j of a step uses TAG_RING + j
 TAG_RING = 1000
@@ -224,14 +224,6 @@ def rabenseifner_allreduce(comm, buf, tmp, deadline: Deadline, xp=None):
             wait_one(comm.Irecv(buf, source=r + 1, tag=TAG_RAB + 3), r + 1, deadline, stage)
         else:
             wait_one(comm.Isend(buf, dest=r - 1, tag=TAG_RAB + 3), r - 1, deadline, stage)
-
-
-def mpi_allreduce(comm, buf, tmp, deadline: Deadline, xp=None):
-    """The MPI library's own MPI_Allreduce, in place: the reference being compared against. A
-    blocking call on purpose (the nonblocking Iallreduce is a different, slower algorithm); the
-    caller arms a watchdog around the sweep."""
-    MPI = load_mpi()
-    comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
 
 
 def fill_known(buf, rank: int, xp) -> None:

@@ -196,7 +196,7 @@ def merge(per_rank: dict[int, dict], n: int) -> list[dict]:
             for algo, v in res.items():
                 if not isinstance(v, dict) or "time_s" not in v:
                     continue
-                a = row["algos"].setdefault(algo, {"time_s": 0.0, "wrong": 0})
+                a = row["algos"].setdefault(algo, {"time_s": 0.0, "wrong": 0, "iters": v.get("iters")})
                 a["time_s"] = max(a["time_s"], v["time_s"])
                 a["wrong"] += v["wrong"]
         for algo, a in row["algos"].items():
