@@ -19,8 +19,10 @@ _WHY = netns_skip_reason()
 if _WHY:
     pytest.skip(_WHY, allow_module_level=True)
 
-SMALL = ["--sizes", "1M", "--iters", "3", "--warmup", "1"]
-PAIRS = ["--sizes", "4M", "--iters", "4", "--warmup", "1"]
+# --margin 0.7: a finding below 30 % of the median. The shaped link runs at ~1 % of it; the wide
+# margin keeps scheduling noise on a loaded 2-core CI machine from making a second finding
+SMALL = ["--sizes", "1M", "--iters", "3", "--warmup", "1", "--margin", "0.7"]
+PAIRS = ["--sizes", "4M", "--iters", "4", "--warmup", "1", "--margin", "0.7"]
 
 
 @pytest.fixture
@@ -90,9 +92,12 @@ def test_slow_link_named_and_recommended_order_avoids_it(cluster, tmp_path):
     # the launcher accepts the hostfile, and the ring in that order has no slow hop
     rc, out, err, dt = c.run(c.mpirun_argv(hostfile=hf) + python_argv("bench-mpi", "allreduce", *SMALL, "--budget",
                                                                      "40", "--json"), 90)
-    assert rc == 0, out[-3000:] + err[-2000:]
+    assert rc in (0, 1), out[-3000:] + err[-2000:]
     doc = _json(out)
     assert [doc["ranks"]["hosts"][str(r)] for r in range(4)] == order
+    hops = {(r["src_host"], r["dst_host"]) for r in doc["hops"]["rows"]}
+    assert (c.hosts[3], c.hosts[1]) not in hops
+    assert not [f for f in doc["findings"] if f["status"] == "fail"], "the ordered ring still has a slow hop"
     assert open(hf + ".slurm").read().split() == order
 
 

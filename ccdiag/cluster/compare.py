@@ -74,7 +74,8 @@ def flatten(doc: dict) -> dict:
 
 
 def host_of(doc: dict, path: str) -> str:
-    return str((doc.get("host") or {}).get("hostname") or os.path.basename(path))
+    host = doc.get("host") or {}
+    return str(host.get("rank_host") or host.get("hostname") or os.path.basename(path))
 
 
 @dataclass

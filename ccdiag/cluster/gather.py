@@ -141,6 +141,8 @@ def run_node_check(ident: dict, rank: int, replay: str | None, timeout_s: float,
     doc = build_report("check", result.meta, runs=result.runs, topology=result.topology, findings=result.findings,
                        exit_code=result.exit_code, run_info=result.run_info(path))
     doc["tool"]["version"] = __version__
+    # the host the rank ran on (a replayed snapshot carries the recorded machine's own name)
+    doc["host"]["rank_host"] = host_name
     if reports_dir:
         from ccdiag.output import write_atomic
         from ccdiag.report import dumps
