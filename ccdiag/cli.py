@@ -26,6 +26,8 @@ COMMANDS = {
     "daemon": ("ccdiag.commands.daemon", "command", "Serve Prometheus metrics from a background collection loop."),
     "nccl": ("ccdiag.commands.nccl", "command", "NCCL settings for this node with their evidence; read NCCL logs."),
     "bench": ("ccdiag.commands.bench", "command", "Measure the node's links and judge each figure against the topology."),
+    "cluster": ("ccdiag.commands.cluster", "group", "Across hosts, as MPI ranks: every node's check in one report."),
+    "compare": ("ccdiag.commands.compare", "command", "Outliers among many hosts' JSON reports; diff of two."),
 }
 
 

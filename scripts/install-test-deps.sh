@@ -6,7 +6,7 @@ set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-pkgs=(graphviz prometheus prometheus-node-exporter slurmctld slurmd slurm-client munge systemd iproute2 procps curl)
+pkgs=(graphviz prometheus prometheus-node-exporter slurmctld slurmd slurm-client munge systemd iproute2 procps curl openmpi-bin libopenmpi-dev)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ "${#missing[@]}" -gt 0 ]; then

@@ -42,7 +42,9 @@ def group(ctx):
     """Measure the node's links and judge every figure against the topology.
 
     NAMES: h2d, d2h, p2p, d2d, ib_write (default: all). Exit 0 ok, 1 a figure failed, 2 bad input,
-    3 nothing could be measured here (each skip says why) or the budget ran out."""
+    3 nothing could be measured here (each skip says why) or the budget ran out.
+
+    Across hosts, as MPI ranks under mpirun or srun: `ccdiag bench allreduce`, `ccdiag bench pairs`."""
     if ctx.invoked_subcommand is None:
         return ctx.invoke(run_command)
 
@@ -268,4 +270,13 @@ def _matrix_report(meta, results, code, duration_s):
                         extra={"bench": [r.to_json() for r in results]})
 
 
+def _attach_mpi_commands() -> None:
+    """``allreduce`` and ``pairs`` run as MPI ranks; their module imports mpi4py only when run."""
+    from ccdiag.commands.bench_mpi import allreduce, pairs
+
+    group.add_command(allreduce)
+    group.add_command(pairs)
+
+
+_attach_mpi_commands()
 command = group

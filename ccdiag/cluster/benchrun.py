@@ -1,0 +1,147 @@
+"""The two benchmark runs (allreduce, pairs) from rank bodies to rank 0's report.
+
+Why separate from the click commands: the commands only parse options; this module is what
+``bench/bench_allreduce.py`` and the tests reach through the CLI, and it is the one place where
+per-rank raw results become tables, findings, a ring order and an exit code.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from ccdiag import __version__
+from ccdiag.cluster import hops as hopmod
+from ccdiag.cluster.mpictx import link_iface
+from ccdiag.cluster.runner import RankOutcome, run_ranks
+from ccdiag.exitcodes import ExitCode
+from ccdiag.findings import FAIL, Finding
+
+
+def _verdict(findings: list[Finding], outcome: RankOutcome) -> int:
+    if outcome.missing or outcome.errors:
+        return int(ExitCode.UNEVALUATED)
+    return int(ExitCode.FAIL) if any(f.status == FAIL for f in findings) else int(ExitCode.OK)
+
+
+def _doc(kind: str, outcome: RankOutcome, findings: list[Finding], code: int, **extra) -> dict:
+    from ccdiag.report import findings_section
+
+    return {"kind": kind, "tool": {"name": "ccdiag", "version": __version__}, "ranks": outcome.to_json(),
+            "faults": outcome.fault_lines(), "findings": findings_section(findings),
+            "verdict": {"exit_code": code, "failed": [f.summary for f in findings if f.status == FAIL]}, **extra}
+
+
+def _emit(doc: dict, as_json: bool, text: str) -> None:
+    if as_json:
+        sys.stdout.write(json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n")
+    else:
+        sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
+def _fault_text(outcome: RankOutcome) -> str:
+    lines = outcome.fault_lines()
+    return "\n".join(f"ccdiag: {ln}" for ln in lines)
+
+
+def allreduce(sizes: list[int], iters: int, warmup: int, budget_s: float, as_json: bool,
+              hostfile_out: str | None, margin: float, device: str, segment_bytes: int) -> int:
+    from ccdiag.cluster.sweep import SweepConfig, format_table, hop_records, merge, run_sweep
+
+    cfg = SweepConfig(sizes_bytes=sizes, iters=iters, warmup=warmup, device=device, segment_bytes=segment_bytes)
+
+    def body(comm, work, ident):
+        return run_sweep(comm, cfg, work, reserve_s=0.02 * budget_s)
+
+    def report(outcome: RankOutcome) -> int:
+        results = outcome.results()
+        n = outcome.size
+        rows = merge(results, n) if results else []
+        findings: list[Finding] = []
+        hop_doc = None
+        hop_text = ""
+        size, recs = hop_records(results)
+        if recs and len(recs) == n and n > 1:
+            trows = hopmod.hop_table(recs, outcome.idents(), n, link_iface)
+            median, findings = hopmod.slow_hops(trows, margin)
+            hop_doc = {"size_bytes": size, "median_gbyte_s": median, "margin": margin, "rows": trows}
+            hop_text = hopmod.format_hops(trows, median, margin)
+        code = _verdict(findings, outcome)
+        skipped = sorted({s for d in results.values() for s in d.get("skipped_sizes", [])})
+        notes = sorted({x for d in results.values() for x in d.get("notes", [])})
+        if hostfile_out:
+            from ccdiag.cluster.order import write_hostfiles
+
+            idents = outcome.idents()
+            hosts = [idents[r].get("host", "?") for r in sorted(idents)]
+            write_hostfiles(hostfile_out, hosts, note="current rank order (run `pairs` for a recommended order)")
+        doc = _doc("bench.allreduce", outcome, findings, code, sizes=rows, hops=hop_doc,
+                   skipped_sizes=skipped, notes=notes,
+                   config={"iters": iters, "warmup": warmup, "budget_s": budget_s, "device": device,
+                           "segment_bytes": segment_bytes, "ranks": n})
+        text = [format_table(rows, n)] if rows else []
+        if skipped:
+            text.append(f"# sizes left out to stay within the budget of {budget_s:g} s: "
+                        f"{', '.join(map(str, skipped))}")
+        text += [f"# {x}" for x in notes]
+        if hop_text:
+            text.append(hop_text)
+        for f in findings:
+            if f.status == FAIL:
+                text.append(f"FAIL {f.check}: {f.summary}")
+        ft = _fault_text(outcome)
+        if ft:
+            text.append(ft)
+        _emit(doc, as_json, "\n".join(text))
+        return code
+
+    return run_ranks(budget_s, body, report)
+
+
+def pairs(size_bytes: int, iters: int, warmup: int, budget_s: float, as_json: bool,
+          hostfile_out: str | None, margin: float) -> int:
+    from ccdiag.cluster import order as ordermod
+    from ccdiag.cluster import pairs as pairmod
+
+    def body(comm, work, ident):
+        return pairmod.measure(comm, ident, size_bytes, iters, warmup, work)
+
+    def report(outcome: RankOutcome) -> int:
+        results = outcome.results()
+        findings: list[Finding] = []
+        extra: dict = {}
+        text: list[str] = []
+        res0 = results.get(0)
+        if res0 and res0.get("matrix") is not None and not outcome.missing and not outcome.errors:
+            hosts = res0["hosts"]
+            matrix = pairmod.merge_matrix(results, hosts)
+            idents = outcome.idents()
+            lead = [r for r, res in sorted(results.items()) if res.get("leader")]
+            iface = link_iface(idents.get(lead[0], {}), idents.get(lead[1], {})) if len(lead) > 1 else "?"
+            cls = pairmod.classify(matrix, hosts, margin)
+            findings = pairmod.findings(cls, hosts, iface, margin)
+            rec = ordermod.recommend(matrix, hosts, cls["slow_hosts"])
+            extra = {"hosts": hosts, "iface": iface, "size_bytes": size_bytes, "rounds": res0["rounds"],
+                     "matrix_gbyte_s": matrix, "classification": cls, "ring_order": rec}
+            text.append(pairmod.format_matrix(matrix, hosts, iface, size_bytes, len(res0["rounds"])))
+            text.append(ordermod.format_recommendation(rec))
+            if hostfile_out:
+                slots = res0.get("slots", {})
+                written = ordermod.write_hostfiles(hostfile_out, rec["order"], slots=slots,
+                                                   note=f"ring order by ccdiag: predicted bottleneck "
+                                                        f"{rec['predicted_busbw_gbyte_s'] * 1000:.1f} MB/s")
+                extra["hostfiles"] = written
+                text.append(f"# hostfiles written: {', '.join(written)}")
+        code = _verdict(findings, outcome)
+        for f in findings:
+            if f.status == FAIL:
+                text.append(f"FAIL {f.check}: {f.summary}")
+        ft = _fault_text(outcome)
+        if ft:
+            text.append(ft)
+        doc = _doc("bench.pairs", outcome, findings, code, **extra)
+        _emit(doc, as_json, "\n".join(text))
+        return code
+
+    return run_ranks(budget_s, body, report)

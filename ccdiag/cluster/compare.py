@@ -1,0 +1,234 @@
+"""Outliers among many hosts' JSON reports with no baseline file, and a two-report diff.
+
+Why no baseline: in a fleet of identical nodes, the fleet itself is the baseline: a value that
+differs from what most hosts report (driver, firmware, a link's trained rate, a finding's status)
+or a number far from the fleet's median by a robust measure (MAD: one broken node cannot move it)
+is worth a look. Why streaming: thousands of reports of ~0.5 MB each do not fit in memory at once,
+so each file is read, reduced to flat facts, folded into per-key aggregates and dropped:
+
+* a text value: a count per distinct value (at most :data:`MAX_TEXT_VALUES`), and the first
+  :data:`KEEP_TEXT_HOSTS` hosts of each;
+* a number: exact counts while there are few distinct values (hardware facts), else a fixed
+  reservoir sample for the median and MAD; plus the :data:`KEEP_HOSTS` lowest and highest values
+  with their hosts, since an outlier is by definition in a tail.
+
+Memory is bounded by keys x (:data:`RESERVOIR` + 2 x :data:`KEEP_HOSTS` + host names of the
+minority text values), whatever the number of reports.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import os
+import random
+import statistics
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Iterable, Iterator
+
+from ccdiag.cluster.gather import facts_from_report
+
+KEEP_HOSTS = 50
+#: hosts kept per distinct text value (a minority driver on 100 hosts should name all 100)
+KEEP_TEXT_HOSTS = 1000
+RESERVOIR = 256
+EXACT_DISTINCT = 64
+MAX_TEXT_VALUES = 256
+#: robust z-score (|x - median| / (1.4826 MAD)) above which a number is an outlier
+DEFAULT_Z = 5.0
+#: per-GPU numbers worth comparing (counters that only grow with uptime are left out)
+GPU_NUMBERS = ("memory_total_bytes", "temperature_c", "memory_temperature_c", "power_w", "power_limit_w",
+               "pcie_gen_current", "pcie_width_current", "ecc_aggregate_uncorrected",
+               "remapped_rows_uncorrectable", "temp_slowdown_c")
+
+
+def report_paths(inputs: Iterable[str]) -> Iterator[str]:
+    """Files as given; directories expanded to their ``*.json`` files, sorted, not recursive."""
+    for p in inputs:
+        if os.path.isdir(p):
+            for name in sorted(os.listdir(p)):
+                if name.endswith(".json"):
+                    yield os.path.join(p, name)
+        else:
+            yield p
+
+
+def flatten(doc: dict) -> dict:
+    """One report as flat comparable facts: the fleet facts of :mod:`gather`, the verdict, each
+    finding's status, and per-GPU numbers."""
+    out = dict(facts_from_report(doc))
+    verdict = doc.get("verdict") or {}
+    if "status" in verdict:
+        out["verdict"] = verdict["status"]
+    for f in doc.get("findings") or []:
+        key = f.get("key") or f"{f.get('check')}|{(f.get('component') or {}).get('name')}"
+        out[f"finding {key}"] = f.get("status")
+    gpus = (((doc.get("probes") or {}).get("nvml") or {}).get("data") or {}).get("gpus") or []
+    for g in gpus:
+        for name in GPU_NUMBERS:
+            v = g.get(name)
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                out[f"gpu{g.get('index')} {name}"] = v
+    return out
+
+
+def host_of(doc: dict, path: str) -> str:
+    host = doc.get("host") or {}
+    return str(host.get("rank_host") or host.get("hostname") or os.path.basename(path))
+
+
+@dataclass
+class KeyAgg:
+    """Everything kept about one key across the fleet."""
+
+    n: int = 0
+    text: Counter = field(default_factory=Counter)
+    text_hosts: dict = field(default_factory=dict)
+    text_overflow: bool = False
+    nums: Counter = field(default_factory=Counter)
+    reservoir: list = field(default_factory=list)
+    exact: bool = True
+    low: list = field(default_factory=list)   # max-heap by -value: the KEEP_HOSTS lowest
+    high: list = field(default_factory=list)  # min-heap: the KEEP_HOSTS highest
+    n_num: int = 0
+
+    def add(self, value, host: str, rng: random.Random) -> None:
+        self.n += 1
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            self._add_num(float(value), host, rng)
+            return
+        v = json.dumps(value, sort_keys=True) if isinstance(value, (list, dict)) else str(value)
+        if v not in self.text and len(self.text) >= MAX_TEXT_VALUES:
+            self.text_overflow = True
+            return
+        self.text[v] += 1
+        hosts = self.text_hosts.setdefault(v, [])
+        if len(hosts) < KEEP_TEXT_HOSTS:
+            hosts.append(host)
+
+    def _add_num(self, x: float, host: str, rng: random.Random) -> None:
+        self.n_num += 1
+        if self.exact:
+            self.nums[x] += 1
+            if len(self.nums) > EXACT_DISTINCT:
+                self.exact = False
+                self.reservoir = list(self.nums.elements())[:RESERVOIR]
+                self.nums = Counter()
+        else:
+            if len(self.reservoir) < RESERVOIR:
+                self.reservoir.append(x)
+            else:
+                j = rng.randrange(self.n_num)
+                if j < RESERVOIR:
+                    self.reservoir[j] = x
+        item = (x, host)
+        if len(self.low) < KEEP_HOSTS:
+            heapq.heappush(self.low, (-x, host))
+        elif x < -self.low[0][0]:
+            heapq.heapreplace(self.low, (-x, host))
+        if len(self.high) < KEEP_HOSTS:
+            heapq.heappush(self.high, item)
+        elif x > self.high[0][0]:
+            heapq.heapreplace(self.high, item)
+
+    def median_mad(self) -> tuple[float, float] | None:
+        if self.n_num == 0:
+            return None
+        values = list(self.nums.elements()) if self.exact else self.reservoir
+        med = statistics.median(values)
+        mad = statistics.median(abs(v - med) for v in values)
+        return med, mad
+
+
+@dataclass
+class Fleet:
+    """The aggregates of every report read so far."""
+
+    keys: dict = field(default_factory=dict)
+    hosts: int = 0
+    unreadable: list = field(default_factory=list)
+    rng: random.Random = field(default_factory=lambda: random.Random(0))
+
+    def add_report(self, doc: dict, path: str) -> None:
+        host = host_of(doc, path)
+        self.hosts += 1
+        for key, value in flatten(doc).items():
+            agg = self.keys.get(key)
+            if agg is None:
+                agg = self.keys[key] = KeyAgg()
+            agg.add(value, host, self.rng)
+
+    def outliers(self, z: float = DEFAULT_Z) -> list[dict]:
+        out = []
+        for key, agg in sorted(self.keys.items()):
+            if agg.n < self.hosts:
+                # a key some reports lack (a GPU fewer): hosts without it are not listed by name
+                # here; the count facts (gpu_count, gpu_usable) name them
+                pass
+            if agg.text:
+                major, nmaj = agg.text.most_common(1)[0]
+                if nmaj * 2 <= agg.n or len(agg.text) == 1:
+                    continue  # no majority to stand out from
+                for v, cnt in agg.text.items():
+                    if v == major:
+                        continue
+                    out.append({"key": key, "value": v, "fleet": major, "hosts": agg.text_hosts.get(v, []),
+                                "count": cnt, "of": agg.n, "kind": "differs from the majority"})
+            mm = agg.median_mad()
+            if mm is None:
+                continue
+            med, mad = mm
+            scale = 1.4826 * mad
+            tails = [(-nx, h) for nx, h in agg.low] + list(agg.high)
+            seen = set()
+            for x, h in sorted(tails):
+                if (x, h) in seen:
+                    continue
+                seen.add((x, h))
+                if scale > 0:
+                    rz = abs(x - med) / scale
+                    if rz <= z:
+                        continue
+                elif x == med:
+                    continue
+                else:
+                    rz = float("inf")
+                out.append({"key": key, "value": x, "fleet": med, "hosts": [h], "count": 1, "of": agg.n_num,
+                            "kind": "far from the median", "robust_z": None if rz == float("inf") else round(rz, 1)})
+        return out
+
+
+def load(path: str) -> dict:
+    """One report, or ValueError saying why it cannot be read."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            doc = json.load(fh)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: {getattr(exc, 'strerror', None) or exc}") from None
+    if not isinstance(doc, dict):
+        raise ValueError(f"{path}: not a ccdiag JSON report (top level is not an object)")
+    return doc
+
+
+def scan(inputs: Iterable[str]) -> Fleet:
+    fleet = Fleet()
+    for path in report_paths(inputs):
+        try:
+            doc = load(path)
+        except ValueError as exc:
+            fleet.unreadable.append(str(exc))
+            continue
+        fleet.add_report(doc, path)
+    return fleet
+
+
+def diff(a: dict, b: dict) -> list[dict]:
+    """Every fact that differs between two reports (or is in only one)."""
+    fa, fb = flatten(a), flatten(b)
+    rows = []
+    for key in sorted(set(fa) | set(fb)):
+        va, vb = fa.get(key), fb.get(key)
+        if va != vb:
+            rows.append({"key": key, "a": va, "b": vb})
+    return rows

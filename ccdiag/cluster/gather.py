@@ -1,0 +1,213 @@
+"""``ccdiag cluster check``: every host's node check, gathered into one cluster report.
+
+Why: a fleet problem is often invisible from any single host: one node on an older driver or
+firmware, one with a GPU fewer, one whose links trained slower, one running another ccdiag. Each
+host runs the ordinary node check (:func:`ccdiag.checkrun.evaluate`, bounded by its own timeout
+inside the run's budget); one rank per host does it (the lowest rank there), so a host with eight
+ranks is checked once. Rank 0 receives compact summaries (verdict, failures, the facts compared
+across hosts), never the whole reports, so the gather stays small at any scale; ``--reports-dir``
+keeps every host's full JSON report for ``ccdiag compare``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+
+from ccdiag import __version__
+from ccdiag.cluster.mpictx import Deadline, bcast_obj, gather_to_root
+from ccdiag.findings import FAIL, PASS, WARN, Component, Evidence, Finding
+
+#: facts compared across hosts (by key prefix), and how bad a difference from the majority is
+FACT_SEVERITY = {
+    "ccdiag_version": WARN,
+    "driver_version": FAIL,
+    "cuda_driver_version": WARN,
+    "gpu_count": FAIL,
+    "gpu_usable": FAIL,
+    "gpu_models": FAIL,
+    "ib_firmware": WARN,
+    "ib_port_rate_gbit_s": FAIL,
+    "pcie_link": WARN,
+    "kernel": WARN,
+}
+
+
+def severity(key: str) -> str:
+    return FACT_SEVERITY.get(key.split(" ", 1)[0], WARN)
+
+
+def facts_from_report(doc: dict) -> dict:
+    """The facts a fleet should agree on, from one ``ccdiag check --json`` document, as flat
+    keys (``pcie_link GPU3 <- 0000:5c:00.0``, ``ib_port_rate_gbit_s mlx5_4/1``) so a difference
+    names the one link or port that differs."""
+    probes = doc.get("probes", {})
+    nvml = (probes.get("nvml") or {}).get("data") or {}
+    gpus = nvml.get("gpus") or []
+    ib = ((probes.get("infiniband") or {}).get("data") or {}).get("devices") or []
+    topo = doc.get("topology") or {}
+    facts = {
+        "ccdiag_version": (doc.get("tool") or {}).get("version"),
+        "kernel": (doc.get("host") or {}).get("kernel"),
+        "driver_version": nvml.get("driver_version"),
+        "cuda_driver_version": nvml.get("cuda_driver_version"),
+        "gpu_count": len(topo["gpus"]) if isinstance(topo.get("gpus"), list) else nvml.get("device_count"),
+        "gpu_usable": sum(1 for g in gpus if not g.get("failed")) if gpus else None,
+        "gpu_models": ",".join(sorted({str(g.get("name")) for g in gpus if g.get("name")})) or None,
+    }
+    for d in ib:
+        if d.get("fw_ver"):
+            facts[f"ib_firmware {d.get('name')}"] = f"{d.get('hca_type')} {d.get('fw_ver')}"
+        for port in d.get("ports") or []:
+            if port.get("rate_gbit_s") is not None:
+                facts[f"ib_port_rate_gbit_s {d.get('name')}/{port.get('port')}"] = port.get("rate_gbit_s")
+    for link in topo.get("links") or []:
+        if link.get("kind") == "pcie" and link.get("current_desc"):
+            facts[f"pcie_link {link.get('name')}"] = link.get("current_desc")
+    return {k: v for k, v in facts.items() if v is not None}
+
+
+def check_body(comm, work: Deadline, ident: dict, replay: str | None, timeout_s: float, reports_dir: str | None,
+               policy_file: str | None = None) -> dict | None:
+    """This rank's part: the node check when it leads its host, else nothing."""
+    from ccdiag.cluster.pairs import plan
+
+    got = gather_to_root(comm, ident.get("host", "?"), work.sooner(max(1.0, work.left_s() / 4)))
+    the_plan = plan(got.objs) if comm.rank == 0 else None
+    if comm.rank == 0 and got.missing:
+        the_plan = dict(plan(got.objs), absent=got.missing)
+    the_plan = bcast_obj(comm, the_plan, work, "cluster check set-up")
+    extra = {"rank_hosts": dict(got.objs)} if comm.rank == 0 else {}
+    if comm.rank not in the_plan["leaders"]:
+        return {"leader": False, **extra}
+    _injected_stall(comm.rank)
+    return {"leader": True, **extra, **run_node_check(ident, comm.rank, replay, min(timeout_s, max(1.0, work.left_s() - 1)),
+                                            reports_dir, policy_file)}
+
+
+def _injected_stall(rank: int) -> None:
+    """Fault injection for the tests: ``CCDIAG_CLUSTER_STALL=RANK:SECONDS`` makes that rank sit
+    still before its node check, so a test can stop it (SIGSTOP) at a known point. Never set in
+    production; ignored when malformed."""
+    raw = os.environ.get("CCDIAG_CLUSTER_STALL", "")
+    try:
+        who, secs = raw.split(":")
+        if int(who) == rank:
+            import time
+
+            time.sleep(float(secs))
+    except ValueError:
+        return
+
+
+def _make_host(path: str | None):
+    """The live machine, or a snapshot (a bad one is an input error naming the file)."""
+    from ccdiag.errors import InputError
+    from ccdiag.host import LiveHost, ReplayHost
+    from ccdiag.snapshot import SnapshotError
+
+    if not path:
+        return LiveHost("/")
+    try:
+        return ReplayHost(path)
+    except SnapshotError as exc:
+        raise InputError(str(exc)) from None
+
+
+def run_node_check(ident: dict, rank: int, replay: str | None, timeout_s: float, reports_dir: str | None,
+                   policy_file: str | None) -> dict:
+    from ccdiag.checkrun import close_host, evaluate
+    from ccdiag.errors import CcdiagError
+    from ccdiag.report import build_report
+
+    host_name = ident.get("host", "?")
+    path = replay.replace("{host}", host_name).replace("{rank}", str(rank)) if replay else None
+    try:
+        policy = None
+        if policy_file:
+            from ccdiag.policy import load_policy
+
+            policy = load_policy(policy_file)
+        host = _make_host(path)
+    except CcdiagError as exc:
+        return {"host": host_name, "exit_code": int(exc.exit_code), "error": str(exc), "facts": {}}
+    except Exception as exc:  # noqa: BLE001 - one host's bad input is reported, not raised
+        return {"host": host_name, "exit_code": 2, "error": f"{type(exc).__name__}: {exc}", "facts": {}}
+    result = None
+    try:
+        result = evaluate(host, policy, deadline_s=timeout_s, load_links=False)
+    finally:
+        close_host(host, result=result)
+    doc = build_report("check", result.meta, runs=result.runs, topology=result.topology, findings=result.findings,
+                       exit_code=result.exit_code, run_info=result.run_info(path))
+    doc["tool"]["version"] = __version__
+    # the host the rank ran on (a replayed snapshot carries the recorded machine's own name)
+    doc["host"]["rank_host"] = host_name
+    if reports_dir:
+        from ccdiag.output import write_atomic
+        from ccdiag.report import dumps
+
+        try:
+            os.makedirs(reports_dir, exist_ok=True)
+            write_atomic(os.path.join(reports_dir, f"{host_name}.json"), dumps(doc) + "\n")
+        except OSError:
+            pass
+    fails = [f for f in result.findings if f.status == FAIL]
+    return {"host": host_name, "exit_code": int(result.exit_code), "status": result.status,
+            "reason": doc.get("verdict", {}).get("reason"), "timed_out": bool(result.timed_out),
+            "failures": [f"{f.check} {f.component.name}: {f.summary}" for f in fails[:20]],
+            "failure_count": len(fails), "facts": facts_from_report(doc)}
+
+
+def consistency(facts_by_host: dict[str, dict]) -> list[Finding]:
+    """One finding per fact where some hosts differ from the majority, naming them and both
+    values. Needs three hosts to have a majority; with two, a difference is reported for both."""
+    out: list[Finding] = []
+    keys = sorted({k for f in facts_by_host.values() for k in f})
+    for key in keys:
+        values = {h: f.get(key) for h, f in facts_by_host.items()}
+        counts = Counter(v for v in values.values())
+        if len(counts) <= 1:
+            continue
+        (major, nmaj), = counts.most_common(1)
+        tie = len(facts_by_host) < 3 or list(counts.values()).count(nmaj) > 1
+        odd = {h: v for h, v in values.items() if v != major or tie}
+        sev = severity(key)
+        for h, v in sorted(odd.items()):
+            out.append(Finding(
+                check=f"cluster.consistency.{key}", status=sev, component=Component(kind="node", name=h),
+                summary=(f"{h}: {key} is {v!r}; {nmaj} of {len(values)} hosts have {major!r}" if not tie else
+                         f"{h}: {key} is {v!r}; the hosts disagree ({dict(counts)})"),
+                evidence=(Evidence(key, v, f"ccdiag check on {h}"),
+                          Evidence(f"{key} of the majority", major, f"{nmaj} of {len(values)} hosts")),
+                expected=f"the same {key} as the rest of the job's hosts", expected_source="cluster majority",
+                remedy="bring the host in line with the fleet (driver/firmware/ccdiag install) or leave it out "
+                       "of the job",
+                details={"key": key, "value": v, "majority": major, "hosts_with_majority": nmaj}))
+    return out
+
+
+def cluster_findings(summaries: dict[int, dict], missing: list[int], idents: dict[int, dict]) -> list[Finding]:
+    """Per-host verdicts as findings, the consistency findings, and one per silent rank."""
+    out: list[Finding] = []
+    facts: dict[str, dict] = {}
+    for rank, s in sorted(summaries.items()):
+        if not s or not s.get("leader"):
+            continue
+        h = s.get("host", f"rank {rank}")
+        facts[h] = s.get("facts", {})
+        code = s.get("exit_code", 3)
+        status = PASS if code == 0 else FAIL if code == 1 else "unknown"
+        why = s.get("error") or s.get("reason") or ("; ".join(s.get("failures", [])[:3]))
+        out.append(Finding(check="cluster.host_check", status=status, component=Component(kind="node", name=h),
+                           summary=f"{h}: {'passes' if code == 0 else why or 'could not be evaluated'}",
+                           evidence=(Evidence("exit code", code, f"ccdiag check on {h} (rank {rank})"),),
+                           details={"rank": rank, "failures": s.get("failures", []),
+                                    "failure_count": s.get("failure_count", 0)}))
+    out += consistency(facts)
+    for r in missing:
+        host = idents.get(r, {}).get("host", "unknown host")
+        out.append(Finding(check="cluster.rank_silent", status="unknown",
+                           component=Component(kind="node", name=f"rank {r}"),
+                           summary=f"rank {r} ({host}) did not answer by the deadline: dead, hung or unreachable"))
+    return out

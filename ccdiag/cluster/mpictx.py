@@ -1,0 +1,348 @@
+"""The MPI side of every cluster command: lazy import, deadlines, waits and gathers that end.
+
+Why: a rank that dies, hangs (SIGSTOP) or loses its interface must never leave the job hanging in
+a blocking collective. So every wait here polls nonblocking requests against a deadline
+(:class:`Deadline`); a wait that runs out raises :class:`DeadlineExpired` naming what it waited
+for. :func:`gather_to_root` collects one Python object per rank with a deadline and says which
+ranks never answered; :func:`finish` is the single exit path: rank 0 prints its report *first*,
+then calls ``comm.Abort`` only when some rank did not answer (MPI_Finalize would wait for it).
+A :class:`Watchdog` thread is the backstop for the one blocking call kept on purpose (the MPI
+library's own ``MPI_Allreduce``, the reference being measured).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ccdiag.errors import NotEvaluated
+
+#: tags of ccdiag's own point-to-point messages (collectives of the benchmark use their own)
+TAG_GATHER = 7101
+TAG_VERDICT = 7102
+
+
+def load_mpi():
+    """mpi4py's ``MPI`` module, or a one-line NotEvaluated (exit 3) saying how to get it."""
+    try:
+        from mpi4py import MPI  # noqa: PLC0415 - imported only where needed, on purpose
+    except ImportError as exc:
+        raise NotEvaluated(f"mpi4py is not installed ({exc}); install it with `pip install 'ccdiag[mpi]'` "
+                           f"and run under mpirun or srun") from None
+    except Exception as exc:  # noqa: BLE001 - a broken MPI library fails at import/init
+        raise NotEvaluated(f"MPI could not start: {type(exc).__name__}: {exc}") from None
+    return MPI
+
+
+def load_numpy():
+    try:
+        import numpy  # noqa: PLC0415
+    except ImportError:
+        raise NotEvaluated("numpy is not installed; install it with `pip install 'ccdiag[mpi]'`") from None
+    return numpy
+
+
+class DeadlineExpired(Exception):
+    """A wait ran past its deadline. ``waiting_on``: the peer ranks it waited for."""
+
+    def __init__(self, stage: str, waiting_on: list[int], deadline_s: float):
+        self.stage = stage
+        self.waiting_on = sorted(set(waiting_on))
+        self.deadline_s = deadline_s
+        peers = ", ".join(f"rank {r}" for r in self.waiting_on) or "no peer"
+        super().__init__(f"deadline passed in {stage} waiting on {peers}")
+
+
+@dataclass
+class Deadline:
+    """An absolute end on the monotonic clock, shared by every wait of one run."""
+
+    end: float
+    budget_s: float
+
+    @classmethod
+    def after(cls, seconds: float) -> "Deadline":
+        return cls(time.monotonic() + seconds, seconds)
+
+    def left_s(self) -> float:
+        return self.end - time.monotonic()
+
+    def expired(self) -> bool:
+        return time.monotonic() >= self.end
+
+    def sooner(self, seconds: float) -> "Deadline":
+        """This deadline or ``seconds`` from now, whichever comes first."""
+        return Deadline(min(self.end, time.monotonic() + seconds), self.budget_s)
+
+
+def wait_all(reqs: list, peers: list[int], deadline: Deadline, stage: str) -> None:
+    """Complete every request in ``reqs`` (``peers[i]`` is the rank ``reqs[i]`` talks to) or raise
+    DeadlineExpired naming the peers still outstanding. Polls; yields the CPU while idle, which
+    matters when ranks outnumber cores."""
+    if not reqs:
+        return
+    MPI = load_mpi()
+    if MPI.Request.Testall(reqs):
+        return
+    spins = 0
+    while True:
+        if MPI.Request.Testall(reqs):
+            return
+        spins += 1
+        if spins & 63 == 0 and time.monotonic() >= deadline.end:
+            pending = [p for r, p in zip(reqs, peers) if not r.Test()]
+            if not pending:
+                return
+            raise DeadlineExpired(stage, pending, deadline.budget_s)
+        os.sched_yield()
+
+
+def wait_one(req, peer: int, deadline: Deadline, stage: str) -> None:
+    """Complete one request or raise DeadlineExpired naming ``peer``."""
+    if req.Test():
+        return
+    spins = 0
+    while not req.Test():
+        spins += 1
+        if spins & 63 == 0 and time.monotonic() >= deadline.end:
+            raise DeadlineExpired(stage, [peer], deadline.budget_s)
+        os.sched_yield()
+
+
+def barrier(comm, deadline: Deadline, stage: str) -> None:
+    """A barrier that ends at ``deadline`` (MPI_Ibarrier, polled). On expiry the ranks it waited
+    for are not known to MPI: the caller's gather names them."""
+    req = comm.Ibarrier()
+    try:
+        wait_one(req, -1, deadline, stage)
+    except DeadlineExpired:
+        raise DeadlineExpired(stage, [], deadline.budget_s) from None
+
+
+def agree(comm, value: float, deadline: Deadline, stage: str) -> float:
+    """Rank 0's ``value`` on every rank (MPI_Ibcast of one float, polled against the deadline)."""
+    np = load_numpy()
+    buf = np.array([value], dtype=np.float64)
+    req = comm.Ibcast(buf, root=0)
+    try:
+        wait_one(req, 0, deadline, stage)
+    except DeadlineExpired:
+        raise DeadlineExpired(stage, [0] if comm.rank else [], deadline.budget_s) from None
+    return float(buf[0])
+
+
+@dataclass
+class Gathered:
+    """What rank 0 collected: one object per rank that answered, and the ranks that did not."""
+
+    objs: dict[int, Any] = field(default_factory=dict)
+    missing: list[int] = field(default_factory=list)
+
+
+def gather_to_root(comm, obj: Any, deadline: Deadline, tag: int = TAG_GATHER) -> Gathered | None:
+    """Every rank sends ``obj`` to rank 0, which collects them until ``deadline``.
+
+    Rank 0 probes for whatever has arrived (``improbe``) instead of posting one blocking receive
+    per rank, so a rank that never sends delays nothing past the deadline and is named in
+    ``missing``. Returns the Gathered on rank 0, None elsewhere (a non-root rank waits for its send
+    until the deadline and then gives up quietly: rank 0 may be the one that is gone)."""
+    MPI = load_mpi()
+    if comm.rank != 0:
+        req = comm.isend(obj, dest=0, tag=tag)
+        try:
+            wait_one(req, 0, deadline, "gather")
+        except DeadlineExpired:
+            pass
+        return None
+    got = Gathered(objs={0: obj})
+    status = MPI.Status()
+    while len(got.objs) < comm.size and time.monotonic() < deadline.end:
+        msg = comm.improbe(source=MPI.ANY_SOURCE, tag=tag, status=status)
+        if msg is None:
+            time.sleep(0.0005)
+            continue
+        src = status.Get_source()
+        try:
+            got.objs[src] = msg.recv()
+        except Exception as exc:  # noqa: BLE001 - a rank that sent garbage is reported, not raised
+            got.objs[src] = {"error": f"unreadable answer: {type(exc).__name__}: {exc}"}
+    got.missing = [r for r in range(comm.size) if r not in got.objs]
+    return got
+
+
+def finish(comm, ok_to_finalize: bool, deadline: Deadline, code: int) -> None:
+    """End the run on every rank without hanging.
+
+    Rank 0 (after printing its report) tells every rank whether to finalize; when a rank did not
+    answer, it calls ``comm.Abort(code)`` instead, since MPI_Finalize would wait for that rank.
+    A non-root rank that hears nothing by the deadline aborts too (rank 0 is gone)."""
+    MPI = load_mpi()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if comm.rank == 0:
+        if not ok_to_finalize:
+            comm.Abort(code)
+        reqs = [comm.isend(1, dest=r, tag=TAG_VERDICT) for r in range(1, comm.size)]
+        try:
+            wait_all(reqs, list(range(1, comm.size)), deadline, "finish")
+        except DeadlineExpired:
+            comm.Abort(code)
+        return
+    status = MPI.Status()
+    while time.monotonic() < deadline.end:
+        msg = comm.improbe(source=0, tag=TAG_VERDICT, status=status)
+        if msg is not None:
+            msg.recv()
+            return
+        time.sleep(0.001)
+    print(f"ccdiag: rank {comm.rank}: no word from rank 0 by the deadline; aborting", file=sys.stderr, flush=True)
+    comm.Abort(code)
+
+
+class Watchdog:
+    """Calls ``on_expire`` (which prints and aborts) if still armed ``seconds`` from now.
+
+    The backstop for a blocking MPI call that cannot take a deadline; disarm after it returns."""
+
+    def __init__(self, seconds: float, on_expire: Callable[[], None]):
+        self._done = threading.Event()
+        self._on_expire = on_expire
+        self._thread = threading.Thread(target=self._run, args=(seconds,), daemon=True, name="ccdiag-watchdog")
+        self._thread.start()
+
+    def _run(self, seconds: float) -> None:
+        if not self._done.wait(max(0.0, seconds)):
+            self._on_expire()
+
+    def disarm(self) -> None:
+        self._done.set()
+
+
+def host_identity() -> dict:
+    """This rank's host name and its IPv4 interfaces (name -> [addresses]), to name links."""
+    ifaces: dict[str, list[str]] = {}
+    try:
+        import psutil
+
+        for name, addrs in psutil.net_if_addrs().items():
+            v4 = [a.address for a in addrs if a.family == socket.AF_INET]
+            if v4 and name != "lo":
+                ifaces[name] = v4
+    except Exception:  # noqa: BLE001 - a missing interface list only blurs the "interface" column
+        pass
+    return {"host": socket.gethostname(), "ifaces": ifaces, "pid": os.getpid()}
+
+
+def mpi_interfaces() -> list[str]:
+    """The interfaces the MPI transport was told to use (OpenMPI's btl_tcp_if_include), if any."""
+    raw = os.environ.get("OMPI_MCA_btl_tcp_if_include", "")
+    return [x for x in raw.split(",") if x and "/" not in x]
+
+
+def link_iface(me: dict, peer: dict) -> str:
+    """The local interface that reaches ``peer``: one in the MPI include list, else one whose /24
+    matches an address of the peer, else '?'. Cheap and right for flat L2/L3 test clusters; a
+    routed fabric says '?' rather than guess."""
+    allowed = mpi_interfaces()
+    mine = me.get("ifaces", {})
+    for name in allowed:
+        if name in mine:
+            return name
+    peer_nets = {a.rsplit(".", 1)[0] for addrs in peer.get("ifaces", {}).values() for a in addrs}
+    for name, addrs in sorted(mine.items()):
+        if any(a.rsplit(".", 1)[0] in peer_nets for a in addrs):
+            return name
+    return "?"
+
+
+TAG_PING = 7103
+TAG_PONG = 7104
+
+
+class Liveness:
+    """Names the ranks that are gone or hung, at any moment, even while the main thread of every
+    rank is inside a blocking MPI call.
+
+    Each non-root rank runs a small responder thread on a duplicated communicator that answers
+    rank 0's pings; :meth:`roll_call` (rank 0) pings every rank and returns those that did not
+    answer in time. A stopped (SIGSTOP), dead or unreachable rank never answers."""
+
+    def __init__(self, comm):
+        self.comm = comm.Dup()
+        self.rank = self.comm.rank
+        self.size = self.comm.size
+        self._stop = threading.Event()
+        self._seq = 0
+        self._thread = None
+        if self.rank != 0:
+            self._thread = threading.Thread(target=self._respond, daemon=True, name="ccdiag-liveness")
+            self._thread.start()
+
+    def _respond(self) -> None:
+        MPI = load_mpi()
+        status = MPI.Status()
+        while not self._stop.is_set():
+            try:
+                msg = self.comm.improbe(source=0, tag=TAG_PING, status=status)
+                if msg is None:
+                    time.sleep(0.02)
+                    continue
+                seq = msg.recv()
+                if seq is None:
+                    return
+                self.comm.isend(seq, dest=0, tag=TAG_PONG)
+            except Exception:  # noqa: BLE001 - the job is going down; the main thread reports
+                return
+
+    def roll_call(self, timeout_s: float = 2.0) -> list[int]:
+        """Rank 0: the ranks that do not answer a ping within ``timeout_s``."""
+        MPI = load_mpi()
+        self._seq += 1
+        seq = self._seq
+        for r in range(1, self.size):
+            self.comm.isend(seq, dest=r, tag=TAG_PING)
+        answered = {0}
+        status = MPI.Status()
+        end = time.monotonic() + timeout_s
+        while len(answered) < self.size and time.monotonic() < end:
+            msg = self.comm.improbe(source=MPI.ANY_SOURCE, tag=TAG_PONG, status=status)
+            if msg is None:
+                time.sleep(0.005)
+                continue
+            got = msg.recv()
+            if got == seq:
+                answered.add(status.Get_source())
+        return [r for r in range(self.size) if r not in answered]
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=0.2)
+
+
+TAG_BCAST = 7105
+
+
+def bcast_obj(comm, obj: Any, deadline: Deadline, stage: str, tag: int = TAG_BCAST) -> Any:
+    """Rank 0's ``obj`` on every rank, point to point with a deadline (a non-root rank that hears
+    nothing raises DeadlineExpired naming rank 0; rank 0 names the ranks its sends never reached)."""
+    MPI = load_mpi()
+    if comm.rank == 0:
+        reqs = [comm.isend(obj, dest=r, tag=tag) for r in range(1, comm.size)]
+        wait_all(reqs, list(range(1, comm.size)), deadline, stage)
+        return obj
+    status = MPI.Status()
+    spins = 0
+    while True:
+        msg = comm.improbe(source=0, tag=tag, status=status)
+        if msg is not None:
+            return msg.recv()
+        spins += 1
+        if time.monotonic() >= deadline.end:
+            raise DeadlineExpired(stage, [0], deadline.budget_s)
+        time.sleep(0.0002 if spins < 1000 else 0.002)

@@ -1,0 +1,88 @@
+"""``allreduce`` and ``pairs``: the network benchmarks that run as MPI ranks (mpirun / srun).
+
+Thin: options, then :mod:`ccdiag.cluster`; the ``ccdiag bench`` group holds these two commands
+(``ccdiag bench allreduce``, ``ccdiag bench pairs``). Every rank runs the same command;
+rank 0 prints the table (or with --json the one JSON document) and sets the exit code:
+0 ok, 1 a slow hop/host/link found, 2 bad options, 3 a rank did not answer or the budget ran out.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from ccdiag.errors import InputError
+from ccdiag.exitcodes import ExitCode
+
+
+def _sizes(sizes: str | None, begin: str, end: str, factor: int) -> list[int]:
+    from ccdiag.cluster.ring import parse_size, sweep_sizes
+
+    try:
+        if sizes:
+            return [parse_size(s) for s in sizes.split(",") if s.strip()]
+        return sweep_sizes(parse_size(begin), parse_size(end), factor)
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
+
+
+def _common(func):
+    func = click.option("--margin", type=click.FloatRange(0.05, 0.95), default=0.5, show_default=True,
+                        help="A hop/pair below (1 - MARGIN) x the median is a finding.")(func)
+    func = click.option("--hostfile-out", "hostfile_out", metavar="FILE",
+                        help="Write the recommended host order: FILE (OpenMPI hostfile) and FILE.slurm "
+                             "(SLURM_HOSTFILE for srun --distribution=arbitrary).")(func)
+    func = click.option("--json", "as_json", is_flag=True, help="Rank 0 prints one JSON document.")(func)
+    func = click.option("--budget", type=click.FloatRange(2, 3600), default=120, show_default=True, metavar="S",
+                        help="Wall-clock budget of the whole run; every wait ends by it.")(func)
+    func = click.option("--warmup", type=click.IntRange(0, 1000), default=3, show_default=True)(func)
+    func = click.option("--iters", type=click.IntRange(1, 100000), default=20, show_default=True)(func)
+    func = click.option("-f", "--stepfactor", "factor", type=click.IntRange(2, 1024), default=2, show_default=True,
+                        help="Multiply the size by this each step.")(func)
+    func = click.option("-e", "--maxbytes", "end", default="64M", show_default=True, help="Largest size.")(func)
+    func = click.option("-b", "--minbytes", "begin", default="1M", show_default=True, help="Smallest size.")(func)
+    func = click.option("--sizes", metavar="LIST", help="Exact sizes instead of -b/-e/-f, e.g. 1M,16M,64M.")(func)
+    return func
+
+
+@click.command(name="allreduce")
+@_common
+@click.option("--device", type=click.Choice(["host", "gpu"]), default="host", show_default=True,
+              help="Buffers in host memory (NumPy) or on the GPU (CuPy; also measures NCCL).")
+@click.option("--segment", "segment", default="1M", show_default=True,
+              help="Pipelining segment of the ring (each chunk is sent in pieces of this size).")
+def allreduce(sizes, begin, end, factor, iters, warmup, budget, as_json, hostfile_out, margin, device, segment):
+    """Ring and halving-doubling allreduce vs MPI_Allreduce (and NCCL): busbw per size, per-hop table."""
+    from ccdiag.cluster import benchrun
+    from ccdiag.cluster.ring import parse_size
+
+    size_list = _sizes(sizes, begin, end, factor)
+    try:
+        seg = parse_size(segment)
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
+    if device == "gpu":
+        from ccdiag.cluster.sweep import gpu_skip_reason
+
+        why = gpu_skip_reason()
+        if why:
+            click.echo(f"ccdiag: allreduce --device gpu skipped: {why}", err=True)
+            return int(ExitCode.UNEVALUATED)
+    return benchrun.allreduce(size_list, iters, warmup, budget, as_json, hostfile_out, margin, device, seg)
+
+
+@click.command(name="pairs")
+@_common
+def pairs(sizes, begin, end, factor, iters, warmup, budget, as_json, hostfile_out, margin):
+    """Every host pair in N-1 rounds of disjoint pairs: slow host vs slow link, best ring order."""
+    from ccdiag.cluster import benchrun
+
+    size_list = _sizes(sizes, begin, end, factor)
+    return benchrun.pairs(size_list[-1], iters, warmup, budget, as_json, hostfile_out, margin)
+
+
+def _emit(doc: dict) -> None:
+    sys.stdout.write(json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n")
+    sys.stdout.flush()

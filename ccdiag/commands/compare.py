@@ -1,0 +1,88 @@
+"""``ccdiag compare REPORT...``: outliers among many hosts' JSON reports; the diff of two.
+
+Thin: options, then :mod:`ccdiag.cluster.compare`. Reports are ``ccdiag check --json`` documents
+(files or directories of ``*.json``, e.g. ``ccdiag cluster check --reports-dir``), read one at a
+time. Exit: 0 nothing stands out (or two identical reports), 1 outliers (or differences), 2 bad
+input (fewer than two readable reports, or an unreadable file: named, the rest still compared).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from ccdiag.errors import InputError
+from ccdiag.exitcodes import ExitCode
+
+
+@click.command(name="compare")
+@click.argument("reports", nargs=-1, required=True, metavar="REPORT...")
+@click.option("--json", "as_json", is_flag=True, help="One JSON document on stdout.")
+@click.option("--z", "z", type=click.FloatRange(1, 1000), default=5.0, show_default=True,
+              help="A number this many robust deviations (1.4826 x MAD) from the fleet median is an outlier.")
+@click.option("--diff/--no-diff", "force_diff", default=None,
+              help="Two reports: a diff (the default for exactly two); more: outliers.")
+@click.option("--limit", type=click.IntRange(1, 100000), default=50, show_default=True,
+              help="Text output: at most this many outlier lines.")
+def command(reports, as_json, z, force_diff, limit):
+    """Name the hosts whose reports stand out from the fleet (no baseline file needed)."""
+    from ccdiag.cluster import compare
+
+    paths = list(compare.report_paths(reports))
+    if not paths:
+        raise InputError("no reports: the directories given hold no *.json files")
+    if (force_diff is None and len(paths) == 2) or force_diff:
+        if len(paths) != 2:
+            raise InputError(f"--diff needs exactly two reports, got {len(paths)}")
+        try:
+            a, b = compare.load(paths[0]), compare.load(paths[1])
+        except ValueError as exc:
+            raise InputError(str(exc)) from None
+        rows = compare.diff(a, b)
+        ha, hb = compare.host_of(a, paths[0]), compare.host_of(b, paths[1])
+        if as_json:
+            sys.stdout.write(json.dumps({"kind": "compare.diff", "a": ha, "b": hb, "differences": rows},
+                                        indent=2, sort_keys=True, default=str) + "\n")
+        else:
+            lines = [f"{len(rows)} difference(s) between {ha} (a) and {hb} (b)"]
+            lines += [f"  {r['key']}: a={r['a']!r} b={r['b']!r}" for r in rows[:limit]]
+            if len(rows) > limit:
+                lines.append(f"  ... {len(rows) - limit} more (--limit, --json)")
+            sys.stdout.write("\n".join(lines) + "\n")
+        return int(ExitCode.FAIL if rows else ExitCode.OK)
+
+    fleet = compare.scan(paths)
+    if fleet.hosts < 2:
+        for u in fleet.unreadable:
+            click.echo(f"ccdiag: unreadable: {u}", err=True)
+        raise InputError(f"need at least two readable reports, got {fleet.hosts}")
+    outs = fleet.outliers(z)
+    by_host: dict[str, int] = {}
+    for o in outs:
+        for h in o["hosts"]:
+            by_host[h] = by_host.get(h, 0) + 1
+    if as_json:
+        doc = {"kind": "compare.fleet", "reports": fleet.hosts, "keys": len(fleet.keys), "z": z,
+               "unreadable": fleet.unreadable, "outliers": outs,
+               "hosts": dict(sorted(by_host.items(), key=lambda kv: (-kv[1], kv[0])))}
+        sys.stdout.write(json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n")
+    else:
+        lines = [f"{fleet.hosts} reports, {len(fleet.keys)} facts compared: {len(outs)} outlier(s) on "
+                 f"{len(by_host)} host(s)"]
+        for h, k in sorted(by_host.items(), key=lambda kv: (-kv[1], kv[0]))[:20]:
+            lines.append(f"  {h}: {k} outlier(s)")
+        for o in outs[:limit]:
+            more = f" (+{o['count'] - len(o['hosts'])} more)" if o["count"] > len(o["hosts"]) else ""
+            extra = f", robust z {o['robust_z']}" if o.get("robust_z") else ""
+            lines.append(f"  {o['key']}: {', '.join(o['hosts'])}{more} has {o['value']!r}; fleet "
+                         f"{o['fleet']!r} ({o['kind']}{extra})")
+        if len(outs) > limit:
+            lines.append(f"  ... {len(outs) - limit} more (--limit, --json)")
+        for u in fleet.unreadable:
+            lines.append(f"  unreadable: {u}")
+        sys.stdout.write("\n".join(lines) + "\n")
+    if fleet.unreadable:
+        return int(ExitCode.USAGE)
+    return int(ExitCode.FAIL if outs else ExitCode.OK)

@@ -1,0 +1,238 @@
+"""Several "hosts" on one machine for the MPI tests and benchmarks: network namespaces on a bridge.
+
+Why: the link that makes a multi-node job slow is between nodes, so the cluster code has to be
+exercised with ranks on different network stacks, a real ``mpirun`` and a link that can be slowed
+(``tc ... tbf``). Each namespace gets its own UTS namespace too (``unshare --uts`` in the remote
+agent), so ``gethostname()`` in a rank says which "host" it runs on, as on a real cluster.
+
+Every name carries a unique prefix (``ccdt`` + pid + a counter) and every address is in
+``10.77.<k>.0/24`` with ``<k>`` chosen from the pid, so concurrent runs on one machine never share
+a namespace, a link or a subnet; only addresses of the hosts made here receive traffic.
+:meth:`NetnsCluster.close` removes everything (namespaces, bridge, veths, ``/etc/hosts`` lines,
+processes it started) and is safe to call twice or after a half-finished set-up.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+HOSTS_FILE = "/etc/hosts"
+_COUNTER = itertools.count()
+
+
+def netns_skip_reason() -> str | None:
+    """Why the namespace tests cannot run here, or None."""
+    if os.geteuid() != 0:
+        return "needs root to create network namespaces"
+    for tool in ("ip", "tc", "unshare", "mpirun"):
+        if shutil.which(tool) is None:
+            return f"needs `{tool}` on PATH (scripts/install-test-deps.sh installs openmpi-bin, iproute2)"
+    try:
+        import mpi4py  # noqa: F401
+        import numpy  # noqa: F401
+    except ImportError as exc:
+        return f"needs {exc.name} (pip install '.[mpi]')"
+    return None
+
+
+def _run(*argv: str, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, check=check, capture_output=True, text=True, timeout=30)
+
+
+class NetnsCluster:
+    """``n`` namespaced hosts on one bridge; ``hosts[i]`` is a host name that resolves to its address."""
+
+    def __init__(self, n: int, prefix: str | None = None):
+        self.n = n
+        self.prefix = prefix or f"ccdt{os.getpid() % 100000}{next(_COUNTER)}"
+        k = 10 + (os.getpid() * 7 + next(_COUNTER)) % 240
+        self.subnet = f"10.77.{k}"
+        self.bridge = f"{self.prefix}br"[:15]
+        self.hosts = [f"{self.prefix}h{i}" for i in range(n)]
+        self.veths = [f"{self.prefix}v{i}"[:15] for i in range(n)]
+        self.addrs = [f"{self.subnet}.{11 + i}" for i in range(n)]
+        self.dir = tempfile.mkdtemp(prefix=self.prefix)
+        self.rsh = os.path.join(self.dir, "rsh")
+        self.procs: list[subprocess.Popen] = []
+        self._marker = f"# ccdiag-test {self.prefix}"
+        self._made_ns: list[str] = []
+        self._made_bridge = False
+
+    # -- set-up / tear-down -------------------------------------------------------------------
+    def up(self) -> "NetnsCluster":
+        try:
+            _run("ip", "link", "add", self.bridge, "type", "bridge")
+            self._made_bridge = True
+            _run("ip", "link", "set", self.bridge, "up")
+            _run("ip", "addr", "add", f"{self.subnet}.1/24", "dev", self.bridge)
+            for host, veth, addr in zip(self.hosts, self.veths, self.addrs):
+                _run("ip", "netns", "add", host)
+                self._made_ns.append(host)
+                _run("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", host)
+                _run("ip", "link", "set", veth, "master", self.bridge, "up")
+                _run("ip", "-n", host, "addr", "add", f"{addr}/24", "dev", "eth0")
+                _run("ip", "-n", host, "link", "set", "eth0", "up")
+                _run("ip", "-n", host, "link", "set", "lo", "up")
+            with open(HOSTS_FILE, "a") as fh:
+                for host, addr in zip(self.hosts, self.addrs):
+                    fh.write(f"{addr} {host} {self._marker}\n")
+            with open(self.rsh, "w") as fh:
+                # the remote agent OpenMPI calls as `rsh HOST CMD...`: enter HOST's network and UTS
+                # namespaces and name the UTS namespace after the host
+                fh.write('#!/bin/bash\nh=$1; shift\n'
+                         'exec ip netns exec "$h" unshare --uts bash -c "hostname $h; $*"\n')
+            os.chmod(self.rsh, 0o755)
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def close(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+                try:
+                    p.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    pass
+        self._kill_ns_pids()
+        for host in self._made_ns:
+            _run("ip", "netns", "del", host, check=False)
+        self._made_ns = []
+        for veth in self.veths:
+            _run("ip", "link", "del", veth, check=False)
+        if self._made_bridge:
+            _run("ip", "link", "del", self.bridge, check=False)
+            self._made_bridge = False
+        try:
+            with open(HOSTS_FILE) as fh:
+                lines = fh.readlines()
+            kept = [ln for ln in lines if self._marker not in ln]
+            if len(kept) != len(lines):
+                # /etc/hosts may be a bind mount: rewrite in place, never replace the file
+                with open(HOSTS_FILE, "w") as fh:
+                    fh.writelines(kept)
+        except OSError:
+            pass
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def _kill_ns_pids(self) -> None:
+        """Processes still running inside our namespaces (a rank mpirun left behind)."""
+        for host in self._made_ns:
+            r = _run("ip", "netns", "pids", host, check=False)
+            for pid in r.stdout.split():
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except (ProcessLookupError, ValueError):
+                    pass
+
+    def __enter__(self):
+        return self.up()
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # -- faults ---------------------------------------------------------------------------------
+    def slow_host(self, i: int, rate: str = "50mbit") -> None:
+        """Everything sent *to* host ``i`` passes a token bucket of ``rate``."""
+        _run("tc", "qdisc", "add", "dev", self.veths[i], "root", "tbf", "rate", rate,
+             "burst", "32kbit", "latency", "50ms")
+
+    def slow_link(self, src: int, dst: int, rate: str = "50mbit") -> bool:
+        """Only traffic from host ``src`` to host ``dst`` is slowed (htb + u32 filter); False when
+        this kernel lacks the filter."""
+        dev = self.veths[dst]
+        try:
+            _run("tc", "qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default", "10")
+            _run("tc", "class", "add", "dev", dev, "parent", "1:", "classid", "1:10", "htb", "rate", "10gbit")
+            _run("tc", "class", "add", "dev", dev, "parent", "1:", "classid", "1:20", "htb", "rate", rate,
+                 "ceil", rate)
+            _run("tc", "filter", "add", "dev", dev, "parent", "1:", "protocol", "ip", "prio", "1", "u32",
+                 "match", "ip", "src", f"{self.addrs[src]}/32", "flowid", "1:20")
+        except subprocess.CalledProcessError:
+            _run("tc", "qdisc", "del", "dev", dev, "root", check=False)
+            return False
+        return True
+
+    def iface_down(self, i: int) -> None:
+        _run("ip", "-n", self.hosts[i], "link", "set", "eth0", "down")
+
+    # -- launching --------------------------------------------------------------------------------
+    def mpirun_argv(self, np_: int | None = None, slots: int = 1, hosts: list[int] | None = None,
+                    hostfile: str | None = None) -> list[str]:
+        """mpirun with the namespace agent; ranks on ``hosts`` (default all) or from ``hostfile``."""
+        idx = list(range(self.n)) if hosts is None else hosts
+        where = ["--hostfile", hostfile] if hostfile else ["-H", ",".join(f"{self.hosts[i]}:{slots}" for i in idx)]
+        return ["mpirun", "--allow-run-as-root", "--oversubscribe", "--mca", "plm_rsh_agent", self.rsh,
+                "--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", "eth0",
+                "--mca", "oob_tcp_if_include", f"{self.subnet}.0/24", *where,
+                "-np", str(np_ or len(idx) * slots)]
+
+    def start(self, argv: list[str], env: dict | None = None) -> subprocess.Popen:
+        """Start ``argv`` (usually :meth:`mpirun_argv` + a program) in its own process group, with
+        stdout/stderr in files: an orted stranded on a host whose interface is down keeps pipes
+        open long after mpirun has exited, files do not."""
+        k = len(self.procs)
+        out = open(os.path.join(self.dir, f"out{k}"), "w+")
+        err = open(os.path.join(self.dir, f"err{k}"), "w+")
+        p = subprocess.Popen(argv, stdout=out, stderr=err, text=True, start_new_session=True,
+                             env={**os.environ, **(env or {})})
+        p.out_file, p.err_file = out, err  # type: ignore[attr-defined]
+        self.procs.append(p)
+        return p
+
+    def finish(self, p: subprocess.Popen, timeout_s: float) -> tuple[int | None, str, str]:
+        """Wait for ``p`` until ``timeout_s``; kill it (and whatever it left in the namespaces)
+        if it is still running; returns (returncode or None when killed, stdout, stderr)."""
+        try:
+            rc = p.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            p.wait(timeout=10)
+            rc = None
+        self._kill_ns_pids()
+        texts = []
+        for fh in (p.out_file, p.err_file):  # type: ignore[attr-defined]
+            fh.flush()
+            fh.seek(0)
+            texts.append(fh.read())
+        return rc, texts[0], texts[1]
+
+    def run(self, argv: list[str], timeout_s: float, env: dict | None = None):
+        """Run to the end or ``timeout_s``; returns (returncode or None, stdout, stderr, seconds)."""
+        t0 = time.monotonic()
+        p = self.start(argv, env)
+        rc, out, err = self.finish(p, timeout_s)
+        return rc, out, err, time.monotonic() - t0
+
+    def rank_pids(self, host: int, pattern: str) -> list[int]:
+        """PIDs in host ``host``'s namespace whose command line contains ``pattern``."""
+        r = _run("ip", "netns", "pids", self.hosts[host], check=False)
+        found = []
+        for pid in r.stdout.split():
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                    cmd = fh.read().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if pattern in cmd:
+                found.append(int(pid))
+        return found
+
+
+def python_argv(*args: str) -> list[str]:
+    """Run ccdiag's CLI with this interpreter (the venv's) inside the ranks."""
+    return [sys.executable, "-m", "ccdiag", *args]

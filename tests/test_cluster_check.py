@@ -1,0 +1,99 @@
+"""``ccdiag cluster check``: consistency logic (pure) and the real thing over namespaced ranks."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import time
+
+import pytest
+
+from ccdiag.cluster import gather
+from conftest import REPO
+
+HEALTHY = REPO / "samples" / "hgx-h100-8gpu-healthy.snap.tar.gz"
+DEGRADED = REPO / "samples" / "hgx-h100-8gpu-degraded.snap.tar.gz"
+
+
+def test_consistency_names_the_odd_host_and_both_values():
+    facts = {f"h{i}": {"ccdiag_version": "0.1.0", "driver_version": "570.133.20", "pcie_link GPU3": "Gen5 x16"}
+             for i in range(4)}
+    facts["h2"] = {"ccdiag_version": "0.0.9", "driver_version": "550.54.15", "pcie_link GPU3": "Gen5 x8"}
+    fs = {f.check: f for f in gather.consistency(facts)}
+    assert set(fs) == {"cluster.consistency.ccdiag_version", "cluster.consistency.driver_version",
+                       "cluster.consistency.pcie_link GPU3"}
+    assert all(f.component.name == "h2" for f in fs.values())
+    assert fs["cluster.consistency.driver_version"].status == "fail"
+    assert fs["cluster.consistency.ccdiag_version"].status == "warn"
+    assert "550.54.15" in fs["cluster.consistency.driver_version"].summary
+    assert "3 of 4" in fs["cluster.consistency.driver_version"].summary
+
+
+def test_consistency_two_hosts_disagreeing_names_both():
+    fs = gather.consistency({"a": {"driver_version": "1"}, "b": {"driver_version": "2"}})
+    assert sorted(f.component.name for f in fs) == ["a", "b"]
+
+
+def test_silent_rank_is_a_finding():
+    fs = gather.cluster_findings({0: {"leader": True, "host": "a", "exit_code": 0, "facts": {}}}, [1],
+                                 {1: {"host": "b"}})
+    silent = [f for f in fs if f.check == "cluster.rank_silent"]
+    assert silent and "rank 1 (b)" in silent[0].summary
+
+
+def test_facts_from_a_real_report(tmp_path):
+    from click.testing import CliRunner
+
+    from ccdiag.cli import cli
+
+    r = CliRunner().invoke(cli, ["check", "--replay", str(DEGRADED), "--json"])
+    facts = gather.facts_from_report(json.loads(r.output))
+    assert facts["pcie_link GPU3 <- 0000:5c:00.0"] == "Gen5 x8"
+    assert facts["driver_version"] and facts["gpu_usable"] == 7
+
+
+@pytest.mark.mpi
+@pytest.mark.netns
+@pytest.mark.slow
+def test_cluster_check_over_ranks_names_failing_host_and_a_hung_rank(tmp_path):
+    from mpinet import NetnsCluster, netns_skip_reason, python_argv
+
+    why = netns_skip_reason()
+    if why:
+        pytest.skip(why)
+    with NetnsCluster(4) as c:
+        for i, h in enumerate(c.hosts):
+            shutil.copy(DEGRADED if i == 2 else HEALTHY, tmp_path / f"{h}.snap.tar.gz")
+        pattern = str(tmp_path / "{host}.snap.tar.gz")
+        rc, out, err, dt = c.run(c.mpirun_argv() + python_argv("cluster", "check", "--replay", pattern, "--budget",
+                                                              "30", "--json", "--reports-dir", str(tmp_path / "r")), 60)
+        assert rc == 1, err[-2000:]
+        doc = json.loads(out[out.index("{"):])
+        assert doc["verdict"]["failed_hosts"] == [c.hosts[2]]
+        odd = {f["check"] for f in doc["findings"] if f["status"] != "pass" and f["component"]["name"] == c.hosts[2]}
+        assert "cluster.consistency.gpu_usable" in odd and "cluster.host_check" in odd
+        assert sorted(os.listdir(tmp_path / "r")) == sorted(f"{h}.json" for h in c.hosts)
+
+        # a rank that hangs before answering (held at a known point, then stopped): named within
+        # the budget, no traceback
+        budget = 8
+        argv = c.mpirun_argv()
+        argv[1:1] = ["-x", "CCDIAG_CLUSTER_STALL=3:30"]
+        p = c.start(argv + python_argv("cluster", "check", "--replay", pattern, "--budget", str(budget),
+                                       "--timeout", "5"))
+        t0 = time.monotonic()
+        pids = []
+        while not pids and time.monotonic() - t0 < 8:
+            pids = c.rank_pids(3, "cluster check")
+            time.sleep(0.1)
+        assert pids
+        time.sleep(1.5)
+        os.kill(pids[-1], signal.SIGSTOP)
+        rc, out, err = c.finish(p, budget + 20)
+        assert rc is not None and rc != 0
+        assert time.monotonic() - t0 < budget + 15
+        assert f"rank 3 ({c.hosts[3]}) did not answer by the deadline" in out, out + err[-2000:]
+        assert "rank 1 did not" not in out + err and "rank 2 did not" not in out + err
+        assert "Traceback" not in out + err
