@@ -91,7 +91,7 @@ def _progress():
     return prog, tick
 
 
-@group.command(name="run", hidden=True)
+@group.command(name="run")
 @click.argument("names", nargs=-1)
 @host_options
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON report on stdout.")
@@ -106,6 +106,7 @@ def _progress():
               help="Thresholds from a policy file (bench_<kind>_warn_fraction / _fail_fraction).")
 @click.option("--strict", is_flag=True, help="Warnings fail too (exit 1).")
 def run_command(names, replay, root, as_json, output, budget, size_bytes, iters, quick, policy_file, strict):
+    """Run benchmarks on this node (the default: `ccdiag bench [NAME...]` means `ccdiag bench run [NAME...]`)."""
     from ccdiag.bench.registry import BenchContext
     from ccdiag.bench.runner import exit_code, resolve, run_benchmarks
     from ccdiag.checkrun import close_host
