@@ -29,6 +29,7 @@ from __future__ import annotations
 import copyreg
 import os
 import pickle
+import threading
 import select
 import signal
 import struct
@@ -75,15 +76,21 @@ class Job:
         return self.fd < 0
 
 
+#: probes run on threads of their own in the child, and a large frame takes several writes: one
+#: frame at a time, or two threads' frames interleave on the pipe and the parent reads garbage
+_SEND_LOCK = threading.Lock()
+
+
 def _send(fd: int, kind: str, payload: Any) -> None:
     try:
         data = pickle.dumps((kind, payload), protocol=pickle.HIGHEST_PROTOCOL)
     except Exception as exc:  # noqa: BLE001 - an unpicklable result is reported, not lost silently
         data = pickle.dumps(("error", f"cannot send {kind} from the collection child: {type(exc).__name__}: {exc}"))
     view = memoryview(_HEADER.pack(len(data)) + data)
-    while view:
-        n = os.write(fd, view)
-        view = view[n:]
+    with _SEND_LOCK:
+        while view:
+            n = os.write(fd, view)
+            view = view[n:]
 
 
 def _child(fd: int, fn: Callable[[], Any]) -> None:

@@ -249,3 +249,39 @@ def test_a_tls_file_that_is_a_device_or_a_fifo_is_refused_at_once(tmp_path, targ
     t.start()
     t.join(5.0)
     assert out and "not a regular file" in out[0] and "cert_file" in out[0]
+
+
+def test_frames_sent_from_several_threads_of_the_child_arrive_whole():
+    """Probes run on threads of their own in the collection child: large frames written at once,
+    against a slow reader, must arrive whole and in one piece each."""
+    import os as _os
+    import threading as _threading
+
+    from ccdiag.exporters import isolation
+
+    r, w = _os.pipe()
+    job = isolation.Job(pid=_os.getpid(), fd=r)
+    payloads = [("p%d" % i, bytes([65 + i]) * (1_000_000 + i)) for i in range(12)]
+    threads = [_threading.Thread(target=isolation._send, args=(w, "probe", p)) for p in payloads]
+    reader_done = _threading.Event()
+
+    def read():
+        while len(job.runs) < len(payloads) and job.error is None:
+            job_data = _os.read(r, 1 << 12)  # a slow reader: writers wait on a full pipe
+            time.sleep(0.0002)
+            if not job_data:
+                break
+            isolation._feed(job, job_data)
+        reader_done.set()
+
+    rt = _threading.Thread(target=read)
+    rt.start()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    reader_done.wait(10)
+    _os.close(w)
+    _os.close(r)
+    assert job.error is None
+    assert sorted(job.runs) == sorted(p[0] for p in payloads)
