@@ -379,11 +379,22 @@ def _name(props: Any) -> str | None:
     return name
 
 
-def main() -> int:
+def read_request() -> dict | None:
+    """The parent's JSON request from stdin (at most 1 MiB), or None after saying why."""
     try:
         req = json.loads(sys.stdin.read(1 << 20) or "{}")
     except ValueError as exc:
         emit("fatal", error=f"bad request: {exc}")
+        return None
+    if not isinstance(req, dict):
+        emit("fatal", error="bad request: not a JSON object")
+        return None
+    return req
+
+
+def main() -> int:
+    req = read_request()
+    if req is None:
         return 2
     try:
         import cupy

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Callable
 
 #: bytes of one line the child may print (a line longer than this is cut and ignored)
 MAX_LINE_BYTES = 1 << 20

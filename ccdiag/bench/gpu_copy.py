@@ -18,7 +18,7 @@ from ccdiag.bench.judge import judge, judge_against_peers
 from ccdiag.bench.localize import localize
 from ccdiag.bench.registry import Benchmark, BenchContext, module_missing, register
 from ccdiag.bench.result import ERROR, PARTIAL, RAN, SKIP, TIMEOUT, BenchResult, Measurement
-from ccdiag.findings import FAIL, PASS, UNKNOWN, WARN, Component, Evidence, Finding
+from ccdiag.findings import PASS, UNKNOWN, WARN, Component, Evidence, Finding
 
 ENGINE = "cupy-ce"
 #: a GPU that copies this much faster from a remote NUMA node than from its own has its NUMA

@@ -11,12 +11,11 @@ wrap a CUDA allocation). Same JSON-lines protocol as :mod:`.cuda_worker`.
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from typing import Any
 
-from ccdiag.bench.cuda_worker import emit
+from ccdiag.bench.cuda_worker import emit, read_request
 
 DEPTH = 64
 
@@ -31,7 +30,8 @@ def _verbs() -> Any:
     from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
     from pyverbs.wr import SGE, SendWR
 
-    return locals()
+    return {"e": e, "AHAttr": AHAttr, "GlobalRoute": GlobalRoute, "CQ": CQ, "Context": Context, "MR": MR, "PD": PD,
+            "QP": QP, "QPAttr": QPAttr, "QPCap": QPCap, "QPInitAttr": QPInitAttr, "SGE": SGE, "SendWR": SendWR}
 
 
 class Loopback:
@@ -95,10 +95,8 @@ class Loopback:
 
 
 def main() -> int:
-    try:
-        req = json.loads(sys.stdin.read(1 << 20) or "{}")
-    except ValueError as exc:
-        emit("fatal", error=f"bad request: {exc}")
+    req = read_request()
+    if req is None:
         return 2
     try:
         v = _verbs()

@@ -77,7 +77,6 @@ def module_missing(name: str, install: str, env: dict | None = None) -> str | No
     environment engine child processes get; its PYTHONPATH is searched first, as the child will."""
     import importlib.machinery
     import os
-    import sys
 
     try:
         extra = [p for p in ((env or {}).get("PYTHONPATH") or "").split(os.pathsep) if p]

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
-from typing import Any
 
 from ccdiag.findings import Finding
 from ccdiag.model import to_jsonable

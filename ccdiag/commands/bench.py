@@ -15,7 +15,7 @@ import time
 
 import click
 
-from ccdiag.commands.common import host_options, make_host
+from ccdiag.commands.common import host_options, make_host, write_report
 from ccdiag.errors import InputError
 from ccdiag.exitcodes import ExitCode
 
@@ -138,13 +138,7 @@ def run_command(names, replay, root, as_json, output, budget, size_bytes, iters,
     if as_json or output:
         doc = bench_report(observed, results, code, replay, time.monotonic() - t0)
     if output:
-        from ccdiag.output import write_atomic
-        from ccdiag.report import dumps
-
-        try:
-            write_atomic(output, dumps(doc) + "\n")
-        except OSError as exc:
-            raise InputError(f"cannot write report {output}: {exc.strerror or exc}") from None
+        write_report(doc, output)
     if as_json:
         from ccdiag.output import emit_json
 

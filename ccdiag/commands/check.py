@@ -23,7 +23,7 @@ import click
 
 from ccdiag.checkrun import DEFAULT_DEADLINE_S, DEFAULT_WINDOW_S, EnvFileError, close_host, evaluate, load_env_file
 from ccdiag.commands.snapshot import default_name
-from ccdiag.commands.common import host_options, make_host
+from ccdiag.commands.common import host_options, make_host, write_report
 from ccdiag.errors import InputError
 from ccdiag.exitcodes import ExitCode
 from ccdiag.host import RecordingHost
@@ -159,13 +159,7 @@ def command(replay, root, policy_file, env_file, timeout, window, as_json, outpu
                            findings=result.findings, exit_code=result.exit_code,
                            run_info=result.run_info(replay), extra=extra)
     if output:
-        from ccdiag.output import write_atomic
-        from ccdiag.report import dumps
-
-        try:
-            write_atomic(output, dumps(doc) + "\n")
-        except OSError as exc:
-            raise InputError(f"cannot write report {output}: {exc.strerror or exc}") from None
+        write_report(doc, output)
     if as_json:
         from ccdiag.output import emit_json
 

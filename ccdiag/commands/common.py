@@ -37,3 +37,14 @@ def make_host(replay: str | None, root: str = "/", record: bool = False) -> Host
     if not os.path.isdir(root):
         raise InputError(f"--root {root}: not a directory")
     return RecordingHost(root) if record else LiveHost(root)
+
+
+def write_report(doc: dict, output: str) -> None:
+    """Write a JSON report to ``output`` atomically; a path that cannot be written is bad input."""
+    from ccdiag.output import write_atomic
+    from ccdiag.report import dumps
+
+    try:
+        write_atomic(output, dumps(doc) + "\n")
+    except OSError as exc:
+        raise InputError(f"cannot write report {output}: {exc.strerror or exc}") from None
