@@ -28,8 +28,11 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from ccdiag.snapshot_tar import scan as scan_tar
+
 FORMAT = "ccdiag-snapshot"
 FORMAT_VERSION = 1
+_DOCS = ("meta.json", "index.json", "commands.json", "nvml.json")
 
 
 class SnapshotError(Exception):
@@ -167,31 +170,14 @@ class SnapshotData:
             raw = gunzip_verified(data)
         except ShapeError as exc:
             raise SnapshotError(f"{name}: corrupt snapshot ({exc})") from None
-        try:
-            tar = tarfile.open(fileobj=io.BytesIO(raw), mode="r:")
-        except (tarfile.TarError, EOFError, OSError) as exc:
-            first = str(exc).splitlines()[0].rstrip(":") if str(exc) else type(exc).__name__
-            raise SnapshotError(f"{name}: not a ccdiag snapshot (not a readable tar archive: {first})") from None
         docs: dict[str, Any] = {}
         try:
-            with tar:
-                for member in tar:
-                    mname = member.name
-                    if mname.startswith("./"):
-                        mname = mname[2:]
-                    if mname in ("meta.json", "index.json", "commands.json", "nvml.json"):
-                        fh = tar.extractfile(member)
-                        docs[mname] = load_json(fh.read(), mname) if fh else None
-                    elif mname == "fs" or mname.startswith("fs/"):
-                        path = mname[2:] or "/"
-                        if member.isdir():
-                            snap.put_dir(path)
-                        elif member.issym():
-                            snap.put_link(path, member.linkname)
-                        elif member.isfile():
-                            fh = tar.extractfile(member)
-                            snap.put_file(path, fh.read() if fh else b"")
-                check_tar_end(raw, tar.offset)
+            scanned = scan_tar(raw)
+            if scanned is not None:
+                snap._take_members(raw, scanned[0], docs)
+                check_tar_end(raw, scanned[1])
+            else:
+                snap._take_members_tarfile(raw, name, docs)
         except ShapeError as exc:
             raise SnapshotError(f"{name}: corrupt snapshot ({exc})") from None
         except (tarfile.TarError, EOFError, OSError, ValueError, UnicodeDecodeError) as exc:
@@ -214,6 +200,55 @@ class SnapshotData:
         except (TypeError, ValueError, AttributeError, KeyError) as exc:
             raise SnapshotError(f"{name}: corrupt snapshot (malformed {type(exc).__name__}: {exc})") from None
         return snap
+
+    def _take_members(self, raw: bytes, members: list, docs: dict) -> None:
+        """Members found by the fast pass (:mod:`ccdiag.snapshot_tar`): JSON documents into
+        ``docs``, fs/ entries into this snapshot. Parent directories are added once per new
+        directory, so this is linear in the number of members."""
+        for m in members:
+            mname = m.name[2:] if m.name.startswith("./") else m.name
+            if mname in _DOCS:
+                if m.kind != "file":
+                    raise ShapeError(f"{mname}: not a regular file")
+                docs[mname] = load_json(raw[m.start:m.start + m.size], mname)
+            elif mname == "fs" or mname.startswith("fs/"):
+                path = mname[2:] or "/"
+                if m.kind == "dir":
+                    self.put_dir(path)
+                elif m.kind == "sym":
+                    self.put_link(path, m.linkname)
+                else:
+                    self.put_file(path, raw[m.start:m.start + m.size])
+
+    def _take_members_tarfile(self, raw: bytes, name: str, docs: dict) -> None:
+        """The same through ``tarfile``, for archives the fast pass does not read (another tool's
+        tar, or a damaged one: its refusals are tarfile's, as they always were)."""
+        try:
+            tar = tarfile.open(fileobj=io.BytesIO(raw), mode="r:")
+        except (tarfile.TarError, EOFError, OSError) as exc:
+            first = str(exc).splitlines()[0].rstrip(":") if str(exc) else type(exc).__name__
+            raise SnapshotError(f"{name}: not a ccdiag snapshot (not a readable tar archive: {first})") from None
+        with tar:
+            for member in tar:
+                mname = member.name
+                if mname.startswith("./"):
+                    mname = mname[2:]
+                if mname in _DOCS:
+                    # a symlink here would make extractfile look up its target (KeyError when absent)
+                    if not member.isfile():
+                        raise ShapeError(f"{mname}: not a regular file")
+                    fh = tar.extractfile(member)
+                    docs[mname] = load_json(fh.read(), mname) if fh else None
+                elif mname == "fs" or mname.startswith("fs/"):
+                    path = mname[2:] or "/"
+                    if member.isdir():
+                        self.put_dir(path)
+                    elif member.issym():
+                        self.put_link(path, member.linkname)
+                    elif member.isfile():
+                        fh = tar.extractfile(member)
+                        self.put_file(path, fh.read() if fh else b"")
+            check_tar_end(raw, tar.offset)
 
     def _fill(self, meta: dict, docs: dict) -> None:
         """Populate from the JSON members, checking their shapes (a hand-edited or damaged file
