@@ -57,6 +57,22 @@ def sanitize(text: str) -> str:
     return _CONTROL_RE.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
+# the same, but newline and tab kept: for whole texts (an env file, a TOML policy, a rendered matrix)
+_CONTROL_TEXT_RE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def sanitize_text(text: str) -> str:
+    """Multi-line ``text`` with control characters but newline and tab shown as ``\\xNN``.
+
+    For output written whole (``click.echo`` of a rendered file, a file written with ``-o``): lines
+    stay lines, while a host or device name from a snapshot or paste cannot move the cursor, clear
+    the screen or retitle the window of whoever prints or ``cat``s it. JSON needs none of this
+    (``json.dumps`` escapes every control character)."""
+    if not isinstance(text, str):
+        text = str(text)
+    return _CONTROL_TEXT_RE.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
 def console(stderr: bool = False):
     """A rich Console: colour and boxes on a TTY, plain text otherwise."""
     from rich.console import Console

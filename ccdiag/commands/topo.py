@@ -18,6 +18,7 @@ import click
 from ccdiag.commands.common import host_options, make_host
 from ccdiag.errors import InputError
 from ccdiag.exitcodes import ExitCode
+from ccdiag.output import sanitize_text
 from ccdiag.topology.affinity import limiting_link
 from ccdiag.topology.levels import level_rank
 
@@ -368,7 +369,7 @@ def _write(path: str, text: str) -> None:
     from ccdiag.output import write_atomic
 
     try:
-        write_atomic(path, text)
+        write_atomic(path, sanitize_text(text))
     except OSError as exc:
         raise InputError(f"cannot write {path}: {exc.strerror or exc}") from None
 
