@@ -120,6 +120,29 @@ def table(title: str | None, columns: Iterable[str], rows: Iterable[Iterable[Any
     return t
 
 
+#: above this many cells a table is printed as plain aligned text: rich measures and renders every
+#: cell several times (~30 us each), so a pasted 512-device matrix (262,000 cells) took 8 s
+PLAIN_TABLE_CELLS = 5000
+
+
+def plain_table(title: str | None, columns: Iterable[Any], rows: Iterable[Iterable[Any]]) -> str:
+    """The layout :func:`table` has when piped (left-aligned, two spaces between columns, no
+    borders), built in one pass over the cells; control characters escaped like :func:`sanitize`."""
+    head = [sanitize("" if c is None else str(c)) for c in columns]
+    body = [[sanitize("" if v is None else str(v)) for v in row] for row in rows]
+    widths = [len(c) for c in head]
+    for row in body:
+        for k, v in enumerate(row):
+            if k >= len(widths):
+                widths.append(len(v))
+            elif len(v) > widths[k]:
+                widths[k] = len(v)
+    lines = [sanitize(title)] if title is not None else []
+    for row in [head, *body]:
+        lines.append("  ".join(v.ljust(widths[k]) for k, v in enumerate(row)).rstrip())
+    return "\n".join(lines) + "\n"
+
+
 def write_atomic(path: str, text: str, mode: int = 0o644) -> None:
     """Write ``text`` to ``path`` via a temporary file and rename, so readers never see half a file."""
     directory = os.path.dirname(os.path.abspath(path)) or "."
