@@ -15,6 +15,7 @@ import click
 from ccdiag.commands.common import host_options, make_host
 from ccdiag.errors import InputError, NotEvaluated
 from ccdiag.exitcodes import ExitCode
+from ccdiag.output import sanitize_text
 
 FORMATS = ("text", "env", "nccl.conf", "json")
 
@@ -144,7 +145,7 @@ def command(replay, root, from_smi, log_file, env_file, fmt, as_json, output, to
         if output:
             _write(output, text)
         else:
-            click.echo(text, nl=False)
+            click.echo(sanitize_text(text), nl=False)
         return int(ExitCode.OK)
     _print_text(rec, subject, log, log_file, diffs)
     return int(ExitCode.OK)
@@ -154,7 +155,7 @@ def _write(path: str, text: str) -> None:
     from ccdiag.output import write_atomic
 
     try:
-        write_atomic(path, text)
+        write_atomic(path, sanitize_text(text))
     except OSError as exc:
         raise InputError(f"cannot write {path}: {exc.strerror or exc}") from None
 

@@ -14,6 +14,7 @@ import click
 from ccdiag.commands.common import host_options, make_host
 from ccdiag.errors import InputError, NotEvaluated
 from ccdiag.exitcodes import ExitCode
+from ccdiag.output import sanitize, sanitize_text
 from ccdiag.policy import FIELD_HELP, Policy, PolicyError, file_keys, init_header, load_policy, \
     policy_from_observations, to_toml
 
@@ -59,8 +60,9 @@ def init(replay, root, output, timeout, force):
     topology = build_topology(runs)
     policy = policy_from_observations(runs, topology)
     for line in _unhealthy_signs(runs):
-        click.echo(f"ccdiag: warning: {line}; a policy should come from a healthy node - review it", err=True)
-    text = to_toml(policy, init_header(meta))
+        click.echo(sanitize(f"ccdiag: warning: {line}; a policy should come from a healthy node - review it"), err=True)
+    # the header names the host the snapshot says it came from: shown, never acted on by a terminal
+    text = sanitize_text(to_toml(policy, init_header(meta)))
     if output:
         from ccdiag.output import write_atomic
 
@@ -70,7 +72,7 @@ def init(replay, root, output, timeout, force):
             raise InputError(f"cannot write {output}: {exc.strerror or exc}") from None
         unset = [k for k in ("expected_gpu_count", "gpu_model", "min_pcie_gen", "min_pcie_width",
                              "ib_rate_gbit_s", "expected_ib_ports") if getattr(policy, k) is None]
-        click.echo(f"wrote {output}" + (f" (not observed, left unset: {', '.join(unset)})" if unset else ""),
+        click.echo(sanitize(f"wrote {output}" + (f" (not observed, left unset: {', '.join(unset)})" if unset else "")),
                    err=True)
     else:
         click.echo(text, nl=False)

@@ -18,6 +18,7 @@ import click
 from ccdiag.commands.common import host_options, make_host
 from ccdiag.errors import InputError
 from ccdiag.exitcodes import ExitCode
+from ccdiag.output import sanitize_text
 from ccdiag.topology.affinity import limiting_link
 from ccdiag.topology.levels import level_rank
 
@@ -368,7 +369,7 @@ def _write(path: str, text: str) -> None:
     from ccdiag.output import write_atomic
 
     try:
-        write_atomic(path, text)
+        write_atomic(path, sanitize_text(text))
     except OSError as exc:
         raise InputError(f"cannot write {path}: {exc.strerror or exc}") from None
 
@@ -377,7 +378,7 @@ def _write(path: str, text: str) -> None:
 
 
 def _from_smi(path: str, as_json: bool, output: str | None) -> int:
-    from ccdiag.output import console, emit_json, table
+    from ccdiag.output import PLAIN_TABLE_CELLS, console, emit_json, plain_table, table
     from ccdiag.probes.smi_topo import TopoParseError, parse_topo_matrix, render_matrix, rows_for_table
     from ccdiag.report import build_report
 
@@ -412,7 +413,11 @@ def _from_smi(path: str, as_json: bool, output: str | None) -> int:
     out = console()
     out.print(f"parsed {path}: {len(m.gpus())} GPU(s), {len(m.nics())} NIC(s)"
               + (" (cut short)" if m.truncated else ""))
-    out.print(table("Topology (from pasted nvidia-smi topo -m)", rows[0], rows[1:]))
+    if len(rows) * len(rows[0]) > PLAIN_TABLE_CELLS:
+        # hundreds of devices: aligned text in one pass (a rich table of this size takes seconds)
+        click.echo(plain_table("Topology (from pasted nvidia-smi topo -m)", rows[0], rows[1:]), nl=False)
+    else:
+        out.print(table("Topology (from pasted nvidia-smi topo -m)", rows[0], rows[1:]))
     legend = _nic_legend_line(m)
     if legend:
         out.print(legend)

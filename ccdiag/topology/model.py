@@ -29,6 +29,7 @@ import networkx as nx
 from ccdiag.model import normalize_bdf
 from ccdiag.topology import affinity as _affinity
 from ccdiag.topology.bandwidth import nvlink_gbyte_s
+from ccdiag.topology.fastrows import level_rows
 from ccdiag.topology.levels import UNKNOWN, level_rank
 from ccdiag.topology.pcie_tree import PcieTree
 
@@ -563,9 +564,9 @@ class Topology:
         labels, info = self._matrix_labels_info()
         nodes = [g.node for g in self._gpus] + [n.node for n in self._nics]
         cells: dict[tuple[str, str], str] = {}
-        for i, a in enumerate(nodes):
-            for j, b in enumerate(nodes):
-                cells[(labels[i], labels[j])] = "X" if i == j else self.level(a, b)
+        for la, row in zip(labels, level_rows(self, nodes)):
+            for lb, v in zip(labels, row):
+                cells[(la, lb)] = v
         return labels, cells, info
 
     def _matrix_labels_info(self) -> tuple[list[str], dict[str, dict]]:
@@ -591,7 +592,7 @@ class Topology:
         labels, info = self._matrix_labels_info()
         ends = [g.node for g in self._gpus] + [n.node for n in self._nics]
         # rows built directly (no cell dictionary): a node with thousands of NICs has millions of cells
-        rows = [["X" if i == j else self.level(a, b) for j, b in enumerate(ends)] for i, a in enumerate(ends)]
+        rows = level_rows(self, ends)
         nodes = []
         for n, attrs in sorted(self.graph.nodes(data=True)):
             nodes.append({"id": n, **{k: v for k, v in attrs.items() if k != "nvml"}})
