@@ -97,18 +97,26 @@ def _check_install() -> str | None:
     return None
 
 
+def _say(message: str) -> None:
+    """One line on stderr. Messages quote file names and text read from snapshots or pastes, so
+    terminal control characters in them are shown escaped, never sent to the terminal."""
+    from ccdiag.output import sanitize_text
+
+    click.echo(sanitize_text(message), err=True)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point: maps every outcome to a documented exit code."""
     from ccdiag.errors import CcdiagError
 
     broken = _check_install()
     if broken:
-        click.echo(f"ccdiag: {broken}", err=True)
+        _say(f"ccdiag: {broken}")
         sys.exit(int(ExitCode.INTERNAL))
     try:
         rv = cli.main(args=argv, prog_name="ccdiag", standalone_mode=False)
     except CcdiagError as exc:
-        click.echo(f"ccdiag: {exc}", err=True)
+        _say(f"ccdiag: {exc}")
         sys.exit(int(exc.exit_code))
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
@@ -133,18 +141,18 @@ def main(argv: list[str] | None = None) -> None:
             raise
         broken = _broken_install(exc)
         if broken:
-            click.echo(f"ccdiag: {broken}", err=True)
+            _say(f"ccdiag: {broken}")
             sys.exit(int(ExitCode.INTERNAL))
         from ccdiag.snapshot import SnapshotError
         from ccdiag.stages import StageError
 
         if isinstance(exc, SnapshotError):
-            click.echo(f"ccdiag: {exc}", err=True)
+            _say(f"ccdiag: {exc}")
             sys.exit(int(ExitCode.USAGE))
         where, cause = "", exc
         if isinstance(exc, StageError):
             where, cause = f" in the {exc.stage} stage", exc.cause
-        click.echo(f"ccdiag: internal error{where}: {type(cause).__name__}: {cause} "
-                   f"(set CCDIAG_DEBUG=1 for a traceback, and please report it)", err=True)
+        _say(f"ccdiag: internal error{where}: {type(cause).__name__}: {cause} "
+             f"(set CCDIAG_DEBUG=1 for a traceback, and please report it)")
         sys.exit(int(ExitCode.INTERNAL))
     sys.exit(int(rv) if isinstance(rv, int) else 0)

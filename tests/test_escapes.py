@@ -87,3 +87,12 @@ def test_a_rendered_matrix_written_to_a_file_keeps_no_escapes(tmp_path):
     code, out, err = run("topo", "--from-smi", path, "-o", str(dest))
     assert code == 0, err
     assert not _raw(dest.read_text())
+
+
+def test_error_messages_quoting_a_paste_never_carry_escapes(tmp_path):
+    """An error names what it read (a line of a paste, a file name): that text is shown escaped."""
+    bad = tmp_path / "evil\x1b[2J.txt"
+    bad.write_text("GPU0\x1b]0;pwned\x07\tX\n")
+    code, out, err = run("topo", "--from-smi", str(bad))
+    assert code == 2 and "\x1b" not in err + out and "\x07" not in err + out
+    assert "\\x1b" in err
