@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -42,6 +43,49 @@ def netns_skip_reason() -> str | None:
     return None
 
 
+def _b36(n: int) -> str:
+    digits = "0123456789abcdefghijklmnopqrstuvwxyz"
+    out = ""
+    while True:
+        n, r = divmod(n, 36)
+        out = digits[r] + out
+        if not n:
+            return out
+
+
+_OURS = re.compile(r"^ccdt([0-9a-z]+)x[0-9a-z]+")
+
+
+def _stale(name: str) -> bool:
+    """A name this module made in a test process that no longer runs (a run killed before its
+    clean-up, say at CI's time limit)."""
+    m = _OURS.match(name)
+    return bool(m) and not os.path.exists(f"/proc/{int(m.group(1), 36)}")
+
+
+def sweep_stale() -> None:
+    """Remove the namespaces, links and /etc/hosts lines of test runs that died uncleaned."""
+    ns = _run("ip", "netns", "list", check=False).stdout.split()
+    for name in ns:
+        if _stale(name):
+            _run("ip", "netns", "del", name, check=False)
+    for line in _run("ip", "-o", "link", "show", check=False).stdout.splitlines():
+        parts = line.split(":")
+        if len(parts) > 1:
+            name = parts[1].strip().split("@")[0]
+            if _stale(name):
+                _run("ip", "link", "del", name, check=False)
+    try:
+        with open(HOSTS_FILE) as fh:
+            lines = fh.readlines()
+        kept = [ln for ln in lines if not ("# ccdiag-test " in ln and _stale(ln.rsplit(" ", 1)[-1].strip()))]
+        if len(kept) != len(lines):
+            with open(HOSTS_FILE, "w") as fh:  # in place: /etc/hosts may be a bind mount
+                fh.writelines(kept)
+    except OSError:
+        pass
+
+
 def _run(*argv: str, check: bool = True) -> subprocess.CompletedProcess:
     return subprocess.run(argv, check=check, capture_output=True, text=True, timeout=30)
 
@@ -51,7 +95,7 @@ class NetnsCluster:
 
     def __init__(self, n: int, prefix: str | None = None):
         self.n = n
-        self.prefix = prefix or f"ccdt{os.getpid() % 100000}{next(_COUNTER)}"
+        self.prefix = prefix or f"ccdt{_b36(os.getpid())}x{_b36(next(_COUNTER))}"
         k = 10 + (os.getpid() * 7 + next(_COUNTER)) % 240
         self.subnet = f"10.77.{k}"
         self.bridge = f"{self.prefix}br"[:15]
@@ -67,6 +111,7 @@ class NetnsCluster:
 
     # -- set-up / tear-down -------------------------------------------------------------------
     def up(self) -> "NetnsCluster":
+        sweep_stale()
         try:
             _run("ip", "link", "add", self.bridge, "type", "bridge")
             self._made_bridge = True

@@ -169,3 +169,28 @@ def test_interface_down_named_within_budget_and_every_rank_ends(cluster):
     assert named_at is not None and named_at < budget + 5, out + err[-2000:]
     assert ranks_gone_at is not None and ranks_gone_at < budget + 20, "a rank process outlived its deadline"
     assert "Traceback" not in out + err
+
+
+def test_leftovers_of_a_run_that_died_uncleaned_are_swept_and_live_ones_kept():
+    import subprocess
+
+    import mpinet
+
+    dead = "ccdtzzzzzx1h0"  # pid 60466175 (base 36 'zzzzz') runs nowhere
+    live = f"ccdt{mpinet._b36(os.getpid())}x9h0"
+    for ns in (dead, live):
+        subprocess.run(["ip", "netns", "add", ns], check=True)
+    with open(mpinet.HOSTS_FILE, "a") as fh:
+        fh.write(f"10.77.250.11 {dead} # ccdiag-test ccdtzzzzzx1\n")
+    try:
+        mpinet.sweep_stale()
+        names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        assert dead not in names and live in names
+        assert dead not in open(mpinet.HOSTS_FILE).read()
+    finally:
+        for ns in (dead, live):
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        with open(mpinet.HOSTS_FILE) as fh:
+            lines = [ln for ln in fh if "ccdtzzzzzx1" not in ln]
+        with open(mpinet.HOSTS_FILE, "w") as fh:
+            fh.writelines(lines)
