@@ -134,3 +134,81 @@ def test_link_iface_prefers_mpi_include(monkeypatch):
     assert link_iface(me, peer) == "ib0"
     monkeypatch.setenv("OMPI_MCA_btl_tcp_if_include", "eth0")
     assert link_iface(me, peer) == "eth0"
+
+
+# -- per-interface matching (ccdiag.cluster.ifaces), no MPI, no network ---------------------------
+
+from ccdiag.cluster import ifaces  # noqa: E402
+
+
+def test_select_keeps_up_addressed_fabric_interfaces_only():
+    addrs = {"lo": [("127.0.0.1", "255.0.0.0")], "eth0": [("10.0.0.5", "255.255.255.0")],
+             "ib0": [("10.2.0.5", 16)], "docker0": [("172.17.0.1", "255.255.0.0")],
+             "veth12ab": [("172.17.0.9", 16)], "br-1234": [("172.18.0.1", 16)],
+             "eth2": [("10.3.0.5", 24)], "eth3": [("10.4.0.5", 24)], "eth4": [],
+             "bond0": [("10.5.0.5", 24)], "ens1": [("169.254.3.4", 16)]}
+    up = {n: True for n in addrs}
+    up["eth2"] = False
+    got = ifaces.select(addrs, up, enslaved=["eth3"])
+    assert [(c["name"], c["address"], c["prefix"]) for c in got] == [
+        ("bond0", "10.5.0.5", 24), ("eth0", "10.0.0.5", 24), ("ib0", "10.2.0.5", 16)]
+
+
+def test_select_iface_option_restricts_and_may_name_an_excluded_prefix():
+    addrs = {"eth0": [("10.0.0.5", 24)], "eth1": [("10.1.0.5", 24)], "veth0": [("10.9.0.5", 24)]}
+    up = {n: True for n in addrs}
+    assert [c["name"] for c in ifaces.select(addrs, up, only=["eth1"])] == ["eth1"]
+    assert [c["name"] for c in ifaces.select(addrs, up, only=["veth0", "nosuch"])] == ["veth0"]
+
+
+def _c(name, addr, prefix=24):
+    return {"name": name, "address": addr, "prefix": prefix}
+
+
+def test_common_pairs_match_by_subnet_and_agree_on_both_sides():
+    a = [_c("eth0", "10.0.0.1"), _c("eth1", "10.1.0.1"), _c("ib0", "10.2.0.1", 16)]
+    b = [_c("ens1", "10.1.0.2"), _c("eth0", "10.0.0.2"), _c("ib0", "10.2.7.9", 16), _c("eth9", "192.168.0.2")]
+    ab = ifaces.common_pairs(a, b)
+    assert [(x["name"], y["name"]) for x, y in ab] == [("eth0", "eth0"), ("eth1", "ens1"), ("ib0", "ib0")]
+    ba = ifaces.common_pairs(b, a)
+    # the same steps in the same order on both hosts: their lockstep depends on it
+    assert [(y["address"], x["address"]) for x, y in ba] == [(x["address"], y["address"]) for x, y in ab]
+
+
+def test_common_pairs_leave_out_mismatched_masks_and_same_address():
+    a = [_c("eth0", "10.0.0.1", 24), _c("eth1", "10.1.0.1")]
+    b = [_c("eth0", "10.0.0.2", 16), _c("eth1", "10.1.0.1")]
+    assert ifaces.common_pairs(a, b) == []
+    assert ifaces.network_of(_c("x", "10.1.2.3", 20)) == "10.1.0.0/20"
+
+
+def _row(src, dst, net, iface, mbyte_s, error=None):
+    return {"src_host": src, "dst_host": dst, "net": net, "src_iface": iface, "dst_iface": iface,
+            "src_addr": "?", "dst_addr": "?", "bytes": 1, "mbyte_s": mbyte_s, "error": error}
+
+
+def test_iface_matrices_and_findings_name_the_interface():
+    hosts = ["h0", "h1", "h2", "h3"]
+    results = {}
+    for j, dst in enumerate(hosts):
+        rows = []
+        for src in hosts:
+            if src == dst:
+                continue
+            rows.append(_row(src, dst, "10.0.0.0/24", "eth0", 1000.0))
+            rows.append(_row(src, dst, "10.1.0.0/24", "eth1", 6.0 if dst == "h2" else 1000.0,
+                             "timed out" if (src, dst) == ("h0", "h2") else None))
+        results[j] = {"leader": True, "host": dst, "tcp_rows": rows}
+    for r in results[2]["tcp_rows"]:
+        if r["error"]:
+            r["mbyte_s"] = None  # a failed transfer counts as 0.0
+    mats = pairs.iface_matrices(results, hosts)
+    assert [(m["net"], m["label"]) for m in mats] == [("10.0.0.0/24", "eth0"), ("10.1.0.0/24", "eth1")]
+    assert mats[1]["matrix_gbyte_s"][0][2] == 0.0 and mats[1]["matrix_gbyte_s"][1][2] == 0.006
+    cls0, f0 = pairs.iface_findings(mats[0], 0.5)
+    assert [f.check for f in f0] == ["cluster.iface_pairs"] and "eth0" in f0[0].summary
+    cls1, f1 = pairs.iface_findings(mats[1], 0.5)
+    assert cls1["slow_hosts"] == ["h2"]
+    assert [f.check for f in f1] == ["cluster.iface_host_slow"]
+    assert f1[0].details["iface"] == "eth1" and "h2" in f1[0].summary and "eth1" in f1[0].summary
+    assert "timed out" in pairs.format_iface_rows(mats[1]["rows"])
