@@ -13,13 +13,19 @@ everyone else is a slow link (the path between them).
 
 from __future__ import annotations
 
+import dataclasses
+import socket
 import statistics
 import time
 
-from ccdiag.cluster.mpictx import Deadline, barrier, bcast_obj, gather_to_root, load_numpy, wait_one
+from ccdiag.cluster import ifaces as ifacemod
+from ccdiag.cluster.mpictx import Deadline, DeadlineExpired, barrier, bcast_obj, gather_to_root, load_numpy, wait_one
 from ccdiag.findings import FAIL, PASS, Component, Evidence, Finding
 
 TAG_PAIR = 5000
+#: per round: the partners' candidate lists and per-step listen ports (one tag per round keeps the
+#: rounds apart; within a round MPI's non-overtaking order keeps the steps apart)
+TAG_IFACE = 20000
 
 
 def round_robin(n: int) -> list[list[tuple[int, int]]]:
@@ -56,9 +62,14 @@ def plan(hostnames: dict[int, str]) -> dict:
             "rounds": round_robin(len(hosts))}
 
 
-def measure(comm, ident: dict, size_bytes: int, iters: int, warmup: int, work: Deadline) -> dict:
+def measure(comm, ident: dict, size_bytes: int, iters: int, warmup: int, work: Deadline,
+            per_iface: bool = False, only_ifaces: list[str] | None = None) -> dict:
     """This rank's part of the matrix: as a host's leader, the bandwidth *into* it from each peer
-    (bytes / time of its receive, both directions running at once), median over ``iters``."""
+    (bytes / time of its receive, both directions running at once), the fastest of ``iters``.
+
+    With ``per_iface`` the partners of each round then measure TCP between every pair of their
+    candidate addresses on a common subnet (:func:`measure_ifaces`), so each candidate network
+    gets its own matrix beside MPI's."""
     np = load_numpy()
     got = gather_to_root(comm, ident.get("host", "?"), work.sooner(max(1.0, work.left_s() / 4)))
     the_plan = None
@@ -75,6 +86,9 @@ def measure(comm, ident: dict, size_bytes: int, iters: int, warmup: int, work: D
     sbuf = np.ones(count, dtype=np.float32)
     rbuf = np.empty(count, dtype=np.float32)
     into: dict[str, float] = {}
+    mine = ifacemod.local_candidates(only_ifaces) if per_iface and me is not None else []
+    tcp_rows: list[dict] = []
+    n_rounds = len(the_plan["rounds"])
     for rnd, pairs in enumerate(the_plan["rounds"]):
         barrier(comm, work, f"pairs round {rnd + 1}")
         if me is None:
@@ -95,11 +109,224 @@ def measure(comm, ident: dict, size_bytes: int, iters: int, warmup: int, work: D
                 times.append(t_recv)
         # the fastest exchange: noise only adds time, a slow link is slow every time
         into[hosts[partner]] = size_bytes / min(times) / 1e9
+        if per_iface:
+            # this round's share of what is left, so one dead interface cannot eat the later rounds
+            step_dl = work.sooner(max(0.5, work.left_s() / max(1, n_rounds - rnd)))
+            tcp_rows += measure_ifaces(comm, peer, me < partner, hosts[me], hosts[partner], mine, size_bytes,
+                                       iters, warmup, step_dl, TAG_IFACE + rnd, f"pairs round {rnd + 1} interfaces",
+                                       work=work)
     out = {"host": ident.get("host"), "into_gbyte_s": into, "leader": me is not None}
+    if per_iface:
+        out["candidates"] = mine
+        out["tcp_rows"] = tcp_rows
     if comm.rank == 0:
         out.update(hosts=hosts, rounds=the_plan["rounds"], slots=the_plan["slots"])
         out["matrix"] = True
     return out
+
+
+def exchange_obj(comm, peer: int, obj, deadline: Deadline, stage: str, tag: int):
+    """Send ``obj`` to ``peer`` and receive its object, both ending by ``deadline``.
+
+    Why not ``sendrecv``: it blocks without a deadline; a partner that died would hang this rank.
+    Probes (``improbe``) instead of a pickled ``irecv`` whose object cannot be read after a ``Test``."""
+    load_numpy()  # the same clear error as the rest of the run when the MPI extras are missing
+    sreq = comm.isend(obj, dest=peer, tag=tag)
+    spins = 0
+    while True:
+        msg = comm.improbe(source=peer, tag=tag)
+        if msg is not None:
+            got = msg.recv()
+            break
+        spins += 1
+        if time.monotonic() >= deadline.end:
+            raise DeadlineExpired(stage, [peer], deadline.budget_s)
+        time.sleep(0.0002 if spins < 1000 else 0.002)
+    wait_one(sreq, peer, deadline, stage)
+    return got
+
+
+_CHUNK_BYTES = 1 << 20
+
+
+def _left_s(dl: Deadline) -> float:
+    """A socket timeout from what is left of ``dl``: never 0 (which would mean non-blocking)."""
+    left = dl.left_s()
+    if left <= 0:
+        raise socket.timeout("the step's share of the budget ran out")
+    return max(0.01, left)
+
+
+def _listen(addr: str) -> socket.socket:
+    srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        srv.bind((addr, 0))
+        srv.listen(1)
+    except OSError:
+        srv.close()
+        raise
+    return srv
+
+
+def _tcp_receive(srv: socket.socket, blocks: int, size_bytes: int, warmup: int, dl: Deadline) -> float:
+    """Accept one connection, read ``blocks`` blocks of ``size_bytes`` and return the fastest timed
+    block's bandwidth in MB/s. The first ``warmup`` blocks are left out (TCP slow start); the stream
+    stays full between blocks, so a block's time is the link's steady rate. A 1-byte answer at the
+    end tells the sender every byte arrived, so the next step starts on an idle link."""
+    srv.settimeout(_left_s(dl))
+    conn, _ = srv.accept()
+    with conn:
+        buf = bytearray(_CHUNK_BYTES)
+        view = memoryview(buf)
+        fastest_s = None
+        t_block = time.perf_counter()
+        for k in range(blocks):
+            got = 0
+            while got < size_bytes:
+                conn.settimeout(_left_s(dl))
+                n = conn.recv_into(view[:min(_CHUNK_BYTES, size_bytes - got)])
+                if n == 0:
+                    raise ConnectionError(f"the sender closed after {got} of {size_bytes} bytes")
+                got += n
+            now = time.perf_counter()
+            if k >= warmup:
+                dt = now - t_block
+                fastest_s = dt if fastest_s is None else min(fastest_s, dt)
+            t_block = now
+        conn.settimeout(_left_s(dl))
+        conn.sendall(b"k")
+    return size_bytes / max(fastest_s or 1e-9, 1e-9) / 1e6
+
+
+def _tcp_send(src: dict, dst_addr: str, port: int, blocks: int, size_bytes: int, dl: Deadline) -> None:
+    """Connect from ``src``'s address, bound to its interface (SO_BINDTODEVICE, where allowed), so
+    the bytes leave through the interface under test even when a route would pick another one."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    with s:
+        try:
+            s.setsockopt(socket.SOL_SOCKET, getattr(socket, "SO_BINDTODEVICE", 25), src["name"].encode() + b"\0")
+        except OSError:
+            pass  # no CAP_NET_RAW: the source address alone still selects the interface on a flat subnet
+        s.bind((src["address"], 0))
+        s.settimeout(_left_s(dl))
+        s.connect((dst_addr, port))
+        payload = memoryview(bytes(_CHUNK_BYTES))
+        for _ in range(blocks):
+            sent = 0
+            while sent < size_bytes:
+                s.settimeout(_left_s(dl))
+                n = min(_CHUNK_BYTES, size_bytes - sent)
+                s.sendall(payload[:n])
+                sent += n
+        s.settimeout(_left_s(dl))
+        s.recv(1)
+
+
+def measure_ifaces(comm, peer: int, first: bool, my_host: str, peer_host: str, mine: list[dict],
+                   size_bytes: int, iters: int, warmup: int, round_dl: Deadline, tag: int, stage: str,
+                   work: Deadline | None = None) -> list[dict]:
+    """TCP between this host and its partner of the round over every common subnet, one direction
+    at a time (``first`` sends first), the rows measured *into* this host.
+
+    Every step starts with an MPI exchange (the receiver's listen port), so both hosts walk the
+    same steps in lockstep even when a transfer fails or times out on one side only: a failure is
+    a row with ``mbyte_s`` None and the error, never a hung rank. Socket waits end at this step's
+    share of ``round_dl``; the MPI exchanges end at ``work`` (a silent partner is a fault, named)."""
+    work = work or round_dl
+    theirs = exchange_obj(comm, peer, mine, work, stage, tag)
+    common = ifacemod.common_pairs(mine, theirs if isinstance(theirs, list) else [])
+    blocks = warmup + iters
+    steps = [(mc, pc, sender_first) for mc, pc in common for sender_first in (True, False)]
+    rows = []
+    for k, (mc, pc, sender_first) in enumerate(steps):
+        step_dl = round_dl.sooner(max(0.2, round_dl.left_s() / (len(steps) - k)))
+        i_send = sender_first == first
+        net = ifacemod.network_of(mc)
+        if i_send:
+            reply = exchange_obj(comm, peer, {"step": k, "port": None}, work, stage, tag)
+            port = reply.get("port") if isinstance(reply, dict) and reply.get("step") == k else None
+            if port:
+                try:
+                    _tcp_send(mc, pc["address"], int(port), blocks, size_bytes, step_dl)
+                except OSError:
+                    pass  # the receiver records the failure: its row is the one reported
+            continue
+        row = {"src_host": peer_host, "dst_host": my_host, "net": net, "src_iface": pc["name"],
+               "dst_iface": mc["name"], "src_addr": pc["address"], "dst_addr": mc["address"],
+               "bytes": size_bytes, "mbyte_s": None, "error": None}
+        srv = None
+        try:
+            srv = _listen(mc["address"])
+            port = srv.getsockname()[1]
+        except OSError as exc:
+            row["error"] = f"cannot listen on {mc['address']}: {exc}"
+            port = None
+        exchange_obj(comm, peer, {"step": k, "port": port}, work, stage, tag)
+        if srv is not None:
+            try:
+                row["mbyte_s"] = _tcp_receive(srv, blocks, size_bytes, warmup, step_dl)
+            except (OSError, ConnectionError) as exc:
+                row["error"] = ("timed out: not done within this step's share of the budget"
+                                if isinstance(exc, socket.timeout) else f"{type(exc).__name__}: {exc}")
+            finally:
+                srv.close()
+        rows.append(row)
+    return rows
+
+
+def iface_matrices(results: dict[int, dict], hosts: list[str]) -> list[dict]:
+    """One matrix per subnet from the leaders' ``tcp_rows``: the hosts on it (in plan order), the
+    interface each uses there, m[i][j] in GB/s from host i to host j (0.0 for a transfer that
+    failed: an interface that carries nothing is the slowest there is), and the label findings use
+    (the interface name, or ``a|b`` when the hosts name it differently)."""
+    rows = [r for res in results.values() if res and res.get("leader") for r in res.get("tcp_rows", [])]
+    nets: dict[str, list[dict]] = {}
+    for r in rows:
+        nets.setdefault(r["net"], []).append(r)
+    out = []
+    for net in sorted(nets):
+        names: dict[str, str] = {}
+        for r in nets[net]:
+            names.setdefault(r["src_host"], r["src_iface"])
+            names.setdefault(r["dst_host"], r["dst_iface"])
+        on = [h for h in hosts if h in names]
+        idx = {h: i for i, h in enumerate(on)}
+        m: list[list[float | None]] = [[None] * len(on) for _ in on]
+        for r in nets[net]:
+            v = r["mbyte_s"]
+            m[idx[r["src_host"]]][idx[r["dst_host"]]] = (v / 1000) if v is not None else 0.0
+        label = "|".join(sorted(set(names.values())))
+        out.append({"net": net, "label": label, "hosts": on, "ifaces": {h: names[h] for h in on},
+                    "matrix_gbyte_s": m, "rows": nets[net]})
+    return out
+
+
+_IFACE_CHECK = {"cluster.host_slow": "cluster.iface_host_slow", "cluster.link_slow": "cluster.iface_link_slow",
+                "cluster.pairs": "cluster.iface_pairs"}
+
+
+def iface_findings(mat: dict, margin: float) -> tuple[dict, list[Finding]]:
+    """Slow host vs slow link on one subnet's matrix: the same analysis as MPI's matrix, findings
+    under their own check names (``cluster.iface_*``) naming the interface and subnet, so "eth1 is
+    slow into nodeh2" stands apart from a healthy eth0 and from MPI's own figures."""
+    hosts = mat["hosts"]
+    cls = classify(mat["matrix_gbyte_s"], hosts, margin)
+    where = f"{mat['label']} ({mat['net']})"
+    out = []
+    for f in findings(cls, hosts, where, margin):
+        details = dict(f.details, net=mat["net"], iface=mat["label"])
+        if f.check == "cluster.host_slow":
+            details["iface"] = mat["ifaces"].get(f.details.get("host"), mat["label"])
+        comp = dataclasses.replace(f.component, name=f"{f.component.name} over {where}", device=mat["label"])
+        out.append(dataclasses.replace(f, check=_IFACE_CHECK.get(f.check, f.check), component=comp,
+                                       details=details))
+    return cls, out
+
+
+def format_iface_rows(rows: list[dict]) -> str:
+    """The failed transfers, one line each (the matrix shows them as 0.0)."""
+    return "\n".join(f"# {r['src_host']} ({r['src_addr']}) -> {r['dst_host']} ({r['dst_addr']}) over "
+                     f"{r['dst_iface']}: {r['error']}" for r in rows if r.get("error"))
 
 
 def merge_matrix(results: dict[int, dict], hosts: list[str]) -> list[list[float | None]]:
@@ -190,3 +417,78 @@ def format_matrix(m, hosts: list[str], iface: str, size_bytes: int, rounds: int)
         cells = [f"{'-':>{w}}" if v is None else f"{v * 1000:>{w}.1f}" for v in m[i]]
         lines.append(f" {h:<{w}} " + " ".join(cells))
     return "\n".join(lines)
+
+
+def run(size_bytes: int, iters: int, warmup: int, budget_s: float, as_json: bool, hostfile_out: str | None,
+        margin: float, only_ifaces: list[str] | None = None) -> int:
+    """``ccdiag bench pairs``: MPI's matrix (as :func:`ccdiag.cluster.benchrun.pairs`), then one TCP
+    matrix per candidate subnet with its own slow host / slow link analysis.
+
+    Why a second entry point instead of growing benchrun's: the per-interface part is owned here
+    with the measurement; the MPI half of the report is built the same way, from benchrun's helpers."""
+    from ccdiag.cluster import order as ordermod
+    from ccdiag.cluster.benchrun import _doc, _emit, _fault_text, _verdict
+    from ccdiag.cluster.mpictx import link_iface
+    from ccdiag.cluster.runner import run_ranks
+
+    def body(comm, work, ident):
+        return measure(comm, ident, size_bytes, iters, warmup, work, per_iface=True, only_ifaces=only_ifaces)
+
+    def report(outcome) -> int:
+        results = outcome.results()
+        found: list[Finding] = []
+        extra: dict = {}
+        text: list[str] = []
+        res0 = results.get(0)
+        if res0 and res0.get("matrix") is not None and not outcome.missing and not outcome.errors:
+            hosts = res0["hosts"]
+            matrix = merge_matrix(results, hosts)
+            idents = outcome.idents()
+            lead = [r for r, res in sorted(results.items()) if res.get("leader")]
+            iface = link_iface(idents.get(lead[0], {}), idents.get(lead[1], {})) if len(lead) > 1 else "?"
+            cls = classify(matrix, hosts, margin)
+            found = findings(cls, hosts, iface, margin)
+            rec = ordermod.recommend(matrix, hosts, cls["slow_hosts"])
+            extra = {"hosts": hosts, "iface": iface, "size_bytes": size_bytes, "rounds": res0["rounds"],
+                     "matrix_gbyte_s": matrix, "classification": cls, "ring_order": rec}
+            text.append(format_matrix(matrix, hosts, iface, size_bytes, len(res0["rounds"])))
+            nets = []
+            for mat in iface_matrices(results, hosts):
+                icls, ifs = iface_findings(mat, margin)
+                found += ifs
+                nets.append({"net": mat["net"], "iface": mat["label"], "hosts": mat["hosts"], "ifaces": mat["ifaces"],
+                             "matrix_mbyte_s": [[None if v is None else round(v * 1000, 3) for v in row]
+                                                for row in mat["matrix_gbyte_s"]],
+                             "classification": icls,
+                             "pairs": [{k: r[k] for k in ("src_host", "dst_host", "src_iface", "dst_iface",
+                                                          "src_addr", "dst_addr", "bytes", "mbyte_s", "error")}
+                                       for r in mat["rows"]]})
+                text.append(format_matrix(mat["matrix_gbyte_s"], mat["hosts"],
+                                          f"{mat['label']} ({mat['net']}, TCP)", size_bytes, len(res0["rounds"])))
+                failed = format_iface_rows(mat["rows"])
+                if failed:
+                    text.append(failed)
+            cands = {res.get("host"): res.get("candidates", []) for res in results.values() if res.get("leader")}
+            extra["ifaces"] = {"only": list(only_ifaces or []), "candidates": cands, "networks": nets}
+            if not nets:
+                text.append("# no candidate interface shared a subnet between hosts: no per-interface matrix"
+                            + (f" (--iface {', '.join(only_ifaces)})" if only_ifaces else ""))
+            text.append(ordermod.format_recommendation(rec))
+            if hostfile_out:
+                slots = res0.get("slots", {})
+                written = ordermod.write_hostfiles(hostfile_out, rec["order"], slots=slots,
+                                                   note=f"ring order by ccdiag: predicted bottleneck "
+                                                        f"{rec['predicted_busbw_gbyte_s'] * 1000:.1f} MB/s")
+                extra["hostfiles"] = written
+                text.append(f"# hostfiles written: {', '.join(written)}")
+        code = _verdict(found, outcome)
+        for f in found:
+            if f.status == FAIL:
+                text.append(f"FAIL {f.check}: {f.summary}")
+        ft = _fault_text(outcome)
+        if ft:
+            text.append(ft)
+        _emit(_doc("bench.pairs", outcome, found, code, **extra), as_json, "\n".join(text))
+        return code
+
+    return run_ranks(budget_s, body, report)

@@ -75,12 +75,16 @@ def allreduce(sizes, begin, end, factor, iters, warmup, budget, as_json, hostfil
 
 @click.command(name="pairs")
 @_common
-def pairs(sizes, begin, end, factor, iters, warmup, budget, as_json, hostfile_out, margin):
-    """Every host pair in N-1 rounds of disjoint pairs: slow host vs slow link, best ring order."""
-    from ccdiag.cluster import benchrun
+@click.option("--iface", "only_ifaces", multiple=True, metavar="NAME",
+              help="Measure the per-interface TCP matrix only over this interface (repeatable); "
+                   "default: every interface that is up, IPv4-addressed and not loopback/container/bridge.")
+def pairs(sizes, begin, end, factor, iters, warmup, budget, as_json, hostfile_out, margin, only_ifaces):
+    """Every host pair in N-1 rounds of disjoint pairs, over MPI and over TCP on each candidate
+    interface: slow host vs slow link per interface, best ring order."""
+    from ccdiag.cluster import pairs as pairmod
 
     size_list = _sizes(sizes, begin, end, factor)
-    return benchrun.pairs(size_list[-1], iters, warmup, budget, as_json, hostfile_out, margin)
+    return pairmod.run(size_list[-1], iters, warmup, budget, as_json, hostfile_out, margin, list(only_ifaces))
 
 
 def _emit(doc: dict) -> None:
