@@ -6,9 +6,10 @@ exercised with ranks on different network stacks, a real ``mpirun`` and a link t
 agent), so ``gethostname()`` in a rank says which "host" it runs on, as on a real cluster.
 
 Every name carries a unique prefix (``ccdt`` + pid + a counter) and every address is in
-``10.77.<k>.0/24`` with ``<k>`` chosen from the pid, so concurrent runs on one machine never share
+``10.77.<k>.0/24`` (a second network, when asked for: ``10.78.<k>.0/24``) with ``<k>`` chosen from
+the pid, so concurrent runs on one machine never share
 a namespace, a link or a subnet; only addresses of the hosts made here receive traffic.
-:meth:`NetnsCluster.close` removes everything (namespaces, bridge, veths, ``/etc/hosts`` lines,
+:meth:`NetnsCluster.close` removes everything (namespaces, bridges, veths, ``/etc/hosts`` lines,
 processes it started) and is safe to call twice or after a half-finished set-up.
 """
 
@@ -91,9 +92,13 @@ def _run(*argv: str, check: bool = True) -> subprocess.CompletedProcess:
 
 
 class NetnsCluster:
-    """``n`` namespaced hosts on one bridge; ``hosts[i]`` is a host name that resolves to its address."""
+    """``n`` namespaced hosts on one bridge; ``hosts[i]`` is a host name that resolves to its address.
 
-    def __init__(self, n: int, prefix: str | None = None):
+    ``nets=2`` gives every host a second interface, ``eth1`` in ``10.78.<k>.0/24`` on a bridge of its
+    own: the management-plus-data-network node, where one network can be slow while the other is
+    fine. MPI (and the host names) stay on ``eth0``; the second network is reached by address."""
+
+    def __init__(self, n: int, prefix: str | None = None, nets: int = 1):
         self.n = n
         self.prefix = prefix or f"ccdt{_b36(os.getpid())}x{_b36(next(_COUNTER))}"
         k = 10 + (os.getpid() * 7 + next(_COUNTER)) % 240
@@ -102,12 +107,18 @@ class NetnsCluster:
         self.hosts = [f"{self.prefix}h{i}" for i in range(n)]
         self.veths = [f"{self.prefix}v{i}"[:15] for i in range(n)]
         self.addrs = [f"{self.subnet}.{11 + i}" for i in range(n)]
+        self.nets = nets
+        self.subnet2 = f"10.78.{k}"
+        self.bridge2 = f"{self.prefix}b2"[:15]
+        self.veths2 = [f"{self.prefix}w{i}"[:15] for i in range(n)] if nets > 1 else []
+        self.addrs2 = [f"{self.subnet2}.{11 + i}" for i in range(n)] if nets > 1 else []
         self.dir = tempfile.mkdtemp(prefix=self.prefix)
         self.rsh = os.path.join(self.dir, "rsh")
         self.procs: list[subprocess.Popen] = []
         self._marker = f"# ccdiag-test {self.prefix}"
         self._made_ns: list[str] = []
         self._made_bridge = False
+        self._made_bridge2 = False
 
     # -- set-up / tear-down -------------------------------------------------------------------
     def up(self) -> "NetnsCluster":
@@ -125,6 +136,16 @@ class NetnsCluster:
                 _run("ip", "-n", host, "addr", "add", f"{addr}/24", "dev", "eth0")
                 _run("ip", "-n", host, "link", "set", "eth0", "up")
                 _run("ip", "-n", host, "link", "set", "lo", "up")
+            if self.nets > 1:
+                _run("ip", "link", "add", self.bridge2, "type", "bridge")
+                self._made_bridge2 = True
+                _run("ip", "link", "set", self.bridge2, "up")
+                _run("ip", "addr", "add", f"{self.subnet2}.1/24", "dev", self.bridge2)
+                for host, veth, addr in zip(self.hosts, self.veths2, self.addrs2):
+                    _run("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth1", "netns", host)
+                    _run("ip", "link", "set", veth, "master", self.bridge2, "up")
+                    _run("ip", "-n", host, "addr", "add", f"{addr}/24", "dev", "eth1")
+                    _run("ip", "-n", host, "link", "set", "eth1", "up")
             with open(HOSTS_FILE, "a") as fh:
                 for host, addr in zip(self.hosts, self.addrs):
                     fh.write(f"{addr} {host} {self._marker}\n")
@@ -154,11 +175,14 @@ class NetnsCluster:
         for host in self._made_ns:
             _run("ip", "netns", "del", host, check=False)
         self._made_ns = []
-        for veth in self.veths:
+        for veth in self.veths + self.veths2:
             _run("ip", "link", "del", veth, check=False)
         if self._made_bridge:
             _run("ip", "link", "del", self.bridge, check=False)
             self._made_bridge = False
+        if self._made_bridge2:
+            _run("ip", "link", "del", self.bridge2, check=False)
+            self._made_bridge2 = False
         try:
             with open(HOSTS_FILE) as fh:
                 lines = fh.readlines()
@@ -188,10 +212,20 @@ class NetnsCluster:
         self.close()
 
     # -- faults ---------------------------------------------------------------------------------
-    def slow_host(self, i: int, rate: str = "50mbit") -> None:
-        """Everything sent *to* host ``i`` passes a token bucket of ``rate``."""
-        _run("tc", "qdisc", "add", "dev", self.veths[i], "root", "tbf", "rate", rate,
-             "burst", "32kbit", "latency", "50ms")
+    def slow_host(self, i: int, rate: str = "50mbit", net: int = 0, burst: str = "32kbit") -> None:
+        """Everything sent *to* host ``i`` (over its ``eth<net>``) passes a token bucket of ``rate``
+        (replacing a line rate set before, so a host can be capped first and slowed after)."""
+        dev = self.veths2[i] if net == 1 else self.veths[i]
+        _run("tc", "qdisc", "replace", "dev", dev, "root", "tbf", "rate", rate,
+             "burst", burst, "latency", "50ms")
+
+    def line_rate(self, rate: str = "1gbit") -> None:
+        """Every host's every interface at ``rate``, like NICs with a line rate. Why: TCP over a
+        bare veth runs at memory speed, so on a loaded 2-core machine its figures follow the CPU
+        scheduler, not the link; at a line rate a transfer measures the link, as on a cluster."""
+        for net in range(self.nets):
+            for i in range(self.n):
+                self.slow_host(i, rate, net=net, burst="4mbit")
 
     def slow_link(self, src: int, dst: int, rate: str = "50mbit") -> bool:
         """Only traffic from host ``src`` to host ``dst`` is slowed (htb + u32 filter); False when

@@ -59,7 +59,9 @@ def test_slow_host_named_by_ring_hops_and_pairs_and_ordered_where_it_costs_least
     doc = _json(out)
     assert doc["classification"]["slow_hosts"] == [slow]
     assert doc["classification"]["slow_links"] == []
-    assert [f["check"] for f in doc["findings"] if f["status"] == "fail"] == ["cluster.host_slow"]
+    # MPI's own matrix; the per-interface TCP matrices (cluster.iface_*) have their own test
+    assert [f["check"] for f in doc["findings"]
+            if f["status"] == "fail" and not f["check"].startswith("cluster.iface_")] == ["cluster.host_slow"]
     assert len(doc["rounds"]) == 3
     rec = doc["ring_order"]
     # 'avoid' for a slow host: it stays in the full order, between the peers it reaches best, and
@@ -194,3 +196,42 @@ def test_leftovers_of_a_run_that_died_uncleaned_are_swept_and_live_ones_kept():
             lines = [ln for ln in fh if "ccdtzzzzzx1" not in ln]
         with open(mpinet.HOSTS_FILE, "w") as fh:
             fh.writelines(lines)
+
+
+def test_pairs_per_interface_names_the_slow_host_on_its_second_network_only():
+    """Two networks per host (eth0: MPI's, eth1: a second data network); only nodeh2's eth1 is
+    shaped. MPI's matrix and eth0's TCP matrix are clean; eth1's names exactly that host there.
+    Every interface runs at a 1 Gbit/s line rate (see NetnsCluster.line_rate), the shaped one at
+    50 Mbit/s: about 6 MB per direction into it, ~1 s per round."""
+    c = NetnsCluster(4, nets=2)
+    try:
+        c.up()
+        c.line_rate("1gbit")
+        c.slow_host(2, net=1)
+        slow = c.hosts[2]
+        argv = c.mpirun_argv() + python_argv("bench", "pairs", "--sizes", "2M", "--iters", "3", "--warmup", "1",
+                                             "--margin", "0.7", "--budget", "40", "--json")
+        rc, out, err, dt = c.run(argv, 90)
+        assert rc == 1, out[-3000:] + err[-2000:]
+        assert "Traceback" not in out + err
+        doc = _json(out)
+        assert doc["classification"]["slow_hosts"] == [] and doc["classification"]["slow_links"] == []
+        nets = {n["net"]: n for n in doc["ifaces"]["networks"]}
+        eth0, eth1 = nets[f"{c.subnet}.0/24"], nets[f"{c.subnet2}.0/24"]
+        assert eth0["iface"] == "eth0" and eth1["iface"] == "eth1"
+        assert eth0["hosts"] == eth1["hosts"] == c.hosts
+        assert eth0["classification"]["slow_hosts"] == [] and eth0["classification"]["slow_links"] == []
+        assert eth1["classification"]["slow_hosts"] == [slow] and eth1["classification"]["slow_links"] == []
+        # every (host pair, interface) measured in both directions, none failed
+        for n in (eth0, eth1):
+            assert len(n["pairs"]) == 12 and all(p["mbyte_s"] for p in n["pairs"]), n["pairs"]
+        into_slow = [p["mbyte_s"] for p in eth1["pairs"] if p["dst_host"] == slow]
+        assert max(into_slow) < 10, into_slow  # 50 Mbit/s = 6.25 MB/s
+        failed = [f for f in doc["findings"] if f["status"] == "fail"]
+        assert [f["check"] for f in failed] == ["cluster.iface_host_slow"], failed
+        assert failed[0]["details"]["host"] == slow and failed[0]["details"]["iface"] == "eth1"
+        assert "eth1" in failed[0]["summary"] and "eth0" not in failed[0]["summary"]
+        assert dt < 60
+    finally:
+        c.close()
+    assert c.prefix not in open("/etc/hosts").read()
