@@ -46,11 +46,13 @@ def test_slow_host_named_by_ring_hops_and_pairs_and_ordered_where_it_costs_least
     assert rc == 1, err[-2000:]
     doc = _json(out)
     assert all(a["wrong"] == 0 for row in doc["sizes"] for a in row["algos"].values())
-    failed = [f for f in doc["findings"] if f["status"] == "fail"]
-    assert len(failed) == 1, failed
-    d = failed[0]["details"]
+    failed = [f["details"] for f in doc["findings"] if f["status"] == "fail"]
+    hops = {(d["src_rank"], d["dst_rank"]) for d in failed}
+    # the hop into the slowed host is named; the hop out of it may be too (its TCP acknowledgements
+    # queue behind the incoming data on the shaped link), and no hop that does not touch it is
+    assert (1, 2) in hops and hops <= {(1, 2), (2, 3)}, failed
+    d = next(d for d in failed if (d["src_rank"], d["dst_rank"]) == (1, 2))
     assert (d["src_host"], d["dst_host"], d["iface"]) == (c.hosts[1], slow, "eth0")
-    assert (d["src_rank"], d["dst_rank"]) == (1, 2)
 
     hf = str(tmp_path / "ring.hosts")
     rc, out, err, dt = c.run(c.mpirun_argv() + python_argv("bench", "pairs", *PAIRS, "--budget", "40", "--json",

@@ -421,11 +421,9 @@ def format_matrix(m, hosts: list[str], iface: str, size_bytes: int, rounds: int)
 
 def run(size_bytes: int, iters: int, warmup: int, budget_s: float, as_json: bool, hostfile_out: str | None,
         margin: float, only_ifaces: list[str] | None = None) -> int:
-    """``ccdiag bench pairs``: MPI's matrix (as :func:`ccdiag.cluster.benchrun.pairs`), then one TCP
-    matrix per candidate subnet with its own slow host / slow link analysis.
-
-    Why a second entry point instead of growing benchrun's: the per-interface part is owned here
-    with the measurement; the MPI half of the report is built the same way, from benchrun's helpers."""
+    """``ccdiag bench pairs``: MPI's own matrix, then one TCP matrix per candidate subnet, each with
+    its own slow host / slow link analysis; the report is assembled with benchrun's helpers, like
+    ``ccdiag bench allreduce``'s."""
     from ccdiag.cluster import order as ordermod
     from ccdiag.cluster.benchrun import _doc, _emit, _fault_text, _verdict
     from ccdiag.cluster.mpictx import link_iface
