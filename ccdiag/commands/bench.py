@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import sys
 import time
+from dataclasses import dataclass
+from typing import Any
 
 import click
 
@@ -60,17 +62,29 @@ def _load_policy(policy_file):
         raise InputError(str(exc)) from None
 
 
-def _observe(replay, root, policy, deadline_s: float):
-    """The node's observations and topology (the same probes `ccdiag check` reads)."""
-    from ccdiag.checkrun import close_host, evaluate
+@dataclass(frozen=True)
+class Observed:
+    """What the benchmarks are judged against: the probes' runs, the topology, the host's metadata."""
+
+    runs: dict
+    topology: Any
+    meta: dict
+
+    @property
+    def hostname(self) -> str | None:
+        return self.meta.get("hostname")
+
+
+def _observe(replay, root, deadline_s: float):
+    """The node's topology, read by the same probes and builder as `ccdiag topo` (no check runs:
+    nothing here is judged but the benchmarks). The host is closed before any engine starts, so
+    NVML is not held while CUDA child processes work."""
+    from ccdiag.commands.topo import gather
 
     host = make_host(replay, root)
-    try:
-        result = evaluate(host, policy, deadline_s=deadline_s, load_links=False)
-    except BaseException:
-        close_host(host)
-        raise
-    return host, result
+    meta = host.meta()
+    runs, topology, _, _ = gather(host, timeout=deadline_s)
+    return host, Observed(runs, topology, meta)
 
 
 def _progress():
@@ -109,7 +123,6 @@ def run_command(names, replay, root, as_json, output, budget, size_bytes, iters,
     """Run benchmarks on this node (the default: `ccdiag bench [NAME...]` means `ccdiag bench run [NAME...]`)."""
     from ccdiag.bench.registry import BenchContext
     from ccdiag.bench.runner import exit_code, resolve, run_benchmarks
-    from ccdiag.checkrun import close_host
 
     bad = [n for n in names if n.startswith("-")]
     if bad:
@@ -120,19 +133,16 @@ def run_command(names, replay, root, as_json, output, budget, size_bytes, iters,
         raise click.UsageError(str(exc)) from None
     policy = _load_policy(policy_file)
     t0 = time.monotonic()
-    host, observed = _observe(replay, root, policy, deadline_s=min(30.0, budget))
+    host, observed = _observe(replay, root, deadline_s=min(30.0, budget))
     prog, tick = _progress()
     ctx = BenchContext(host=host, topology=observed.topology, runs=observed.runs, policy=policy,
                        size_bytes=size_bytes, iters=iters, quick=quick, progress=tick,
                        deadline=t0 + budget)
-    try:
-        if prog is not None:
-            with prog:
-                results = run_benchmarks(names, ctx)
-        else:
+    if prog is not None:
+        with prog:
             results = run_benchmarks(names, ctx)
-    finally:
-        close_host(host)
+    else:
+        results = run_benchmarks(names, ctx)
     code = exit_code(results, strict)
     doc = None
     if as_json or output:
@@ -165,14 +175,10 @@ def bench_report(observed, results, code, replay, duration_s: float) -> dict:
 def list_command(replay, root, as_json):
     """Each benchmark, what it measures, and whether it can run here (and why not)."""
     from ccdiag.bench.registry import BenchContext, load_all
-    from ccdiag.checkrun import close_host
 
-    host, observed = _observe(replay, root, None, deadline_s=20.0)
-    try:
-        ctx = BenchContext(host=host, topology=observed.topology, runs=observed.runs)
-        rows = [(b.name, b.what, b.applicable(ctx)) for b in load_all().values()]
-    finally:
-        close_host(host)
+    host, observed = _observe(replay, root, deadline_s=20.0)
+    ctx = BenchContext(host=host, topology=observed.topology, runs=observed.runs)
+    rows = [(b.name, b.what, b.applicable(ctx)) for b in load_all().values()]
     if as_json:
         from ccdiag.output import emit_json
 
@@ -228,10 +234,7 @@ def import_command(files, replay, root, from_smi, as_json, policy_file, strict, 
         except TopoParseError as exc:
             raise InputError(f"{from_smi}: not an nvidia-smi topo -m matrix: {exc}") from None
     else:
-        from ccdiag.checkrun import close_host
-
-        host, observed = _observe(replay, root, policy, deadline_s=20.0)
-        close_host(host)
+        _, observed = _observe(replay, root, deadline_s=20.0)
         topology = observed.topology
     results = []
     for f, text in texts:
