@@ -154,3 +154,20 @@ def test_pyverbs_jobs_pair_each_port_with_its_own_gpu_and_host_memory(healthy):
     assert len(jobs) == 16 and len(gpu_jobs) == 8
     j0 = next(j for j in gpu_jobs if j["device"] == "mlx5_0")
     assert j0["src"] == "GPU0" and j0["cuda_device"] == 0 and "PIX" in j0["note"]
+
+
+def test_roce_gid_index_is_the_one_nccl_would_pick(healthy):
+    """Read with `ccdiag nccl`'s own GID reading: a RoCE v2 GID holding an IPv4 address first."""
+    from ccdiag.probes.infiniband import Gid, IbDevice, IbObservation, IbPort
+    from ccdiag.probing import ProbeRun
+
+    port = IbPort(1, state="ACTIVE", link_layer="Ethernet", gids=(
+        Gid(0, "fe80:0000:0000:0000:0a00:27ff:fe00:0001", "IB/RoCE v1"),
+        Gid(1, "fe80:0000:0000:0000:0a00:27ff:fe00:0001", "RoCE v2"),
+        Gid(2, "0000:0000:0000:0000:0000:ffff:0a00:0001", "IB/RoCE v1"),
+        Gid(3, "0000:0000:0000:0000:0000:ffff:0a00:0001", "RoCE v2")))
+    data = IbObservation(devices=(IbDevice("mlx5_0", ports=(port,)),))
+    runs, topo = healthy
+    ctx = context({**runs, "infiniband": ProbeRun("infiniband", "ok", 0.0, data)}, topo, env=None)
+    assert ib_write._gid_index(ctx, "mlx5_0", 1) == 3
+    assert ib_write._gid_index(ctx, "mlx5_9", 1) is None

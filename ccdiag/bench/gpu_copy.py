@@ -17,7 +17,7 @@ from ccdiag.bench import expected as exp
 from ccdiag.bench.judge import judge, judge_against_peers
 from ccdiag.bench.localize import localize
 from ccdiag.bench.registry import Benchmark, BenchContext, module_missing, register
-from ccdiag.bench.result import ERROR, PARTIAL, RAN, SKIP, TIMEOUT, BenchResult, Measurement
+from ccdiag.bench.result import ERROR, PARTIAL, RAN, TIMEOUT, BenchResult, Measurement
 from ccdiag.findings import PASS, UNKNOWN, WARN, Component, Evidence, Finding
 
 ENGINE = "cupy-ce"
@@ -214,7 +214,3 @@ def run_group(names: list[str], ctx: BenchContext, budget_s: float) -> dict[str,
 
     run = run_worker(worker_request(names, ctx), budget_s, on_line=on_line, env=ctx.env)
     return results_from_run(names, ctx, run, budget_s)
-
-
-def skipped(name: str, reason: str) -> BenchResult:
-    return BenchResult(name, SKIP, reason=reason)

@@ -160,17 +160,18 @@ class IbWrite(Benchmark):
 
 
 def _gid_index(ctx: BenchContext, nic: str, port: int) -> int | None:
-    """The RoCEv2 GID index the infiniband probe saw for this port (what NCCL would pick)."""
+    """The RoCE v2 GID index of this port that NCCL would pick (IPv4-mapped first), from the
+    infiniband probe, read the way `ccdiag nccl` reads it."""
+    from ccdiag.nccl.layout import gid_facts
+
     ib = ctx.runs.get("infiniband") if ctx.runs else None
-    data = getattr(ib, "data", None)
-    for dev in getattr(data, "devices", ()) or ():
-        if getattr(dev, "name", None) != nic:
+    for dev in getattr(getattr(ib, "data", None), "devices", ()) or ():
+        if dev.name != nic:
             continue
-        for p in getattr(dev, "ports", ()) or ():
-            if getattr(p, "port", None) == port:
-                for g in getattr(p, "gids", ()) or ():
-                    if "v2" in str(getattr(g, "type", "")).lower() and getattr(g, "index", None) is not None:
-                        return int(g.index)
+        for p in dev.ports:
+            if p.port == port:
+                v2_ipv4, v2, _ = gid_facts(p)
+                return (v2_ipv4 or v2 or (None,))[0]
     return None
 
 

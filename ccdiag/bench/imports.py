@@ -18,7 +18,6 @@ link's rate (nccl-tests issues #153 and #212), so such figures are reported, nev
 from __future__ import annotations
 
 import re
-import statistics
 from typing import Any
 
 from ccdiag.bench import expected as exp
@@ -288,8 +287,3 @@ def import_file(text: str, topology: Any, policy: Any, source: str, perftest_uni
     for bench in sorted({m.bench for m in ms}):
         res.findings += localize(bench, [m for m in ms if m.bench == bench], real)
     return res
-
-
-def summary_gbyte_s(ms: list[Measurement]) -> float | None:
-    vals = [m.gbyte_s for m in ms if m.gbyte_s is not None]
-    return statistics.median(vals) if vals else None

@@ -65,7 +65,8 @@ class Layout:
         return near, next(lv for _, lv in cands if level_rank(lv) == best)
 
 
-def _gid_facts(port: Any) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+def gid_facts(port: Any) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """A port's populated GID indexes: (RoCE v2 with an IPv4-mapped address, RoCE v2, v1)."""
     v2, v2_ipv4, v1 = [], [], []
     for g in getattr(port, "gids", ()) or ():
         kind = (g.type or "").lower()
@@ -112,7 +113,7 @@ def layout_from_topology(topo: Any, runs: Mapping[str, Any] | None = None) -> La
         for d in ib.devices:
             facts = []
             for p in d.ports:
-                v2_ipv4, v2, v1 = _gid_facts(p)
+                v2_ipv4, v2, v1 = gid_facts(p)
                 netdev = next((g.netdev for g in (p.gids or ()) if g.netdev), None) or \
                     (d.netdevs[0] if d.netdevs else None)
                 facts.append(PortFacts(d.name, p.port, p.state, p.link_layer, p.rate_gbit_s, v2_ipv4, v2, v1, netdev))
