@@ -49,6 +49,21 @@ class SystemObservation:
 
 
 # -- parsers (pure) ------------------------------------------------------------------------------
+def cpulist_cpus(text: str | None, max_cpu: int = 65535) -> set[int]:
+    """The CPUs of a kernel cpulist ("0-3,8" -> {0, 1, 2, 3, 8}); parts that are not numbers, and
+    CPUs above ``max_cpu``, are left out (a damaged file cannot make a huge set)."""
+    out: set[int] = set()
+    for part in (text or "").split(","):
+        lo, _, hi = part.strip().partition("-")
+        try:
+            first, last = int(lo), int(hi or lo)
+        except ValueError:
+            continue
+        if 0 <= first <= last:
+            out.update(range(first, min(last, max_cpu) + 1))
+    return out
+
+
 def parse_cpulist(text: str | None) -> int | None:
     """Number of CPUs in a kernel cpulist ("0-47,96-143" -> 96); None when unparseable."""
     if text is None or not text.strip():

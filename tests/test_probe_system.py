@@ -152,3 +152,9 @@ def test_live_record_then_replay_gives_identical_observations():
     live = {m.NAME: m.collect(rec) for m in modules}
     replay = ReplayHost(SnapshotData.from_bytes(rec.snapshot().to_bytes()))
     assert {m.NAME: m.collect(replay) for m in modules} == live
+
+
+@pytest.mark.parametrize("text,cpus", [("0-3,8", {0, 1, 2, 3, 8}), ("", set()), (None, set()), ("x,2", {2}),
+                                       ("5-2", set()), ("0-99999999", set(range(65536)))])
+def test_cpulist_cpus_is_bounded_and_skips_damage(text, cpus):
+    assert system.cpulist_cpus(text) == cpus

@@ -27,6 +27,8 @@ import sys
 import time
 from typing import Any
 
+from ccdiag.probes.system import cpulist_cpus
+
 #: copies per timed round, and untimed rounds before timing
 DEFAULT_REPS = 4
 DEFAULT_WARMUP = 2
@@ -37,23 +39,6 @@ LATENCY_REPS = 200
 def emit(kind: str, **fields: Any) -> None:
     sys.stdout.write(json.dumps({"type": kind, **fields}) + "\n")
     sys.stdout.flush()
-
-
-def parse_cpulist(text: str | None) -> set[int]:
-    """"0-47,96-143" -> {0..47, 96..143} (bounded: at most 65,536 CPUs)."""
-    out: set[int] = set()
-    for part in (text or "").split(","):
-        part = part.strip()
-        if not part:
-            continue
-        lo, _, hi = part.partition("-")
-        try:
-            a, b = int(lo), int(hi or lo)
-        except ValueError:
-            continue
-        if 0 <= a <= b < 65536:
-            out.update(range(a, b + 1))
-    return out
 
 
 class Deadline(Exception):
@@ -72,7 +57,7 @@ class Engine:
         self.reps = max(1, int(req.get("reps") or DEFAULT_REPS))
         self.warmup = max(0, int(req.get("warmup") if req.get("warmup") is not None else DEFAULT_WARMUP))
         self.deadline = time.monotonic() + float(req.get("budget_s") or 60.0)
-        self.numa_cpus = {int(k): parse_cpulist(v) for k, v in (req.get("numa_cpus") or {}).items()}
+        self.numa_cpus = {int(k): cpulist_cpus(v) for k, v in (req.get("numa_cpus") or {}).items()}
         self.allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
         self.devices = self._map_devices()
 

@@ -21,18 +21,11 @@ NIC_CLASS = "0x020700"  # InfiniBand controller (NCCL keys on the busid, not the
 
 def cpulist_mask(cpulist: str | None) -> str:
     """A kernel cpulist ("0-3,8") as the comma-grouped hex mask NCCL writes ("0000010f")."""
+    from ccdiag.probes.system import cpulist_cpus
+
     bits = 0
-    for part in (cpulist or "").split(","):
-        part = part.strip()
-        if not part:
-            continue
-        lo, _, hi = part.partition("-")
-        try:
-            first, last = int(lo), int(hi or lo)
-        except ValueError:
-            continue
-        for c in range(first, min(last, 4095) + 1):
-            bits |= 1 << c
+    for c in cpulist_cpus(cpulist, max_cpu=4095):
+        bits |= 1 << c
     text = f"{bits:x}"
     text = text.rjust(((len(text) + 7) // 8) * 8, "0")
     return ",".join(text[i:i + 8] for i in range(0, len(text), 8))
