@@ -12,7 +12,6 @@ when the median is over budget.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import pathlib
 import platform
@@ -20,6 +19,8 @@ import statistics
 import subprocess
 import sys
 import time
+
+from results_file import write_result  # bench/results_file.py, beside this script
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 DEFAULT_SAMPLE = REPO / "samples" / "hgx-h100-8gpu-healthy.snap.tar.gz"
@@ -75,10 +76,7 @@ def main(argv: list[str] | None = None) -> int:
                     "platform": platform.platform(), "machine": platform.machine()},
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    os.makedirs(os.path.dirname(args.output), exist_ok=True)
-    with open(args.output, "w") as fh:
-        json.dump(result, fh, indent=2, sort_keys=True)
-        fh.write("\n")
+    write_result(args.output, result, echo=False)
     print(f"ccdiag check --replay: median {median:.3f}s, p90 {result['p90_s']:.3f}s over {args.runs} runs "
           f"(budget {args.budget:.1f}s: {'ok' if result['within_budget'] else 'OVER'}) -> {args.output}")
     return 0 if result["within_budget"] else 1

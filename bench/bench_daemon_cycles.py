@@ -33,6 +33,8 @@ import sys
 import tempfile
 import time
 
+from results_file import write_result  # bench/results_file.py, beside this script
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "tests"))
 sys.path.insert(0, os.path.join(REPO, "bench"))
@@ -119,11 +121,7 @@ def main() -> int:
     result = {"cases": rows, "floor_growth_mb": FLOOR_GROWTH_MB,
               "pass": all(r["rss_growth_mb"] <= FLOOR_GROWTH_MB and r["published"] == r["cycles"] for r in rows),
               "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()}}
-    os.makedirs(os.path.dirname(RESULTS), exist_ok=True)
-    with open(RESULTS, "w") as fh:
-        json.dump(result, fh, indent=2, sort_keys=True)
-        fh.write("\n")
-    print(json.dumps(result, indent=2, sort_keys=True))
+    write_result(RESULTS, result)
     return 0 if result["pass"] else 1
 
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import http.client
-import json
 import os
 import platform
 import re
@@ -29,6 +28,8 @@ import threading
 import time
 
 import psutil
+
+from results_file import write_result  # bench/results_file.py, beside this script
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SAMPLE = os.path.join(REPO, "samples", "hgx-h100-8gpu-healthy.snap.tar.gz")
@@ -161,11 +162,7 @@ def main() -> int:
     }
     result["pass"] = (result["p99_ms"] <= FLOORS["p99_ms"] and result["rss_after_mb"] <= FLOORS["rss_mb"]
                       and result["rss_growth_mb"] <= FLOORS["rss_growth_mb"] and rc == 0)
-    os.makedirs(os.path.dirname(RESULTS), exist_ok=True)
-    with open(RESULTS, "w") as fh:
-        json.dump(result, fh, indent=2, sort_keys=True)
-        fh.write("\n")
-    print(json.dumps(result, indent=2, sort_keys=True))
+    write_result(RESULTS, result)
     return 0 if result["pass"] else 1
 
 

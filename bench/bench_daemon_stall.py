@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import http.client
-import json
 import os
 import platform
 import re
@@ -34,6 +33,8 @@ import threading
 import time
 
 import psutil
+
+from results_file import write_result  # bench/results_file.py, beside this script
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SAMPLE = os.path.join(REPO, "samples", "hgx-h100-8gpu-healthy.snap.tar.gz")
@@ -181,11 +182,7 @@ def main() -> int:
                           and result["p99_ms"] <= FLOORS["p99_ms"] and not zero_fail
                           and result["dev_zero_config"]["reload_refused_logged"] and rc == 0)
     name = "daemon_stall_in_process.json" if args.in_process else "daemon_stall.json"
-    os.makedirs(RESULTS, exist_ok=True)
-    with open(os.path.join(RESULTS, name), "w") as fh:
-        json.dump(result, fh, indent=2, sort_keys=True)
-        fh.write("\n")
-    print(json.dumps(result, indent=2, sort_keys=True))
+    write_result(os.path.join(RESULTS, name), result)
     return 0 if result["pass"] else 1
 
 

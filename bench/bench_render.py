@@ -25,6 +25,8 @@ import platform
 import sys
 import time
 
+from results_file import write_result  # bench/results_file.py, beside this script
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "tests"))
 RESULTS = os.path.join(REPO, "bench", "results", "render.json")
@@ -127,11 +129,7 @@ def main() -> int:
     result = {"sizes": rows, "exponent_overall": overall, "floor_exponent": FLOOR_EXPONENT,
               "pass": overall <= FLOOR_EXPONENT,
               "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()}}
-    os.makedirs(os.path.dirname(args.output), exist_ok=True)
-    with open(args.output, "w") as fh:
-        json.dump(result, fh, indent=2, sort_keys=True)
-        fh.write("\n")
-    print(json.dumps(result, indent=2, sort_keys=True))
+    write_result(args.output, result)
     return 0 if result["pass"] else 1
 
 

@@ -21,6 +21,8 @@ import tempfile
 import sys
 import time
 
+from results_file import write_result  # bench/results_file.py, beside this script
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SAMPLE = os.path.join(REPO, "samples", "hgx-h100-8gpu-healthy.snap.tar.gz")
 RESULTS = os.path.join(REPO, "bench", "results", "topo.json")
@@ -88,10 +90,7 @@ def main() -> None:
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()},
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    os.makedirs(os.path.dirname(RESULTS), exist_ok=True)
-    with open(RESULTS, "w") as fh:
-        json.dump(result, fh, indent=2, sort_keys=True)
-        fh.write("\n")
+    write_result(RESULTS, result, echo=False)
     print(f"ccdiag topo --replay (healthy sample) --json, {args.n} runs: median {result['median_s']:.3f} s, "
           f"p90 {result['p90_s']:.3f} s (floor {FLOOR_S:.1f} s: {'below' if result['below_floor'] else 'ABOVE'})")
     print(f"import ccdiag.cli: {result['import_ccdiag_cli_ms']:.1f} ms")
