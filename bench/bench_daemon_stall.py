@@ -1,14 +1,15 @@
 """A daemon serving a pathological snapshot answers every scrape: 1,000 scrapes, p50/p99.
 
-    python bench/bench_daemon_stall.py [--scrapes 1000] [--legend-chars 100000] [--in-process]
+    python bench/bench_daemon_stall.py [--scrapes 1000] [--in-process]
 
 Why: a probe stuck in a slow parse once held the interpreter lock for minutes (one ``re.match``
 over a long ``nvidia-smi topo -p2p`` legend), and in-process collection left 39 of 40 scrapes timing
 out, ``/-/ready`` too. The daemon now collects in a forked child (:mod:`ccdiag.exporters.isolation`).
 
-The snapshot is the bundled healthy 8-GPU sample with every recorded ``nvidia-smi topo -p2p`` output
-given a legend entry ``--legend-chars`` characters long (spaces inside a value: the legend regex
-backtracks quadratically on them). The daemon runs as its own process (``--interval 2 --deadline
+That parser is linear now, so the bench makes the stall itself: the daemon serves the bundled healthy
+8-GPU sample from a process whose ``topo -p2p`` parser is replaced by one ``re.match`` with
+exponential backtracking (one C call that holds the interpreter lock, as the old parse did; the
+forked collection children inherit it). The daemon runs as its own process (``--interval 2 --deadline
 5``, so a cycle is killed every ~8 s and several run during the bench); scrapes of ``/metrics`` and
 ``/-/ready`` alternate from 4 clients, paced over ``--spread-s`` seconds, each with a 10 s timeout
 (Prometheus' default scrape timeout). Then the config file is pointed at ``/dev/zero`` and the
@@ -42,18 +43,16 @@ RESULTS = os.path.join(REPO, "bench", "results")
 FLOORS = {"p99_ms": 100.0, "answered_fraction": 1.0}
 
 
-def pathological_snapshot(out: str, chars: int) -> None:
-    from ccdiag.snapshot import SnapshotData
-
-    snap = SnapshotData.load(SAMPLE)
-    n = 0
-    for cmd in snap.commands:
-        if "-p2p" in cmd["argv"] and "  OK   = Status Ok" in (cmd.get("stdout") or ""):
-            cmd["stdout"] = cmd["stdout"].replace("  OK   = Status Ok", "  OK   = Status" + " " * chars + "Ok")
-            n += 1
-    if not n:
-        raise SystemExit("the sample has no nvidia-smi topo -p2p legend to lengthen")
-    snap.save(out)
+#: the daemon's entry point with the ``topo -p2p`` parser made to hold the interpreter lock
+STALLED_DAEMON = """
+import re, sys
+from ccdiag.probes import smi_topo
+def stuck(text, mode=None):
+    re.match(r"(\\s*)*x", " " * 64)  # exponential backtracking inside one C call
+smi_topo.parse_topo_p2p = stuck
+from ccdiag.cli import main
+main(sys.argv[1:])
+"""
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -118,18 +117,15 @@ def main() -> int:
     ap.add_argument("--scrapes", type=int, default=1000)
     ap.add_argument("--clients", type=int, default=4)
     ap.add_argument("--spread-s", type=float, default=30.0)
-    ap.add_argument("--legend-chars", type=int, default=100_000)
     ap.add_argument("--in-process", action="store_true")
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="ccdiag-stall-")
-    snap = os.path.join(tmp, "pathological.snap.tar.gz")
-    pathological_snapshot(snap, args.legend_chars)
     config = os.path.join(tmp, "daemon.toml")
     with open(config, "w") as fh:
         fh.write("interval = 2\ndeadline = 5\n")
     env = dict(os.environ, CCDIAG_DAEMON_IN_PROCESS="1" if args.in_process else "0")
-    daemon = subprocess.Popen([sys.executable, "-m", "ccdiag", "daemon", "--listen", "127.0.0.1:0", "--config", config,
-                               "--replay", snap], cwd=tmp, env=env,
+    daemon = subprocess.Popen([sys.executable, "-c", STALLED_DAEMON, "daemon", "--listen", "127.0.0.1:0",
+                               "--config", config, "--replay", SAMPLE], cwd=tmp, env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     log_lines: list[str] = []
     try:
@@ -164,7 +160,7 @@ def main() -> int:
     answered = len(latencies) / max(1, len(latencies) + len(failures))
     result = {
         "mode": "in-process" if args.in_process else "child process per cycle",
-        "legend_chars": args.legend_chars, "scrapes": args.scrapes, "clients": args.clients,
+        "stall": "topo -p2p parser held in one exponential re.match", "scrapes": args.scrapes, "clients": args.clients,
         "wall_s": round(wall, 2), "answered": len(latencies), "unanswered": len(failures),
         "answered_fraction": round(answered, 4), "first_failures": failures[:3], "status_codes": codes,
         "p50_ms": round(percentile(latencies, 0.5) * 1000, 3) if latencies else None,
