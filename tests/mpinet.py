@@ -227,13 +227,14 @@ class NetnsCluster:
             for i in range(self.n):
                 self.slow_host(i, rate, net=net, burst="4mbit")
 
-    def slow_link(self, src: int, dst: int, rate: str = "50mbit") -> bool:
-        """Only traffic from host ``src`` to host ``dst`` is slowed (htb + u32 filter); False when
-        this kernel lacks the filter."""
+    def slow_link(self, src: int, dst: int, rate: str = "50mbit", line: str = "10gbit") -> bool:
+        """Only traffic from host ``src`` to host ``dst`` is slowed (htb + u32 filter), the rest of
+        what ``dst`` receives runs at ``line`` (replacing a line rate set before); False when this
+        kernel lacks the filter."""
         dev = self.veths[dst]
         try:
-            _run("tc", "qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default", "10")
-            _run("tc", "class", "add", "dev", dev, "parent", "1:", "classid", "1:10", "htb", "rate", "10gbit")
+            _run("tc", "qdisc", "replace", "dev", dev, "root", "handle", "1:", "htb", "default", "10")
+            _run("tc", "class", "add", "dev", dev, "parent", "1:", "classid", "1:10", "htb", "rate", line)
             _run("tc", "class", "add", "dev", dev, "parent", "1:", "classid", "1:20", "htb", "rate", rate,
                  "ceil", rate)
             _run("tc", "filter", "add", "dev", dev, "parent", "1:", "protocol", "ip", "prio", "1", "u32",

@@ -39,6 +39,7 @@ def _json(out: str) -> dict:
 
 def test_slow_host_named_by_ring_hops_and_pairs_and_ordered_where_it_costs_least(cluster, tmp_path):
     c = cluster
+    c.line_rate("1gbit")  # links, not the CPU scheduler, set the figures
     c.slow_host(2)
     slow = c.hosts[2]
     rc, out, err, dt = c.run(c.mpirun_argv() + python_argv("bench", "allreduce", *SMALL, "--budget", "40",
@@ -76,7 +77,9 @@ def test_slow_host_named_by_ring_hops_and_pairs_and_ordered_where_it_costs_least
 
 def test_slow_link_named_and_recommended_order_avoids_it(cluster, tmp_path):
     c = cluster
-    if not c.slow_link(3, 1):
+    # every link at a line rate, so the matrix measures links and not the CPU scheduler
+    c.line_rate("1gbit")
+    if not c.slow_link(3, 1, line="1gbit"):
         pytest.skip("this kernel has no htb/u32 to slow one link")
     hf = str(tmp_path / "ring.hosts")
     rc, out, err, dt = c.run(c.mpirun_argv() + python_argv("bench", "pairs", *PAIRS, "--budget", "40", "--json",
