@@ -37,7 +37,7 @@ def parse_listen(listen: str) -> tuple[str, int]:
     """``ADDR:PORT``, ``[v6]:PORT`` or ``:PORT`` (all interfaces) -> (host, port)."""
     host, sep, port = listen.rpartition(":")
     if not sep or not port.isdigit() or int(port) > 65535:
-        raise ValueError(f"listen address {listen!r} must be ADDR:PORT, e.g. 127.0.0.1:9835")
+        raise ValueError(f"listen address {listen!r} must be ADDR:PORT, e.g. 127.0.0.1:9643")
     host = host.strip("[]")
     return host, int(port)
 

@@ -64,6 +64,12 @@ report="$(mktemp "${TMPDIR:-/tmp}/ccdiag-hc.XXXXXX")" || { log "cannot create a 
 errors="$report.err"
 trap 'rm -f "$report" "$errors"' EXIT
 
+# ccdiag not on this PATH (slurmd gives the script no environment): say so plainly and leave the
+# node as it is configured; a missing command is an installation problem, not a broken node.
+if ! command -v "$CCDIAG" >/dev/null 2>&1; then
+    log "ccdiag not found: set CCDIAG (in ${defaults}) to the ccdiag command, e.g. CCDIAG=/opt/ccdiag/bin/ccdiag; node left as it is"
+    exit 0
+fi
 read -r -a extra <<<"${CCDIAG_ARGS:-}"
 # --no-load-links: the health check also runs while jobs do; the prolog (an idle node) loads them
 "$CCDIAG" check --json --no-load-links --timeout "${CCDIAG_TIMEOUT:-40}" "${extra[@]}" >"$report" 2>"$errors"

@@ -53,6 +53,12 @@ drain_with_reason() {
 
 report="$(mktemp "${TMPDIR:-/tmp}/ccdiag-$STAGE.XXXXXX")" || report=/dev/null
 trap 'rm -f "$report"' EXIT
+# ccdiag not on this PATH (slurmd gives the script no environment): say so plainly and leave the
+# node as it is configured; a missing command is an installation problem, not a broken node.
+if ! command -v "$CCDIAG" >/dev/null 2>&1; then
+    log "ccdiag not found: set CCDIAG (in ${defaults}) to the ccdiag command, e.g. CCDIAG=/opt/ccdiag/bin/ccdiag; node left as it is, job allowed"
+    exit 0
+fi
 read -r -a extra <<<"${CCDIAG_ARGS:-}"
 out="$("$CCDIAG" check --quiet --window 0 --timeout "${CCDIAG_TIMEOUT:-40}" --output "$report" "${extra[@]}" 2>&1)"
 rc=$?

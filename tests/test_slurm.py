@@ -229,3 +229,21 @@ def test_prolog_refuses_a_failing_node(samples, tmp_path, which, expected_rc):
     if expected_rc:
         assert "FAIL:" in proc.stderr and "job 42" in proc.stderr
         assert "refusing the job" in proc.stderr
+
+
+@pytest.mark.parametrize("script", [PROLOG, PROLOG.parent / "ccdiag-healthcheck.sh", PROLOG.parent / "ccdiag-epilog.sh"])
+def test_ccdiag_not_found_says_set_ccdiag_and_leaves_the_node(tmp_path, script):
+    """With ccdiag on no PATH the scripts name the fix and touch nothing: no drain, job allowed."""
+    calls = tmp_path / "calls"
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    for tool in ("scontrol", "sinfo"):  # stand-ins that record any call (there must be none)
+        (bindir / tool).write_text(f'#!/bin/sh\necho "{tool} $*" >> "{calls}"\n')
+        os.chmod(bindir / tool, 0o755)
+    env = {"CCDIAG": "ccdiag-not-installed-here", "CCDIAG_DEFAULTS": "/nonexistent", "PATH": f"{bindir}:/usr/bin:/bin",
+           "SCONTROL": str(bindir / "scontrol"), "SLURM_JOB_ID": "7", "CCDIAG_NODENAME": "n1", "SLURMD_NODENAME": "n1"}
+    proc = subprocess.run(["/bin/bash", str(script)], env=env, capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    assert "ccdiag not found: set CCDIAG" in proc.stderr
+    assert "bug" not in proc.stderr
+    assert not calls.exists(), calls.read_text()

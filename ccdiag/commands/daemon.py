@@ -18,7 +18,7 @@ from ccdiag.exitcodes import ExitCode
 @click.command(name="daemon")
 @host_options
 @click.option("--web.listen-address", "--listen", "listen", metavar="ADDR:PORT",
-              help="Address to serve on [default: 127.0.0.1:9835]; port 0 picks a free port (the URL is printed "
+              help="Address to serve on [default: 127.0.0.1:9643]; port 0 picks a free port (the URL is printed "
                    "on stderr). --listen is the same option.")
 @click.option("--web.telemetry-path", "telemetry_path", metavar="PATH",
               help="Path under which to expose metrics [default: /metrics].")
