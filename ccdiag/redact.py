@@ -34,6 +34,37 @@ GID = re.compile(r"(?<![0-9a-fA-F:])(?:[0-9a-fA-F]{4}:){7}[0-9a-fA-F]{4}(?![0-9a
 
 _KEEP_V4 = {"0.0.0.0", "127.0.0.1", "255.255.255.255"}
 
+#: a MAC written with dashes (PXE's ``BOOTIF=01-02-fc-..``: the first group is the ARP hardware type)
+DASHED_MAC = re.compile(r"(?<![0-9a-fA-F-])((?:[0-9a-fA-F]{2}-)?)((?:[0-9a-fA-F]{2}-){5}[0-9a-fA-F]{2})(?![0-9a-fA-F-])")
+#: a MAC right after "name:" (dracut's ``ifname=bootnet:02:fc:..``); the name must not be hex itself
+NAMED_MAC = re.compile(r"(?<![0-9A-Za-z_.:-])([0-9A-Za-z_.-]*[g-zG-Z_.-][0-9A-Za-z_.-]*:)"
+                       r"((?:[0-9a-fA-F]{2}:){5}[0-9a-fA-F]{2})(?![0-9a-fA-F:])")
+#: a MAC without separators: udev's ``enx0002fc123456`` names, ``wwid=``/``hwaddr=`` values. Only with a
+#: hex letter in it: twelve decimal digits are a counter far more often than a MAC
+BARE_MAC = re.compile(r"(?:(?<=enx)|(?<![0-9A-Za-z_.:/-]))(?=[0-9]*[a-fA-F])([0-9a-fA-F]{12})(?![0-9A-Za-z_.-])")
+#: a systemd/D-Bus machine id (``/etc/machine-id``, ``systemd.machine_id=``): 32 lower-case hex digits
+MACHINE_ID = re.compile(r"(?<![0-9A-Za-z_.:/-])[0-9a-f]{32}(?![0-9A-Za-z_.:-])")
+#: a DNS name under a top-level domain seen on clusters (public, or an internal convention); a
+#: country code alone is not enough (``nvidia.ko``, ``libc.so``), those domains are learnt instead
+DNS_NAME = re.compile(r"(?<![\w.@/-])((?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+"
+                      r"(?i:com|org|net|edu|gov|mil|int|info|biz|io|ai|cloud|local|localdomain|lan|home|corp|"
+                      r"internal|intranet|private|cluster|hpc|example|test))(?![\w-]|\.[A-Za-z0-9])")
+#: reserved for documentation (RFC 2606): a pseudonym can never be a real domain
+_PSEUDO_DOMAIN = re.compile(r"(?i)(?:^|\.)(?:domain-\d+\.)?(?:example\.invalid|invalid)$")
+
+#: kernel command-line parameters a probe reads (IOMMU mode, ACS override, PCIe settings); every
+#: other one is dropped: on PXE/dracut nodes the command line carries MACs, addresses, host and
+#: domain names, iSCSI targets and machine ids
+CMDLINE_KEEP = ("iommu", "iommu.passthrough", "iommu.strict", "intel_iommu", "amd_iommu", "pcie_acs_override",
+                "pci", "pcie_aspm", "pcie_ports")
+CMDLINE_LINE = re.compile(r"((?:Kernel )?[Cc]ommand line:[ \t]*)([^\n]*)")
+
+
+def kernel_cmdline_kept(cmdline: str) -> str:
+    """Only the parameters of ``cmdline`` that a probe reads (:data:`CMDLINE_KEEP`), in order."""
+    kept = [a for a in cmdline.split() if a.split("=", 1)[0] in CMDLINE_KEEP]
+    return " ".join(kept)
+
 
 class Redactor:
     """Collects originals and hands out stable pseudonyms."""
@@ -133,7 +164,39 @@ class Redactor:
         new_prefix = self._pseudo("gidprefix", prefix, lambda n: "2001:0db8:0000:%04x" % n)
         return f"{new_prefix}:{low}"
 
+    def dashed_mac(self, m: re.Match) -> str:
+        """``01-02-fc-aa-bb-cc-dd`` keeps its hardware-type prefix; the MAC gets the colon form's pseudonym."""
+        fake = self.mac(MAC.match(m.group(2).replace("-", ":")))
+        return m.group(1) + fake.replace(":", "-")
+
+    def named_mac(self, m: re.Match) -> str:
+        return m.group(1) + self.mac(MAC.match(m.group(2)))
+
+    def bare_mac(self, m: re.Match) -> str:
+        s = m.group(1)
+        fake = self.mac(MAC.match(":".join(s[i:i + 2] for i in range(0, 12, 2))))
+        return fake.replace(":", "")
+
+    def machine_id(self, m: re.Match) -> str:
+        return self._pseudo("machine_id", m.group(0), lambda n: "%020x%012x" % (0, n))
+
+    def dns_name(self, m: re.Match) -> str:
+        """``node7.cluster.example.org``: the domain becomes ``domain-N.example.invalid``, a first label
+        that is not already a pseudonym becomes a host pseudonym."""
+        name = m.group(1)
+        if _PSEUDO_DOMAIN.search(name):
+            return name
+        first, _, domain = name.partition(".")
+        if "." not in domain:  # "cluster.local": the whole name is the domain
+            return self._pseudo("domain", name.lower(), lambda n: f"domain-{n}.example.invalid")
+        host = first if re.fullmatch(r"host-\d+", first) else self._pseudo("host", first, lambda n: f"host-{n}")
+        return host + "." + self._pseudo("domain", domain.lower(), lambda n: f"domain-{n}.example.invalid")
+
+    def cmdline(self, m: re.Match) -> str:
+        return m.group(1) + kernel_cmdline_kept(m.group(2))
+
     def text(self, s: str) -> str:
+        s = CMDLINE_LINE.sub(self.cmdline, s)
         for word, kind, make in self.literals:
             if word and word in s:
                 # whole words only: host "vm" must not turn "kvm" into "khost-1"
@@ -146,7 +209,12 @@ class Redactor:
         s = GID.sub(self.gid, s)
         s = IB_GUID.sub(self.guid, s)
         s = HEX_GUID.sub(self.hex_guid, s)
+        s = NAMED_MAC.sub(self.named_mac, s)
         s = MAC.sub(self.mac, s)
+        s = DASHED_MAC.sub(self.dashed_mac, s)
+        s = MACHINE_ID.sub(self.machine_id, s)
+        s = BARE_MAC.sub(self.bare_mac, s)
+        s = DNS_NAME.sub(self.dns_name, s)
         s = IPV4.sub(self.ipv4, s)
         return s
 
@@ -173,6 +241,12 @@ def _learn_literals(snap: SnapshotData) -> list[tuple[str, str, Callable[[int], 
         v = snap.files.get(0, {}).get(p)
         if isinstance(v, bytes) and v.strip():
             names.add(v.decode("utf-8", "replace").strip())
+    domains = {n.split(".", 1)[1] for n in names if "." in n.strip(".")}
+    v = snap.files.get(0, {}).get("/proc/sys/kernel/domainname")
+    if isinstance(v, bytes) and v.strip() and v.strip() != b"(none)":
+        domains.add(v.decode("utf-8", "replace").strip())
+    for domain in sorted(domains, key=len, reverse=True):
+        literals.append((domain, "domain", lambda n: f"domain-{n}.example.invalid"))
     for name in sorted(names, key=len, reverse=True):
         if len(name) >= 2 and name not in ("localhost",):
             literals.append((name, "host", lambda n: f"host-{n}"))
@@ -217,6 +291,8 @@ def _redact_into(snap: SnapshotData, r: Redactor) -> SnapshotData:
                 except UnicodeDecodeError:
                     out.files.setdefault(epoch, {})[path] = value  # binary (PCI config space): no identifiers
                     continue
+                if path == "/proc/cmdline":
+                    text = kernel_cmdline_kept(text) + "\n"
                 out.files.setdefault(epoch, {})[path] = r.text(text).encode("utf-8")
             else:
                 out.files.setdefault(epoch, {})[path] = value

@@ -128,3 +128,67 @@ def test_a_redacted_sample_still_gives_the_same_verdict(tmp_path):
     b = run("check", "--replay", str(red), "-q")[1].splitlines()
     assert len(a) == len(b) and a[0].split("(node")[0] == b[0].split("(node")[0]
     assert [l.split()[:2] for l in a[1:]] == [l.split()[:2] for l in b[1:]]  # same checks, same order
+
+
+#: SYNTHESIZED values in the forms PXE, dracut and systemd put on a kernel command line (the
+#: forms are the documented ones: PXELINUX's BOOTIF=<arp type>-<mac>, dracut's ifname=<name>:<mac> and
+#: ip=<client>:<server>:<gw>:<mask>:<hostname>:<iface>:<autoconf>, udev's enx<mac> names,
+#: systemd.machine_id=); none is a real machine's
+PXE_CMDLINE = ("BOOT_IMAGE=/vmlinuz-5.15.0 root=UUID=0d6c2f1e-8a7b-4c5d-9e0f-1a2b3c4d5e6f ro iommu=pt "
+               "BOOTIF=01-02-fc-1a-2b-3c ifname=bootnet:02:FC:1A:2B:3C:4E "
+               "ip=10.44.7.21::10.44.7.254:255.255.255.0:node07.cluster.example.org:bootnet:none "
+               "nameserver=10.44.0.53 rd.neednet=1 wwid=0002fc1a2b3d net.ifnames=1 ip=enx0002fc1a2b3e:dhcp "
+               "hwaddr=02:fc:1a:2b:3c:40 systemd.machine_id=3f2a9c1e7b6d4a0f8e2c1b3a5d7f9e0c "
+               "rd.iscsi.initiator=iqn.2019-04.org.example.cluster:node07 intel_iommu=on pcie_acs_override=downstream")
+PXE_SECRETS = ["02-fc-1a-2b-3c", "02:fc:1a:2b:3c:4e", "02fc1a2b3c4e", "0002fc1a2b3d", "0002fc1a2b3e", "02:fc:1a:2b:3c:40",
+               "3f2a9c1e7b6d4a0f8e2c1b3a5d7f9e0c", "cluster.example.org", "node07", "10.44.7.21", "10.44.7.254",
+               "10.44.0.53"]
+
+
+def test_pxe_dracut_and_systemd_identities_never_leave_the_site(tmp_path):
+    """The degraded sample with a PXE/dracut-booted node's identity written where a real one puts it:
+    /proc/cmdline, the kernel log's "Kernel command line:", /etc/machine-id, and a command's output."""
+    from conftest import REPO
+
+    from ccdiag.redact import redact
+    from ccdiag.snapshot import SnapshotData
+
+    snap = SnapshotData.load(str(REPO / "samples" / "hgx-h100-8gpu-degraded.snap.tar.gz"))
+    snap.put_file("/proc/cmdline", PXE_CMDLINE + "\n")
+    snap.put_file("/etc/machine-id", "3f2a9c1e7b6d4a0f8e2c1b3a5d7f9e0c\n")
+    snap.kmsg[0]["lines"].append("5,3,0,-;Kernel command line: " + PXE_CMDLINE)
+    snap.commands.append({"argv": ["journalctl", "-k", "-b"], "rc": 0, "stderr": "", "duration_s": 0.1,
+                          "timed_out": False, "error": None, "epoch": 0,
+                          "stdout": ("kernel: Command line: " + PXE_CMDLINE + "\n"
+                                     "kernel: mlx5_core 0000:19:00.0 enx0002fc1a2b3e: renamed from eth0\n"
+                                     "dracut: ifname=bootnet:02:FC:1A:2B:3C:4E, BOOTIF=01-02-fc-1a-2b-3c\n"
+                                     "systemd[1]: Hostname set to <node07.cluster.example.org>.\n")})
+    red, counts = redact(snap)
+    path = tmp_path / "red.snap.tar.gz"
+    red.save(str(path))
+    text = _text(path).lower()
+    assert [s for s in PXE_SECRETS if s.lower() in text] == []
+    # what a probe reads stays: the IOMMU settings and the ACS override
+    assert red.files[0]["/proc/cmdline"].decode() == "iommu=pt intel_iommu=on pcie_acs_override=downstream\n"
+    assert {"mac", "machine_id", "domain"} <= set(counts)
+    # the same MAC in three spellings is one pseudonym, so a redacted ticket still reads consistently
+    out = next(c for c in red.commands if c["argv"][0] == "journalctl")["stdout"]
+    macs = re.findall(r"enx([0-9a-f]{12})", out)
+    assert macs and all(m.startswith("02") for m in macs)
+
+
+def test_identifier_forms_keep_their_shape():
+    """SYNTHESIZED strings: each form redacted in its own spelling, and look-alikes left alone."""
+    from ccdiag.redact import Redactor
+
+    r = Redactor()
+    assert re.fullmatch(r"BOOTIF=01(-[0-9a-f]{2}){6}", r.text("BOOTIF=01-02-fc-1a-2b-3c-4d"))
+    assert r.text("ifname=bootnet:02:FC:1A:2B:3C:4D").startswith("ifname=bootnet:02:00:00:00:")
+    # dashed and colon spellings of one MAC share the pseudonym
+    assert r.text("02-fc-1a-2b-3c-4d").replace("-", ":") == r.text("02:fc:1a:2b:3c:4d")
+    assert r.text("systemd.machine_id=3f2a9c1e7b6d4a0f8e2c1b3a5d7f9e0c") != "systemd.machine_id=3f2a9c1e7b6d4a0f8e2c1b3a5d7f9e0c"
+    assert "example.org" not in r.text("ip=10.1.1.1::10.1.1.254:255.255.255.0:n1.hpc.example.org:eth0:none")
+    # not identifiers: module and library names, twelve-digit counters, hex addresses, versions
+    for same in ("mlx5_core.ko", "libnvidia-ml.so.1", "port_rcv_data 123456789012", "0x0000aabbccddeeff",
+                 "570.133.20", "ccdiag.probes.kmsg", "Gen5 x16"):
+        assert r.text(same) == same
