@@ -1,11 +1,12 @@
 """Terminal rendering of findings: the verdict first, then what to act on, then the rest.
 
-Made for the operator reading a Slurm log or a terminal at 3 a.m.: the first line is the verdict,
-each root-cause problem is one grep-able line (status, id, component with UUID and BDF, what is
-wrong, the evidence, what to do) with the findings that follow from it folded beneath
-(:mod:`ccdiag.causes`), details follow for everything that is not a pass, and passes are only
-counted. Values are printed as values (``3 -> 57``, ``yes``, ``not read``), never as Python
-reprs. Plain text; colour is added by :func:`print_result` only on a TTY.
+Made for the operator reading a Slurm log or a terminal at 3 a.m.: the first line is the verdict;
+each root-cause problem is printed once, root causes first, under a grep-able heading (status, id,
+component with UUID and BDF), with the findings that follow from it folded beneath
+(:mod:`ccdiag.causes`), then what is wrong, the evidence, what was expected and what to do. Passes
+are only counted. Every line fits 100 columns: long evidence wraps between words, hanging under its
+label, and never splits a path, address or UUID. Values are printed as values (``3 -> 57``, ``yes``,
+``not read``), never as Python reprs. Plain text; colour is added by :func:`print_result` only on a TTY.
 """
 
 from __future__ import annotations
@@ -153,38 +154,64 @@ def pass_summary(findings: Iterable[Finding], status: str = PASS) -> str | None:
     return f"{word} ({sum(counts.values())}): " + ", ".join(items)
 
 
+#: the widest line of the text report: it reads in a terminal, a Slurm log and a ticket alike
+MAX_WIDTH = 100
+#: continuation indent of a wrapped line, by how the line starts
+_HANGING = (("    evidence: ", 14), ("    expected: ", 14), ("    remedy:   ", 14), ("  + ", 6), ("    ", 6))
+
+
+def wrap_line(text: str, width: int = MAX_WIDTH) -> list[str]:
+    """``text`` in lines of at most ``width`` columns, never splitting a word, path, address or UUID
+    (a single token longer than the line stays whole); continuations hang under the line's label,
+    always at least 6 columns deep, so a reader (or a test) can join them back: a report line never
+    starts with more than 4 spaces."""
+    import textwrap
+
+    if len(text) <= width:
+        return [text]
+    indent = next((n for prefix, n in _HANGING if text.startswith(prefix)), 6)
+    return textwrap.wrap(text, width=width, subsequent_indent=" " * indent, break_long_words=False,
+                         break_on_hyphens=False) or [text]
+
+
+def _root_lines(f: Finding, problems: list[Finding], quiet: bool) -> list[tuple[str, str | None]]:
+    """One root finding, once: its heading, what follows from it, then summary, evidence, remedy."""
+    style = STYLE[f.status]
+    if quiet:
+        return [(one_line(f), style)]
+    lines: list[tuple[str, str | None]] = [(f"{STATUS_WORD.get(f.status, f.status.upper())} {f.check} "
+                                            f"{f.component.label()}", style)]
+    folded = _folded_line(f, problems)
+    if folded:
+        lines.append((folded, None))
+    lines.extend((text, None) for text in detail_lines(f)[1:])
+    return lines
+
+
 def render_lines(findings: list[Finding], exit_code: int, hostname: str | None, timed_out: bool = False,
-                 quiet: bool = False, strict: bool = False) -> list[tuple[str, str | None]]:
-    """(text, style) lines of the terminal report. ``quiet``: verdict and problem one-liners only."""
+                 quiet: bool = False, strict: bool = False, width: int = MAX_WIDTH) -> list[tuple[str, str | None]]:
+    """(text, style) lines of the terminal report, each finding once, root causes first, every line
+    at most ``width`` columns. ``quiet``: the verdict and one line per root problem."""
     lines: list[tuple[str, str | None]] = [
         (verdict_line(findings, exit_code, hostname, timed_out, strict), STYLE.get(_verdict_status(exit_code, findings)))]
     problems = [f for f in findings if f.status in (FAIL, UNKNOWN, WARN)]  # findings come sorted: fail first
     roots = [f for f in problems if not f.caused_by]
     for f in roots:
-        lines.append((one_line(f), STYLE[f.status]))
-        folded = _folded_line(f, problems)
-        if folded:
-            lines.append((folded, None))
-    if quiet:
-        return lines
-    if roots:
-        lines.append(("", None))
-        for f in roots:
-            for i, text in enumerate(detail_lines(f)):
-                lines.append((text, STYLE[f.status] if i == 0 else None))
+        if not quiet:
             lines.append(("", None))
-    skipped = skip_lines(findings)
-    if skipped:
-        if not problems:
+        lines.extend(_root_lines(f, problems, quiet))
+    if not quiet:
+        skipped = skip_lines(findings)
+        if skipped:
             lines.append(("", None))
-        lines.extend((text, STYLE[SKIP]) for text in skipped)
-    passed = pass_summary(findings)
-    if passed:
-        lines.append((passed, STYLE[PASS]))
+            lines.extend((text, STYLE[SKIP]) for text in skipped)
+        passed = pass_summary(findings)
+        if passed:
+            lines.append((passed, STYLE[PASS]))
     from ccdiag.output import sanitize
 
     # findings quote what was read (host and device names, command output): escaped for a terminal
-    return [(sanitize(text), style) for text, style in lines]
+    return [(part, style) for text, style in lines for part in wrap_line(sanitize(text), width)]
 
 
 def _verdict_status(exit_code: int, findings: list[Finding]) -> str:
@@ -196,8 +223,8 @@ def _verdict_status(exit_code: int, findings: list[Finding]) -> str:
 
 
 def render_text(findings: list[Finding], exit_code: int, hostname: str | None, timed_out: bool = False,
-                quiet: bool = False, strict: bool = False) -> str:
-    return "\n".join(t for t, _ in render_lines(findings, exit_code, hostname, timed_out, quiet, strict)) + "\n"
+                quiet: bool = False, strict: bool = False, width: int = MAX_WIDTH) -> str:
+    return "\n".join(t for t, _ in render_lines(findings, exit_code, hostname, timed_out, quiet, strict, width)) + "\n"
 
 
 def print_result(findings: list[Finding], exit_code: int, hostname: str | None, timed_out: bool = False,
@@ -208,5 +235,6 @@ def print_result(findings: list[Finding], exit_code: int, hostname: str | None, 
     from ccdiag.output import console
 
     out = console()
-    for text, style in render_lines(findings, exit_code, hostname, timed_out, quiet, strict):
+    width = min(MAX_WIDTH, out.width) if out.is_terminal else MAX_WIDTH
+    for text, style in render_lines(findings, exit_code, hostname, timed_out, quiet, strict, max(width, 40)):
         out.print(Text(text, style=style or ""), soft_wrap=True)

@@ -25,3 +25,15 @@ def run(*args: str) -> tuple[int, str, str]:
         sys.stdout.flush()
         sys.stderr.flush()
         return code, out.getvalue().decode(), err.getvalue().decode()
+
+
+def unwrap(text: str) -> list[str]:
+    """The logical lines of a wrapped text report: a line indented 6 or more columns continues the
+    line before it (``ccdiag.render.wrap_line`` hangs every continuation that deep)."""
+    lines: list[str] = []
+    for line in text.splitlines():
+        if lines and line.startswith("      "):
+            lines[-1] += " " + line.strip()
+        else:
+            lines.append(line)
+    return lines

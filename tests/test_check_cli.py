@@ -4,6 +4,7 @@ codes, --only, --output, --env-file, --snapshot-on-fail. Replays the bundled sam
 from __future__ import annotations
 
 import json
+import re
 import pathlib
 
 import pytest
@@ -24,7 +25,7 @@ needs_samples = pytest.mark.skipif(not (HEALTHY.exists() and DEGRADED.exists()),
                                    reason="bundled samples not built (samples/make_samples.py)")
 
 
-from cli_runner import run  # noqa: E402
+from cli_runner import run, unwrap  # noqa: E402
 
 
 # -- pure pieces -----------------------------------------------------------------------------------
@@ -58,8 +59,9 @@ def test_verdict_and_failure_line_format():
                               "lost on the bus [nvmlDeviceGetUUID(6): gpu_lost] -> reboot the node")
     text = render_text(findings, ExitCode.FAIL, "hgx-01")
     lines = text.splitlines()
-    assert lines[0].startswith("FAIL: ")
-    assert lines[1].startswith("FAIL gpu.lost ")
+    assert lines[0].startswith("FAIL: ") and lines[1] == ""
+    assert lines[2] == "FAIL gpu.lost GPU6 (GPU-0a1b2c3d-0000-4000-8000-000000000006, 0000:ba:00.0)"
+    assert lines[3] == "    lost on the bus"
     assert "    remedy:   Reboot the node. A reset rarely brings it back." in lines
     assert lines[-1] == "passed (1): x.y"
     assert verdict_line([_f(PASS), _f(SKIP)], ExitCode.OK, "n") == "OK: 0 failed, 1 passed, 1 skipped (node n)"
@@ -109,11 +111,25 @@ def test_degraded_sample_fails_with_failures_first():
     n_fail = int(lines[0].split()[1])
     assert n_fail >= 3
     # root-cause failures first (findings that follow from one are folded beneath it, "  + ...")
-    one_liners = [line for line in lines[1:] if line and not line.startswith("  + ")]
-    statuses = [line.split()[0] for line in one_liners[:n_fail] if line.split()[0] in ("FAIL", "WARN", "UNKNOWN")]
-    assert statuses[:statuses.count("FAIL")] == ["FAIL"] * statuses.count("FAIL") and statuses.count("FAIL") >= 3
-    assert any(line.startswith("FAIL gpu.lost GPU6") and " -> " in line for line in lines)
+    headings = [line.split()[0] for line in lines[1:] if re.match(r"^(FAIL|WARN|UNKNOWN) \S+ ", line)]
+    assert headings == sorted(headings, key=["FAIL", "UNKNOWN", "WARN"].index) or \
+        headings[:headings.count("FAIL")] == ["FAIL"] * headings.count("FAIL")
+    assert headings.count("FAIL") >= 3 and headings[0] == "FAIL"
     assert "    remedy:   " in out and "    evidence: " in out and "Traceback" not in err
+
+
+@needs_samples
+def test_each_finding_is_printed_once_in_lines_that_fit_100_columns():
+    code, out, err = run("check", "--replay", str(DEGRADED))
+    lines = out.splitlines()
+    assert max(len(line) for line in lines) <= 100, max(lines, key=len)
+    headings = [line for line in lines if re.match(r"^(FAIL|WARN|UNKNOWN) [a-z_]+\.[a-z_.]+ ", line)]
+    assert len(headings) == len(set(headings)) and headings[0].startswith("FAIL gpu.lost GPU6")
+    assert sum(line.startswith("FAIL pcie.acs") for line in lines) == 1
+    # the evidence wraps, hanging under its label, and reads back whole
+    long_path = "/sys/class/infiniband/mlx5_1/ports/1/counters/link_error_recovery"
+    assert any(line == "              (" + long_path + ")" for line in lines)
+    assert "evidence: link_error_recovery = 0 -> 2 (" + long_path + ")" in [" ".join(l.split()) for l in unwrap(out)]
 
 
 @needs_samples

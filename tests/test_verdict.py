@@ -13,7 +13,7 @@ import jsonschema
 from ccdiag.causes import link_causes
 from ccdiag.findings import FAIL, UNKNOWN, Component, Finding
 
-from cli_runner import run
+from cli_runner import run, unwrap
 from conftest import REPO
 
 DEGRADED = REPO / "samples" / "hgx-h100-8gpu-degraded.snap.tar.gz"
@@ -21,7 +21,7 @@ DEGRADED = REPO / "samples" / "hgx-h100-8gpu-degraded.snap.tar.gz"
 
 def test_a_lost_gpus_unknowns_and_the_gpu_count_are_folded_under_it():
     code, out, err = run("check", "--replay", str(DEGRADED))
-    lines = out.splitlines()
+    lines = unwrap(out)
     assert code == 1 and lines[0].startswith("FAIL: 10 failed")  # the counts still count everything
     lost = next(i for i, l in enumerate(lines) if l.startswith("FAIL gpu.lost GPU6"))
     folded = lines[lost + 1]
@@ -58,10 +58,12 @@ def test_the_slurm_drain_reason_names_the_root_cause(tmp_path):
 def test_evidence_reads_as_values_and_remedies_are_whole_sentences():
     code, out, err = run("check", "--replay", str(DEGRADED))
     assert "{'" not in out and "None" not in out and "True" not in out and "False" not in out
-    counters = next(l for l in out.splitlines() if l.startswith("FAIL ib.counters"))
-    assert "symbol_error: 3 -> 57]" in counters
-    acs = next(l for l in out.splitlines() if l.startswith("FAIL pcie.acs"))
-    assert acs.endswith("(not persistent: run it at boot, e.g. from a systemd unit), or turn ACS off in the BIOS")
+    lines = unwrap(out)
+    counters = lines[next(i for i, l in enumerate(lines) if l.startswith("FAIL ib.counters")):]
+    assert "    evidence: symbol_error = 3 -> 57  (/sys/class/infiniband/mlx5_1/ports/1/counters/symbol_error)" in counters
+    acs = lines[next(i for i, l in enumerate(lines) if l.startswith("FAIL pcie.acs")):]
+    remedy = next(l for l in acs if l.startswith("    remedy:   "))
+    assert "(not persistent: run it at boot, e.g. from a systemd unit), or turn ACS off in the BIOS" in remedy
 
 
 def test_causes_need_the_same_gpu_and_a_failing_cause():
