@@ -120,6 +120,87 @@ def table(title: str | None, columns: Iterable[str], rows: Iterable[Iterable[Any
     return t
 
 
+def _longest_token(text: str) -> int:
+    return max((len(w) for w in text.split()), default=0)
+
+
+def _column_widths(cols: list[tuple[str, ...]], least: list[int], width: int) -> list[int]:
+    """Each column at least its longest word; the room left goes first to the columns whose typical
+    cell (the 75th percentile) would wrap, then to those whose longest would."""
+    widths = list(least)
+    room = width - sum(widths) - 2 * (len(widths) - 1)
+    for target in ([sorted(len(v) for v in col)[(3 * len(col)) // 4] for col in cols],
+                   [max(len(v) for v in col) for col in cols]):
+        while room > 0:
+            k = max(range(len(widths)), key=lambda i: target[i] - widths[i])
+            if target[k] <= widths[k]:
+                break
+            widths[k] += 1
+            room -= 1
+    return widths
+
+
+def _wrapped(text: str, width: int, indent: str = "") -> list[str]:
+    import textwrap
+
+    return textwrap.wrap(text, width=width, subsequent_indent=indent, break_long_words=False,
+                         break_on_hyphens=False) or [""]
+
+
+def _kept_columns(head: list[str], least: list[int], width: int, to_rows: Iterable[str]) -> list[int]:
+    """The columns that stay in the table: those named in ``to_rows``, then others from the right,
+    move out until every column left fits at its longest word."""
+    keep = list(range(len(head)))
+    order = [head.index(n) for n in to_rows if n in head] + list(range(len(head) - 1, 0, -1))
+    for k in order:
+        if sum(least[i] for i in keep) + 2 * (len(keep) - 1) <= width or len(keep) == 1:
+            break
+        if k in keep:
+            keep.remove(k)
+    return keep
+
+
+def _fitted_lines(head: list[str], body: list[list[str]], keep: list[int], widths: list[int],
+                  width: int) -> list[str]:
+    lines = []
+    pad = " " * (widths[0] + 2)
+    for r, row in enumerate([head, *body]):
+        cells = [_wrapped(row[i], w) for i, w in zip(keep, widths)]
+        for j in range(max(len(c) for c in cells)):
+            lines.append("  ".join((c[j] if j < len(c) else "").ljust(w) for c, w in zip(cells, widths)).rstrip())
+        moved = [i for i in range(len(head)) if r and i not in keep and row[i]]
+        for i in moved:
+            lines.extend(_wrapped(f"{pad}{head[i]}: {row[i]}", width, pad + "  "))
+    return lines
+
+
+def fit_table(title: str | None, columns: Iterable[str], rows: Iterable[Iterable[Any]], width: int,
+              to_rows: Iterable[str] = ()):
+    """A table that fits ``width`` columns without ever splitting a word, a PCI address or a UUID.
+
+    When the table fits as it is, it is :func:`table`'s. Otherwise each column is given at least its
+    longest word and cells wrap between words; if even that is too wide, the columns named in
+    ``to_rows`` (then others, from the right) move out of the table into a line of their own under
+    each row (``UUID: GPU-...``). Nothing is dropped or cut.
+    """
+    from rich.console import Group
+    from rich.text import Text
+
+    columns, rows = list(columns), [list(r) for r in rows]
+    head = [sanitize(str(c)) for c in columns]
+    body = [["" if v is None else sanitize(str(v)) for v in row] for row in rows]
+    cols = list(zip(head, *body)) if body else [(h,) for h in head]
+    natural = [max(len(v) for v in col) for col in cols]
+    edges = 2 if stdout_is_tty() else 0  # a rich table on a terminal has a blank column on each side
+    if sum(natural) + 2 * (len(head) - 1) + edges <= width:
+        return table(title, columns, rows)
+    least = [max(_longest_token(v) for v in col) for col in cols]
+    keep = _kept_columns(head, least, width, to_rows)
+    widths = _column_widths([cols[i][1:] or cols[i] for i in keep], [least[i] for i in keep], width)
+    lines = (_wrapped(sanitize(title), width) if title else []) + _fitted_lines(head, body, keep, widths, width)
+    return Group(*(Text(line, no_wrap=True, overflow="ignore") for line in lines))
+
+
 #: above this many cells a table is printed as plain aligned text: rich measures and renders every
 #: cell several times (~30 us each), so a pasted 512-device matrix (262,000 cells) took 8 s
 PLAIN_TABLE_CELLS = 5000

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Installs everything the test suite starts for real: Prometheus + promtool, node_exporter, a
-# single-node Slurm with munge, graphviz, systemd-analyze, iproute2 for network namespaces.
+# single-node Slurm with munge, graphviz, systemd-analyze, iproute2 for network namespaces, tmux
+# (the terminal-screen tests).
 # Debian packages; safe to run again.
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-pkgs=(graphviz prometheus prometheus-node-exporter slurmctld slurmd slurm-client munge systemd iproute2 procps curl openmpi-bin libopenmpi-dev)
+pkgs=(tmux graphviz prometheus prometheus-node-exporter slurmctld slurmd slurm-client munge systemd iproute2 procps curl openmpi-bin libopenmpi-dev)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ "${#missing[@]}" -gt 0 ]; then

@@ -82,7 +82,7 @@ def test_topo_fits_an_80_column_terminal_and_lists_the_gpus(monkeypatch):
     assert code == 0
     assert [l for l in out.splitlines() if len(l) > 80] == []
     assert "GPU - GPU" in out and "GPU - NIC" in out  # the matrix in two blocks that fit
-    gpu_table = out[out.index("\nGPUs "):]
+    gpu_table = out[out.index("\nGPUs"):]
     assert "GPU-e11292b7" in gpu_table and "0000:ab:00.0" in gpu_table and "lost" in gpu_table
     monkeypatch.setenv("COLUMNS", "250")
     code, wide, err = run("topo", "--replay", str(DEGRADED))

@@ -282,7 +282,10 @@ def _gpu_absence(runs) -> str:
 
 
 def render_text(out, topo, runs, meta: dict, smi_diffs: list[str] | None, smi_matrix) -> None:
-    from ccdiag.output import table
+    from ccdiag.output import fit_table
+
+    def table(title, columns, rows, to_rows=()):  # never splits an address, UUID or word
+        return fit_table(title, columns, rows, _width(), to_rows)
 
     src = meta.get("source") or "live"
     if meta.get("synthesized"):
@@ -307,7 +310,8 @@ def render_text(out, topo, runs, meta: dict, smi_diffs: list[str] | None, smi_ma
             out.print(legend)
         out.print("Levels: NV# = # NVLinks; PIX = one PCIe switch; PXB = several switches; PHB = host bridge; "
                   "NODE = across host bridges in a NUMA node; SYS = across sockets.")
-        out.print(table("GPUs", ["GPU", "model", "UUID", "PCI", "NUMA", "CPU affinity", "state"], _gpu_rows(topo, m)))
+        out.print(table("GPUs", ["GPU", "model", "UUID", "PCI", "NUMA", "CPU affinity", "state"], _gpu_rows(topo, m),
+                        to_rows=("UUID", "CPU affinity")))
         out.print(table("NIC affinity (nearest RDMA NICs per GPU; GB/s to the NIC its traffic can use)",
                         ["GPU", "state", "nearest NIC(s) and level", "GPU->NIC GB/s", "as trained"],
                         _affinity_rows(topo)))

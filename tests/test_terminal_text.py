@@ -1,0 +1,96 @@
+"""What a person sees in a real terminal: ``check`` and ``topo`` run inside tmux (a real
+pseudo-terminal of a fixed size), the screen captured as the terminal drew it.
+
+The terminal wraps a line that is too long; ``tmux capture-pane -J`` joins such wrapped lines again,
+so a capture that changes under ``-J`` is a line the program let the terminal fold. An address or
+UUID split across screen lines can no longer be copied: every one the wide output holds must appear
+whole on one screen line.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+from conftest import REPO
+
+DEGRADED = REPO / "samples" / "hgx-h100-8gpu-degraded.snap.tar.gz"
+PCI = re.compile(r"\b[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-9a-f]\b")
+GPU_UUID = re.compile(r"\bGPU-[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12}\b")
+
+pytestmark = pytest.mark.skipif(shutil.which("tmux") is None,
+                                reason="tmux is not installed (scripts/install-test-deps.sh installs it)")
+
+
+def _screen(args: list[str], columns: int) -> tuple[str, str]:
+    """(screen lines as drawn, the same with wrapped lines joined) of ``ccdiag ARGS`` in a tmux pane."""
+    sock = f"ccdiag-test-{uuid.uuid4().hex[:8]}"
+    done = "__ccdiag_done__"
+    cmd = " ".join([sys.executable, "-m", "ccdiag", *args]) + f"; echo {done}; sleep 60"
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES", "TMUX", "NO_COLOR")}
+    env["TERM"] = "xterm-256color"
+    tmux = ["tmux", "-L", sock, "-f", "/dev/null"]
+    subprocess.run([*tmux, "new-session", "-d", "-x", str(columns), "-y", "50", "-s", "t",
+                    f"tmux set-option -g history-limit 20000 >/dev/null 2>&1; {cmd}"],
+                   env=env, check=True, timeout=30, cwd=str(REPO))
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            drawn = subprocess.run([*tmux, "capture-pane", "-p", "-S", "-20000", "-t", "t"], env=env,
+                                   capture_output=True, text=True, timeout=30).stdout
+            if done in drawn:
+                joined = subprocess.run([*tmux, "capture-pane", "-p", "-J", "-S", "-20000", "-t", "t"], env=env,
+                                        capture_output=True, text=True, timeout=30).stdout
+                return drawn.split(done)[0], joined.split(done)[0]
+            time.sleep(0.3)
+        pytest.fail(f"ccdiag {' '.join(args)} did not finish in the tmux pane:\n{drawn}")
+    finally:
+        subprocess.run([*tmux, "kill-server"], env=env, capture_output=True, timeout=30)
+
+
+def _wide(args: list[str]) -> str:
+    env = {**os.environ, "COLUMNS": "250"}
+    return subprocess.run([sys.executable, "-m", "ccdiag", *args], env=env, capture_output=True, text=True,
+                          timeout=60, cwd=str(REPO)).stdout
+
+
+def _lines(text: str) -> list[str]:
+    return [l.rstrip() for l in text.splitlines()]
+
+
+def test_topo_on_an_80_column_terminal_splits_no_address_uuid_or_word():
+    args = ["topo", "--replay", str(DEGRADED)]
+    drawn, joined = _screen(args, 80)
+    assert "GPU - GPU" in drawn and "RDMA NICs" in drawn
+    assert _lines(drawn) == _lines(joined), "the terminal had to fold a line"
+    assert max(len(l) for l in _lines(drawn)) <= 80
+    wide = _wide(args)
+    for pattern in (PCI, GPU_UUID):
+        expected = set(pattern.findall(wide))
+        assert expected and expected <= set(pattern.findall(drawn))
+    # and no word cut in two: every word on the screen is a word of the wide output
+    # (rules drawn by the table, and "UUID:" naming a value moved under its row, are not words)
+    words = set(wide.split())
+    drawn_words = [w for w in drawn.split() if w.strip("\u2500\u2501\u2502\u2504")]
+    assert [w for w in drawn_words if w not in words and w.rstrip(":") not in words] == []
+
+
+def test_check_on_a_100_column_terminal_prints_each_finding_once_root_first():
+    args = ["check", "--replay", str(DEGRADED)]
+    drawn, joined = _screen(args, 100)
+    lines = _lines(drawn)
+    assert _lines(drawn) == _lines(joined), "the terminal had to fold a line"
+    assert max(len(l) for l in lines) <= 100
+    verdict = next(i for i, l in enumerate(lines) if l.startswith("FAIL: 10 failed"))
+    headings = [l for l in lines[verdict:] if re.match(r"^(FAIL|WARN|UNKNOWN) [a-z_]+\.[a-z_.]+ ", l)]
+    assert headings[0] == "FAIL gpu.lost GPU6 (0000:ba:00.0)"  # the root cause first
+    # 9 root failures (the 10th, the GPU count, is folded under the lost GPU) and 2 warnings, each once
+    assert len(headings) == len(set(headings)) == 11
+    assert "  + 10 follow from it: gpu.count node (fail);" in drawn
