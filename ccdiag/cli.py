@@ -14,7 +14,6 @@ import sys
 
 import click
 
-from ccdiag import __version__
 from ccdiag.exitcodes import ExitCode
 
 #: command name -> (module, attribute, one-line help)
@@ -52,8 +51,29 @@ class LazyGroup(click.Group):
             formatter.write_dl(rows)
 
 
-@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="ccdiag")
+def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    """--version: ccdiag's version and commit, Python, nvidia-ml-py, driver and NVML (ccdiag.version)."""
+    if not value or ctx.resilient_parsing:
+        return
+    from ccdiag.version import version_text
+
+    click.echo(version_text())
+    ctx.exit()
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]},
+             epilog="""\b
+Examples:
+  ccdiag check                                  # is this node fit to run a job?
+  ccdiag check --replay samples/hgx-h100-8gpu-degraded.snap.tar.gz
+  ccdiag topo                                   # the GPU/NIC matrix, links, bandwidths
+
+\b
+Shell completion (bash; zsh_source / fish_source for the others):
+  eval "$(_CCDIAG_COMPLETE=bash_source ccdiag)"
+""")
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
+              help="Show ccdiag's version and commit, Python, nvidia-ml-py, driver and NVML versions, and exit.")
 @click.option("-v", "--verbose", count=True, help="More log detail on stderr (-vv for debug).")
 def cli(verbose: int) -> None:
     """ccdiag: is this GPU node fit to run a job, and if not, what exactly is broken?

@@ -57,7 +57,7 @@ def room_of(module: str) -> str | None:
         return "report"
     if head in ("checkrun", "stages"):
         return "run"
-    if head in ("commands", "cli", "__main__"):
+    if head in ("commands", "cli", "__main__", "examples", "version"):  # --help examples, --version
         return "commands"
     if head in SHARED:
         return "shared"

@@ -17,6 +17,8 @@ from typing import Any
 
 import click
 
+from ccdiag.examples import epilog
+
 from ccdiag.commands.common import host_options, make_host, write_report
 from ccdiag.errors import InputError
 from ccdiag.exitcodes import ExitCode
@@ -37,7 +39,7 @@ class BenchGroup(click.Group):
         formatter.write_usage("ccdiag bench", "[NAME...] [OPTIONS] | list | import FILE... | allreduce | pairs")
 
 
-@click.group(name="bench", cls=BenchGroup, invoke_without_command=True,
+@click.group(name="bench", cls=BenchGroup, invoke_without_command=True, epilog=epilog("bench"),
              context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
 @click.pass_context
 def group(ctx):
@@ -105,7 +107,7 @@ def _progress():
     return prog, tick
 
 
-@group.command(name="run")
+@group.command(name="run", epilog=epilog("bench run"))
 @click.argument("names", nargs=-1)
 @host_options
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON report on stdout.")
@@ -169,7 +171,7 @@ def bench_report(observed, results, code, replay, duration_s: float) -> dict:
                         extra={"bench": [r.to_json() for r in results]})
 
 
-@group.command(name="list")
+@group.command(name="list", epilog=epilog("bench list"))
 @host_options
 @click.option("--json", "as_json", is_flag=True, help="Print the list as JSON.")
 def list_command(replay, root, as_json):
@@ -193,7 +195,7 @@ def list_command(replay, root, as_json):
     return 0
 
 
-@group.command(name="import")
+@group.command(name="import", epilog=epilog("bench import"))
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @click.option("--replay", metavar="FILE", type=click.Path(dir_okay=False),
               help="Judge against the topology of this snapshot (default: this node).")

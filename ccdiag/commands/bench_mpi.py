@@ -13,6 +13,8 @@ import sys
 
 import click
 
+from ccdiag.examples import epilog
+
 from ccdiag.errors import InputError
 from ccdiag.exitcodes import ExitCode
 
@@ -47,7 +49,7 @@ def _common(func):
     return func
 
 
-@click.command(name="allreduce")
+@click.command(name="allreduce", epilog=epilog("bench allreduce"))
 @_common
 @click.option("--device", type=click.Choice(["host", "gpu"]), default="host", show_default=True,
               help="Buffers in host memory (NumPy) or on the GPU (CuPy; also measures NCCL).")
@@ -73,7 +75,7 @@ def allreduce(sizes, begin, end, factor, iters, warmup, budget, as_json, hostfil
     return benchrun.allreduce(size_list, iters, warmup, budget, as_json, hostfile_out, margin, device, seg)
 
 
-@click.command(name="pairs")
+@click.command(name="pairs", epilog=epilog("bench pairs"))
 @_common
 @click.option("--iface", "only_ifaces", multiple=True, metavar="NAME",
               help="Measure the per-interface TCP matrix only over this interface (repeatable); "

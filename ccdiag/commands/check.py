@@ -21,6 +21,8 @@ import sys
 
 import click
 
+from ccdiag.examples import epilog
+
 from ccdiag.checkrun import DEFAULT_DEADLINE_S, DEFAULT_WINDOW_S, EnvFileError, close_host, evaluate, load_env_file
 from ccdiag.commands.snapshot import default_name
 from ccdiag.commands.common import host_options, make_host, write_report
@@ -61,7 +63,7 @@ def _save_failure_snapshot(host: RecordingHost, result, directory: str, env: dic
     return path
 
 
-@click.command(name="check")
+@click.command(name="check", epilog=epilog("check"))
 @host_options
 @click.option("--policy", "policy_file", metavar="FILE", type=click.Path(dir_okay=False),
               help="Hold the node to this policy (TOML, from `ccdiag policy init`).")

@@ -14,15 +14,17 @@ import sys
 
 import click
 
+from ccdiag.examples import epilog
+
 from ccdiag.exitcodes import ExitCode
 
 
-@click.group(name="cluster")
+@click.group(name="cluster", epilog=epilog("cluster"))
 def group():
     """Across hosts, as MPI ranks under mpirun or srun."""
 
 
-@group.command(name="check")
+@group.command(name="check", epilog=epilog("cluster check"))
 @click.option("--timeout", type=click.FloatRange(1, 3600), default=30, show_default=True, metavar="S",
               help="Deadline of each host's node check.")
 @click.option("--budget", type=click.FloatRange(2, 3600), default=60, show_default=True, metavar="S",

@@ -13,11 +13,13 @@ import sys
 
 import click
 
+from ccdiag.examples import epilog
+
 from ccdiag.errors import InputError
 from ccdiag.exitcodes import ExitCode
 
 
-@click.command(name="compare")
+@click.command(name="compare", epilog=epilog("compare"))
 @click.argument("reports", nargs=-1, required=True, metavar="REPORT...")
 @click.option("--json", "as_json", is_flag=True, help="One JSON document on stdout.")
 @click.option("--z", "z", type=click.FloatRange(1, 1000), default=5.0, show_default=True,

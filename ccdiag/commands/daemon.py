@@ -10,12 +10,14 @@ import sys
 
 import click
 
+from ccdiag.examples import epilog
+
 from ccdiag.commands.common import host_options
 from ccdiag.errors import InputError
 from ccdiag.exitcodes import ExitCode
 
 
-@click.command(name="daemon")
+@click.command(name="daemon", epilog=epilog("daemon"))
 @host_options
 @click.option("--web.listen-address", "--listen", "listen", metavar="ADDR:PORT",
               help="Address to serve on [default: 127.0.0.1:9643]; port 0 picks a free port (the URL is printed "

@@ -12,6 +12,8 @@ import time
 
 import click
 
+from ccdiag.examples import epilog
+
 from ccdiag.commands.common import host_options, make_host
 from ccdiag.errors import InputError, NotEvaluated
 from ccdiag.exitcodes import ExitCode
@@ -62,7 +64,7 @@ def node_recommendation(host, env: dict[str, str], env_source: str, timeout: flo
     return recommend(topo, runs, env=env, env_source=env_source), runs, topo
 
 
-@click.command(name="nccl")
+@click.command(name="nccl", epilog=epilog("nccl"))
 @host_options
 @click.option("--from-smi", "from_smi", metavar="FILE", type=click.Path(dir_okay=False),
               help="Recommend from a pasted `nvidia-smi topo -m` alone (rails and ring order).")

@@ -11,6 +11,8 @@ import time
 
 import click
 
+from ccdiag.examples import epilog
+
 from ccdiag.commands.common import host_options, make_host
 from ccdiag.errors import InputError, NotEvaluated
 from ccdiag.exitcodes import ExitCode
@@ -22,12 +24,12 @@ from ccdiag.policy import FIELD_HELP, Policy, PolicyError, file_keys, init_heade
 POLICY_PROBES = ("nvml", "pcie", "infiniband")
 
 
-@click.group(name="policy")
+@click.group(name="policy", epilog=epilog("policy"))
 def group() -> None:
     """Write (init) or show the expectations `ccdiag check --policy FILE` holds a node to."""
 
 
-@group.command(name="init")
+@group.command(name="init", epilog=epilog("policy init"))
 @host_options
 @click.option("-o", "--output", "output", metavar="FILE", help="Write the policy here instead of stdout.")
 @click.option("--timeout", type=click.FloatRange(1, 3600), default=30.0, show_default=True, metavar="S",
@@ -96,7 +98,7 @@ def _unhealthy_signs(runs) -> list[str]:
     return signs
 
 
-@group.command(name="show")
+@group.command(name="show", epilog=epilog("policy show"))
 @click.argument("file", type=click.Path(dir_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="Print the effective policy as JSON.")
 def show(file, as_json):

@@ -12,6 +12,8 @@ import time
 
 import click
 
+from ccdiag.examples import epilog
+
 from ccdiag.checkrun import DEFAULT_WINDOW_S
 from ccdiag.commands.common import host_options, make_host
 from ccdiag.errors import InputError
@@ -28,7 +30,7 @@ def default_name(hostname: str | None) -> str:
     return f"ccdiag-{(hostname or 'host').split('.')[0]}-{stamp}.snap.tar.gz"
 
 
-@click.command(name="snapshot")
+@click.command(name="snapshot", epilog=epilog("snapshot"))
 @host_options
 @click.option("-o", "--output", "output", metavar="FILE",
               help="Snapshot file to write [default: ccdiag-<host>-<time>.snap.tar.gz].")

@@ -15,6 +15,8 @@ import time
 
 import click
 
+from ccdiag.examples import epilog
+
 from ccdiag.commands.common import host_options, make_host
 from ccdiag.errors import InputError
 from ccdiag.exitcodes import ExitCode
@@ -531,7 +533,7 @@ def _refuse_host_options_with_from_smi() -> None:
 # -- the command -----------------------------------------------------------------------------------
 
 
-@click.command(name="topo")
+@click.command(name="topo", epilog=epilog("topo"))
 @host_options
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON report (kind \"topo\") on stdout.")
 @click.option("-o", "--output", metavar="FILE", help="Write the report (text, or JSON with --json) to FILE.")

@@ -1,0 +1,79 @@
+"""Conventions a new user looks for: examples in every command's --help (and the ones that need no
+hardware actually run), ``--version`` with build information, shell completion as documented."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+from ccdiag.examples import EXAMPLES
+from conftest import REPO
+
+
+def _ccdiag(*args: str, cwd=None, env=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ccdiag", *args], capture_output=True, text=True, timeout=120,
+                          cwd=cwd, env={**os.environ, **(env or {})})
+
+
+@pytest.mark.parametrize("command", sorted(EXAMPLES))
+def test_every_help_shows_examples(command):
+    proc = _ccdiag(*command.split(), "--help")
+    assert proc.returncode == 0, proc.stderr
+    tail = proc.stdout[proc.stdout.index("Examples:"):]
+    assert sum(line.strip().startswith(("ccdiag ", "mpirun ", "srun ")) for line in tail.splitlines()) >= 2
+
+
+def test_daemon_help_shows_the_default_port():
+    assert "127.0.0.1:9643" in _ccdiag("daemon", "--help").stdout
+
+
+RUNNABLE = sorted({cmd for examples in EXAMPLES.values() for cmd, _ in examples
+                   if "--replay samples/" in cmd and cmd.startswith("ccdiag ")})
+
+
+@pytest.mark.parametrize("line", RUNNABLE)
+def test_examples_that_need_no_hardware_run_as_written(line, tmp_path):
+    os.symlink(REPO / "samples", tmp_path / "samples")
+    # the file named in the bench import example: a real nvbandwidth output from the corpus
+    nvb = REPO / "tests" / "fixtures" / "corpus" / "nvbandwidth" / "nvbandwidth-v0.4-d2d-memcpy-read-ce-h100-x8-azure-ndv5.txt"
+    (tmp_path / "nvbandwidth.txt").write_bytes(nvb.read_bytes())
+    args = shlex.split(line)[1:]
+    proc = _ccdiag(*args, cwd=str(tmp_path))
+    assert proc.returncode in (0, 1), proc.stderr  # 1: the degraded sample fails its check
+    assert "Traceback" not in proc.stderr
+
+
+def test_version_names_commit_python_nvml_binding_and_driver():
+    proc = _ccdiag("--version")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert re.match(r"ccdiag \S+, commit (\S+( \+local changes)? \((recorded at build time|read at run time "
+                    r"from the source tree .+)\)|unknown \(not built from a git checkout\))$", lines[0]), lines[0]
+    assert lines[1].startswith(f"Python {sys.version_info[0]}.{sys.version_info[1]}.")
+    assert re.match(r"nvidia-ml-py (\d+\.\d+|not installed)", lines[2])
+    # a driver and NVML version where NVML answers, else why not (this machine: no driver)
+    assert re.match(r"NVIDIA driver( \S+|: not read \(.+\))$", lines[3]), lines[3]
+
+
+def test_commit_recorded_at_build_time_wins(tmp_path, monkeypatch):
+    from ccdiag import version
+
+    recorded = tmp_path / "_build_commit.txt"
+    recorded.write_text("0123456789ab\n")
+    monkeypatch.setattr(version, "BUILD_COMMIT_FILE", str(recorded))
+    assert version.commit_line() == "commit 0123456789ab (recorded at build time)"
+    monkeypatch.setattr(version, "BUILD_COMMIT_FILE", str(tmp_path / "absent"))
+    monkeypatch.setattr(version, "PACKAGE_DIR", str(tmp_path / "pkg"))  # no git checkout around it
+    assert version.commit_line() == "commit unknown (not built from a git checkout)"
+
+
+def test_shell_completion_as_documented():
+    proc = _ccdiag(env={"_CCDIAG_COMPLETE": "bash_complete", "COMP_WORDS": "ccdiag ch", "COMP_CWORD": "1"})
+    assert "plain,check" in proc.stdout.splitlines()
+    script = _ccdiag(env={"_CCDIAG_COMPLETE": "bash_source"}).stdout
+    assert "_ccdiag_completion" in script and "complete " in script
