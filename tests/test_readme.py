@@ -1,0 +1,98 @@
+"""The README is the front door: under 8 KB, every command in it runs as written, every link leads
+somewhere. The quick start runs for real in a fresh copy of the tree with a new virtual
+environment (slow: it installs ccdiag and its dependencies)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO
+
+README = REPO / "README.md"
+SAMPLE_VERDICT = "FAIL: 10 failed, 2 warnings, 9 unknown (node hgx-h100-synth-degraded)"
+
+
+def shell_commands(text: str) -> list[str]:
+    """The lines of every ```sh block (comments and blank lines left out)."""
+    blocks = re.findall(r"```sh\n(.*?)```", text, re.S)
+    return [l.strip() for b in blocks for l in b.splitlines() if l.strip() and not l.strip().startswith("#")]
+
+
+def test_readme_is_a_front_door_under_8_kb():
+    assert README.stat().st_size < 8192
+    text = README.read_text()
+    for heading in ("## Requirements", "## Quick start", "## Pick your integration", "## Commands", "## Exit codes"):
+        assert heading in text
+    assert "Python >= 3.10" in text and "RHEL / Rocky 9" in text and "Ubuntu 22.04 / 24.04" in text
+
+
+def test_the_readme_commands_are_the_quick_start_and_the_tests():
+    cmds = shell_commands(README.read_text())
+    assert cmds[0] == ("python3 -m venv .venv && . .venv/bin/activate && pip install . && ccdiag check; "
+                       "ccdiag check --replay samples/hgx-h100-8gpu-degraded.snap.tar.gz")
+    assert cmds[1:] == ["bash .ci/run"]
+    # the test command is the CI script; it needs root, and the README says so
+    assert subprocess.run(["bash", "-n", str(REPO / ".ci" / "run")], timeout=30).returncode == 0
+    assert "as root" in README.read_text()
+
+
+@pytest.mark.slow
+def test_the_quick_start_runs_as_written_on_a_fresh_tree(tmp_path):
+    """A copy of the tree without any virtual environment or build output, the first command run
+    by bash exactly as written; python3 is this test's interpreter (a supported one)."""
+    tree = tmp_path / "ccdiag"
+    shutil.copytree(REPO, tree, ignore=shutil.ignore_patterns(".git", ".venv", "*.egg-info", "build", "__pycache__",
+                                                                ".pytest_cache"))
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    os.symlink(sys.executable, bindir / "python3")
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME")}
+    env["PATH"] = f"{bindir}:{env.get('PATH', '/usr/bin:/bin')}"
+    line = shell_commands(README.read_text())[0]
+    proc = subprocess.run(["bash", "-c", line], cwd=str(tree), env=env, capture_output=True, text=True, timeout=900)
+    verdicts = [l for l in proc.stdout.splitlines() if re.match(r"^(OK|WARN|FAIL|UNKNOWN): ", l)]
+    assert len(verdicts) == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert verdicts[1] == SAMPLE_VERDICT and proc.returncode == 1
+    assert "Traceback" not in proc.stderr
+
+
+def _table_commands(text: str) -> list[list[str]]:
+    section = text[text.index("## Commands"):text.index("## Exit codes")]
+    out = []
+    for cell in re.findall(r"^\| (.*?) \|", section, re.M):
+        for code in re.findall(r"`(ccdiag [^`]*)`", cell):
+            words = [w for w in code.split()[1:] if re.fullmatch(r"[a-z]+", w)]
+            out.append(words)
+    return out
+
+
+def test_every_command_in_the_table_exists():
+    commands = _table_commands(README.read_text())
+    assert len(commands) >= 8
+    for words in commands:
+        proc = subprocess.run([sys.executable, "-m", "ccdiag", *words, "--help"], capture_output=True, text=True,
+                              timeout=60)
+        assert proc.returncode == 0, (words, proc.stderr)
+
+
+def _links(path) -> list[str]:
+    return [m for m in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", path.read_text()) if "://" not in m]
+
+
+@pytest.mark.parametrize("page", [README, *sorted((REPO / "docs").glob("*.md")), REPO / "slurm" / "README.md",
+                                  REPO / "systemd" / "README.md", REPO / "monitoring" / "README.md"],
+                         ids=lambda p: str(p.relative_to(REPO)))
+def test_every_link_leads_somewhere(page):
+    missing = [l for l in _links(page) if not (page.parent / l).exists()]
+    assert missing == []
+
+
+def test_nothing_but_the_readme_links_is_needed_to_reach_every_doc():
+    linked = {(REPO / "docs" / l).resolve() for l in _links(REPO / "docs" / "README.md")}
+    assert set((REPO / "docs").glob("*.md")) - {REPO / "docs" / "README.md"} <= linked
