@@ -56,7 +56,7 @@ class LinkLoad:
         try:
             import cupy  # the [gpu] extra
         except Exception as exc:  # noqa: BLE001 - ImportError, or a CUDA library that fails to load
-            self.state.skipped = f"CuPy not available ({type(exc).__name__}: {exc}); install ccdiag[gpu]"
+            self.state.skipped = f"CuPy not available ({type(exc).__name__}: {exc}); pip install '.[gpu]' in ccdiag's source tree"
             return self.state
         try:
             count = int(cupy.cuda.runtime.getDeviceCount())

@@ -179,7 +179,7 @@ def parse_web_config(doc: Any, base_dir: str = ".", source: str = "<web-config>"
     if users:
         if importlib.util.find_spec("bcrypt") is None:
             raise WebConfigError(f"{source}: basic_auth_users needs the 'bcrypt' Python package "
-                                 f"(pip install bcrypt, or apt install python3-bcrypt)")
+                                 f"(pip install '.[daemon]' in ccdiag's source tree, or pip install bcrypt)")
         for user, hashed in users.items():
             if not isinstance(hashed, str) or not hashed.startswith(("$2a$", "$2b$", "$2y$")):
                 raise WebConfigError(f"{source}: basic_auth_users.{user} must be a bcrypt hash ($2b$...)")
@@ -192,7 +192,8 @@ def load_web_config(path: str) -> WebConfig:
     try:
         import yaml
     except ImportError:
-        raise WebConfigError(f"{path}: reading a web config needs the 'PyYAML' package") from None
+        raise WebConfigError(f"{path}: reading a web config needs PyYAML: pip install '.[daemon]' in ccdiag's "
+                             f"source tree (or pip install PyYAML bcrypt)") from None
     try:
         from ccdiag.userfiles import read_user_text
 

@@ -77,3 +77,23 @@ def test_shell_completion_as_documented():
     assert "plain,check" in proc.stdout.splitlines()
     script = _ccdiag(env={"_CCDIAG_COMPLETE": "bash_source"}).stdout
     assert "_ccdiag_completion" in script and "complete " in script
+
+
+def test_a_missing_extra_names_the_pip_install_line(monkeypatch, tmp_path):
+    """--web.config.file without PyYAML: the message says which install line brings it."""
+    from ccdiag.exporters.webconfig import WebConfigError, load_web_config
+
+    cfg = tmp_path / "web.yml"
+    cfg.write_text("basic_auth_users: {}\n")
+    monkeypatch.setitem(sys.modules, "yaml", None)  # as if PyYAML were not installed
+    with pytest.raises(WebConfigError, match=r"pip install '\.\[daemon\]'"):
+        load_web_config(str(cfg))
+
+
+def test_every_extra_hint_in_the_code_is_a_pip_install_line_that_works_from_the_tree():
+    """`pip install 'ccdiag[gpu]'` would look for ccdiag on an index; the source tree has it."""
+    hints = []
+    for base in (REPO / "ccdiag", REPO / "exporters", REPO / "probes"):
+        for path in base.rglob("*.py"):
+            hints += re.findall(r"pip install '[^']*\[\w+\]'", path.read_text())
+    assert hints and all(re.fullmatch(r"pip install '\.\[(gpu|mpi|daemon|test)\]'", h) for h in hints), hints

@@ -384,7 +384,7 @@ def main() -> int:
     try:
         import cupy
     except Exception as exc:  # noqa: BLE001 - ImportError, or CUDA libraries that fail to load
-        emit("fatal", error=f"CuPy not available ({type(exc).__name__}: {exc}); install ccdiag[gpu]")
+        emit("fatal", error=f"CuPy not available ({type(exc).__name__}: {exc}); pip install '.[gpu]' in ccdiag's source tree")
         return 3
     try:
         engine = Engine(cupy, req)

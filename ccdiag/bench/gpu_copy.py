@@ -35,7 +35,7 @@ class CudaCopy(Benchmark):
         self.budget_s, self.quick_budget_s = budget_s, quick_budget_s
 
     def applicable(self, ctx: BenchContext) -> str | None:
-        why = ctx.why_no_gpus() or module_missing("cupy", "pip install 'ccdiag[gpu]'", ctx.env)
+        why = ctx.why_no_gpus() or module_missing("cupy", "pip install '.[gpu]' in ccdiag's source tree", ctx.env)
         if why:
             return why
         if len(ctx.usable_gpus()) < self.min_gpus:

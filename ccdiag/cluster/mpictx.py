@@ -32,7 +32,7 @@ def load_mpi():
     try:
         from mpi4py import MPI  # noqa: PLC0415 - imported only where needed, on purpose
     except ImportError as exc:
-        raise NotEvaluated(f"mpi4py is not installed ({exc}); install it with `pip install 'ccdiag[mpi]'` "
+        raise NotEvaluated(f"mpi4py is not installed ({exc}); install it with `pip install '.[mpi]'` in ccdiag's source tree "
                            f"and run under mpirun or srun") from None
     except Exception as exc:  # noqa: BLE001 - a broken MPI library fails at import/init
         raise NotEvaluated(f"MPI could not start: {type(exc).__name__}: {exc}") from None
@@ -43,7 +43,7 @@ def load_numpy():
     try:
         import numpy  # noqa: PLC0415
     except ImportError:
-        raise NotEvaluated("numpy is not installed; install it with `pip install 'ccdiag[mpi]'`") from None
+        raise NotEvaluated("numpy is not installed; install it with `pip install '.[mpi]'` in ccdiag's source tree") from None
     return numpy
 
 

@@ -39,7 +39,7 @@ def gpu_skip_reason() -> str | None:
     try:
         import cupy  # noqa: PLC0415
     except ImportError:
-        return "CuPy is not installed (pip install 'ccdiag[gpu]')"
+        return "CuPy is not installed (pip install '.[gpu]' in ccdiag's source tree)"
     try:
         if cupy.cuda.runtime.getDeviceCount() < 1:
             return "no CUDA GPU visible to this rank"

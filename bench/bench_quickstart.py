@@ -1,0 +1,81 @@
+#!/usr/bin/env python3
+"""Wall time of the README's first command on a fresh clone: ``git clone`` of the current commit
+into a temporary directory, then the quick-start line exactly as the README writes it, run by
+bash (venv creation, ``pip install .`` with its dependencies from the configured index, ``ccdiag
+check`` on this machine, ``ccdiag check --replay`` on the degraded sample). N runs, each in its own
+fresh clone; median and max.
+
+Why it matters: the first minute of a new user. Budget: every run under 30 s on a 2-core machine.
+Writes ``bench/results/quickstart.json`` and exits 1 when a run is over budget or does not give both
+verdicts.
+
+    python bench/bench_quickstart.py [-n 3] [--budget 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pathlib
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from results_file import write_result  # bench/results_file.py, beside this script
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+
+
+def quickstart_line() -> str:
+    block = re.search(r"## Quick start.*?```sh\n(.*?)\n```", (REPO / "README.md").read_text(), re.S)
+    return block.group(1).strip()
+
+
+def run_once(line: str) -> tuple[float, list[str], int]:
+    with tempfile.TemporaryDirectory(prefix="ccdiag-qs-") as tmp:
+        clone = os.path.join(tmp, "ccdiag")
+        subprocess.run(["git", "clone", "-q", str(REPO), clone], check=True, timeout=120)
+        env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
+        t0 = time.perf_counter()
+        proc = subprocess.run(["bash", "-c", line], cwd=clone, env=env, capture_output=True, text=True, timeout=600)
+        elapsed = time.perf_counter() - t0
+    verdicts = [l for l in proc.stdout.splitlines() if re.match(r"^(OK|WARN|FAIL|UNKNOWN): ", l)]
+    return elapsed, verdicts, proc.returncode
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("-n", "--runs", type=int, default=3)
+    ap.add_argument("--budget", type=float, default=30.0, help="seconds every run must stay under")
+    ap.add_argument("--output", default=str(REPO / "bench" / "results" / "quickstart.json"))
+    args = ap.parse_args(argv)
+    line = quickstart_line()
+    times, verdicts = [], []
+    for _ in range(args.runs):
+        elapsed, found, rc = run_once(line)
+        times.append(round(elapsed, 2))
+        verdicts = found
+        if len(found) != 2:
+            print(f"bench_quickstart: expected two verdicts, got {found} (exit {rc})", file=sys.stderr)
+            return 1
+    result = {
+        "what": "README quick start on a fresh clone (venv, pip install ., check here and on the sample)",
+        "command": line,
+        "python3": subprocess.run(["python3", "--version"], capture_output=True, text=True).stdout.strip(),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+        "runs_s": times,
+        "median_s": statistics.median(times),
+        "max_s": max(times),
+        "budget_s": args.budget,
+        "verdicts": verdicts,
+    }
+    write_result(args.output, result)
+    return 0 if max(times) < args.budget else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
