@@ -175,13 +175,22 @@ def _with_lost_ids(cycle: Cycle, nvml: Any) -> Any:
     return dataclasses.replace(nvml, gpus=gpus)
 
 
+def _pci_numa(cycle: Cycle) -> dict[str, int]:
+    """NUMA node of each PCI function by address, as sysfs says: NVML's own NUMA id is "N/A" on most
+    x86 systems, while the PCI device's ``numa_node`` is what ``topo`` (and the kernel) use."""
+    devices = getattr(cycle.data.get("pcie"), "devices", ()) or ()
+    return {normalize_bdf(d.bdf): d.numa_node for d in devices if d.bdf and d.numa_node is not None}
+
+
 def _gpus(out: _Families, cycle: Cycle, nvml: Any) -> None:
     gpus = sorted(getattr(nvml, "gpus", ()) or (), key=lambda g: g.index)
     by_bdf = {normalize_bdf(g.bus_id): g for g in gpus if g.bus_id}
     reasons = _clock_reasons()
+    pci_numa = _pci_numa(cycle)
     for g in gpus:
         ids = _gpu_ids(g)
-        out.add("gpu_info", ids + (g.name, g.numa_node), 1)
+        numa = pci_numa.get(normalize_bdf(g.bus_id) or "", g.numa_node)
+        out.add("gpu_info", ids + (g.name, numa), 1)
         out.add("gpu_up", ids, g.failed is None)
         out.add("gpu_memory_total_bytes", ids, g.memory_total_bytes)
         out.add("gpu_memory_used_bytes", ids, g.memory_used_bytes)

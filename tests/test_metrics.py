@@ -91,6 +91,15 @@ def test_degraded_golden_shows_what_is_broken():
     assert failing and "ccdiag_check_status" not in text
 
 
+def test_gpu_numa_node_comes_from_the_pci_device():
+    """NVML's NUMA id is N/A on x86 (the samples record it so); the PCI device's numa_node in sysfs is
+    what topo shows: GPUs 0-3 on node 0, 4-7 on node 1 in the 8-GPU samples."""
+    for name in ("healthy", "degraded"):
+        text = (GOLDEN / f"{name}.prom").read_text()
+        numa = {dict(k[1])["gpu"]: dict(k[1])["numa_node"] for k in samples(text) if k[0] == "ccdiag_gpu_info"}
+        assert numa == {str(i): "0" if i < 4 else "1" for i in range(8)}
+
+
 # -- the metric list -------------------------------------------------------------------------------
 def test_metrics_json_is_generated_from_the_spec(update_golden):
     if update_golden:
