@@ -358,3 +358,22 @@ def test_interleaved_prefixed_and_cut_lines_are_still_read():
     assert log.env == {"NCCL_CUMEM_ENABLE": "0", "NCCL_NET_GDR_LEVEL": "PIX"}
     assert log.transports == {"NET/IB/GDRDMA": 1}  # the cut "via P2" names no transport
     assert log.nccl_lines == 4  # the cut line still carries its marker; the script's line is not NCCL's
+
+
+def test_text_prints_the_job_script_exports_one_per_line():
+    """Pasted into a job script as printed: each export its own line, values quoted."""
+    from cli_runner import run
+    from conftest import REPO
+
+    code, out, err = run("nccl", "--replay", str(REPO / "samples" / "hgx-h100-8gpu-degraded.snap.tar.gz"))
+    lines = out.splitlines()
+    start = lines.index("In a job script:")
+    exports = [l.strip() for l in lines[start + 1:] if l.startswith("  export ")]
+    assert exports == ["export NCCL_IB_HCA='=mlx5_0:1,mlx5_1:1,mlx5_2:1,mlx5_3:1,mlx5_5:1,mlx5_6:1,mlx5_7:1'",
+                       "export NCCL_SOCKET_IFNAME='=ib0,ib1,ib2,ib3,ib5,ib6,ib7'"]
+    # and bash reads them back as the recommended values
+    script = "\n".join(exports) + '\nprintf "%s|%s" "$NCCL_IB_HCA" "$NCCL_SOCKET_IFNAME"'
+    import subprocess
+
+    got = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30).stdout
+    assert got == "=mlx5_0:1,mlx5_1:1,mlx5_2:1,mlx5_3:1,mlx5_5:1,mlx5_6:1,mlx5_7:1|=ib0,ib1,ib2,ib3,ib5,ib6,ib7"

@@ -18,7 +18,6 @@ from typing import Any
 import click
 
 from ccdiag.examples import epilog
-
 from ccdiag.commands.common import host_options, make_host, write_report
 from ccdiag.errors import InputError
 from ccdiag.exitcodes import ExitCode

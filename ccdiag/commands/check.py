@@ -22,7 +22,6 @@ import sys
 import click
 
 from ccdiag.examples import epilog
-
 from ccdiag.checkrun import DEFAULT_DEADLINE_S, DEFAULT_WINDOW_S, EnvFileError, close_host, evaluate, load_env_file
 from ccdiag.commands.snapshot import default_name
 from ccdiag.commands.common import host_options, make_host, write_report

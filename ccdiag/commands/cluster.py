@@ -15,7 +15,6 @@ import sys
 import click
 
 from ccdiag.examples import epilog
-
 from ccdiag.exitcodes import ExitCode
 
 

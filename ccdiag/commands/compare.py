@@ -14,7 +14,6 @@ import sys
 import click
 
 from ccdiag.examples import epilog
-
 from ccdiag.errors import InputError
 from ccdiag.exitcodes import ExitCode
 

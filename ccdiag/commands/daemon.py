@@ -11,7 +11,6 @@ import sys
 import click
 
 from ccdiag.examples import epilog
-
 from ccdiag.commands.common import host_options
 from ccdiag.errors import InputError
 from ccdiag.exitcodes import ExitCode

@@ -8,12 +8,12 @@ every difference. Exit codes as everywhere: 0 ok, 2 bad input, 3 nothing read.
 
 from __future__ import annotations
 
+import shlex
 import time
 
 import click
 
 from ccdiag.examples import epilog
-
 from ccdiag.commands.common import host_options, make_host
 from ccdiag.errors import InputError, NotEvaluated
 from ccdiag.exitcodes import ExitCode
@@ -174,7 +174,10 @@ def _print_text(rec, subject: str, log, log_file: str | None, diffs: list[str] |
             out.print(f"note: {note}")
         settings = rec.settings()
         if settings:
-            out.print("In a job script: " + " ".join(f"export {k}='{v}'" for k, v in settings.items()), soft_wrap=True)
+            # one export per line: pasted into a job script as printed, each line its own command
+            out.print("In a job script:")
+            for k, v in settings.items():
+                out.print(f"  export {k}=" + (f"'{v}'" if "'" not in v else shlex.quote(v)), soft_wrap=True)
     if log is not None:
         devs = ", ".join(f"{d} ({k})" for d, k in log.net_devices.items()) or "-"
         out.print(f"{log_file}: {log.flavour} {log.version or '(version not in the log)'}, network "

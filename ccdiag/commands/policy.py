@@ -12,7 +12,6 @@ import time
 import click
 
 from ccdiag.examples import epilog
-
 from ccdiag.commands.common import host_options, make_host
 from ccdiag.errors import InputError, NotEvaluated
 from ccdiag.exitcodes import ExitCode

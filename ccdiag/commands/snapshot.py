@@ -13,7 +13,6 @@ import time
 import click
 
 from ccdiag.examples import epilog
-
 from ccdiag.checkrun import DEFAULT_WINDOW_S
 from ccdiag.commands.common import host_options, make_host
 from ccdiag.errors import InputError

@@ -16,7 +16,6 @@ import time
 import click
 
 from ccdiag.examples import epilog
-
 from ccdiag.commands.common import host_options, make_host
 from ccdiag.errors import InputError
 from ccdiag.exitcodes import ExitCode
