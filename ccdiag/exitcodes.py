@@ -1,4 +1,5 @@
-"""Exit codes, defined once; the README's table is checked against :data:`EXIT_CODE_DOCS` by a test.
+"""Exit codes, defined once; the table of docs/commands.md is checked against :data:`EXIT_CODE_DOCS` by a
+test (and the README's short table for the same codes).
 
 Scripts (Slurm prolog, HealthCheckProgram, cron) branch on these numbers, so they never change
 meaning between releases.
@@ -17,11 +18,12 @@ class ExitCode(IntEnum):
     INTERNAL = 4
 
 
-#: what each code means, as the README's "Exit codes" table says it
+#: what each code means, as the "Exit codes" table of docs/commands.md says it
 EXIT_CODE_DOCS = {
     ExitCode.OK: "The command ran; `check`: no failure (warnings allowed unless `--strict`).",
     ExitCode.FAIL: "`check`, `bench`: at least one finding failed (or warned, with `--strict`).",
-    ExitCode.USAGE: "Bad command line, unreadable or malformed input file (snapshot, policy, pasted output).",
+    ExitCode.USAGE: "Bad command line, unreadable or malformed input file (snapshot, policy, pasted output); "
+                    "an unsupported Python (ccdiag needs 3.10 or newer).",
     ExitCode.UNEVALUATED: "Could not evaluate the node: no NVIDIA driver / no GPU data, a probe timed out, "
                           "or the deadline came before a verdict; `bench`: nothing could be measured here, or a "
                           "benchmark ran out of its budget.",

@@ -20,7 +20,7 @@ import queue
 import threading
 from typing import Any, Callable
 
-# Error classes. Keep in sync with the README's "NVML errors" table.
+# Error classes. Keep in sync with the "NVML error" table of docs/architecture.md.
 NOT_SUPPORTED = "not_supported"
 NOT_FOUND = "not_found"
 NO_PERMISSION = "no_permission"
