@@ -96,3 +96,12 @@ def test_every_link_leads_somewhere(page):
 def test_nothing_but_the_readme_links_is_needed_to_reach_every_doc():
     linked = {(REPO / "docs" / l).resolve() for l in _links(REPO / "docs" / "README.md")}
     assert set((REPO / "docs").glob("*.md")) - {REPO / "docs" / "README.md"} <= linked
+
+
+@pytest.mark.parametrize("page", ["slurm/README.md", "systemd/README.md", "monitoring/README.md", "docs/install.md",
+                                  "docs/kubernetes.md", "docs/prometheus.md", "docs/tickets.md"])
+def test_each_install_doc_ends_with_a_verify_step(page):
+    text = (REPO / page).read_text()
+    headings = re.findall(r"^## (.+)$", text, re.M)
+    assert headings[-1] == "Verify"
+    assert "```sh" in text.split("## Verify", 1)[1]
