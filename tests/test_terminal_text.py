@@ -23,6 +23,8 @@ from conftest import REPO
 
 DEGRADED = REPO / "samples" / "hgx-h100-8gpu-degraded.snap.tar.gz"
 PCI = re.compile(r"\b[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-9a-f]\b")
+#: run outside the source tree, so `python -m ccdiag` is the installed ccdiag and not the tree's folder
+CWD = REPO / "tests"
 GPU_UUID = re.compile(r"\bGPU-[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12}\b")
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None,
@@ -39,7 +41,7 @@ def _screen(args: list[str], columns: int) -> tuple[str, str]:
     tmux = ["tmux", "-L", sock, "-f", "/dev/null"]
     subprocess.run([*tmux, "new-session", "-d", "-x", str(columns), "-y", "50", "-s", "t",
                     f"tmux set-option -g history-limit 20000 >/dev/null 2>&1; {cmd}"],
-                   env=env, check=True, timeout=30, cwd=str(REPO))
+                   env=env, check=True, timeout=30, cwd=str(CWD))
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -58,7 +60,7 @@ def _screen(args: list[str], columns: int) -> tuple[str, str]:
 def _wide(args: list[str]) -> str:
     env = {**os.environ, "COLUMNS": "250"}
     return subprocess.run([sys.executable, "-m", "ccdiag", *args], env=env, capture_output=True, text=True,
-                          timeout=60, cwd=str(REPO)).stdout
+                          timeout=60, cwd=str(CWD)).stdout
 
 
 def _lines(text: str) -> list[str]:
