@@ -54,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--output", default=str(REPO / "bench" / "results" / "quickstart.json"))
     args = ap.parse_args(argv)
     line = quickstart_line()
+    load_before = os.getloadavg()[0]
     times, verdicts = [], []
     for _ in range(args.runs):
         elapsed, found, rc = run_once(line)
@@ -67,6 +68,8 @@ def main(argv: list[str] | None = None) -> int:
         "command": line,
         "python3": subprocess.run(["python3", "--version"], capture_output=True, text=True).stdout.strip(),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+        # the machine may be shared: the figures are only as quiet as the machine was
+        "loadavg_1m_before_after": [round(load_before, 2), round(os.getloadavg()[0], 2)],
         "runs_s": times,
         "median_s": statistics.median(times),
         "max_s": max(times),

@@ -105,3 +105,19 @@ def test_each_install_doc_ends_with_a_verify_step(page):
     headings = re.findall(r"^## (.+)$", text, re.M)
     assert headings[-1] == "Verify"
     assert "```sh" in text.split("## Verify", 1)[1]
+
+
+def test_the_tour_shows_what_ccdiag_prints():
+    """The sample's verdict in the README is the real output, cut with "..." but never reworded."""
+    text = README.read_text()
+    shown = re.search(r"## The sample's verdict in one minute\n\n```\n(.*?)```", text, re.S).group(1).splitlines()
+    proc = subprocess.run([sys.executable, "-m", "ccdiag", "check", "--replay",
+                           str(REPO / "samples" / "hgx-h100-8gpu-degraded.snap.tar.gz")],
+                          capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "100"})
+    real = proc.stdout.splitlines()
+    pos = 0
+    for line in shown:
+        if line.strip() == "...":
+            continue
+        assert line in real[pos:], line
+        pos = real.index(line, pos) + 1
