@@ -35,16 +35,28 @@ def quickstart_line() -> str:
     return block.group(1).strip()
 
 
-def run_once(line: str) -> tuple[float, list[str], int]:
+def timed(line: str) -> tuple[str, list[str]]:
+    """The same line with bash's ``time`` before each of its commands (same shell, same ``&&``/``;``),
+    so each step's wall time is printed on stderr as ``step <seconds>``; and the steps' names."""
+    parts = re.split(r"( && |; )", line)
+    steps = parts[0::2]
+    out = "".join(f"time {p}" if i % 2 == 0 else p for i, p in enumerate(parts))
+    return "TIMEFORMAT='step %R'; " + out, [" ".join(s.split()[:3]) for s in steps]
+
+
+def run_once(line: str) -> tuple[float, list[str], int, dict[str, float]]:
+    script, names = timed(line)
     with tempfile.TemporaryDirectory(prefix="ccdiag-qs-") as tmp:
         clone = os.path.join(tmp, "ccdiag")
         subprocess.run(["git", "clone", "-q", str(REPO), clone], check=True, timeout=120)
         env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
         t0 = time.perf_counter()
-        proc = subprocess.run(["bash", "-c", line], cwd=clone, env=env, capture_output=True, text=True, timeout=600)
+        proc = subprocess.run(["bash", "-c", script], cwd=clone, env=env, capture_output=True, text=True,
+                              timeout=600)
         elapsed = time.perf_counter() - t0
     verdicts = [l for l in proc.stdout.splitlines() if re.match(r"^(OK|WARN|FAIL|UNKNOWN): ", l)]
-    return elapsed, verdicts, proc.returncode
+    step_s = [float(x) for x in re.findall(r"^step ([\d.]+)$", proc.stderr, re.M)]
+    return elapsed, verdicts, proc.returncode, dict(zip(names, step_s))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,10 +67,11 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     line = quickstart_line()
     load_before = os.getloadavg()[0]
-    times, verdicts = [], []
+    times, verdicts, steps = [], [], []
     for _ in range(args.runs):
-        elapsed, found, rc = run_once(line)
+        elapsed, found, rc, step_s = run_once(line)
         times.append(round(elapsed, 2))
+        steps.append(step_s)
         verdicts = found
         if len(found) != 2:
             print(f"bench_quickstart: expected two verdicts, got {found} (exit {rc})", file=sys.stderr)
@@ -71,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         # the machine may be shared: the figures are only as quiet as the machine was
         "loadavg_1m_before_after": [round(load_before, 2), round(os.getloadavg()[0], 2)],
         "runs_s": times,
+        "steps_s": steps,
         "median_s": statistics.median(times),
         "max_s": max(times),
         "budget_s": args.budget,
