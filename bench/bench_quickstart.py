@@ -10,6 +10,8 @@ Writes ``bench/results/quickstart.json`` and exits 1 when a run is over budget o
 verdicts.
 
     python bench/bench_quickstart.py [-n 3] [--budget 30]
+    python bench/bench_quickstart.py --ab-compile [-n 2]   # pip install . with and without --no-compile,
+                                                           # alternating, in fresh venvs (quickstart_ab.json)
 """
 
 from __future__ import annotations
@@ -59,12 +61,35 @@ def run_once(line: str) -> tuple[float, list[str], int, dict[str, float]]:
     return elapsed, verdicts, proc.returncode, dict(zip(names, step_s))
 
 
+def ab_compile(runs: int, output: str) -> int:
+    """``pip install .`` against ``pip install --no-compile .``, alternating so both meet the same load."""
+    times: dict[str, list[float]] = {"pip install .": [], "pip install --no-compile .": []}
+    with tempfile.TemporaryDirectory(prefix="ccdiag-ab-") as tmp:
+        clone = os.path.join(tmp, "ccdiag")
+        subprocess.run(["git", "clone", "-q", str(REPO), clone], check=True, timeout=120)
+        for i in range(runs * 2):
+            mode = list(times)[i % 2]
+            venv = os.path.join(tmp, f"venv{i}")
+            subprocess.run(["python3", "-m", "venv", venv], check=True, timeout=300)
+            t0 = time.perf_counter()
+            subprocess.run([f"{venv}/bin/pip", "install", "-q", *mode.split()[2:-1], "."], cwd=clone, check=True,
+                           capture_output=True, timeout=600)
+            times[mode].append(round(time.perf_counter() - t0, 2))
+    write_result(output, {"what": "pip install . with and without --no-compile, fresh venvs, alternating",
+                          "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+                          "loadavg_1m_after": round(os.getloadavg()[0], 2), "runs_s": times})
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("-n", "--runs", type=int, default=3)
     ap.add_argument("--budget", type=float, default=30.0, help="seconds every run must stay under")
     ap.add_argument("--output", default=str(REPO / "bench" / "results" / "quickstart.json"))
+    ap.add_argument("--ab-compile", action="store_true", help="time pip install with and without --no-compile")
     args = ap.parse_args(argv)
+    if args.ab_compile:
+        return ab_compile(args.runs, str(REPO / "bench" / "results" / "quickstart_ab.json"))
     line = quickstart_line()
     load_before = os.getloadavg()[0]
     times, verdicts, steps = [], [], []
