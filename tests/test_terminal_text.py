@@ -96,3 +96,21 @@ def test_check_on_a_100_column_terminal_prints_each_finding_once_root_first():
     # 9 root failures (the 10th, the GPU count, is folded under the lost GPU) and 2 warnings, each once
     assert len(headings) == len(set(headings)) == 11
     assert "  + 10 follow from it: gpu.count node (fail);" in drawn
+
+
+CORPUS_TOPO = sorted((REPO / "tests" / "fixtures" / "corpus" / "topo-m").glob("*.txt"))
+
+
+@pytest.mark.parametrize("corpus", CORPUS_TOPO, ids=lambda p: p.name)
+def test_a_pasted_matrix_at_80_columns_splits_no_cell(corpus, tmp_path):
+    """Real pastes (corpus) rendered for an 80-column terminal: levels, CPU lists and names whole."""
+    paste = tmp_path / "paste.txt"
+    paste.write_bytes(corpus.read_bytes())
+    narrow = subprocess.run([sys.executable, "-m", "ccdiag", "topo", "--from-smi", str(paste)], capture_output=True,
+                            text=True, timeout=60, cwd=str(CWD), env={**os.environ, "COLUMNS": "80"})
+    if narrow.returncode == 2:
+        pytest.skip(f"not a matrix ccdiag reads: {narrow.stderr.strip()[:120]}")
+    wide = _wide(["topo", "--from-smi", str(paste)])
+    assert max(len(l) for l in _lines(narrow.stdout)) <= 80
+    words = set(wide.split()) | {"-"}  # "GPU - GPU", "GPU - NIC": the titles of the narrow blocks
+    assert [w for w in narrow.stdout.split() if w not in words and w.rstrip(":") not in words] == []

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import textwrap
 import time
 
 import click
@@ -83,6 +84,19 @@ def _matrix_blocks(m) -> list:
     if nics:
         blocks.append(table("GPU - NIC", ["", *nics], [[a] + [m.raw_level(a, b) or "" for b in nics] for a in gpus]))
     return blocks
+
+
+def _print_narrow(out, m, rows: list[list[str]]) -> None:
+    """A pasted matrix too wide for the terminal: GPU-GPU and GPU-NIC blocks, then the affinity
+    columns as a table of their own, so no level, CPU list or device name is split."""
+    from ccdiag.output import fit_table
+
+    for block in _matrix_blocks(m):
+        out.print(block)
+    extra = rows[0][1 + len(m.devices):]
+    if extra:
+        gpu_rows = [[r[0], *r[1 + len(m.devices):]] for r in rows[1:] if r[0] in m.gpus()]
+        out.print(fit_table("Affinity", ["GPU", *extra], gpu_rows, _width()))
 
 
 def _gpu_rows(topo, m) -> list[list[str]]:
@@ -416,11 +430,14 @@ def _from_smi(path: str, as_json: bool, output: str | None) -> int:
     if output:
         _write(output, render_matrix(m))
     out = console()
-    out.print(f"parsed {path}: {len(m.gpus())} GPU(s), {len(m.nics())} NIC(s)"
-              + (" (cut short)" if m.truncated else ""))
+    parsed = (f"parsed {path}: {len(m.gpus())} GPU(s), {len(m.nics())} NIC(s)" + (" (cut short)" if m.truncated else ""))
+    for line in textwrap.wrap(parsed, width=_width(), break_long_words=False, break_on_hyphens=False):
+        out.print(line, soft_wrap=True)  # a long path stays one word, never folded mid-name
     if len(rows) * len(rows[0]) > PLAIN_TABLE_CELLS:
         # hundreds of devices: aligned text in one pass (a rich table of this size takes seconds)
         click.echo(plain_table("Topology (from pasted nvidia-smi topo -m)", rows[0], rows[1:]), nl=False)
+    elif _table_width(m) > _width():
+        _print_narrow(out, m, rows)
     else:
         out.print(table("Topology (from pasted nvidia-smi topo -m)", rows[0], rows[1:]))
     legend = _nic_legend_line(m)
