@@ -159,7 +159,9 @@ def render_lines(findings: list[Finding], exit_code: int, hostname: str | None, 
     lines: list[tuple[str, str | None]] = [
         (verdict_line(findings, exit_code, hostname, timed_out, strict), STYLE.get(_verdict_status(exit_code, findings)))]
     problems = [f for f in findings if f.status in (FAIL, UNKNOWN, WARN)]  # findings come sorted: fail first
-    roots = [f for f in problems if not f.caused_by]
+    from ccdiag.causes import ordered_roots
+
+    roots = ordered_roots(problems)
     for f in roots:
         lines.append((one_line(f), STYLE[f.status]))
         folded = _folded_line(f, problems)

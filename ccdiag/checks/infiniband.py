@@ -441,9 +441,10 @@ def _affinity(ctx: CheckContext, ib: Any) -> list[Finding]:
             continue
         nic, level = min(near, key=lambda t: level_rank(t[1]))
         closest, closest_level = min(every, key=lambda t: level_rank(t[1]))
-        inactive = ""
+        inactive, details = "", {"level": level}
         if rdma and level_rank(closest_level) < level_rank(level):
             inactive = f" (its closer NIC {_nic_name(closest)} at {closest_level} has no active RDMA port)"
+            details["inactive_nic"] = _nic_name(closest)
         comp = Component(comp.kind, comp.name, gpu=comp.gpu, uuid=comp.uuid, bdf=comp.bdf, peer=_nic_name(nic))
         ev = (Evidence("nearest NIC", {"nic": _nic_name(nic), "level": level}, "topology (PCIe tree, NCCL levels)"),)
         if level_rank(level) >= level_rank(UNKNOWN_LEVEL):
@@ -463,7 +464,7 @@ def _affinity(ctx: CheckContext, ib: Any) -> list[Finding]:
                 remedy="NCCL uses GPUDirect RDMA only up to PXB by default, so this GPU's network traffic is "
                        "staged through host memory. Check that the NIC sits in the slot meant for this GPU; in "
                        "a VM, give NCCL the real PCI tree (NCCL_TOPO_FILE).",
-                details={"level": level}))
+                details=details))
     return out
 
 
