@@ -55,10 +55,18 @@ def nic_of_gpu_down(cause: Finding, effect: Finding) -> bool:
     return effect.details.get("inactive_nic") == cause.component.device
 
 
-def behind_switch(cause: Finding, effect: Finding) -> bool:
-    """An NVLink whose far end is the switch the cause names."""
-    sw = cause.details.get("switch_bdf") or cause.component.bdf
-    return sw is not None and (effect.component.peer == f"NVSwitch {sw}" or sw in effect.details.get("switches", ()))
+def same_switch(cause: Finding, effect: Finding) -> bool:
+    sw = cause.details.get("switch_bdf")
+    return sw is not None and effect.details.get("switch_bdf") == sw
+
+
+def link_behind_switch(cause: Finding, effect: Finding) -> bool:
+    """An NVLink finding the switch finding lists: one link (``GPU3 NVLink 7``), or a GPU's links
+    summarised (``GPU3 NVLinks``) when that GPU is among those that lost links to the switch."""
+    name = effect.component.name
+    if name in cause.details.get("links", ()):
+        return True
+    return name.endswith(" NVLinks") and effect.component.gpu in cause.details.get("gpus", ())
 
 
 def links_of(cause: Finding, effect: Finding) -> bool:
@@ -114,10 +122,10 @@ RULES: tuple[CauseRule, ...] = (
               effect_statuses=(UNKNOWN, WARN, FAIL)),
     CauseRule("lost-count", "gpu.lost", ("gpu.count",), node_wide,
               "the node has one usable GPU fewer than expected"),
-    CauseRule("switch-sxid-links", "nvswitch.sxid", ("nvswitch.links_down", "nvlink.down", "nvlink.errors"),
-              behind_switch, "a fatal SXid on an NVSwitch takes the GPU links behind it down"),
-    CauseRule("switch-links", "nvswitch.links_down", ("nvlink.down", "nvlink.errors", "nvlink.asymmetric"),
-              behind_switch, "every GPU lost its links to one NVSwitch: the switch, not the GPUs"),
+    CauseRule("switch-sxid-links", "nvswitch.sxid", ("nvswitch.links_down",), same_switch,
+              "a fatal SXid on an NVSwitch takes the GPU links behind it down"),
+    CauseRule("switch-links", "nvswitch.links_down", ("nvlink.down",), link_behind_switch,
+              "GPUs lost their links to one NVSwitch: the switch, not the GPUs"),
     CauseRule("fm-down-fabric", "gpu.fabric_manager", ("gpu.fabric", "nvlink.down", "nvswitch.links_down"),
               links_of, "a fabric manager that is not running registers no GPU with the NVSwitch fabric",
               cause_when=is_root_kind("fabric_manager_down")),

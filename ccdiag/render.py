@@ -116,6 +116,10 @@ def detail_lines(f: Finding) -> list[str]:
     return out
 
 
+#: components named on a folded line before "and N more"
+FOLDED_NAMES = 6
+
+
 def _folded_line(cause: Finding, problems: list[Finding]) -> str | None:
     """``  + 9 follow from it: gpu.clocks, gpu.ecc, ... GPU6 (unknown); gpu.count node (fail)``."""
     effects = [f for f in problems if f.caused_by == cause.key]
@@ -124,7 +128,15 @@ def _folded_line(cause: Finding, problems: list[Finding]) -> str | None:
     groups: dict[tuple[str, str], list[str]] = {}
     for f in effects:
         groups.setdefault((f.component.name, f.status), []).append(f.check)
-    parts = [f"{', '.join(checks)} {name} ({status})" for (name, status), checks in groups.items()]
+    # the same checks on many components (32 links behind one switch) read as one part
+    by_checks: dict[tuple[tuple[str, ...], str], list[str]] = {}
+    for (name, status), checks in groups.items():
+        by_checks.setdefault((tuple(checks), status), []).append(name)
+    parts = []
+    for (checks, status), names in by_checks.items():
+        shown = ", ".join(names[:FOLDED_NAMES]) + (f" and {len(names) - FOLDED_NAMES} more" if len(names) > FOLDED_NAMES
+                                                  else "")
+        parts.append(f"{', '.join(checks)} {shown} ({status})")
     return f"  + {len(effects)} follow{'s' if len(effects) == 1 else ''} from it: " + "; ".join(parts)
 
 

@@ -1,0 +1,126 @@
+"""Faults that span the node, one SYNTHESIZED snapshot each, built with the bundled samples'
+own builder (samples/make_samples.py ``build(degraded=False, Variant(...))``) and replayed through
+the host door, the probes, the topology and the checks exactly as ``ccdiag check --replay`` does.
+
+Nothing here was read from a machine: each scenario changes the few facts its fault changes on the
+healthy HGX H100 sample. Kernel-log lines are the REAL lines of tests/fixtures/kmsg (each file
+names its public source), placed at a made-up time since boot on this node; where a line had to be
+re-addressed to this node's devices, the scenario says so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib.util
+import pathlib
+import sys
+import tempfile
+
+from ccdiag.checkrun import CheckResult, evaluate
+from ccdiag.host import ReplayHost
+
+HERE = pathlib.Path(__file__).resolve().parent
+SAMPLES = HERE.parent / "samples"
+KMSG = HERE / "fixtures" / "kmsg"
+_spec = importlib.util.spec_from_file_location("make_samples", SAMPLES / "make_samples.py")
+MS = importlib.util.module_from_spec(_spec)
+sys.modules.setdefault("make_samples", MS)
+_spec.loader.exec_module(MS)
+snv = MS.snv
+ssf = MS.ssf
+
+SWITCHES = snv.SYNTH_NVSWITCH_BUS_IDS
+UPTIME_S = 52990.0  # the samples' kernel uptime at read time
+
+
+def fixture_lines(name: str, at_s: float = UPTIME_S - 600.0) -> tuple:
+    """The messages of a real kernel-log fixture, stamped ``at_s`` seconds after boot on this
+    node (one microsecond apart, in their order)."""
+    out = []
+    for line in (KMSG / name).read_text().splitlines():
+        if line.startswith("#ccdiag-") or not line.strip():
+            continue
+        msg = line.split("] ", 1)[1] if line.startswith("[") else line
+        out.append((at_s + len(out) * 1e-6, msg, 3))
+    return tuple(out)
+
+
+def switch_links(sw: int) -> tuple[int, ...]:
+    """The link indexes of every GPU that lead to synthesized switch ``sw`` (5/4/4/5)."""
+    start = sum(snv.H100_LINKS_PER_SWITCH[:sw])
+    return tuple(range(start, start + snv.H100_LINKS_PER_SWITCH[sw]))
+
+
+def edit_gpus(fn):
+    """A Variant.gpus hook applying ``fn(i, gpu, epoch) -> gpu`` to every GPU."""
+    return lambda gpus, epoch: [fn(i, g, epoch) for i, g in enumerate(gpus)]
+
+
+@functools.lru_cache(maxsize=None)
+def result(name: str) -> CheckResult:
+    """Build scenario ``name`` into a snapshot, replay it and return the verdict (cached)."""
+    variant = SCENARIOS[name]() if name != "healthy" else None
+    snap = MS.build(False, variant)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = pathlib.Path(tmp) / f"{name}.snap.tar.gz"
+        snap.save(str(path))
+        return evaluate(ReplayHost(str(path)), deadline_s=120)
+
+
+def link_causes_of(res: CheckResult) -> list:
+    return res.findings
+
+
+# -------------------------------------------------------------------------------- scenarios
+
+def nvswitch_down_sxid() -> "MS.Variant":
+    """NVSwitch 0000:06:00.0 down: its four links inactive on every GPU (32 links), and the fatal
+    SXid the driver prints for it. The SXid line is the issue's quoted format (no
+    ``nvidia-nvswitchN:`` prefix); its code 24007 and layout follow the real lines in
+    dmesg-xid79-sxid20034-fatal-links-four-nvswitches.txt."""
+    down = switch_links(1)
+
+    def fn(i, g, epoch):
+        return dataclasses.replace(g, nvlink_states={k: False for k in down},
+                                   nvlink_traffic_kib={k: v for k, v in (g.nvlink_traffic_kib or {}).items()
+                                                       if k not in down} or None)
+    line = (UPTIME_S - 300.0, f"SXid (PCI:{SWITCHES[1]}): 24007, Fatal, Link 04 sourcetrack timeout error", 3)
+    return MS.Variant("nvswitch-down", "NVSwitch 0000:06:00.0 down: links 5-8 of every GPU inactive; fatal SXid "
+                      "24007 in the kernel log", gpus=edit_gpus(fn), kmsg=(line,))
+
+
+def nvswitch_links_down_no_sxid() -> "MS.Variant":
+    """The same switch down with nothing in the kernel log (the log rotated)."""
+    v = nvswitch_down_sxid()
+    return dataclasses.replace(v, name="nvswitch-links-down", kmsg=())
+
+
+def nvswitch_sxid_real_lines() -> "MS.Variant":
+    """The real XID 79 + SXid 20034 lines (three switches, fatal LTSSM faults) on this node: the
+    lines name switches 0000:05/06/07:00.0, which are this sample's switches too; the GPU they
+    name (0000:91:00.0) is not one of this node's."""
+    return MS.Variant("sxid-real", "the real XID 79 / SXid 20034 lines of dmesg-xid79-sxid20034-fatal-links-"
+                      "four-nvswitches.txt", kmsg=fixture_lines("dmesg-xid79-sxid20034-fatal-links-four-nvswitches.txt"))
+
+
+def nvswitch_sxid_nonfatal() -> "MS.Variant":
+    return MS.Variant("sxid-nonfatal", "the real non-fatal SXid 22013 line (re-addressed: switch "
+                      "0000:0a:00.0 is not on this node, so it stands as its own component)",
+                      kmsg=fixture_lines("dmesg-sxid-nonfatal-12028-22013-gpud-tests.txt")[1:])
+
+
+def one_gpu_links_down() -> "MS.Variant":
+    """GPU2 alone lost its two links to switch 0000:07:00.0: the GPU's fault, not the switch's."""
+    def fn(i, g, epoch):
+        return dataclasses.replace(g, nvlink_states={9: False, 10: False}) if i == 2 else g
+    return MS.Variant("one-gpu-links-down", "GPU2 NVLinks 9 and 10 inactive", gpus=edit_gpus(fn))
+
+
+SCENARIOS = {
+    "nvswitch-down": nvswitch_down_sxid,
+    "nvswitch-links-down": nvswitch_links_down_no_sxid,
+    "sxid-real": nvswitch_sxid_real_lines,
+    "sxid-nonfatal": nvswitch_sxid_nonfatal,
+    "one-gpu-links-down": one_gpu_links_down,
+}
