@@ -69,11 +69,6 @@ def link_behind_switch(cause: Finding, effect: Finding) -> bool:
     return name.endswith(" NVLinks") and effect.component.gpu in cause.details.get("gpus", ())
 
 
-def links_of(cause: Finding, effect: Finding) -> bool:
-    """An NVLink finding of a GPU the cause lists (a fabric manager down holds every GPU's links)."""
-    return effect.component.gpu is not None
-
-
 def acs_bridge(cause: Finding, effect: Finding) -> bool:
     return effect.component.kind == "bridge" and effect.component.bdf in cause.details.get("bridges", ())
 
@@ -127,7 +122,7 @@ RULES: tuple[CauseRule, ...] = (
     CauseRule("switch-links", "nvswitch.links_down", ("nvlink.down",), link_behind_switch,
               "GPUs lost their links to one NVSwitch: the switch, not the GPUs"),
     CauseRule("fm-down-fabric", "gpu.fabric_manager", ("gpu.fabric", "nvlink.down", "nvswitch.links_down"),
-              links_of, "a fabric manager that is not running registers no GPU with the NVSwitch fabric",
+              anything, "a fabric manager that is not running registers no GPU with the NVSwitch fabric",
               cause_when=is_root_kind("fabric_manager_down")),
     CauseRule("port-down-flaps", "ib.port_state", ("ib.link_flaps", "ib.rate", "ib.counters"), same_port,
               "the link-down lines in the kernel log and the low rate are the port that is down"),

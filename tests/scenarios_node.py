@@ -117,7 +117,40 @@ def one_gpu_links_down() -> "MS.Variant":
     return MS.Variant("one-gpu-links-down", "GPU2 NVLinks 9 and 10 inactive", gpus=edit_gpus(fn))
 
 
+def iommu_translated() -> "MS.Variant":
+    """``intel_iommu=on`` without ``iommu=pt``: the IOMMU groups' default domain is DMA (translated),
+    and the kernel enabled ACS on the switch port above every GPU."""
+    return MS.Variant("iommu-translated", "intel_iommu=on without iommu=pt (groups DMA); ACS on above every GPU",
+                      system={"cmdline": "BOOT_IMAGE=/vmlinuz root=/dev/sda1 ro intel_iommu=on",
+                              "iommu_group_type": "DMA"}, acs=tuple(range(8)))
+
+
+def acs_everywhere() -> "MS.Variant":
+    """ACS enabled on the switch port above every GPU (a BIOS option) with the IOMMU in pass-through."""
+    return MS.Variant("acs-everywhere", "ACS on the switch port above every GPU, IOMMU pass-through",
+                      acs=tuple(range(8)))
+
+
+def fabric_manager_down() -> "MS.Variant":
+    """nvidia-fabricmanager inactive: every GPU's fabric registration not started."""
+    def fn(i, g, epoch):
+        return dataclasses.replace(g, fabric_state=1)
+    return MS.Variant("fabric-manager-down", "nvidia-fabricmanager inactive; every GPU fabric state NOT_STARTED",
+                      system={"fabric_manager": "inactive"}, gpus=edit_gpus(fn))
+
+
+def no_subnet_manager() -> "MS.Variant":
+    """No subnet manager: every port's physical link is up, the port stays INIT with no LID or SM LID."""
+    def port(i, spec):
+        return dataclasses.replace(spec, state="2: INIT", lid="0x0", sm_lid="0x0")
+    return MS.Variant("no-subnet-manager", "every IB port LinkUp but INIT, SM LID 0", ib_port=port)
+
+
 SCENARIOS = {
+    "iommu-translated": iommu_translated,
+    "acs-everywhere": acs_everywhere,
+    "fabric-manager-down": fabric_manager_down,
+    "no-subnet-manager": no_subnet_manager,
     "nvswitch-down": nvswitch_down_sxid,
     "nvswitch-links-down": nvswitch_links_down_no_sxid,
     "sxid-real": nvswitch_sxid_real_lines,

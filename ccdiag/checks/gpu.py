@@ -13,8 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 from ccdiag.checks import CheckContext, check
-from ccdiag.checks.common import (NODE, NVML, gpu_by_bdf, gpu_component, not_read, nvidia_pci_gpus, nvml_gate,
-                                  nvswitches_on_pci, per_gpu, policy_source, read_error)
+from ccdiag.checks.common import (NODE, NVML, gpu_by_bdf, gpu_component, node_component, not_read, nvidia_pci_gpus,
+                                  nvml_gate, nvswitches_on_pci, per_gpu, policy_source, read_error)
 from ccdiag.findings import FAIL, PASS, SKIP, UNKNOWN, WARN, Component, Evidence, Finding
 from ccdiag.model import normalize_bdf
 from ccdiag.probes.nvml import clock_event_names
@@ -715,10 +715,13 @@ def check_fabric_manager(ctx: CheckContext) -> list[Finding]:
                                remedy="If ccdiag runs in a container the service runs on the host; otherwise restart "
                                       "nvidia-fabricmanager before the GPUs are reset."))
         else:
-            out.append(Finding(cid, FAIL, NODE, f"NVSwitch present but the fabric manager is '{fm}'.",
+            out.append(Finding(cid, FAIL, node_component("nvidia-fabricmanager"),
+                               f"NVSwitch present but the fabric manager is '{fm}': no GPU can join the NVLink "
+                               "fabric until it runs.",
                                evidence=(ev_sw, ev_fm), expected="active", expected_source="NVSwitch present",
                                remedy="systemctl enable --now nvidia-fabricmanager (same version as the driver); check "
-                                      "/var/log/fabricmanager.log."))
+                                      "/var/log/fabricmanager.log.",
+                               details={"root": "fabric_manager_down"}))
     if not out:
         out.append(Finding(cid, PASS, NODE, "NVSwitch present; fabric manager "
                            + (f"{fm}" if fm else "state not readable here") +

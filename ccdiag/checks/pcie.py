@@ -498,6 +498,29 @@ def replay(ctx: CheckContext) -> list[Finding]:
 
 # ---------------------------------------------------------------- ACS
 
+#: ACS found on at least this many bridges is one platform setting (BIOS or kernel), not many faults
+ACS_PLATFORM_MIN = 4
+
+
+def _acs_platform(findings: list[Finding]) -> Finding | None:
+    """One root finding for ACS on many bridges: the same BIOS option or kernel decision (the kernel
+    enables ACS on every bridge when an IOMMU is on) set them all, so it is fixed once."""
+    bridges = [f.component.bdf for f in findings if f.status in (FAIL, WARN) and f.component.bdf]
+    if len(bridges) < ACS_PLATFORM_MIN:
+        return None
+    status = FAIL if any(f.status == FAIL for f in findings) else WARN
+    return Finding(
+        "pcie.acs", status, node_component("PCIe ACS (platform)"),
+        f"ACS is enabled on {len(bridges)} bridges between GPUs and NICs: one platform setting, not {len(bridges)} "
+        "faults", (Evidence("bridges with ACS", bridges, "/sys/bus/pci/devices/*/config (ACS extended capability)"),),
+        expected="ACS redirection off on switch ports between GPUs and NICs",
+        expected_source="NCCL troubleshooting guide (PCI Access Control Services)",
+        remedy="Turn ACS off in the BIOS (an 'ACS' or 'PCIe ACS control' option) on nodes that are not "
+               "virtualisation hosts; with the IOMMU in translation mode the kernel enables ACS itself (see "
+               "platform.iommu). Until then, clear it at every boot on each listed bridge with setpci.",
+        details={"root": "acs_platform", "bridges": bridges})
+
+
 def _acs_unreadable(d: Any) -> bool:
     return d.acs_ctrl is None and any("acs" in (e.source + e.message).lower() or "config" in e.source.lower()
                                       for e in d.errors)
@@ -550,6 +573,9 @@ def acs(ctx: CheckContext) -> list[Finding]:
                    "at boot, e.g. from a systemd unit), or turn ACS off in the BIOS. Otherwise GPUDirect RDMA "
                    "and PCIe P2P go through the CPU: lower bandwidth, and NCCL hangs have been traced to it.",
             details={"pairs": pairs[bdf], "redirecting": redirecting}))
+    platform = _acs_platform(findings)
+    if platform is not None:
+        findings.append(platform)
     if unreadable and not findings:
         findings.append(Finding("pcie.acs", UNKNOWN, node_component(),
                                 f"ACS control of {len(unreadable)} bridge(s) on GPU-NIC paths could not be read "

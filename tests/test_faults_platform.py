@@ -1,0 +1,61 @@
+"""Platform settings judged as one root finding with what they explain folded beneath: IOMMU
+translation, ACS on many bridges, a fabric manager that is down, no subnet manager. Scenarios are
+SYNTHESIZED snapshots built with the samples' builder (tests/scenarios_node.py)."""
+
+from __future__ import annotations
+
+import scenarios_node as N
+from ccdiag.findings import FAIL, PASS, WARN
+from ccdiag.render import render_text
+
+
+def _roots(res):
+    return [f for f in res.findings if f.status in (FAIL, WARN) and not f.caused_by]
+
+
+def _under(res, root):
+    return [f for f in res.findings if f.caused_by == root.key]
+
+
+def test_healthy_sample_passes_the_platform_checks():
+    res = N.result("healthy")
+    got = {f.check: f.status for f in res.findings if f.check in ("platform.iommu", "ib.subnet_manager", "pcie.acs")}
+    assert got == {"platform.iommu": PASS, "ib.subnet_manager": PASS, "pcie.acs": PASS}
+
+
+def test_iommu_translation_with_rdma_fails_and_explains_the_acs_it_brought():
+    res = N.result("iommu-translated")
+    roots = _roots(res)
+    assert [(f.check, f.status, f.component.name) for f in roots] == [("platform.iommu", FAIL, "IOMMU")]
+    assert roots[0].details == {"mode": "translated", "gpudirect": True}
+    under = _under(res, roots[0])
+    assert {f.check for f in under} == {"pcie.acs"} and len(under) == 9  # 8 bridges and their platform root
+    assert "iommu=pt" in roots[0].remedy
+
+
+def test_acs_on_every_bridge_is_one_platform_root():
+    res = N.result("acs-everywhere")
+    roots = _roots(res)
+    assert [(f.check, f.component.name, len(f.details["bridges"])) for f in roots] == [
+        ("pcie.acs", "PCIe ACS (platform)", 8)]
+    assert sorted(f.component.kind for f in _under(res, roots[0])) == ["bridge"] * 8
+    assert next(f for f in res.findings if f.check == "platform.iommu").status == PASS
+
+
+def test_a_fabric_manager_down_is_the_cause_of_every_gpus_fabric_finding():
+    res = N.result("fabric-manager-down")
+    roots = _roots(res)
+    assert [(f.check, f.component.name) for f in roots] == [("gpu.fabric_manager", "nvidia-fabricmanager")]
+    under = _under(res, roots[0])
+    assert sorted(f.component.gpu for f in under) == list(range(8))
+    text = render_text(res.findings, res.exit_code, "n", quiet=True)
+    assert text.count("\nFAIL ") == 1  # one line to act on
+
+
+def test_no_subnet_manager_is_the_cause_of_the_init_ports():
+    res = N.result("no-subnet-manager")
+    roots = _roots(res)
+    assert [(f.check, f.status) for f in roots] == [("ib.subnet_manager", FAIL)]
+    under = _under(res, roots[0])
+    assert sorted(f.component.device for f in under) == [f"mlx5_{i}" for i in range(8)]
+    assert {f.check for f in under} == {"ib.port_state"}
