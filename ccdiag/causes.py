@@ -17,7 +17,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Callable
 
-from ccdiag.findings import FAIL, STATUS_RANK, UNKNOWN, WARN, Finding
+from ccdiag.findings import FAIL, SKIP, STATUS_RANK, UNKNOWN, WARN, Finding
 
 Match = Callable[[Finding, Finding], bool]
 
@@ -114,7 +114,7 @@ RULES: tuple[CauseRule, ...] = (
               "a GPU that fell off the bus is one GPU fewer", cause_when=has_xid(79, 154)),
     CauseRule("lost-answers-nothing", "gpu.lost", ("gpu.", "nvlink.", "pcie.replay", "gpu.fabric"), same_gpu,
               "a lost GPU answers nothing: its other GPU, NVLink and PCIe-replay checks cannot be judged",
-              effect_statuses=(UNKNOWN, WARN, FAIL)),
+              effect_statuses=(UNKNOWN, WARN, FAIL, SKIP)),
     CauseRule("lost-count", "gpu.lost", ("gpu.count",), node_wide,
               "the node has one usable GPU fewer than expected"),
     CauseRule("switch-sxid-links", "nvswitch.sxid", ("nvswitch.links_down",), same_switch,

@@ -145,7 +145,7 @@ def skip_lines(findings: Iterable[Finding]) -> list[str]:
     for the same reason, and one line says so."""
     groups: dict[tuple[str, str], list[str]] = {}
     for f in findings:
-        if f.status == SKIP:
+        if f.status == SKIP and not f.caused_by:  # a skip that follows from a root is folded under it
             groups.setdefault((f.component.label(), f.summary), []).append(f.check)
     out = []
     for (label, summary), checks in groups.items():
@@ -171,14 +171,15 @@ def render_lines(findings: list[Finding], exit_code: int, hostname: str | None, 
     lines: list[tuple[str, str | None]] = [
         (verdict_line(findings, exit_code, hostname, timed_out, strict), STYLE.get(_verdict_status(exit_code, findings)))]
     problems = [f for f in findings if f.status in (FAIL, UNKNOWN, WARN)]  # findings come sorted: fail first
+    folded = problems + [f for f in findings if f.status == SKIP and f.caused_by]
     from ccdiag.causes import ordered_roots
 
     roots = ordered_roots(problems)
     for f in roots:
         lines.append((one_line(f), STYLE[f.status]))
-        folded = _folded_line(f, problems)
-        if folded:
-            lines.append((folded, None))
+        beneath = _folded_line(f, folded)
+        if beneath:
+            lines.append((beneath, None))
     if quiet:
         return lines
     if roots:

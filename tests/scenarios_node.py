@@ -146,7 +146,17 @@ def no_subnet_manager() -> "MS.Variant":
     return MS.Variant("no-subnet-manager", "every IB port LinkUp but INIT, SM LID 0", ib_port=port)
 
 
+def gpu_lost_mid_window() -> "MS.Variant":
+    """GPU3 answers in the first sample and is lost in the second (NVML: GPU is lost), as NVIDIA's
+    mock NVML shows a GPU lost mid-window; nothing in the kernel log yet."""
+    def fn(i, g, epoch):
+        return dataclasses.replace(g, overrides={"nvmlDeviceGetUUID": snv.err("gpu_lost")}) if (i, epoch) == (3, 1) \
+            else g
+    return MS.Variant("gpu-lost-mid-window", "GPU3 lost to NVML in the second sample only", gpus=edit_gpus(fn))
+
+
 SCENARIOS = {
+    "gpu-lost-mid-window": gpu_lost_mid_window,
     "iommu-translated": iommu_translated,
     "acs-everywhere": acs_everywhere,
     "fabric-manager-down": fabric_manager_down,

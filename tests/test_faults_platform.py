@@ -59,3 +59,17 @@ def test_no_subnet_manager_is_the_cause_of_the_init_ports():
     under = _under(res, roots[0])
     assert sorted(f.component.device for f in under) == [f"mlx5_{i}" for i in range(8)]
     assert {f.check for f in under} == {"ib.port_state"}
+
+
+def test_a_gpu_lost_in_the_second_sample_fails_gpu_lost():
+    """NVIDIA's mock NVML showed it: a GPU lost during the counter window passed, its second
+    sample only turning into skips. Every sample of the window is judged."""
+    res = N.result("gpu-lost-mid-window")
+    lost = [f for f in res.findings if f.check == "gpu.lost" and f.status == FAIL]
+    assert [(f.component.gpu, f.component.bdf) for f in lost] == [(3, "0000:5d:00.0")]
+    assert "lost during the counter window" in lost[0].summary
+    assert res.exit_code == 1
+    under = [f for f in res.findings if f.caused_by == lost[0].key]
+    assert {f.check for f in under} >= {"pcie.replay"} and all(f.component.gpu == 3 for f in under)
+    text = render_text(res.findings, res.exit_code, "n")
+    assert "SKIP pcie.replay" not in text  # folded under the lost GPU, not a skip line of its own

@@ -10,6 +10,7 @@ action) fails a node; idle clocks, software power capping and historic counts ne
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from ccdiag.checks import CheckContext, check
@@ -178,8 +179,14 @@ def check_lost(ctx: CheckContext) -> list[Finding]:
     cid = "gpu.lost"
 
     def judge(g, _nvml):
+        later = _later_same_gpu(ctx, g)
+        when = ""
+        if not g.failed and later is not None and later.failed:
+            g, when = dataclasses.replace(later, index=g.index, uuid=g.uuid or later.uuid,
+                                          bus_id=g.bus_id or later.bus_id), " (lost during the counter window)"
         if not g.failed:
-            return [Finding(cid, PASS, gpu_component(g), f"GPU{g.index} answers NVML.")]
+            seen = " in both samples" if later is not None else ""
+            return [Finding(cid, PASS, gpu_component(g), f"GPU{g.index} answers NVML{seen}.")]
         errs = [e for e in g.errors if e.kind == g.failed][:3]
         ev = tuple(Evidence("NVML error", f"{e.kind}: {e.message}", e.source) for e in errs) or (
             Evidence("GPU state", g.failed, NVML),)
@@ -188,7 +195,7 @@ def check_lost(ctx: CheckContext) -> list[Finding]:
             ev += (Evidence("bus id", g.bus_id, inferred[0].message),)
         reboot = g.failed in ("gpu_lost",)
         state = FAILED_STATES.get(g.failed, f"failed ({g.failed})")
-        return [Finding(cid, FAIL, gpu_component(g), f"GPU{g.index} is {state}.",
+        return [Finding(cid, FAIL, gpu_component(g), f"GPU{g.index} is {state}{when}.",
                         evidence=ev, expected="GPU answers NVML",
                         remedy=("Drain the node, then reboot it (a GPU lost from the bus rarely comes back with a "
                                 "reset)."
@@ -283,6 +290,19 @@ def _ecc_disabled(cid: str, g: Any) -> Finding:
                    evidence=(Evidence("ECC mode", False, f"nvmlDeviceGetEccMode({g.index})"),),
                    expected="ECC enabled", expected_source="imbue cluster-health (ECC mode must be Enabled)",
                    remedy=f"nvidia-smi -i {g.index} -e 1, then reset the GPU or reboot.")
+
+
+def _later_same_gpu(ctx: CheckContext, g: Any) -> Any:
+    """GPU ``g`` in the window's second sample, by index and, when both have one, the same UUID or
+    bus id (a lost GPU answers neither its UUID nor always its bus id)."""
+    later = ctx.later_data("nvml")
+    for lg in getattr(later, "gpus", ()) or ():
+        if lg.index != g.index:
+            continue
+        if lg.uuid and g.uuid and lg.uuid != g.uuid:
+            return None
+        return lg
+    return None
 
 
 def _later_gpu(ctx: CheckContext, g: Any) -> Any:
