@@ -155,7 +155,33 @@ def gpu_lost_mid_window() -> "MS.Variant":
     return MS.Variant("gpu-lost-mid-window", "GPU3 lost to NVML in the second sample only", gpus=edit_gpus(fn))
 
 
+#: nvml.h fabric health mask of a healthy registered GPU: every field FALSE (2), configuration NONE (1)
+HEALTHY_MASK = 2 | 2 << 2 | 2 << 4 | 2 << 6 | 1 << 8
+CLUSTER = tuple(range(0x10, 0x20))  # made-up cluster UUID bytes
+
+
+def fabric_degraded() -> "MS.Variant":
+    """Every GPU registered in clique 7 of one cluster; GPU5 reports degraded bandwidth, an
+    unhealthy route and insufficient NVLinks in its health mask; GPU2 sits in clique 9."""
+    def fn(i, g, epoch):
+        mask = HEALTHY_MASK
+        if i == 5:
+            mask = 1 | 2 << 2 | 1 << 4 | 2 << 6 | 5 << 8
+        return dataclasses.replace(g, fabric_health_mask=mask, fabric_clique_id=9 if i == 2 else 7,
+                                   fabric_cluster_uuid=CLUSTER)
+    return MS.Variant("fabric-degraded", "GPU5 fabric health degraded/route unhealthy/insufficient NVLinks; GPU2 in "
+                      "clique 9 of 7", gpus=edit_gpus(fn))
+
+
+def fabric_healthy_mask() -> "MS.Variant":
+    def fn(i, g, epoch):
+        return dataclasses.replace(g, fabric_health_mask=HEALTHY_MASK, fabric_clique_id=7, fabric_cluster_uuid=CLUSTER)
+    return MS.Variant("fabric-healthy", "every GPU healthy in clique 7", gpus=edit_gpus(fn))
+
+
 SCENARIOS = {
+    "fabric-degraded": fabric_degraded,
+    "fabric-healthy": fabric_healthy_mask,
     "gpu-lost-mid-window": gpu_lost_mid_window,
     "iommu-translated": iommu_translated,
     "acs-everywhere": acs_everywhere,

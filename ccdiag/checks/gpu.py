@@ -11,12 +11,14 @@ action) fails a node; idle clocks, software power capping and historic counts ne
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from typing import Any
 
 from ccdiag.checks import CheckContext, check
 from ccdiag.checks.common import (NODE, NVML, gpu_by_bdf, gpu_component, node_component, not_read, nvidia_pci_gpus,
                                   nvml_gate, nvswitches_on_pci, per_gpu, policy_source, read_error)
 from ccdiag.findings import FAIL, PASS, SKIP, UNKNOWN, WARN, Component, Evidence, Finding
+from ccdiag.probes.nvml import decode_fabric_health
 from ccdiag.model import normalize_bdf
 from ccdiag.probes.nvml import clock_event_names
 from ccdiag.probing import TIMEOUT, UNAVAILABLE
@@ -747,4 +749,84 @@ def check_fabric_manager(ctx: CheckContext) -> list[Finding]:
                            + (f"{fm}" if fm else "state not readable here") +
                            (f", {len(states)} GPU(s) registered." if states else "."),
                            evidence=(ev_sw, ev_fm)))
+    return out
+
+
+# ----------------------------------------------------------------------------- fabric health (GB200/GH200)
+
+#: decode_fabric_health keys that say the fabric is working around a fault right now (warn) rather
+#: than running without part of it (fail)
+FABRIC_RECOVERING = ("route_recovery", "access_timeout_recovery")
+FABRIC_HEALTH_TEXT = {"degraded_bandwidth": "NVLink bandwidth degraded", "route_unhealthy": "a route is unhealthy",
+                      "route_recovery": "a route is being recovered",
+                      "access_timeout_recovery": "recovering from an access timeout"}
+FABRIC_SOURCE = "nvml.h NVML_GPU_FABRIC_HEALTH_MASK_* (nvmlGpuFabricInfo_v2 healthMask)"
+
+
+def _fabric_odd_one(gpus: list, attr: str) -> dict[int, tuple[Any, Any]]:
+    """GPU index -> (its value, the value most of its peers share) for GPUs that differ."""
+    values = Counter(getattr(g, attr) for g in gpus if getattr(g, attr) is not None)
+    if len(values) < 2:
+        return {}
+    common, n = values.most_common(1)[0]
+    if n * 2 <= sum(values.values()):
+        return {}  # no majority: the node is split, not one GPU odd
+    return {g.index: (getattr(g, attr), common) for g in gpus
+            if getattr(g, attr) is not None and getattr(g, attr) != common}
+
+
+def _fabric_health_findings(cid: str, g: Any, problems: dict, odd: dict) -> Finding | None:
+    src = f"nvmlDeviceGetGpuFabricInfoV({g.index})"
+    parts = [FABRIC_HEALTH_TEXT.get(k, k) for k in problems if k != "incorrect_configuration"]
+    if problems.get("incorrect_configuration"):
+        parts.append(f"configuration: {problems['incorrect_configuration']}")
+    for what, (mine, peers) in odd.items():
+        parts.append(f"{what} {mine} while its peers are in {what} {peers}")
+    if not parts:
+        return None
+    only_recovering = not odd and all(k in FABRIC_RECOVERING for k in problems)
+    ev = (Evidence("fabric health mask", f"0x{g.fabric_health_mask:x}" if g.fabric_health_mask is not None else None,
+                   src), Evidence("clique id", g.fabric_clique_id, src),
+          Evidence("cluster UUID", g.fabric_cluster_uuid, src))
+    return Finding(cid, WARN if only_recovering else FAIL, gpu_component(g),
+                   f"GPU{g.index} NVLink fabric: " + "; ".join(parts) + ".", evidence=ev,
+                   expected="healthy fabric, same clique and cluster as the other GPUs",
+                   expected_source=FABRIC_SOURCE,
+                   remedy="Drain the node; check the NVLink switch trays and the fabric manager / NMX logs for this "
+                          "GPU's links and partition, then reset the GPU (or reboot) once the fabric is repaired. A "
+                          "GPU in another clique or cluster than its peers cannot join their NVLink domain.",
+                   details={"problems": problems, "odd": {k: list(v) for k, v in odd.items()}})
+
+
+@check("gpu.fabric_health", needs=("nvml",))
+def check_fabric_health(ctx: CheckContext) -> list[Finding]:
+    """On NVLink-domain systems (GB200/GH200 NVL) each registered GPU reports a fabric health mask,
+    a clique id and a cluster UUID: a GPU with degraded bandwidth, an unhealthy route or too few
+    NVLinks, or one whose clique or cluster differs from its peers', is named."""
+    cid = "gpu.fabric_health"
+    nvml, gated = nvml_gate(ctx, cid)
+    if gated:
+        return gated
+    registered = [g for g in sorted(nvml.gpus, key=lambda g: g.index)
+                  if not g.failed and g.fabric_state == "completed"]
+    if not registered:
+        return [Finding(cid, SKIP, NODE, "No GPU reports a completed NVLink fabric registration (no fabric, or "
+                        "see gpu.fabric_manager).")]
+    cliques = _fabric_odd_one(registered, "fabric_clique_id")
+    clusters = _fabric_odd_one(registered, "fabric_cluster_uuid")
+    out = []
+    for g in registered:
+        odd = {}
+        if g.index in cliques:
+            odd["clique"] = cliques[g.index]
+        if g.index in clusters:
+            odd["cluster"] = clusters[g.index]
+        f = _fabric_health_findings(cid, g, decode_fabric_health(g.fabric_health_mask), odd)
+        if f is not None:
+            out.append(f)
+    if not out:
+        ids = sorted({g.fabric_clique_id for g in registered if g.fabric_clique_id is not None})
+        out.append(Finding(cid, PASS, NODE, f"{len(registered)} GPU(s) registered with a healthy fabric"
+                           + (f", clique {ids[0]}" if len(ids) == 1 else "") + ".",
+                           expected="healthy fabric", expected_source=FABRIC_SOURCE))
     return out

@@ -153,6 +153,8 @@ class SynthGpu:
     fabric_state: int | None = 3  # nvmlGpuFabricState_t: completed
     fabric_status: int = 0  # nvmlReturn_t of the registration: success
     fabric_health_mask: int = 0  # synthesized
+    fabric_clique_id: int = 0  # nvmlGpuFabricInfo cliqueId
+    fabric_cluster_uuid: tuple[int, ...] = (0,) * 16  # nvmlGpuFabricInfo clusterUuid bytes
     recovery_action: int | None = 0  # nvmlGpuRecoveryAction_t: none
     nvlink_count: int = 18
     nvlink_version: int = 6  # nvmlNvlinkVersion_t for NVLink 4.0
@@ -282,7 +284,8 @@ class _Model:
         if fn in ("nvmlDeviceGetGpuFabricInfoV", "nvmlDeviceGetGpuFabricInfo"):
             if g.fabric_state is None:
                 return ns
-            info = {"clusterUuid": [0] * 16, "status": g.fabric_status, "cliqueId": 0, "state": g.fabric_state}
+            info = {"clusterUuid": list(g.fabric_cluster_uuid), "status": g.fabric_status,
+                    "cliqueId": g.fabric_clique_id, "state": g.fabric_state}
             if fn.endswith("V"):
                 info = {"version": 0x02000024, **info, "healthMask": g.fabric_health_mask}
             return info
