@@ -77,6 +77,10 @@ def init_port(cause: Finding, effect: Finding) -> bool:
     return f"{effect.component.device}/{effect.component.port}" in cause.details.get("ports", ())
 
 
+def gpu_without_nic(cause: Finding, effect: Finding) -> bool:
+    return effect.component.name in cause.details.get("gpus_without_nic", ())
+
+
 def has_xid(*codes: int) -> Callable[[Finding], bool]:
     return lambda f: f.details.get("xid") in codes
 
@@ -128,6 +132,8 @@ RULES: tuple[CauseRule, ...] = (
               "the link-down lines in the kernel log and the low rate are the port that is down"),
     CauseRule("port-down-gpudirect", "ib.port_state", ("ib.gpudirect",), nic_of_gpu_down,
               "a GPU's own NIC is down, so its nearest usable NIC is farther away"),
+    CauseRule("rail-nic-gpudirect", "ib.rail_socket", ("ib.gpudirect",), gpu_without_nic,
+              "a GPU whose rail NIC was put on the other socket reaches a NIC across the CPU"),
     CauseRule("no-sm-init", "ib.subnet_manager", ("ib.port_state", "ib.rate"), init_port,
               "ports with a physical link stay INIT until a subnet manager configures them"),
     CauseRule("iommu-acs", "platform.iommu", ("pcie.acs",), anything,

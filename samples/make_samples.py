@@ -66,7 +66,7 @@ SOURCES = [
 ACS_ISOLATION = ssf.ACS_SV | ssf.ACS_RR | ssf.ACS_CR | ssf.ACS_UF
 
 
-def layout(i: int) -> dict:
+def layout(i: int, variant: "Variant | None" = None) -> dict:
     """Bus numbers around GPU ``i``: its own host bridge and root port, one Gen5 switch whose
     downstream port 0 leads to the GPU and port 1 to the GPU's NIC (the PIX pair)."""
     b = GPU_BUSES[i]
@@ -75,8 +75,11 @@ def layout(i: int) -> dict:
     up = f"0000:{b - 2:02x}:00.0"
     down_gpu = f"0000:{b - 1:02x}:00.0"
     down_nic = f"0000:{b - 1:02x}:01.0"
+    nic = f"0000:{b + 1:02x}:00.0"
+    if variant is not None and i in variant.nic_at:
+        nic = variant.nic_at[i][2]
     return {"numa": 0 if i < 4 else 1, "rc": rc, "rp": rp, "up": up, "down_gpu": down_gpu,
-            "down_nic": down_nic, "gpu": f"0000:{b:02x}:00.0", "nic": f"0000:{b + 1:02x}:00.0"}
+            "down_nic": down_nic, "gpu": f"0000:{b:02x}:00.0", "nic": nic}
 
 
 def _guid(g: str) -> str:
@@ -179,6 +182,7 @@ class Variant:
     acs: tuple[int, ...] = ()
     system: dict = dataclasses.field(default_factory=dict)
     kmsg: tuple = ()
+    nic_at: dict = dataclasses.field(default_factory=dict)  # i -> (root complex, root port, NIC bdf, NUMA node)
 
 
 def build(degraded: bool, variant: Variant | None = None) -> SnapshotData:
@@ -215,8 +219,14 @@ def build(degraded: bool, variant: Variant | None = None) -> SnapshotData:
         ssf.add_pci_bridge(snap, [L["rc"], L["rp"], L["up"], L["down_nic"]], link=full, numa=numa)
         ssf.add_pci_device(snap, [L["rc"], L["rp"], L["up"], L["down_gpu"], L["gpu"]], **ssf.H100_SXM,
                            numa=numa, link=gpu_link, local_cpulist=cpus)
-        ssf.add_pci_device(snap, [L["rc"], L["rp"], L["up"], L["down_nic"], L["nic"]], **ssf.CONNECTX7_IB,
-                           numa=numa, link=full, local_cpulist=cpus)
+        if i in v.nic_at:  # the NIC moved to a slot of its own under another root complex
+            rc, rp, bdf, nic_numa = v.nic_at[i]
+            ssf.add_pci_bridge(snap, [rc, rp], link=full, numa=nic_numa)
+            ssf.add_pci_device(snap, [rc, rp, bdf], **ssf.CONNECTX7_IB, numa=nic_numa, link=full,
+                               local_cpulist=NUMA_CPUS[nic_numa])
+        else:
+            ssf.add_pci_device(snap, [L["rc"], L["rp"], L["up"], L["down_nic"], L["nic"]], **ssf.CONNECTX7_IB,
+                               numa=numa, link=full, local_cpulist=cpus)
     # NVSwitches: one more host bridge and switch (link values illustrative)
     nvs_rc, nvs_rp, nvs_up = "pci0000:02", "0000:02:01.0", "0000:03:00.0"
     ssf.add_pci_bridge(snap, [nvs_rc, nvs_rp], numa=0)
@@ -232,7 +242,7 @@ def build(degraded: bool, variant: Variant | None = None) -> SnapshotData:
 
     # -- InfiniBand and netdevs ----------------------------------------------------------------------
     for i in range(8):
-        L = layout(i)
+        L = layout(i, v)
         down = degraded and i == 4
         counters0 = _traffic(i, 0)
         if degraded and i == 1:
@@ -272,7 +282,7 @@ def build(degraded: bool, variant: Variant | None = None) -> SnapshotData:
         (0.0, "Linux version 5.15.0-131-generic (buildd@lcy02-amd64-079) (gcc (Ubuntu 11.4.0-1ubuntu1~22.04) 11.4.0)", 5),
         (21.412881, "nvidia: module license 'NVIDIA' taints kernel.", 4),
         (21.904512, f"NVRM: loading NVIDIA UNIX x86_64 Kernel Module  {DRIVER}  Fri Feb 21 20:16:41 UTC 2025", 6),
-    ] + [(14.2 + 0.31 * i, f"mlx5_core {layout(i)['nic']}: firmware version: {CX7_FW}", 6) for i in range(8)]
+    ] + [(14.2 + 0.31 * i, f"mlx5_core {layout(i, v)['nic']}: firmware version: {CX7_FW}", 6) for i in range(8)]
     if degraded:
         g6 = layout(6)["gpu"]
         boot += [

@@ -100,8 +100,8 @@ def nvswitch_sxid_real_lines() -> "MS.Variant":
     """The real XID 79 + SXid 20034 lines (three switches, fatal LTSSM faults) on this node: the
     lines name switches 0000:05/06/07:00.0, which are this sample's switches too; the GPU they
     name (0000:91:00.0) is not one of this node's."""
-    return MS.Variant("sxid-real", "the real XID 79 / SXid 20034 lines of dmesg-xid79-sxid20034-fatal-links-"
-                      "four-nvswitches.txt", kmsg=fixture_lines("dmesg-xid79-sxid20034-fatal-links-four-nvswitches.txt"))
+    name = "dmesg-xid79-sxid20034-fatal-links-four-nvswitches.txt"
+    return MS.Variant("sxid-real", f"the real XID 79 / SXid 20034 lines of {name}", kmsg=fixture_lines(name))
 
 
 def nvswitch_sxid_nonfatal() -> "MS.Variant":
@@ -179,7 +179,40 @@ def fabric_healthy_mask() -> "MS.Variant":
     return MS.Variant("fabric-healthy", "every GPU healthy in clique 7", gpus=edit_gpus(fn))
 
 
+def mixed_model() -> "MS.Variant":
+    """GPU5 is an H800 among seven H100s (the name NVML gives it; everything else as the H100)."""
+    def fn(i, g, epoch):
+        return dataclasses.replace(g, name="NVIDIA H800 80GB HBM3") if i == 5 else g
+    return MS.Variant("mixed-model", "GPU5 an H800 among H100s", gpus=edit_gpus(fn))
+
+
+def power_capped() -> "MS.Variant":
+    """GPU6's enforced power limit is 350 W; its peers run at 700 W."""
+    def fn(i, g, epoch):
+        return dataclasses.replace(g, power_limit_mw=350_000) if i == 6 else g
+    return MS.Variant("power-capped", "GPU6 power limit 350 W of 700 W", gpus=edit_gpus(fn))
+
+
+def idle_gen3() -> "MS.Variant":
+    """GPU4 idles at PCIe Gen3 (NVML and sysfs alike) while its idle peers hold Gen5."""
+    def fn(i, g, epoch):
+        return dataclasses.replace(g, pcie_gen=3) if i == 4 else g
+    return MS.Variant("idle-gen3", "GPU4 idle at Gen3, peers idle at Gen5", gpus=edit_gpus(fn),
+                      gpu_link=lambda i: ssf.Link(ssf.GEN3, 16, ssf.GEN5, 16) if i == 4 else None)
+
+
+def rail_nic_other_socket() -> "MS.Variant":
+    """mlx5_2 (GPU2's rail NIC) sits in a slot of socket 1, under its own root port, instead of
+    beside GPU2 on socket 0."""
+    return MS.Variant("rail-nic-other-socket", "mlx5_2 moved to a socket-1 slot (0000:c9:00.0)",
+                      nic_at={2: ("pci0000:c8", "0000:c8:01.0", "0000:c9:00.0", 1)})
+
+
 SCENARIOS = {
+    "mixed-model": mixed_model,
+    "power-capped": power_capped,
+    "idle-gen3": idle_gen3,
+    "rail-nic-other-socket": rail_nic_other_socket,
     "fabric-degraded": fabric_degraded,
     "fabric-healthy": fabric_healthy_mask,
     "gpu-lost-mid-window": gpu_lost_mid_window,

@@ -1,0 +1,46 @@
+"""GPUs and NICs against their peers with no policy: mixed models, a power cap, an idle link at a
+lower generation than its idle peers', a rail NIC on the other socket. Scenarios are SYNTHESIZED
+snapshots built with the samples' builder (tests/scenarios_node.py)."""
+
+from __future__ import annotations
+
+import scenarios_node as N
+from ccdiag.findings import FAIL, PASS
+
+
+def _fails(res):
+    return [f for f in res.findings if f.status == FAIL and not f.caused_by]
+
+
+def test_healthy_sample_passes_every_peer_rule():
+    res = N.result("healthy")
+    got = {f.check: f.status for f in res.findings
+           if f.check in ("gpu.peer_model", "gpu.peer_power", "pcie.peer_gen", "ib.rail_socket")}
+    assert got == {"gpu.peer_model": PASS, "gpu.peer_power": PASS, "pcie.peer_gen": PASS, "ib.rail_socket": PASS}
+
+
+def test_an_h800_among_h100s_is_named():
+    got = [(f.check, f.component.gpu, f.details["model"]) for f in _fails(N.result("mixed-model"))]
+    assert got == [("gpu.peer_model", 5, "NVIDIA H800 80GB HBM3")]
+
+
+def test_a_power_cap_below_same_model_peers_fails():
+    got = [(f.check, f.component.gpu, f.details["power_limit_w"], f.details["peers_w"])
+           for f in _fails(N.result("power-capped"))]
+    assert got == [("gpu.peer_power", 6, 350.0, 700)]
+
+
+def test_one_gpu_idle_at_gen3_beside_gen5_idle_peers_fails():
+    got = [(f.check, f.component.kind, f.component.gpu, f.details["gen"], f.details["peers_gen"])
+           for f in _fails(N.result("idle-gen3"))]
+    assert got == [("pcie.peer_gen", "pcie_link", 4, 3, 5)]
+
+
+def test_a_rail_nic_on_the_other_socket_is_the_misplaced_component():
+    res = N.result("rail-nic-other-socket")
+    roots = _fails(res)
+    assert [(f.check, f.component.kind, f.component.name, f.details["gpus_without_nic"]) for f in roots] == [
+        ("ib.rail_socket", "nic", "mlx5_2", ["GPU2"])]
+    under = [f for f in res.findings if f.caused_by == roots[0].key]
+    assert [(f.check, f.component.name, f.status) for f in under] == [("ib.gpudirect", "GPU2", "warn")]
+    assert not [f for f in res.findings if f.status == "warn" and not f.caused_by]
