@@ -274,17 +274,35 @@ def check_ecc(ctx: CheckContext) -> list[Finding]:
         if g.ecc_mode_current is False:
             out.append(_ecc_disabled(cid, g))
         if (g.ecc_aggregate_uncorrected or 0) > 0:
-            out.append(Finding(cid, WARN, comp,
-                               f"GPU{g.index} had {g.ecc_aggregate_uncorrected} uncorrected ECC error(s) in its "
-                               "lifetime (none since the last reset).", evidence=ev,
-                               expected="0 uncorrected ECC errors over the GPU's life",
-                               remedy="History, not a current fault: confirm gpu.remapped_rows passes (no pending or "
-                                      "failed remap) and watch for new errors."))
+            out.append(_ecc_lifetime(cid, g, comp, ev))
         if not out:
             out.append(Finding(cid, PASS, comp, f"GPU{g.index}: no uncorrected ECC errors.", evidence=ev))
         return out
 
     return per_gpu(ctx, cid, judge)
+
+
+def _ecc_lifetime(cid: str, g: Any, comp: Component, ev: tuple) -> Finding:
+    """Uncorrected ECC errors in the GPU's life, none since its last reset. With no remap or page
+    retirement pending either, the memory was already repaired: history, so a pass with a note (a
+    warning here would fail ``--strict`` for the rest of the GPU's life). A repair still pending
+    keeps it a warning (gpu.remapped_rows fails it)."""
+    pending = [what for what, v in (("row remap pending", g.remapped_rows_pending),
+                                    ("row remap failed", g.remapped_rows_failure),
+                                    ("page retirement pending", g.retired_pages_pending)) if v]
+    ev = ev + (Evidence("repair pending", ", ".join(pending) or "none",
+                        f"nvmlDeviceGetRemappedRows({g.index}) / nvmlDeviceGetRetiredPagesPendingStatus"),)
+    n = g.ecc_aggregate_uncorrected
+    if pending:
+        return Finding(cid, WARN, comp, f"GPU{g.index} had {n} uncorrected ECC error(s) in its lifetime and its "
+                       f"repair is not done ({', '.join(pending)}).", evidence=ev,
+                       expected="no pending memory repair", expected_source="NVIDIA GPU memory error management",
+                       remedy="See gpu.remapped_rows: reset the GPU when idle so the pending repair takes effect.")
+    return Finding(cid, PASS, comp, f"GPU{g.index}: no uncorrected ECC error since its last reset (note: {n} in its "
+                   "lifetime, repaired: no remap or retirement pending).", evidence=ev,
+                   expected="0 volatile uncorrected ECC errors, no repair pending",
+                   expected_source="NVIDIA GPU memory error management (row remapping repairs lifetime errors)",
+                   details={"lifetime_uncorrected": n})
 
 
 def _ecc_disabled(cid: str, g: Any) -> Finding:
