@@ -208,7 +208,15 @@ def rail_nic_other_socket() -> "MS.Variant":
                       nic_at={2: ("pci0000:c8", "0000:c8:01.0", "0000:c9:00.0", 1)})
 
 
+def hot_without_thresholds() -> "MS.Variant":
+    """NVML answers no temperature thresholds (not supported) on any GPU; GPU7 reads 95 C."""
+    def fn(i, g, epoch):
+        return dataclasses.replace(g, temp_thresholds=None, temperature_c=95 if i == 7 else g.temperature_c)
+    return MS.Variant("hot-no-thresholds", "no NVML temperature thresholds; GPU7 at 95 C", gpus=edit_gpus(fn))
+
+
 SCENARIOS = {
+    "hot-no-thresholds": hot_without_thresholds,
     "mixed-model": mixed_model,
     "power-capped": power_capped,
     "idle-gen3": idle_gen3,

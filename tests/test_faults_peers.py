@@ -44,3 +44,13 @@ def test_a_rail_nic_on_the_other_socket_is_the_misplaced_component():
     under = [f for f in res.findings if f.caused_by == roots[0].key]
     assert [(f.check, f.component.name, f.status) for f in under] == [("ib.gpudirect", "GPU2", "warn")]
     assert not [f for f in res.findings if f.status == "warn" and not f.caused_by]
+
+
+def test_95c_without_nvml_thresholds_fails_on_the_table_limits():
+    """NVML gives no thresholds: the model's limits come from ccdiag/data/gpu_thermal_limits.json
+    (H100 SXM5: shutdown 92 C), so 95 C fails rather than warning against the policy default."""
+    res = N.result("hot-no-thresholds")
+    temps = {f.component.gpu: f for f in res.findings if f.check == "gpu.temperature"}
+    assert temps[7].status == FAIL and "shutdown limit (92 C)" in temps[7].summary
+    assert "gpu_thermal_limits.json" in temps[7].expected_source
+    assert all(temps[i].status == PASS for i in range(7))

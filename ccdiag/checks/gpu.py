@@ -11,7 +11,10 @@ action) fails a node; idle clocks, software power capping and historic counts ne
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections import Counter
+from functools import lru_cache
+from importlib import resources
 from typing import Any
 
 from ccdiag.checks import CheckContext, check
@@ -512,6 +515,30 @@ def check_clocks(ctx: CheckContext) -> list[Finding]:
 SLOWDOWN_MARGIN_C = 5.0
 
 
+THERMAL_TABLE = "ccdiag/data/gpu_thermal_limits.json"
+
+
+@lru_cache(maxsize=1)
+def thermal_limits() -> dict[str, dict]:
+    """Temperature limits by NVML model name, for GPUs whose NVML gives no thresholds."""
+    text = resources.files("ccdiag").joinpath("data/gpu_thermal_limits.json").read_text(encoding="utf-8")
+    return json.loads(text)["models"]
+
+
+def _with_thermal_limits(g: Any) -> tuple[Any, str]:
+    """``g`` with the table's limits where NVML reported none at all, and who says so."""
+    own = "the GPU's own limits (NVML temperature thresholds)"
+    if g.temp_slowdown_c is not None or g.temp_shutdown_c is not None or g.temp_gpu_max_c is not None:
+        return g, own
+    entry = thermal_limits().get(g.name or "")
+    if entry is None:
+        return g, own
+    g = dataclasses.replace(g, temp_slowdown_c=float(entry["slowdown_c"]), temp_shutdown_c=float(entry["shutdown_c"]),
+                            temp_gpu_max_c=float(entry["gpu_max_c"]),
+                            temp_mem_max_c=g.temp_mem_max_c or float(entry["mem_max_c"]))
+    return g, f"{THERMAL_TABLE} ({g.name}: {entry['source']})"
+
+
 @check("gpu.temperature", needs=("nvml",))
 def check_temperature(ctx: CheckContext) -> list[Finding]:
     """Temperature against the GPU's own limits (NVML thresholds: slowdown, shutdown, maximum operating,
@@ -523,9 +550,12 @@ def check_temperature(ctx: CheckContext) -> list[Finding]:
         src = f"nvmlDeviceGetTemperature({g.index}, 0)"  # NVML_TEMPERATURE_GPU
         if g.temperature_c is None:
             return [not_read(cid, g, "temperature", ("nvmlDeviceGetTemperature",))]
+        g, own = _with_thermal_limits(g)
         t = g.temperature_c
         ev = [Evidence("temperature C", t, src)]
         thr = f"nvmlDeviceGetTemperatureThreshold({g.index}, ...)"
+        if not own.startswith("the GPU's own"):
+            thr = own
         for what, value in (("slowdown C", g.temp_slowdown_c), ("shutdown C", g.temp_shutdown_c),
                             ("max operating C", g.temp_gpu_max_c)):
             if value is not None:
@@ -536,7 +566,6 @@ def check_temperature(ctx: CheckContext) -> list[Finding]:
             if g.temp_mem_max_c is not None:
                 ev.append(Evidence("memory max operating C", g.temp_mem_max_c, thr))
         comp, ev = gpu_component(g), tuple(ev)
-        own = "the GPU's own limits (NVML temperature thresholds)"
         cooling = "Check the node's cooling: fans, airflow, inlet temperature and blanking panels; see gpu.clocks."
         if g.temp_shutdown_c is not None and t >= g.temp_shutdown_c - 1:
             return [Finding(cid, FAIL, comp, f"GPU{g.index} at {t:g} C is at its shutdown limit "
