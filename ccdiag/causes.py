@@ -20,6 +20,8 @@ from typing import Callable
 from ccdiag.findings import FAIL, SKIP, STATUS_RANK, UNKNOWN, WARN, Finding
 
 Match = Callable[[Finding, Finding], bool]
+FALLEN_OFF_BUS = 79  # ccdiag.checks.xid.FALLEN_OFF_BUS
+RM_INIT_FAILED = -1  # ccdiag.checks.xid.RM_INIT_FAILED: "RmInitAdapter failed!" has no XID number
 
 
 def key(f: Finding) -> str:
@@ -37,8 +39,10 @@ def same_gpu(cause: Finding, effect: Finding) -> bool:
     return c.bdf is not None and e.bdf == c.bdf and e.kind in ("gpu", "nvlink", "pcie_link")
 
 
-def node_wide(cause: Finding, effect: Finding) -> bool:
-    return effect.component.kind in ("node", "limit") or effect.component.gpu is None and effect.component.bdf is None
+def count_of(cause: Finding, effect: Finding) -> bool:
+    """The node's GPU count, or its finding on the very GPU PCI sees and NVML does not."""
+    e = effect.component
+    return e.kind == "node" or (e.bdf is not None and e.bdf == cause.component.bdf)
 
 
 def anything(cause: Finding, effect: Finding) -> bool:
@@ -113,13 +117,14 @@ class CauseRule:
 RULES: tuple[CauseRule, ...] = (
     CauseRule("xid79-lost", "xid.recent", ("gpu.lost",), same_gpu,
               "XID 79 (or RmInitAdapter failing) in the kernel log is why NVML lost the GPU",
-              cause_when=has_xid(79, 154)),
-    CauseRule("xid79-count", "xid.recent", ("gpu.count",), node_wide,
-              "a GPU that fell off the bus is one GPU fewer", cause_when=has_xid(79, 154)),
+              cause_when=has_xid(FALLEN_OFF_BUS, RM_INIT_FAILED)),
+    CauseRule("xid79-count", "xid.recent", ("gpu.count",), count_of,
+              "a GPU that fell off the bus (or never initialised) is one GPU fewer",
+              cause_when=has_xid(FALLEN_OFF_BUS, RM_INIT_FAILED)),
     CauseRule("lost-answers-nothing", "gpu.lost", ("gpu.", "nvlink.", "pcie.replay", "gpu.fabric"), same_gpu,
               "a lost GPU answers nothing: its other GPU, NVLink and PCIe-replay checks cannot be judged",
               effect_statuses=(UNKNOWN, WARN, FAIL, SKIP)),
-    CauseRule("lost-count", "gpu.lost", ("gpu.count",), node_wide,
+    CauseRule("lost-count", "gpu.lost", ("gpu.count",), count_of,
               "the node has one usable GPU fewer than expected"),
     CauseRule("switch-sxid-links", "nvswitch.sxid", ("nvswitch.links_down",), same_switch,
               "a fatal SXid on an NVSwitch takes the GPU links behind it down"),

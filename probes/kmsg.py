@@ -14,6 +14,8 @@ Message formats vary across driver generations and are matched loosely:
 * ``NVRM: GPU 0000:18:00.0: GPU has fallen off the bus.`` and the multi-line
   ``NVRM: The NVIDIA GPU 0000:b3:00.0`` / ``... fallen off the bus and is not responding``;
 * ``NVRM: GPU at PCI:0000:18:00: GPU-<uuid>`` (maps the address to the UUID);
+* ``NVRM: GPU 0000:00:06.0: RmInitAdapter failed! (0x11:0x45:2540)`` (the driver could not
+  initialise the GPU; older drivers leave the address out);
 * ``nvidia-nvswitch3: SXid (PCI:0000:c8:00.0): 20034, Fatal, Link 50 LTSSM Fault Up`` (NVSwitch
   errors, with the driver's severity word and the switch port; the ``nvidia-nvswitchN:`` prefix is
   missing from some pasted logs, and continuation lines carry ``Severity ...`` or ``Data {...}``);
@@ -40,7 +42,8 @@ COMMAND_TIMEOUT_S = 3.0
 
 @dataclass(frozen=True)
 class KernelEvent:
-    # "xid" | "sxid" | "fallen_off_bus" | "gpu_uuid" | "ib_link_down" | "ib_link_up" | "aer" | "nvlink"
+    # "xid" | "sxid" | "fallen_off_bus" | "rm_init_failed" | "gpu_uuid" | "ib_link_down" | "ib_link_up" |
+    # "aer" | "nvlink"
     kind: str
     message: str
     time_s: float | None = None  # seconds since boot, as the kernel stamps it
@@ -106,6 +109,7 @@ _PID = re.compile(r"\bpid='?([0-9]{1,12})'?")
 _FALLEN = re.compile(rf"NVRM: GPU ({_BDF}): GPU has fallen off the bus")
 _FALLEN_HEAD = re.compile(rf"NVRM: The NVIDIA GPU ({_BDF})")
 _FALLEN_TAIL = re.compile(r"fallen off the bus and is not responding")
+_RM_INIT = re.compile(rf"NVRM: (?:GPU ({_BDF}): )?RmInitAdapter failed!")
 _GPU_UUID = re.compile(rf"NVRM: GPU at (?:PCI:)?({_BDF}): (GPU-[0-9a-fA-F-]+)")
 _NETDEV_LINK = re.compile(rf"^(mlx\w*?)(?: ({_BDF}))?:? (\S+?):? [Ll]ink (up|down|Up|Down)\b")
 _PORT_LINK = re.compile(rf"^(?:mlx\w* ({_BDF}) )?(\S+?):? ?[Pp]ort:? ?([0-9]{{1,9}}) (?:.*?)?[Ll]ink (\w+)")
@@ -143,6 +147,9 @@ def match_event(message: str, time_s: float | None, context: dict | None = None)
             return None
     if _FALLEN_TAIL.search(message) and ctx.get("fallen_bdf"):
         return KernelEvent("fallen_off_bus", message, time_s, ctx.pop("fallen_bdf"))
+    m = _RM_INIT.search(message)
+    if m:
+        return KernelEvent("rm_init_failed", message, time_s, normalize_bdf(m.group(1)) if m.group(1) else None)
     m = _GPU_UUID.search(message)
     if m:
         return KernelEvent("gpu_uuid", message, time_s, normalize_bdf(m.group(1)), None, m.group(2))

@@ -215,7 +215,21 @@ def hot_without_thresholds() -> "MS.Variant":
     return MS.Variant("hot-no-thresholds", "no NVML temperature thresholds; GPU7 at 95 C", gpus=edit_gpus(fn))
 
 
+def rm_init_failed() -> "MS.Variant":
+    """The driver could not initialise GPU3: NVML lists seven GPUs, PCI still shows eight. The
+    kernel lines are the real ones of dmesg-xid119-gsp-timeout-rminitadapter-failed-guest.txt,
+    RE-ADDRESSED from the reporter's 0000:00:06.0 to this node's GPU3 (0000:5d:00.0)."""
+    lines = tuple((t, m.replace("0000:00:06", "0000:5d:00"), p)
+                  for t, m, p in fixture_lines("dmesg-xid119-gsp-timeout-rminitadapter-failed-guest.txt"))
+
+    def gpus(gs, epoch):
+        return [g for i, g in enumerate(gs) if i != 3]
+    return MS.Variant("rm-init-failed", "GPU3 failed RmInitAdapter (real lines re-addressed); NVML lists 7 of 8",
+                      gpus=gpus, kmsg=lines)
+
+
 SCENARIOS = {
+    "rm-init-failed": rm_init_failed,
     "hot-no-thresholds": hot_without_thresholds,
     "mixed-model": mixed_model,
     "power-capped": power_capped,

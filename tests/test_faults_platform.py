@@ -73,3 +73,14 @@ def test_a_gpu_lost_in_the_second_sample_fails_gpu_lost():
     assert {f.check for f in under} >= {"pcie.replay"} and all(f.component.gpu == 3 for f in under)
     text = render_text(res.findings, res.exit_code, "n")
     assert "SKIP pcie.replay" not in text  # folded under the lost GPU, not a skip line of its own
+
+
+def test_rm_init_adapter_failed_is_the_root_of_the_missing_gpu():
+    """The real guest log (XID 119 GSP timeouts, then RmInitAdapter failed) on a node where NVML
+    lists 7 of 8 GPUs: the driver's failure to initialise GPU3 explains the short count."""
+    res = N.result("rm-init-failed")
+    rm = next(f for f in res.findings if f.check == "xid.recent" and f.details["xid"] == -1)
+    assert (rm.status, rm.component.bdf, rm.caused_by) == (FAIL, "0000:5d:00.0", None)
+    assert rm.summary.startswith("RmInitAdapter failure")
+    count = [f for f in res.findings if f.check == "gpu.count" and f.status == FAIL]
+    assert count and all(f.caused_by == rm.key for f in count)
