@@ -83,6 +83,8 @@ AGGREGATE_ECC = 1
 PAGE_RETIREMENT_MULTIPLE_SBE = 0
 PAGE_RETIREMENT_DBE = 1
 TEMPERATURE_GPU = 0
+#: nvmlClockType_t NVML_CLOCK_SM
+CLOCK_SM = 1
 #: nvmlTemperatureThresholds_t: the GPU's own limits (nvml.h)
 TEMP_THRESHOLD_SHUTDOWN, TEMP_THRESHOLD_SLOWDOWN, TEMP_THRESHOLD_MEM_MAX, TEMP_THRESHOLD_GPU_MAX = 0, 1, 2, 3
 #: NVML_FI_DEV_MEMORY_TEMP: HBM temperature, where the GPU reports it (nvml.h field id)
@@ -224,6 +226,8 @@ class Gpu:
     memory_temperature_c: float | None = None
     power_w: float | None = None
     power_limit_w: float | None = None
+    clock_sm_max_mhz: int | None = None  # nvmlDeviceGetMaxClockInfo(SM): what the GPU can run at
+    clock_sm_app_mhz: int | None = None  # nvmlDeviceGetApplicationsClock(SM): what it is set to run at
     pcie_gen_current: int | None = None
     pcie_gen_max: int | None = None  # of the link (GPU and host side together)
     pcie_gen_device_max: int | None = None  # of the GPU alone
@@ -727,6 +731,13 @@ def _read_clocks_and_thermal(r: _Reader, i: int, f: dict) -> None:
 def _read_power_pcie(r: _Reader, i: int, f: dict) -> None:
     f["power_w"] = r.get("nvmlDeviceGetPowerUsage", i, parse=milliwatts)
     f["power_limit_w"] = r.get("nvmlDeviceGetEnforcedPowerLimit", i, parse=milliwatts)
+    for field, fn in (("clock_sm_max_mhz", "nvmlDeviceGetMaxClockInfo"),
+                      ("clock_sm_app_mhz", "nvmlDeviceGetApplicationsClock")):
+        value, exc = r.raw(fn, i, CLOCK_SM)
+        if exc is None:
+            f[field] = r.parse(fn, (i, CLOCK_SM), value, _int) or None  # 0: not reported
+        elif exc.error_class != NOT_RECORDED:  # a snapshot from before these were read: absent
+            r.note(fn, (i, CLOCK_SM), exc)
     f["pcie_gen_current"] = r.get("nvmlDeviceGetCurrPcieLinkGeneration", i, parse=_int)
     f["pcie_gen_max"] = r.get("nvmlDeviceGetMaxPcieLinkGeneration", i, parse=_int)
     f["pcie_gen_device_max"] = r.get("nvmlDeviceGetGpuMaxPcieLinkGeneration", i, parse=_int)

@@ -228,7 +228,15 @@ def rm_init_failed() -> "MS.Variant":
                       gpus=gpus, kmsg=lines)
 
 
+def clocks_capped() -> "MS.Variant":
+    """GPU1's applications SM clock set to 1410 MHz; its peers at the default 1980 MHz."""
+    def fn(i, g, epoch):
+        return dataclasses.replace(g, clock_sm_app_mhz=1410) if i == 1 else g
+    return MS.Variant("clocks-capped", "GPU1 applications SM clock 1410 of 1980 MHz", gpus=edit_gpus(fn))
+
+
 SCENARIOS = {
+    "clocks-capped": clocks_capped,
     "rm-init-failed": rm_init_failed,
     "hot-no-thresholds": hot_without_thresholds,
     "mixed-model": mixed_model,

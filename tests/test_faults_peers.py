@@ -54,3 +54,11 @@ def test_95c_without_nvml_thresholds_fails_on_the_table_limits():
     assert temps[7].status == FAIL and "shutdown limit (92 C)" in temps[7].summary
     assert "gpu_thermal_limits.json" in temps[7].expected_source
     assert all(temps[i].status == PASS for i in range(7))
+
+
+def test_an_sm_clock_set_below_same_model_peers_fails():
+    got = [(f.check, f.component.gpu, f.details["clock"], f.details["mhz"], f.details["peers_mhz"])
+           for f in _fails(N.result("clocks-capped"))]
+    assert got == [("gpu.peer_clocks", 1, "applications SM clock", 1410, 1980)]
+    healthy = [f.status for f in N.result("healthy").findings if f.check == "gpu.peer_clocks"]
+    assert healthy == [PASS]

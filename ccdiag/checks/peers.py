@@ -107,6 +107,53 @@ def peer_power(ctx: CheckContext) -> list[Finding]:
     return out
 
 
+#: an SM clock this far below its same-model peers' is a setting or a part, not measurement noise
+CLOCK_SHORT = 0.95
+
+
+def _clock_finding(cid: str, g: Any, what: str, fn: str, mhz: int, want: int, n: int, model: str) -> Finding:
+    return Finding(
+        cid, FAIL, gpu_component(g),
+        f"GPU{g.index} {what} {mhz} MHz; its {n} {model} peers {want} MHz.",
+        evidence=(Evidence(f"{what} MHz", mhz, f"{fn}({g.index}, NVML_CLOCK_SM)"),
+                  Evidence(f"peers' {what} MHz", want, fn)),
+        expected=f"{want} MHz", expected_source=PEERS,
+        remedy=(f"Reset the clocks (nvidia-smi -i {g.index} -rac and -rgc) if someone set them; a GPU whose maximum "
+                "clock is below its peers' is another SKU or VBIOS: replace it or take it out of the job's GPUs."),
+        details={"clock": what, "mhz": mhz, "peers_mhz": want})
+
+
+@check("gpu.peer_clocks", needs=("nvml",))
+def peer_clocks(ctx: CheckContext) -> list[Finding]:
+    """A GPU whose SM clock is set (applications clock) or able (maximum clock) to run slower than
+    its same-model peers': every collective then runs at that GPU's pace."""
+    cid = "gpu.peer_clocks"
+    nvml, gated = nvml_gate(ctx, cid)
+    if gated:
+        return gated
+    out: list[Finding] = []
+    by_model: dict[str, list] = {}
+    for g in _usable(nvml):
+        by_model.setdefault(g.name or "?", []).append(g)
+    judged = 0
+    for model, gpus in sorted(by_model.items()):
+        for attr, what, fn in (("clock_sm_max_mhz", "maximum SM clock", "nvmlDeviceGetMaxClockInfo"),
+                               ("clock_sm_app_mhz", "applications SM clock", "nvmlDeviceGetApplicationsClock")):
+            values = {g.index: getattr(g, attr) for g in gpus if getattr(g, attr)}
+            major = _majority(list(values.values())) if len(values) >= 3 else None
+            if major is None:
+                continue
+            judged += 1
+            out += [_clock_finding(cid, g, what, fn, values[g.index], major[0], major[1], model)
+                    for g in gpus if g.index in values and values[g.index] < major[0] * CLOCK_SHORT]
+    if not out:
+        if not judged:
+            return [Finding(cid, SKIP, NODE, "Fewer than three GPUs of one model report SM clocks: nothing to compare.")]
+        out.append(Finding(cid, PASS, NODE, "GPU SM clocks consistent with their same-model peers.",
+                           expected_source=PEERS))
+    return out
+
+
 def _idle_gens(gpus: list) -> dict[int, int]:
     return {g.index: g.pcie_gen_current for g in gpus
             if gpu_activity(g) == "idle" and g.pcie_gen_current is not None}

@@ -143,6 +143,8 @@ class SynthGpu:
     temp_thresholds: Mapping[int, int] | None = field(default_factory=lambda: {0: 92, 1: 89, 2: 95, 3: 87})
     power_mw: int | None = 72000  # synthesized
     power_limit_mw: int | None = 700000
+    clock_sm_max_mhz: int | None = 1980  # H100/H800 SXM5 max SM clock (nvidia-smi -q "Max Clocks SM" of an H800)
+    clock_sm_app_mhz: int | None = 1980  # applications clock at its default
     pcie_gen: int | None = 5
     pcie_gen_max: int | None = 5
     pcie_gen_device_max: int | None = 5
@@ -269,6 +271,9 @@ class _Model:
             return opt(g.temperature_c)
         if fn == "nvmlDeviceGetTemperatureThreshold":
             return ns if g.temp_thresholds is None or rest[0] not in g.temp_thresholds else g.temp_thresholds[rest[0]]
+        if fn in ("nvmlDeviceGetMaxClockInfo", "nvmlDeviceGetApplicationsClock"):
+            value = g.clock_sm_max_mhz if fn == "nvmlDeviceGetMaxClockInfo" else g.clock_sm_app_mhz
+            return ns if value is None or rest[0] != 1 else value
         simple = {
             "nvmlDeviceGetPowerUsage": g.power_mw, "nvmlDeviceGetEnforcedPowerLimit": g.power_limit_mw,
             "nvmlDeviceGetCurrPcieLinkGeneration": g.pcie_gen, "nvmlDeviceGetMaxPcieLinkGeneration": g.pcie_gen_max,
