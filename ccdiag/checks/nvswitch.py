@@ -211,7 +211,7 @@ def links_behind(gpus: list, switches: set[str]) -> tuple[dict[str, list], dict[
     return down, dict(active)
 
 
-@check("nvswitch.links_down", needs=("nvml",), uses=("pcie", "kmsg"))
+@check("nvswitch.links_down", needs=("nvml",), uses=("pcie", "kmsg"), what="NVSwitch links")
 def check_links_down(ctx: CheckContext) -> list[Finding]:
     """An NVSwitch that two or more GPUs lost links to is the component to act on; one GPU with
     links down towards a switch the others still reach is that GPU's fault (``nvlink.down``)."""

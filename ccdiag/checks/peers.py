@@ -159,7 +159,7 @@ def _idle_gens(gpus: list) -> dict[int, int]:
             if gpu_activity(g) == "idle" and g.pcie_gen_current is not None}
 
 
-@check("pcie.peer_gen", needs=("nvml",))
+@check("pcie.peer_gen", needs=("nvml",), what="idle PCIe generation against peers")
 def peer_gen(ctx: CheckContext) -> list[Finding]:
     """An idle GPU whose PCIe link sits at a lower generation than its idle same-model peers'. Idle
     GPUs lower their link speed to save power, all alike; when the peers idle at Gen5 and one GPU
