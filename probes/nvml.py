@@ -550,9 +550,10 @@ class _Reader:
 
 def _remote_bdf(info: Any) -> str | None:
     """The far end's address, None for NVML's placeholders (all zero, ``FFFFFFFF:FF:FF.0``)."""
-    if isinstance(info, dict) and not any(isinstance(info.get(k), str) and info.get(k).strip("0:.") for k in
-                                          ("busId", "busIdLegacy")):
-        return None  # an all-zero structure: no far end
+    if isinstance(info, dict):
+        ids = [v for v in (info.get("busId"), info.get("busIdLegacy")) if isinstance(v, str)]
+        if not any(v.strip("0:.") for v in ids):
+            return None  # an all-zero structure: no far end
     bdf = parse_pci_bus_id(info)
     return None if is_placeholder_bdf(bdf) else bdf
 

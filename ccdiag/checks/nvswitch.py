@@ -195,8 +195,10 @@ def links_behind(gpus: list, switches: set[str]) -> tuple[dict[str, list], dict[
     links reach it. Inactive links whose switch no GPU shows go to the switches no active link
     reaches, when there is exactly one such switch."""
     mapping = link_map(gpus)
-    active = Counter(normalize_bdf(lk.remote_bus_id) for g in gpus for lk in g.nvlinks
-                     if lk.active and lk.remote_device_type == "switch" and not is_placeholder(lk.remote_bus_id))
+    active: Counter[str] = Counter(bdf for g in gpus for lk in g.nvlinks
+                                   if lk.active and lk.remote_device_type == "switch"
+                                   and not is_placeholder(lk.remote_bus_id)
+                                   for bdf in [normalize_bdf(lk.remote_bus_id)] if bdf)
     silent = sorted(s for s in switches if active.get(s, 0) == 0)
     down: dict[str, list] = {}
     for g in gpus:

@@ -211,7 +211,8 @@ def _rdma_nics(ctx: CheckContext) -> list:
     management Ethernet port is no rail."""
     ib = ctx.data("infiniband")
     names = {d.name for d in getattr(ib, "devices", ()) or ()}
-    return [n for n in ctx.topology.nics() if n.label in names]
+    topo = ctx.topology
+    return [n for n in topo.nics() if n.label in names] if topo is not None else []
 
 
 def _rail_nic_findings(topo: Any, ctx: CheckContext) -> list[Finding]:

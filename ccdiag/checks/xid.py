@@ -132,8 +132,9 @@ class _Window:
 def _window(kmsg: Any, window_s: float, ignore: set[int]) -> _Window:
     w = _Window({}, 0, {}, {})
     for ev in kmsg.events:
-        if ev.kind == "gpu_uuid" and ev.bdf and ev.device:
-            w.uuids[_key_bdf(ev.bdf)] = ev.device
+        key = _key_bdf(ev.bdf)
+        if ev.kind == "gpu_uuid" and key and ev.device:
+            w.uuids[key] = ev.device
             continue
         code = _xid_code(ev)
         if code is None:
