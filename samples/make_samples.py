@@ -183,6 +183,7 @@ class Variant:
     system: dict = dataclasses.field(default_factory=dict)
     kmsg: tuple = ()
     nic_at: dict = dataclasses.field(default_factory=dict)  # i -> (root complex, root port, NIC bdf, NUMA node)
+    ib_later: dict = dataclasses.field(default_factory=dict)  # i -> {port attribute: value in the second sample}
 
 
 def build(degraded: bool, variant: Variant | None = None) -> SnapshotData:
@@ -256,6 +257,8 @@ def build(degraded: bool, variant: Variant | None = None) -> SnapshotData:
             port = v.ib_port(i, port)
         real = ssf.add_ib_device(snap, f"mlx5_{i}", L["nic"], ports=[port], fw_ver=CX7_FW, hca_type="MT4129",
                                  node_guid=_guid(IB_GUIDS[i]))
+        for attr, value in v.ib_later.get(i, {}).items():
+            ssf.put_attr(snap, f"{real}/ports/1/{attr}", value, epoch=1)
         counters1 = _traffic(i, 0 if down else 1)
         if degraded and i == 1:
             counters1.update(symbol_error=57, link_error_recovery=2)

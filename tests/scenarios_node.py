@@ -235,7 +235,22 @@ def clocks_capped() -> "MS.Variant":
     return MS.Variant("clocks-capped", "GPU1 applications SM clock 1410 of 1980 MHz", gpus=edit_gpus(fn))
 
 
+def nvlink_lost_mid_window() -> "MS.Variant":
+    """GPU6 NVLink 11 active in the first sample and inactive in the second."""
+    def fn(i, g, epoch):
+        return dataclasses.replace(g, nvlink_states={11: False}) if (i, epoch) == (6, 1) else g
+    return MS.Variant("nvlink-lost-mid-window", "GPU6 NVLink 11 drops between the samples", gpus=edit_gpus(fn))
+
+
+def ib_port_down_mid_window() -> "MS.Variant":
+    """mlx5_6 port 1 ACTIVE in the first sample and DOWN / Polling in the second."""
+    return MS.Variant("ib-port-down-mid-window", "mlx5_6 port 1 goes DOWN between the samples",
+                      ib_later={6: {"state": "1: DOWN", "phys_state": "2: Polling"}})
+
+
 SCENARIOS = {
+    "ib-port-down-mid-window": ib_port_down_mid_window,
+    "nvlink-lost-mid-window": nvlink_lost_mid_window,
     "clocks-capped": clocks_capped,
     "rm-init-failed": rm_init_failed,
     "hot-no-thresholds": hot_without_thresholds,

@@ -84,3 +84,16 @@ def test_rm_init_adapter_failed_is_the_root_of_the_missing_gpu():
     assert rm.summary.startswith("RmInitAdapter failure")
     count = [f for f in res.findings if f.check == "gpu.count" and f.status == FAIL]
     assert count and all(f.caused_by == rm.key for f in count)
+
+
+def test_an_nvlink_that_drops_in_the_second_sample_is_down():
+    res = N.result("nvlink-lost-mid-window")
+    down = [(f.component.name, f.status) for f in res.findings if f.check == "nvlink.down" and f.status != "pass"]
+    assert down == [("GPU6 NVLink 11", FAIL)]
+    assert res.exit_code == 1
+
+
+def test_an_ib_port_that_goes_down_in_the_second_sample_fails():
+    res = N.result("ib-port-down-mid-window")
+    bad = [(f.component.name, f.status) for f in res.findings if f.check == "ib.port_state" and f.status != "pass"]
+    assert bad == [("mlx5_6 port 1", FAIL)]

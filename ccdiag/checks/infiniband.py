@@ -75,6 +75,19 @@ _NO_SM = ("The physical link is up but the port was not activated: no subnet man
           "Check that the subnet manager (opensm or UFM) is running and sees this port.")
 
 
+def _worse_later(ctx: CheckContext, dev: Any, port: Any) -> Any:
+    """The port as the window's second sample saw it when it went down there: a port that fails
+    in any sample fails the check."""
+    later = ctx.later_data("infiniband")
+    for d in getattr(later, "devices", ()) or ():
+        if d.name != dev.name:
+            continue
+        lp = next((x for x in d.ports if x.port == port.port), None)
+        if lp is not None and is_active(port) and not is_active(lp) and lp.state is not None:
+            return lp
+    return port
+
+
 @check("ib.port_state", needs=("infiniband",), what="IB port state")
 def port_state(ctx: CheckContext) -> list[Finding]:
     """Every port ACTIVE with the physical link up; Polling/Disabled/INIT named with their cause."""
@@ -84,6 +97,7 @@ def port_state(ctx: CheckContext) -> list[Finding]:
     out: list[Finding] = []
     active = 0
     for dev, p in all_ports(ib):
+        p = _worse_later(ctx, dev, p)
         comp = port_component(dev, p)
         ev = (Evidence("state", f"{p.state_code}: {p.state}" if p.state_code is not None else p.state,
                        port_path(dev.name, p.port, "state")),
