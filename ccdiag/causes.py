@@ -85,6 +85,10 @@ def gpu_without_nic(cause: Finding, effect: Finding) -> bool:
     return effect.component.name in cause.details.get("gpus_without_nic", ())
 
 
+def is_xid(*codes: int) -> Match:
+    return lambda cause, effect: effect.details.get("xid") in codes
+
+
 def has_xid(*codes: int) -> Callable[[Finding], bool]:
     return lambda f: f.details.get("xid") in codes
 
@@ -128,6 +132,8 @@ RULES: tuple[CauseRule, ...] = (
               "the node has one usable GPU fewer than expected"),
     CauseRule("switch-sxid-links", "nvswitch.sxid", ("nvswitch.links_down",), same_switch,
               "a fatal SXid on an NVSwitch takes the GPU links behind it down"),
+    CauseRule("switch-sxid-xid74", "nvswitch.sxid", ("xid.recent",), is_xid(74),
+              "the Fabric Manager guide: a fatal SXid is propagated to the GPUs on that switch port as XID 74"),
     CauseRule("switch-links", "nvswitch.links_down", ("nvlink.down",), link_behind_switch,
               "GPUs lost their links to one NVSwitch: the switch, not the GPUs"),
     CauseRule("fm-down-fabric", "gpu.fabric_manager", ("gpu.fabric", "nvlink.down", "nvswitch.links_down"),

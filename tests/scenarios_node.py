@@ -86,8 +86,12 @@ def nvswitch_down_sxid() -> "MS.Variant":
                                    nvlink_traffic_kib={k: v for k, v in (g.nvlink_traffic_kib or {}).items()
                                                        if k not in down} or None)
     line = (UPTIME_S - 300.0, f"SXid (PCI:{SWITCHES[1]}): 24007, Fatal, Link 04 sourcetrack timeout error", 3)
+    # the XID 74 the guide says a fatal SXid propagates as, in the real line format of the corpus
+    # (NVRM: Xid (PCI:<gpu>): 74, pid=..., name=..., <text>); its text is SYNTHESIZED
+    xid74 = (UPTIME_S - 299.0, "NVRM: Xid (PCI:0000:18:00): 74, pid='<unknown>', name=<unknown>, NVLink: fatal "
+             "error detected on link 5", 3)
     return MS.Variant("nvswitch-down", "NVSwitch 0000:06:00.0 down: links 5-8 of every GPU inactive; fatal SXid "
-                      "24007 in the kernel log", gpus=edit_gpus(fn), kmsg=(line,))
+                      "24007 and GPU0's XID 74 in the kernel log", gpus=edit_gpus(fn), kmsg=(line, xid74))
 
 
 def nvswitch_links_down_no_sxid() -> "MS.Variant":

@@ -89,7 +89,8 @@ def test_a_fatal_sxid_is_the_root_of_the_switch_and_its_links():
     assert [(f.check, f.component.name, f.details["sxid"]) for f in roots] == [
         ("nvswitch.sxid", "NVSwitch 0000:06:00.0", 24007)]
     under = _under(res, roots[0])
-    assert {f.check for f in under} == {"nvswitch.links_down", "nvlink.down"} and len(under) == 33
+    assert {f.check for f in under} == {"nvswitch.links_down", "nvlink.down", "xid.recent"} and len(under) == 34
+    assert [f.details["xid"] for f in under if f.check == "xid.recent"] == [74]  # propagated to GPU0
     assert "reset the GPUs and NVSwitches" in roots[0].remedy
 
 
