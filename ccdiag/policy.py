@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass, fields
 from typing import Any
 
+from ccdiag.errors import UserInputError
 from ccdiag.tomlread import TomlError
 from ccdiag.tomlread import loads as toml_loads
 
@@ -94,7 +95,7 @@ FIELD_HELP: dict[str, str] = {
 _INTERNAL = ("source",)
 
 
-class PolicyError(ValueError):
+class PolicyError(UserInputError, ValueError):
     """A policy file that cannot be used; the message names the file and, where known, the line."""
 
 

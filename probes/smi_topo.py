@@ -34,6 +34,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from ccdiag.errors import UserInputError
 from ccdiag.model import ReadError
 from ccdiag.probing import ProbeUnavailable
 
@@ -104,7 +105,7 @@ def _q(value: object, limit: int = QUOTE_LIMIT) -> str:
     return _clip(repr(value), limit)
 
 
-class TopoParseError(ValueError):
+class TopoParseError(UserInputError, ValueError):
     """Text that cannot be read as a topology matrix without guessing; names the line (and, when
     several rows are damaged, every one of them: ``others``)."""
 

@@ -54,12 +54,9 @@ def group(ctx):
 def _load_policy(policy_file):
     if not policy_file:
         return None
-    from ccdiag.policy import PolicyError, load_policy
+    from ccdiag.policy import load_policy
 
-    try:
-        return load_policy(policy_file)
-    except PolicyError as exc:
-        raise InputError(str(exc)) from None
+    return load_policy(policy_file)
 
 
 @dataclass(frozen=True)
@@ -211,17 +208,14 @@ def import_command(files, replay, root, from_smi, as_json, policy_file, strict, 
     from ccdiag.bench.imports import MatrixTopology, import_file
     from ccdiag.bench.runner import exit_code
     from ccdiag.benchparse.errors import BenchParseError
-    from ccdiag.userfiles import UserFileError, read_user_text
+    from ccdiag.userfiles import read_user_text
 
     if from_smi and replay:
         raise click.UsageError("--from-smi and --replay both name a topology: give one")
     policy = _load_policy(policy_file)
     texts = []
     for f in files:
-        try:
-            texts.append((f, read_user_text(f, "benchmark output")))
-        except UserFileError as exc:
-            raise InputError(str(exc)) from None
+        texts.append((f, read_user_text(f, "benchmark output")))
     t0 = time.monotonic()
     observed = None
     if from_smi:
@@ -229,8 +223,6 @@ def import_command(files, replay, root, from_smi, as_json, policy_file, strict, 
 
         try:
             topology = MatrixTopology(parse_topo_matrix(read_user_text(from_smi, "nvidia-smi topo -m")))
-        except UserFileError as exc:
-            raise InputError(str(exc)) from None
         except TopoParseError as exc:
             raise InputError(f"{from_smi}: not an nvidia-smi topo -m matrix: {exc}") from None
     else:

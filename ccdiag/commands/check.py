@@ -21,13 +21,14 @@ import sys
 
 import click
 
-from ccdiag.checkrun import DEFAULT_DEADLINE_S, DEFAULT_WINDOW_S, EnvFileError, close_host, evaluate, load_env_file
+from ccdiag.checkrun import DEFAULT_DEADLINE_S, DEFAULT_WINDOW_S, close_host, evaluate
 from ccdiag.commands.snapshot import default_name
 from ccdiag.commands.common import host_options, make_host, write_report
 from ccdiag.errors import InputError
 from ccdiag.exitcodes import ExitCode
 from ccdiag.host import RecordingHost
-from ccdiag.policy import PolicyError, load_policy
+from ccdiag.envfile import load_env_file
+from ccdiag.policy import load_policy
 
 
 
@@ -92,20 +93,9 @@ def _save_failure_snapshot(host: RecordingHost, result, directory: str, env: dic
 def command(replay, root, policy_file, env_file, timeout, window, as_json, output, strict, snapshot_dir, only,
             textfile_dir, quiet, load_links, bench):
     """Judge this node (or a snapshot) and exit 0 ok, 1 failed, 2 bad input, 3 could not evaluate."""
-    policy = None
-    if policy_file:
-        try:
-            policy = load_policy(policy_file)
-        except PolicyError as exc:
-            raise InputError(str(exc)) from None
-    env = None
-    env_source = None
-    if env_file:
-        try:
-            env = load_env_file(env_file)
-        except EnvFileError as exc:
-            raise InputError(str(exc)) from None
-        env_source = f"env file {env_file}"
+    policy = load_policy(policy_file) if policy_file else None
+    env = load_env_file(env_file) if env_file else None
+    env_source = f"env file {env_file}" if env_file else None
     if only:
         from ccdiag.checks import load_all
 

@@ -21,22 +21,16 @@ FORMATS = ("text", "env", "nccl.conf", "json")
 
 
 def _read(path: str, what: str) -> str:
-    from ccdiag.userfiles import UserFileError, read_user_text
+    from ccdiag.userfiles import read_user_text
 
-    try:
-        return read_user_text(path, what, 64 << 20)
-    except UserFileError as exc:
-        raise InputError(str(exc)) from None
+    return read_user_text(path, what, 64 << 20)
 
 
 def _settings_present(host, env_file: str | None) -> tuple[dict[str, str], str]:
-    from ccdiag.checkrun import EnvFileError, parse_env_file
+    from ccdiag.envfile import EnvFileError, parse_env_file
 
     if env_file:
-        try:
-            return parse_env_file(_read(env_file, "environment"), env_file), f"env file {env_file}"
-        except EnvFileError as exc:
-            raise InputError(str(exc)) from None
+        return parse_env_file(_read(env_file, "environment"), env_file), f"env file {env_file}"
     env = {k: v for k, v in (host.environ() if host is not None else {}).items() if k.startswith("NCCL_")}
     source = "environment"
     if host is not None and host.exists("/etc/nccl.conf"):
@@ -86,12 +80,9 @@ def command(replay, root, from_smi, log_file, env_file, fmt, as_json, output, to
         raise InputError("--from-smi and --replay read different things; give one")
     log = None
     if log_file:
-        from ccdiag.nccl.logread import LogError, parse_nccl_log
+        from ccdiag.nccl.logread import parse_nccl_log
 
-        try:
-            log = parse_nccl_log(_read(log_file, "NCCL log"), log_file)
-        except LogError as exc:
-            raise InputError(str(exc)) from None
+        log = parse_nccl_log(_read(log_file, "NCCL log"), log_file)
     host = None
     meta: dict = {}
     if from_smi:

@@ -15,7 +15,7 @@ from ccdiag.commands.common import host_options, make_host
 from ccdiag.errors import InputError, NotEvaluated
 from ccdiag.exitcodes import ExitCode
 from ccdiag.output import sanitize, sanitize_text
-from ccdiag.policy import FIELD_HELP, Policy, PolicyError, file_keys, init_header, load_policy, \
+from ccdiag.policy import FIELD_HELP, Policy, file_keys, init_header, load_policy, \
     policy_from_observations, to_toml
 
 #: probes whose observations a policy is made from
@@ -101,10 +101,7 @@ def _unhealthy_signs(runs) -> list[str]:
 @click.option("--json", "as_json", is_flag=True, help="Print the effective policy as JSON.")
 def show(file, as_json):
     """Show the effective policy FILE sets: each value, whether it comes from the file or the default."""
-    try:
-        policy = load_policy(file)
-    except PolicyError as exc:
-        raise InputError(str(exc)) from None
+    policy = load_policy(file)
     in_file = file_keys(file)
     rows = []
     for name in Policy.field_names():

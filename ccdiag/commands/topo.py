@@ -31,12 +31,9 @@ def _gbyte_s_text(v: float | None) -> str:
 
 
 def _read_text_file(path: str, what: str) -> str:
-    from ccdiag.userfiles import UserFileError, read_user_text
+    from ccdiag.userfiles import read_user_text
 
-    try:
-        return read_user_text(path, what, 16 << 20)
-    except UserFileError as exc:
-        raise InputError(str(exc)) from None
+    return read_user_text(path, what, 16 << 20)
 
 
 # -- rendering -----------------------------------------------------------------------------------

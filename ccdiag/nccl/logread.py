@@ -19,6 +19,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from ccdiag.errors import UserInputError
+
 MAX_BYTES = 64 << 20
 MAX_LINE = 64 << 10
 
@@ -36,7 +38,7 @@ _RANKS = re.compile(r"\bnRanks (\d+) nNodes (\d+) localRanks (\d+)")
 _REPEAT = re.compile(r"\s*[\[(]?(?:repeated|message repeated) \d+ times?[\])]?\s*$", re.IGNORECASE)
 
 
-class LogError(ValueError):
+class LogError(UserInputError, ValueError):
     """Not an NCCL log (or past the bounds); the message names what was seen instead."""
 
 
