@@ -22,6 +22,7 @@ from typing import Any
 from ccdiag.errors import UserInputError
 from ccdiag.tomlread import TomlError
 from ccdiag.tomlread import loads as toml_loads
+from ccdiag.probenames import PROBE_INFINIBAND, PROBE_NVML, PROBE_PCIE
 
 
 @dataclass(frozen=True)
@@ -304,9 +305,9 @@ def policy_from_observations(runs: dict, topology: Any = None) -> Policy:
     IB rate and port count from the ports that are ACTIVE.
     ``topology`` is accepted for symmetry with the checks; everything needed is in the probe runs.
     """
-    nvml = _usable(runs, "nvml")
-    pcie = _usable(runs, "pcie")
-    ib = _usable(runs, "infiniband")
+    nvml = _usable(runs, PROBE_NVML)
+    pcie = _usable(runs, PROBE_PCIE)
+    ib = _usable(runs, PROBE_INFINIBAND)
     values: dict[str, Any] = {}
     if nvml is not None:
         gpus = [g for g in nvml.gpus if g.failed is None]

@@ -36,7 +36,7 @@ from functools import cached_property
 
 from ccdiag.errors import UserInputError
 from ccdiag.model import ReadError
-from ccdiag.probing import ProbeUnavailable
+from ccdiag.probing import ProbeUnavailable, probe
 
 NAME = "smi_topo"
 TIMEOUT_S = 25.0
@@ -948,6 +948,7 @@ def _command_error(res, source: str) -> ReadError | None:
     return None
 
 
+@probe(order=70, what="nvidia-smi topology")
 def collect(host) -> SmiTopoObservation:
     """Run ``nvidia-smi topo -m`` and ``topo -p2p r|w|n|a`` and parse them.
 

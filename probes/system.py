@@ -14,9 +14,10 @@ from dataclasses import dataclass
 
 from ccdiag.host import HostReadError
 from ccdiag.model import ReadError
+from ccdiag.probing import PROBE_SYSTEM, probe
 from ccdiag.probes._sysfs import attr, decimal, listing, read_error
 
-NAME = "system"
+NAME = PROBE_SYSTEM
 TIMEOUT_S = 8.0
 
 FABRIC_MANAGER_ARGV = ("systemctl", "is-active", "nvidia-fabricmanager")
@@ -200,6 +201,7 @@ def _iommu(host, cmdline: str | None, errors: list[ReadError]) -> str | None:
     return iommu_mode(cmdline, listing(host, "/sys/class/iommu"), group_type)
 
 
+@probe(order=10, what="modules, fabric manager, limits")
 def collect(host) -> SystemObservation:
     """Facts about the node; every one may be None with the reason beside it."""
     errors: list[ReadError] = []

@@ -30,6 +30,7 @@ from ccdiag.bench.judge import judge
 from ccdiag.bench.registry import Benchmark, BenchContext, module_missing, register
 from ccdiag.bench.result import ERROR, PARTIAL, RAN, TIMEOUT, BenchResult, Measurement
 from ccdiag.findings import FAIL, PASS, UNKNOWN, WARN, Component, Evidence, Finding
+from ccdiag.probenames import PROBE_INFINIBAND
 
 #: message size of the bandwidth test: large enough that per-message costs vanish (the production
 #: GPUDirect check uses 8 MiB messages)
@@ -164,7 +165,7 @@ def _gid_index(ctx: BenchContext, nic: str, port: int) -> int | None:
     infiniband probe, read the way `ccdiag nccl` reads it."""
     from ccdiag.nccl.layout import gid_facts
 
-    ib = ctx.runs.get("infiniband") if ctx.runs else None
+    ib = ctx.runs.get(PROBE_INFINIBAND) if ctx.runs else None
     for dev in getattr(getattr(ib, "data", None), "devices", ()) or ():
         if dev.name != nic:
             continue

@@ -13,6 +13,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from ccdiag.probenames import PROBE_NVML
+
 #: default bytes per copy and timed rounds; quick mode (``check --bench quick``) uses the second pair
 DEFAULT_SIZE_BYTES = 256 << 20
 DEFAULT_ITERS = 5
@@ -64,7 +66,7 @@ class BenchContext:
             return ("a replayed snapshot cannot be measured: run `ccdiag bench` on the node itself, or judge "
                     "figures you already have with `ccdiag bench import`")
         if self.topology is None or not self.topology.gpus():
-            nvml = self.runs.get("nvml") if self.runs else None
+            nvml = self.runs.get(PROBE_NVML) if self.runs else None
             err = getattr(nvml, "error", None)
             return "no NVIDIA GPU in this node's topology" + (f" (NVML: {err})" if err else "")
         if not self.usable_gpus():

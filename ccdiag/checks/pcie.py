@@ -20,6 +20,7 @@ from ccdiag.findings import FAIL, PASS, SKIP, UNKNOWN, WARN, Component, Evidence
 from ccdiag.linkrates import pcie_gen as gen_of
 from ccdiag.model import normalize_bdf
 from ccdiag.topology.pcie_tree import BRIDGE_KINDS, ENDPOINT_KINDS, PcieTree, common_hops, parent_bdf
+from ccdiag.probenames import PROBE_NVML, PROBE_PCIE
 
 #: Replays (and, by the same bit-error budget, correctable errors) per lane per minute that a
 #: link at BER 1e-12 may show; above this the link is worse than spec. Gen1/Gen2 are not in the
@@ -332,13 +333,13 @@ def _nvml_gen_limits(ctx: CheckContext, names: Names) -> dict[str, Finding]:
     return out
 
 
-@check("pcie.link_width", needs=("pcie",), what="PCIe link width")
+@check("pcie.link_width", needs=(PROBE_PCIE,), what="PCIe link width")
 def link_width(ctx: CheckContext) -> list[Finding]:
     """Every GPU/NIC/NVSwitch link and every bridge on its path at its full lane count."""
     return _link_check(ctx, WIDTH, "pcie.link_width")
 
 
-@check("pcie.link_speed", needs=("pcie",), uses=("nvml",), what="PCIe link speed")
+@check("pcie.link_speed", needs=(PROBE_PCIE,), uses=(PROBE_NVML,), what="PCIe link speed")
 def link_speed(ctx: CheckContext) -> list[Finding]:
     """Link speed at capability; GPU links judged only when the GPU is busy (idle GPUs downclock)."""
     return _link_check(ctx, SPEED, "pcie.link_speed")
@@ -391,7 +392,7 @@ def _budget(gen: int | None, width: int | None, window_s: float) -> float | None
     return REPLAY_BUDGET_PER_LANE_PER_MIN.get(gen, 0.0) * width * window_s / 60.0
 
 
-@check("pcie.aer", needs=("pcie",), what="PCIe AER counters")
+@check("pcie.aer", needs=(PROBE_PCIE,), what="PCIe AER counters")
 def aer(ctx: CheckContext) -> list[Finding]:
     """AER counters on GPUs, NICs and every port above them, judged by their change over the window."""
     devices = ctx.pcie.devices
@@ -403,7 +404,7 @@ def aer(ctx: CheckContext) -> list[Finding]:
     lifetime = {d.bdf: {"fatal": _total(d.aer_fatal), "nonfatal": _total(d.aer_nonfatal),
                         "correctable": _total(d.aer_correctable)}
                 for d in with_aer if _total(d.aer_fatal) or _total(d.aer_nonfatal) or _total(d.aer_correctable)}
-    later, no_window = second_sample(ctx, "pcie", "pcie.aer", "AER counters", lifetime)
+    later, no_window = second_sample(ctx, PROBE_PCIE, "pcie.aer", "AER counters", lifetime)
     if no_window:
         return [no_window]
     after = {d.bdf: d for d in later.devices}
@@ -454,13 +455,13 @@ def aer(ctx: CheckContext) -> list[Finding]:
 
 # ---------------------------------------------------------------- NVML replay counter
 
-@check("pcie.replay", needs=("nvml",), what="GPU PCIe replay counters")
+@check("pcie.replay", needs=(PROBE_NVML,), what="GPU PCIe replay counters")
 def replay(ctx: CheckContext) -> list[Finding]:
     """PCIe replay counter of each GPU (NVML) against the bit-error budget of its link, over the window."""
     gpus = [g for g in ctx.nvml.gpus if g.failed is None]
     if not gpus:
         return [Finding("pcie.replay", SKIP, node_component(), "no GPU to read replay counters from")]
-    later, no_window = second_sample(ctx, "nvml", "pcie.replay", "replay counters")
+    later, no_window = second_sample(ctx, PROBE_NVML, "pcie.replay", "replay counters")
     if no_window:
         return [no_window]
     after = {g.index: g for g in later.gpus}
@@ -503,7 +504,7 @@ def _acs_unreadable(d: Any) -> bool:
                                       for e in d.errors)
 
 
-@check("pcie.acs", needs=("pcie",), what="PCIe ACS")
+@check("pcie.acs", needs=(PROBE_PCIE,), what="PCIe ACS")
 def acs(ctx: CheckContext) -> list[Finding]:
     """ACS redirection on bridges between GPUs and NICs forces GPUDirect traffic through the CPU."""
     names = Names(ctx, ctx.pcie.devices)

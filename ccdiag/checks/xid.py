@@ -20,6 +20,7 @@ from ccdiag.checks import CheckContext, check
 from ccdiag.checks.common import NODE, gpu_by_bdf, gpu_component, nvml_gate, policy_source
 from ccdiag.findings import FAIL, PASS, SKIP, UNKNOWN, WARN, Component, Evidence, Finding
 from ccdiag.model import normalize_bdf
+from ccdiag.probenames import PROBE_KMSG, PROBE_NVML
 
 CATALOGUE_SOURCE = ("ccdiag XID catalogue (ccdiag/data/xid_catalog.json, from NVIDIA's XID catalogue, DCGM, "
                     "k8s-device-plugin)")
@@ -92,13 +93,13 @@ def _remedy(entry: XidEntry, gpu_label: str, index: int | None) -> str:
     return f"{base} Note: {entry.note}." if entry.note else base
 
 
-@check("xid.recent", uses=("kmsg", "nvml"))
+@check("xid.recent", uses=(PROBE_KMSG, PROBE_NVML))
 def check_xids(ctx: CheckContext) -> list[Finding]:
     """XIDs in the kernel log within the policy window, one finding per GPU and XID code."""
     cid = "xid.recent"
     nvml, gated = nvml_gate(ctx, cid)
-    run = ctx.runs.get("kmsg")
-    kmsg = ctx.data("kmsg")
+    run = ctx.runs.get(PROBE_KMSG)
+    kmsg = ctx.data(PROBE_KMSG)
     no_xids = kmsg is None or not any(e.kind in ("xid", "fallen_off_bus") for e in kmsg.events)
     if gated and gated[0].status == SKIP and no_xids:
         return gated  # no GPU here and nothing in the log that says otherwise

@@ -76,12 +76,12 @@ def _observe(replay, root, deadline_s: float):
     """The node's topology, read by the same probes and builder as `ccdiag topo` (no check runs:
     nothing here is judged but the benchmarks). The host is closed before any engine starts, so
     NVML is not held while CUDA child processes work."""
-    from ccdiag.commands.topo import gather
+    from ccdiag.commands.topo import topology_probes
+    from ccdiag.observe import observe
 
     host = make_host(replay, root)
-    meta = host.meta()
-    runs, topology, _, _ = gather(host, timeout=deadline_s)
-    return host, Observed(runs, topology, meta)
+    obs = observe(host, topology_probes(), time.monotonic() + deadline_s, close=True)
+    return host, Observed(obs.runs, obs.topology, obs.meta)
 
 
 def _progress():
