@@ -1,0 +1,153 @@
+"""Real sysfs trees captured by peer projects, read through ccdiag's door, must give the values those
+projects' own tests state; and a tree read with ``--root`` must be the only source of what is
+reported: no fact of the machine running the tests (its interfaces, addresses, host name, kernel)
+may appear in any output.
+
+Trees (each file's header gives its repository, commit and path):
+
+* ``gpud-class-infiniband-h100.ttar.txt``: leptonai/gpud's capture of an H100 node's nine ConnectX-7
+  HCAs; expected values from gpud's ``class_test.go``.
+* ``node_exporter-class-net-bond0-eth0.ttar.txt``: prometheus/node_exporter's ``/sys/class/net``
+  fixture (a bond, its ``bonding_masters`` file, a PCI eth0); expected values from its
+  ``e2e-output.txt``.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import socket
+
+import pytest
+
+from ccdiag.host import LiveHost, ReplayHost
+from ccdiag.probes import infiniband, netdev
+from cli_runner import run
+from conftest import FIXTURES
+from ttar import extract_ttar, load_ttar
+
+GPUD_IB = FIXTURES / "corpus/sysfs/gpud-class-infiniband-h100.ttar.txt"
+NODE_EXPORTER_NET = FIXTURES / "corpus/sysfs/node_exporter-class-net-bond0-eth0.ttar.txt"
+ETH0_DEVICE = "/sys/devices/pci0000:00/0000:00:03.0/0000:03:00.0/net/eth0"
+
+
+# -- the peers' expected values ----------------------------------------------------------------------
+def test_gpud_h100_infiniband_fields_equal_gpuds_expected_values():
+    obs = infiniband.collect(ReplayHost(load_ttar(GPUD_IB)))
+    assert len(obs.devices) == 9
+    dev = next(d for d in obs.devices if d.name == "mlx5_1")
+    assert (dev.board_id, dev.fw_ver, dev.hca_type) == ("MT_0000000838", "28.41.1000", "MT4129")
+    port = next(p for p in dev.ports if p.port == 1)
+    assert (port.state_code, port.state) == (4, "ACTIVE")
+    assert (port.phys_state_code, port.phys_state) == (5, "LinkUp")
+    assert port.rate_gbit_s == 400.0  # gpud: RateGBSec 400, Rate 50000000000 bytes/s
+    assert port.counters["link_downed"] == 255
+    assert port.counters["excessive_buffer_overrun_errors"] == 15
+    assert port.counters["port_rcv_switch_relay_errors"] == 2
+
+
+def test_node_exporter_net_fields_equal_node_exporters_expected_values():
+    obs = netdev.collect(ReplayHost(load_ttar(NODE_EXPORTER_NET, prefix="/")))
+    by_name = {i.name: i for i in obs.interfaces}
+    assert "bonding_masters" not in by_name  # a plain file of the bonding driver, not an interface
+    assert {"bond0", "eth0"} <= set(by_name)
+    for name in ("bond0", "eth0"):  # node_network_up 1, node_network_mtu_bytes 1500, node_network_info
+        itf = by_name[name]
+        assert (itf.up, itf.mtu, itf.operstate, itf.mac) == (True, 1500, "up", "01:01:01:01:01:01")
+    assert by_name["eth0"].speed_mbps * 1_000_000 // 8 == 125_000_000  # node_network_speed_bytes 1.25e+08
+    # its device path is a PCI function's, not /sys/devices/virtual
+    assert by_name["eth0"].virtual is False
+
+
+# -- --root: the tree alone ----------------------------------------------------------------------------
+def _live_facts() -> dict:
+    """What this machine would leak: interface names and addresses (psutil), host name, kernel."""
+    import psutil
+
+    addrs = {a.address.split("%")[0] for items in psutil.net_if_addrs().values() for a in items if a.address}
+    return {"ifaces": set(psutil.net_if_addrs()) | set(psutil.net_if_stats()), "addrs": addrs,
+            "hostname": socket.gethostname(), "kernel": platform.release()}
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory):
+    """The two peer trees as one copied machine, without eth0 (so its interfaces are bond0, dmz and
+    int, none of which this machine has). Its /proc/sys/kernel/{hostname,osrelease} are SYNTHESIZED
+    (no peer tree carries them): a name and release no real machine here has."""
+    root = tmp_path_factory.mktemp("peer-root")
+    extract_ttar(GPUD_IB, root)
+    extract_ttar(NODE_EXPORTER_NET, root, prefix="/", skip=("/sys/class/net/eth0", ETH0_DEVICE))
+    kernel = root / "proc/sys/kernel"
+    kernel.mkdir(parents=True)
+    (kernel / "hostname").write_text("peer-tree-node\n")
+    (kernel / "osrelease").write_text("5.15.0-peer-tree\n")
+    live = _live_facts()
+    assert not {"bond0", "dmz", "int"} & live["ifaces"], "this machine has the tree's interfaces: pick others"
+    return root
+
+
+def _strings(doc) -> set[str]:
+    """Every string (keys and values) in a JSON document."""
+    out: set[str] = set()
+    stack = [doc]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, dict):
+            out.update(k for k in x if isinstance(k, str))
+            stack.extend(x.values())
+        elif isinstance(x, list):
+            stack.extend(x)
+        elif isinstance(x, str):
+            out.add(x)
+    return out
+
+
+def _assert_no_live_fact(text: str, doc) -> None:
+    live = _live_facts()
+    strings = _strings(doc)
+    assert not (live["ifaces"] & strings), live["ifaces"] & strings
+    assert not [a for a in live["addrs"] if a in text]
+    assert live["hostname"] not in strings
+    assert live["kernel"] not in text
+
+
+def test_the_door_under_a_root_gives_the_trees_facts_only(tree):
+    host = LiveHost(str(tree))
+    assert host.net_interfaces() == {"addrs": {}, "stats": {}}
+    meta = host.meta()
+    assert (meta["hostname"], meta["kernel"]) == ("peer-tree-node", "5.15.0-peer-tree")
+    names = sorted(i.name for i in netdev.collect(host).interfaces)
+    assert names == ["bond0", "dmz", "int"]
+
+
+@pytest.mark.parametrize("args", [
+    ("check", "--json", "--window", "0", "--no-load-links"),
+    ("topo", "--json"),
+    ("nccl", "--format", "json"),
+], ids=lambda a: a[0])
+def test_no_live_machine_fact_in_any_output(tree, args):
+    code, out, err = run(*args, "--root", str(tree))
+    assert code in (0, 1, 3), err
+    doc = json.loads(out)
+    _assert_no_live_fact(out, doc)
+    assert doc["host"]["hostname"] == "peer-tree-node"
+    if args[0] == "check":
+        names = {i["name"] for i in doc["probes"]["netdev"]["data"]["interfaces"]}
+        assert names == {"bond0", "dmz", "int"}
+    if args[0] == "nccl":
+        ifname = next((k for k in doc["nccl"]["knobs"] if k["name"] == "NCCL_SOCKET_IFNAME"), None)
+        assert ifname is None or "eth0" not in json.dumps(ifname)
+
+
+def test_snapshot_of_a_root_records_the_trees_facts_only(tree, tmp_path):
+    path = tmp_path / "peer.snap.tar.gz"
+    code, out, err = run("snapshot", "--root", str(tree), "--window", "0", "-o", str(path), "--json")
+    assert code == 0, err
+    from ccdiag.snapshot import SnapshotData
+
+    snap = SnapshotData.load(str(path))
+    _assert_no_live_fact(out, json.loads(out))
+    recorded = json.dumps({"meta": snap.meta, "net": snap.net, "listings": snap.listings})
+    _assert_no_live_fact(recorded, {"meta": snap.meta, "net": snap.net, "listings": snap.listings})
+    assert snap.meta["hostname"] == "peer-tree-node" and snap.meta["kernel"] == "5.15.0-peer-tree"
+    assert snap.net == {0: {"addrs": {}, "stats": {}}}
