@@ -151,3 +151,66 @@ def test_snapshot_of_a_root_records_the_trees_facts_only(tree, tmp_path):
     _assert_no_live_fact(recorded, {"meta": snap.meta, "net": snap.net, "listings": snap.listings})
     assert snap.meta["hostname"] == "peer-tree-node" and snap.meta["kernel"] == "5.15.0-peer-tree"
     assert snap.net == {0: {"addrs": {}, "stats": {}}}
+
+
+# -- defects found on these trees ----------------------------------------------------------------------
+def test_real_roce_port_without_a_gids_directory_is_unknown_not_failed():
+    """gpud's capture holds mlx5_bond_0, an active Ethernet (RoCE) port, with no gids/ directory (the
+    capture did not copy it): nothing says whether a RoCE v2 GID exists, so the verdict is unknown."""
+    from ccdiag.checks.infiniband import roce_gid
+    from ccdiag.probing import ProbeRun
+    from scenarios_fabric import make_ctx
+
+    obs = infiniband.collect(ReplayHost(load_ttar(GPUD_IB)))
+    bond = next(d for d in obs.devices if d.name == "mlx5_bond_0")
+    assert bond.ports[0].link_layer == "Ethernet" and bond.ports[0].state == "ACTIVE" and bond.ports[0].gids == ()
+    findings = roce_gid(make_ctx({"infiniband": ProbeRun("infiniband", "ok", 0.1, obs)}))
+    mine = [f for f in findings if f.component.device == "mlx5_bond_0"]
+    assert [f.status for f in mine] == ["unknown"]
+    assert "/sys/class/infiniband/mlx5_bond_0/ports/1/gids" in mine[0].summary
+
+
+def _port_with_counters(value: str):
+    """A SYNTHESIZED ConnectX-7 port whose every counter file reads ``value`` in both samples."""
+    from synth import sysfs as synth
+
+    snap = synth.new_snapshot(description="every IB counter unreadable")
+    synth.add_pci_device(snap, ["pci0000:17", "0000:17:00.0"], vendor="0x15b3", device="0x1021",
+                         pci_class="0x020700")
+    synth.add_ib_device(snap, "mlx5_0", "0000:17:00.0", ports=(synth.IbPortSpec(
+        counters={n: value for n in synth.IB_COUNTERS}),))
+    return snap
+
+
+@pytest.mark.parametrize("value", ["N/A (no PMA)", "garbage"])
+def test_a_port_whose_counters_are_all_unreadable_is_unknown_naming_them(value):
+    from ccdiag.checks.infiniband import counters
+    from ccdiag.probing import ProbeRun
+    from scenarios_fabric import make_ctx
+
+    obs = infiniband.collect(ReplayHost(_port_with_counters(value)))
+    assert obs.devices[0].ports[0].counters == {}
+    run = {"infiniband": ProbeRun("infiniband", "partial", 0.1, obs)}
+    findings = counters(make_ctx(run, later=run, window_s=30))
+    assert [(f.check, f.status, f.component.device) for f in findings] == [("ib.counters", "unknown", "mlx5_0")]
+    assert "link_downed" in findings[0].summary and "symbol_error" in findings[0].summary
+
+
+@pytest.mark.parametrize("soft, hard", [
+    ("18446744073709551615", "18446744073709551615"),  # RLIM_INFINITY (~0UL) printed as a number
+    ("unlimited", "unlimited"),
+])
+def test_a_16_eib_memlock_limit_is_unlimited(soft, hard):
+    from dataclasses import replace
+
+    from ccdiag.checks.environment import memlock
+    from ccdiag.probes import system
+    from scenarios_fabric import healthy_runs, make_ctx, with_data
+
+    text = ("Limit                     Soft Limit           Hard Limit           Units     \n"
+            f"Max locked memory         {soft:<20} {hard:<20} bytes     \n")
+    assert system.parse_memlock(text) == (None, None, True)
+    runs = healthy_runs()
+    runs = with_data(runs, "system", replace(runs["system"].data, memlock_soft_bytes=None, memlock_hard_bytes=None,
+                                             memlock_unlimited=system.parse_memlock(text)[2]))
+    assert [(f.status, f.summary) for f in memlock(make_ctx(runs))] == [("pass", "memlock unlimited")]

@@ -16,9 +16,9 @@ from ccdiag.checks import CheckContext, check
 from ccdiag.checks.common import counter_delta, gate, gpu_ids, node_component, policy_source, second_sample
 from ccdiag.findings import FAIL, PASS, SKIP, STATUS_RANK, UNKNOWN, WARN, Component, Evidence, Finding
 from ccdiag.model import normalize_bdf
+from ccdiag.probenames import PROBE_INFINIBAND, PROBE_KMSG, PROBE_NETDEV, PROBE_NVML, PROBE_PCIE, PROBE_SYSTEM
 from ccdiag.topology.levels import UNKNOWN as UNKNOWN_LEVEL
 from ccdiag.topology.levels import gpudirect_capable, level_rank
-from ccdiag.probenames import PROBE_INFINIBAND, PROBE_KMSG, PROBE_NETDEV, PROBE_NVML, PROBE_PCIE, PROBE_SYSTEM
 
 IB_SYS = "/sys/class/infiniband"
 
@@ -223,6 +223,21 @@ def _judge_counters(grew: dict[str, int], window_s: float, min_warn: int) -> lis
     return out
 
 
+def _unreadable_counters(d: Any, p: Any, p2: Any) -> Finding | None:
+    """``unknown`` when not one error counter could be read in both samples (every file refused,
+    not provided, or garbage): a port whose counters say nothing must not pass. Names what failed."""
+    if any(k in p.counters and k in p2.counters for k in COUNTERS):
+        return None
+    comp = port_component(d, p)
+    failed = [e for e in (*p.errors, *p2.errors) if "/counters/" in e.source or e.source.endswith("/counters")]
+    ev = tuple(Evidence(e.source.rsplit("/", 1)[-1], f"{e.kind}: {e.message}", e.source) for e in failed[:8])
+    why = ", ".join(sorted({f"{e.source.rsplit('/', 1)[-1]} ({e.kind})" for e in failed})) or "no error counter files"
+    return Finding("ib.counters", UNKNOWN, comp, f"{comp.name}: no error counter could be read: {why}", ev,
+                   expected=f"readable {', '.join(COUNTERS)}",
+                   remedy="Read the counters as root (`perfquery` or `cat /sys/class/infiniband/<dev>/ports/<n>/"
+                          "counters/*`); 'N/A (no PMA)' means the port's management agent does not provide them.")
+
+
 @check("ib.counters", needs=(PROBE_INFINIBAND,), what="IB error counters")
 def counters(ctx: CheckContext) -> list[Finding]:
     """Port error counters by their increase over the window; lifetime totals are never a verdict."""
@@ -243,6 +258,10 @@ def counters(ctx: CheckContext) -> list[Finding]:
         if p.counters is None or p2 is None or p2.counters is None:
             out.append(Finding("ib.counters", SKIP if not p.errors else UNKNOWN, comp,
                                f"{comp.name}: counters not readable in both samples"))
+            continue
+        unreadable = _unreadable_counters(d, p, p2)
+        if unreadable is not None:
+            out.append(unreadable)
             continue
         grew = {k: dv for k in COUNTERS
                 for dv in [counter_delta(p.counters.get(k), p2.counters.get(k))] if dv}
@@ -370,9 +389,14 @@ def roce_gid(ctx: CheckContext) -> list[Finding]:
                                f"{comp.name}: RoCE v2 GID index {routable[0].index} ({routable[0].gid})",
                                (Evidence("RoCE v2 GIDs", [g.index for g in routable], src),)))
             continue
-        if not p.gids and p.errors:
-            out.append(Finding("ib.roce_gid", UNKNOWN, comp, f"{comp.name}: GID table not readable",
-                               tuple(Evidence("read error", e.message or e.kind, e.source) for e in p.errors)))
+        if not p.gids:
+            # no GID read at all (gids/ absent or refused): nothing to judge, never a missing RoCE v2 GID
+            gid_dir = port_path(d.name, p.port, "gids")
+            ev = tuple(Evidence("read error", e.message or e.kind, e.source) for e in p.errors) or \
+                (Evidence("gids", "absent or empty", gid_dir),)
+            out.append(Finding("ib.roce_gid", UNKNOWN, comp, f"{comp.name}: GID table not readable ({gid_dir})", ev,
+                               remedy="Read the GID table on the node itself (`show_gids`); a container may not "
+                                      "expose gids/ and gid_attrs/."))
             continue
         netdevs = ", ".join(d.netdevs) or "its netdev"
         if v2:
