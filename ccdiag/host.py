@@ -27,7 +27,7 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 
 from ccdiag import inflight
 from ccdiag.nvmlcall import DRIVER_MISSING, NOT_RECORDED, NvmlCallError, NvmlFacade
@@ -141,6 +141,7 @@ def resolve_path(path: str, lookup_link: Callable[[str], str | None], max_hops: 
     return "/" + "/".join(resolved)
 
 
+@runtime_checkable
 class Host(Protocol):
     """The host door as probes, commands and the daemon see it: files under a root, commands with a
     deadline, NVML, the kernel log, interface facts, metadata, epochs. :class:`LiveHost`,
