@@ -4,8 +4,8 @@
 prolog, from a Prometheus scrape and from the replay of its snapshot.
 
 The run is bounded and split into stages (:mod:`ccdiag.stages`): the probes (both samples of the
-window) share the probing stage, which ends before the deadline by the judge's reserve
-(:func:`ccdiag.probing.run_probes` abandons a probe still running at its end, and the sampling
+window, both read by :func:`ccdiag.observe.observe`) share the probing stage, which ends before the
+deadline by the judge's reserve (a probe still running at its end is abandoned, and the sampling
 window is shortened to fit); topology plus checks then run on a worker until the judging stage's
 end. A hung ``nvidia-smi`` or NVML call therefore costs at most the probing share, becomes an
 ``unknown`` finding naming the call the probe was blocked in, and the checks still judge what the
@@ -189,7 +189,7 @@ def evaluate(host: Host, policy: Policy | None = None, window_s: float = 0.0,
     env_source = env_source or "environment"
     findings, timed_out = _judge(obs, policy, dict(env), env_source, host.now(), only, budget, deadline_s)
     code = exit_code_for(findings, timed_out, strict)
-    return CheckResult(runs=obs.runs, later=obs.later, topology=obs.__dict__.get("topology"), findings=findings,
+    return CheckResult(runs=obs.runs, later=obs.later, topology=obs.built_topology, findings=findings,
                        exit_code=int(code), timed_out=timed_out, window_s=obs.window_s,
                        deadline_s=float(deadline_s), duration_s=time.monotonic() - budget.start,
                        started_at=started_at, observed_at=host.now(), meta=obs.meta, policy=policy,

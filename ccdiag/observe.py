@@ -51,6 +51,11 @@ class Observation:
         return build_topology(self.runs)
 
     @property
+    def built_topology(self) -> "Topology | None":
+        """The topology if it was built (a judging stage that ran out of time may not have)."""
+        return self.__dict__.get("topology")
+
+    @property
     def usable(self) -> bool:
         """Whether any probe delivered data."""
         return any(r.usable for r in self.runs.values())
