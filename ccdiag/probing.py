@@ -187,16 +187,21 @@ def probe_timeout(name: str) -> float:
 def run_probes(host: Host, names: Iterable[str] | None = None, deadline: float | None = None,
                timeouts: dict[str, float] | None = None) -> dict[str, ProbeRun]:
     """Run probes concurrently. ``deadline`` is an absolute ``time.monotonic()`` bound for all of
-    them; each probe also has its own ``TIMEOUT_S`` (overridable through ``timeouts``)."""
+    them; each probe also has its own ``TIMEOUT_S`` (overridable through ``timeouts``). A probe
+    that ends after its bound counts as timed out whether or not this thread woke in time to see
+    it still running (a command killed at the deadline lets its probe return just after it), so
+    the verdict does not depend on how busy the machine was."""
     names = list(names or all_probes())
     _discover()  # before the workers start: they only read the registry
     results: dict[str, ProbeRun] = {}
+    finished: dict[str, float] = {}
     threads: dict[str, tuple[threading.Thread, float, float]] = {}
     for name in names:
         limit = (timeouts or {}).get(name, probe_timeout(name))
 
         def work(n: str = name) -> None:
             results[n] = run_one(host, n)
+            finished[n] = time.monotonic()
 
         t = threading.Thread(target=work, name=f"probe-{name}", daemon=True)
         started = time.monotonic()
@@ -207,7 +212,7 @@ def run_probes(host: Host, names: Iterable[str] | None = None, deadline: float |
         if deadline is not None:
             end = min(end, deadline)
         t.join(max(0.0, end - time.monotonic()))
-        if t.is_alive() or name not in results:
+        if t.is_alive() or name not in results or finished.get(name, end) > end:
             results[name] = ProbeRun(name, TIMEOUT, time.monotonic() - started, None,
                                      f"probe {name} did not finish within {end - started:.1f}s; abandoned")
     return {n: results[n] for n in names}
