@@ -476,6 +476,10 @@ class LiveHost(BaseHost):
         return {"total_bytes": st.f_blocks * st.f_frsize, "free_bytes": st.f_bavail * st.f_frsize}
 
     def environ(self) -> dict[str, str]:
+        """The NCCL/CUDA settings of this process; none under a root, whose environment is not the
+        tree's (judge a tree's settings with ``--env-file``)."""
+        if self.root != "/":
+            return {}
         return {k: v for k, v in os.environ.items() if k.startswith(RECORDED_ENV_PREFIXES)}
 
     def meta(self) -> dict:

@@ -120,6 +120,15 @@ def test_the_door_under_a_root_gives_the_trees_facts_only(tree):
     assert names == ["bond0", "dmz", "int"]
 
 
+def test_the_process_environment_is_not_the_trees(tree, monkeypatch):
+    """NCCL settings of the process running ccdiag say nothing of a tree; --env-file judges the tree's."""
+    monkeypatch.setenv("NCCL_SOCKET_IFNAME", "=eth0")
+    assert LiveHost(str(tree)).environ() == {}
+    assert LiveHost("/").environ()["NCCL_SOCKET_IFNAME"] == "=eth0"
+    code, out, err = run("check", "--json", "--window", "0", "--no-load-links", "--root", str(tree))
+    assert "=eth0" not in out, err
+
+
 @pytest.mark.parametrize("args", [
     ("check", "--json", "--window", "0", "--no-load-links"),
     ("topo", "--json"),
