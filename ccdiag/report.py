@@ -16,7 +16,7 @@ from typing import Any
 
 from ccdiag import __version__
 from ccdiag.findings import STATUSES, Finding, worst
-from ccdiag.model import to_jsonable
+from ccdiag.readings import to_jsonable
 from ccdiag.probing import ProbeRun
 
 SCHEMA_VERSION = "1.2.0"

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from ccdiag.findings import Finding
-from ccdiag.model import normalize_bdf
+from ccdiag.readings import normalize_bdf
 from ccdiag.probing import ProbeRun
 
 #: default bound on serving a failed probe's last good data (seconds)

@@ -18,7 +18,7 @@ from ccdiag import __version__
 from ccdiag.exporters import spec as S
 from ccdiag.exporters.cycle import Cycle, xid_keys
 from ccdiag.findings import STATUSES, Finding
-from ccdiag.model import normalize_bdf
+from ccdiag.readings import normalize_bdf
 from ccdiag.probing import OK, PARTIAL, UNAVAILABLE
 from ccdiag.topology.levels import UNKNOWN
 

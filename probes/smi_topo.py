@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from ccdiag.model import ReadError
+from ccdiag.readings import ReadError
 from ccdiag.probes._smi_topo_parse import (
     EXTRA_COLUMNS, P2PMatrix, TopoMatrix, parse_topo_cpu_query, parse_topo_matrix, parse_topo_p2p,
 )

@@ -9,7 +9,7 @@ import pathlib
 import pytest
 
 from ccdiag.host import ReplayHost
-from ccdiag.model import ReadError
+from ccdiag.readings import ReadError
 from ccdiag.probes import smi_topo
 from ccdiag.probes.smi_topo import (
     P2PMatrix,

@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterable
 
 from ccdiag.checks.context import REGISTRY, CheckContext
 from ccdiag.findings import SKIP, UNKNOWN, Component, Evidence, Finding
-from ccdiag.model import ReadError, normalize_bdf
+from ccdiag.readings import ReadError, normalize_bdf
 from ccdiag.probing import TIMEOUT, UNAVAILABLE
 
 NVIDIA_VENDOR = "0x10de"

@@ -16,7 +16,7 @@ from ccdiag.checks import CheckContext, check
 from ccdiag.checks.common import (NODE, NVML, gpu_by_bdf, gpu_component, not_read, nvidia_pci_gpus, nvml_gate,
                                   nvswitches_on_pci, per_gpu, policy_source, read_error)
 from ccdiag.findings import FAIL, PASS, SKIP, UNKNOWN, WARN, Component, Evidence, Finding
-from ccdiag.model import normalize_bdf
+from ccdiag.readings import normalize_bdf
 from ccdiag.probes.nvml import clock_event_names
 from ccdiag.probing import TIMEOUT, UNAVAILABLE
 

@@ -18,7 +18,7 @@ from ccdiag.checks.common import (GpuId, counter_delta, gpu_activity, gpu_ids, n
                                   policy_source, second_sample, sysfs_path)
 from ccdiag.findings import FAIL, PASS, SKIP, UNKNOWN, WARN, Component, Evidence, Finding
 from ccdiag.linkrates import pcie_gen as gen_of
-from ccdiag.model import normalize_bdf
+from ccdiag.readings import normalize_bdf
 from ccdiag.topology.pcie_tree import BRIDGE_KINDS, ENDPOINT_KINDS, PcieTree, common_hops, parent_bdf
 
 #: Replays (and, by the same bit-error budget, correctable errors) per lane per minute that a
@@ -346,7 +346,7 @@ def link_speed(ctx: CheckContext) -> list[Finding]:
 
 @check("pcie.link_load")
 def link_load(ctx: CheckContext) -> list[Finding]:
-    """Whether the GPUs' links were kept busy while their speed was read (see ccdiag.linkload)."""
+    """Whether the GPUs' links were kept busy while their speed was read (see ccdiag.busy_pcie_links)."""
     info = ctx.meta.get("link_load")
     if not info:
         return [Finding("pcie.link_load", SKIP, node_component(), "GPU links were not loaded while read (a replay, "

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from ccdiag.linkrates import pcie_gen
-from ccdiag.model import normalize_bdf
+from ccdiag.readings import normalize_bdf
 from ccdiag.topology.bandwidth import pcie_desc, pcie_gbyte_s, wire_gbyte_s
 from ccdiag.topology.mismatch import Mismatch
 from ccdiag.topology.pcie_tree import PcieTree

@@ -26,7 +26,7 @@ from typing import Any, Iterable, Mapping
 
 import networkx as nx
 
-from ccdiag.model import normalize_bdf
+from ccdiag.readings import normalize_bdf
 from ccdiag.topology import affinity as _affinity
 from ccdiag.topology.bandwidth import nvlink_gbyte_s
 from ccdiag.topology.fastrows import level_rows
