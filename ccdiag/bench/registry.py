@@ -8,10 +8,12 @@ which ``ccdiag bench`` prints as a skip, never as a traceback.
 
 from __future__ import annotations
 
-import importlib.util
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:
+    from ccdiag.topology.model import Topology
 
 #: default bytes per copy and timed rounds; quick mode (``check --bench quick``) uses the second pair
 DEFAULT_SIZE_BYTES = 256 << 20
@@ -26,7 +28,7 @@ class BenchContext:
     observations, the policy (thresholds), sizes, and one absolute deadline."""
 
     host: Any
-    topology: Any
+    topology: Topology | None
     runs: dict
     policy: Any = None
     size_bytes: int | None = None

@@ -12,8 +12,11 @@ file ("a PCI tree functionally equivalent to the host").
 from __future__ import annotations
 
 import platform
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from xml.etree import ElementTree as ET
+
+if TYPE_CHECKING:
+    from ccdiag.topology.model import Topology
 
 GPU_CLASS = "0x030200"  # 3D controller
 NIC_CLASS = "0x020700"  # InfiniBand controller (NCCL keys on the busid, not the class)
@@ -42,7 +45,7 @@ def _gts(gen: int | None) -> str:
     return {1: "2.5", 2: "5.0", 3: "8.0", 4: "16.0", 5: "32.0", 6: "64.0"}.get(gen or 0, "")
 
 
-def topology_xml(topo: Any, runs: Any = None) -> str:
+def topology_xml(topo: Topology, runs: Any = None) -> str:
     """The GPUs and NICs of ``topo`` under one ``cpu`` element per NUMA node, in NCCL's format."""
     system = ET.Element("system", {"version": "1"})
     numas = sorted({d.numa for d in list(topo.gpus()) + list(topo.nics()) if d.numa is not None}) or [0]
