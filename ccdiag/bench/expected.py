@@ -45,25 +45,25 @@ def _missing(topology: Topology | None, *names: str) -> str | None:
     return None
 
 
-def host_device(topology: Topology, gpu: str, bidir: bool = False) -> Expected | None:
+def host_device(topology: Topology | None, gpu: str, bidir: bool = False) -> Expected | None:
     """Host memory on the GPU's own NUMA node <-> the GPU: the PCIe path to the root complex."""
-    if _missing(topology, gpu):
+    if topology is None or _missing(topology, gpu):
         return None
     cap, cur = topology.expected_h2d(gpu), topology.expected_h2d(gpu, current=True)
     return _from_paths(cap, cur, "pcie_bidir" if bidir else "pcie",
                        f"topology: PCIe path host->{gpu}, bottleneck link")
 
 
-def peer(topology: Topology, a: str, b: str) -> Expected | None:
+def peer(topology: Topology | None, a: str, b: str) -> Expected | None:
     """GPU a -> GPU b: NVLink count x per-link rate, or the PCIe bottleneck of their path."""
-    if _missing(topology, a, b):
+    if topology is None or _missing(topology, a, b):
         return None
     cap, cur = topology.path_bandwidth(a, b), topology.current_path_bandwidth(a, b)
     kind = "nvlink" if (cap.level or "").startswith("NV") else "pcie"
     return _from_paths(cap, cur, kind, f"topology: path {a}->{b} ({cap.level}), bottleneck link")
 
 
-def staged(topology: Topology, a: str, b: str) -> Expected | None:
+def staged(topology: Topology | None, a: str, b: str) -> Expected | None:
     """A copy between GPUs without peer access goes through host memory: down one GPU's PCIe path
     and up the other's. Expected: the slower of the two paths (the copy engines overlap the halves)."""
     ea, eb = host_device(topology, a), host_device(topology, b)
@@ -78,7 +78,7 @@ def staged(topology: Topology, a: str, b: str) -> Expected | None:
 
 def gpu_nic(topology: Topology | None, gpu: str, nic: str) -> Expected | None:
     """GPU memory -> NIC -> wire (GPUDirect RDMA): the smaller of the PCIe path and the port rate."""
-    if _missing(topology, gpu, nic):
+    if topology is None or _missing(topology, gpu, nic):
         return None
     cap = topology.expected_gpu_nic(gpu, nic)
     cur = topology.expected_gpu_nic(gpu, nic, current=True)
@@ -87,7 +87,7 @@ def gpu_nic(topology: Topology | None, gpu: str, nic: str) -> Expected | None:
 
 def host_nic(topology: Topology | None, nic: str) -> Expected | None:
     """Host memory -> NIC -> wire: the NIC's PCIe path to its root complex, then the port rate."""
-    if _missing(topology, nic):
+    if topology is None or _missing(topology, nic):
         return None
     cap, cur = topology.expected_h2d(nic), topology.expected_h2d(nic, current=True)
     node = topology.node_id(nic)
@@ -115,7 +115,7 @@ def ring(topology: Topology | None, gpus: list[str], nodes: int = 1, nics_per_no
         if a == b:
             continue
         e = peer(topology, a, b)
-        if e is not None and e.gbyte_s is not None and (best is None or e.gbyte_s < best.gbyte_s):
+        if e is not None and e.gbyte_s is not None and (best is None or best.gbyte_s is None or e.gbyte_s < best.gbyte_s):
             best = e
     if nodes > 1 and nics_per_node:
         total = cur = 0.0

@@ -67,7 +67,7 @@ def rdma_ports(ctx: BenchContext) -> list[dict]:
 
 def cuda_ordinal(ctx: BenchContext, gpu: str) -> int | None:
     """The CUDA ordinal of a GPU when CUDA_DEVICE_ORDER=PCI_BUS_ID (engines are started so)."""
-    gpus = sorted((g for g in ctx.topology.gpus() if g.bdf), key=lambda g: g.bdf)
+    gpus = sorted((g for g in ctx.topology.gpus() if g.bdf), key=lambda g: g.bdf or "")
     for i, g in enumerate(gpus):
         if g.label == gpu:
             return i
@@ -289,9 +289,9 @@ def findings(ms: list[Measurement], topology: Topology) -> list[Finding]:
         dev, _, num = port.partition(":")
         comp = Component("ib_port", f"{dev} port {num}", device=dev, port=int(num) if num.isdigit() else None)
         g, h = pair.get("gpu"), pair.get("host")
-        for m in (g, h):
-            if m is not None and m.error:
-                out.append(Finding("bench.ib_write.error", UNKNOWN, comp, f"{m.src}->{port}: could not measure: {m.error}",
+        for one in (g, h):
+            if one is not None and one.error:
+                out.append(Finding("bench.ib_write.error", UNKNOWN, comp, f"{one.src}->{port}: could not measure: {one.error}",
                                    remedy="Check `ibv_devinfo -d " + dev + "`, that the port is ACTIVE, and for GPU "
                                           "buffers that nvidia_peermem is loaded (`lsmod | grep peermem`)."))
         judged = [m for m in (g, h) if m is not None and m.status in (PASS, WARN, FAIL)]

@@ -120,6 +120,7 @@ def localize(bench: str, ms: list[Measurement], topology: Topology | None = None
             pool.append(m)
     for name, group in by_trained.items():
         e = group[0].expected
+        assert e is not None  # grouped by its expected's trained bottleneck above
         comp = _link_component(topology, name)
         findings.append(Finding(
             f"{check}.slow_link", _worst(group), comp,

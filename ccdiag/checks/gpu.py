@@ -149,15 +149,15 @@ def check_count(ctx: CheckContext) -> list[Finding]:
                            expected_source="PCI enumeration" if pci is not None else "nvmlDeviceGetCount()",
                            remedy="See gpu.lost: drain the node, then reset or reboot."))
     if not out:
-        ev = [Evidence("GPU count", n, "nvmlDeviceGetCount()")]
+        seen: list[Evidence] = [Evidence("GPU count", n, "nvmlDeviceGetCount()")]
         if pci is not None:
-            ev.append(Evidence("NVIDIA GPUs on PCI", len(pci), "/sys/bus/pci/devices"))
+            seen.append(Evidence("NVIDIA GPUs on PCI", len(pci), "/sys/bus/pci/devices"))
         summary = f"{n} GPU(s) visible to NVML"
         if restricted is not None:
             summary += f" (container restricted to NVIDIA_VISIBLE_DEVICES={restricted}; PCI not compared)"
         elif pci is not None:
             summary += ", matching PCI"
-        out.append(Finding(cid, PASS, NODE, summary + ".", evidence=tuple(ev),
+        out.append(Finding(cid, PASS, NODE, summary + ".", evidence=tuple(seen),
                            expected=f"{expected} GPUs" if expected is not None else None,
                            expected_source=policy_source(ctx) if expected is not None else None))
     return out

@@ -261,6 +261,7 @@ def _policy_min(ctx: CheckContext, names: Names, d: Any, a: _Attr, check_id: str
 
 
 def _link_check(ctx: CheckContext, a: _Attr, check_id: str) -> list[Finding]:
+    assert ctx.pcie is not None  # the checks calling this need the pcie probe
     names = Names(ctx, ctx.pcie.devices)
     endpoints = names.endpoints()
     if not endpoints:
@@ -272,8 +273,9 @@ def _link_check(ctx: CheckContext, a: _Attr, check_id: str) -> list[Finding]:
             dev = names.devices.get(hop)
             if dev is not None and hop not in judged:
                 judged[hop] = _judge_hop(ctx, names, dev, a, check_id)
-                if judged[hop][1] is not None:
-                    findings.append(judged[hop][1])
+                hop_finding = judged[hop][1]
+                if hop_finding is not None:
+                    findings.append(hop_finding)
     nvml_limit = _nvml_gen_limits(ctx, names) if a is SPEED else {}
     for e in endpoints:
         hops = [h for h in (list(e.path) or [e.bdf]) if h in judged] or [e.bdf]
@@ -295,7 +297,7 @@ def _link_check(ctx: CheckContext, a: _Attr, check_id: str) -> list[Finding]:
                                     tuple(Evidence("read error", err.message or err.kind, err.source)
                                           for err in e.errors)))
             continue
-        notes = [judged[h][2] for h in hops if judged.get(h, ("",))[0] == "note"]
+        notes = [n for h in hops if judged.get(h, ("",))[0] == "note" and (n := judged[h][2]) is not None]
         if notes:
             summary = notes[0] if len(notes) == 1 else "; ".join(notes)
         else:
@@ -394,6 +396,7 @@ def _budget(gen: int | None, width: int | None, window_s: float) -> float | None
 @check("pcie.aer", needs=("pcie",), what="PCIe AER counters")
 def aer(ctx: CheckContext) -> list[Finding]:
     """AER counters on GPUs, NICs and every port above them, judged by their change over the window."""
+    assert ctx.pcie is not None  # needs=("pcie",)
     devices = ctx.pcie.devices
     names = Names(ctx, devices)
     with_aer = [d for d in devices if d.aer_fatal is not None or d.aer_nonfatal is not None
@@ -457,6 +460,7 @@ def aer(ctx: CheckContext) -> list[Finding]:
 @check("pcie.replay", needs=("nvml",), what="GPU PCIe replay counters")
 def replay(ctx: CheckContext) -> list[Finding]:
     """PCIe replay counter of each GPU (NVML) against the bit-error budget of its link, over the window."""
+    assert ctx.nvml is not None  # needs=("nvml",)
     gpus = [g for g in ctx.nvml.gpus if g.failed is None]
     if not gpus:
         return [Finding("pcie.replay", SKIP, node_component(), "no GPU to read replay counters from")]
@@ -470,7 +474,7 @@ def replay(ctx: CheckContext) -> list[Finding]:
                          bdf=normalize_bdf(g.bus_id))
         g2 = after.get(g.index)
         delta = counter_delta(g.pcie_replay_counter, g2.pcie_replay_counter if g2 else None)
-        if delta is None:
+        if delta is None or g2 is None:
             out.append(Finding("pcie.replay", SKIP, comp, f"GPU{g.index}: replay counter not comparable "
                                "across the window (not read, or reset)"))
             continue
@@ -506,6 +510,7 @@ def _acs_unreadable(d: Any) -> bool:
 @check("pcie.acs", needs=("pcie",), what="PCIe ACS")
 def acs(ctx: CheckContext) -> list[Finding]:
     """ACS redirection on bridges between GPUs and NICs forces GPUDirect traffic through the CPU."""
+    assert ctx.pcie is not None  # needs=("pcie",)
     names = Names(ctx, ctx.pcie.devices)
     gpus = [e for e in names.endpoints() if e.kind == "gpu"]
     nics = [e for e in names.endpoints() if e.kind == "nic"]

@@ -119,7 +119,7 @@ def check_xids(ctx: CheckContext) -> list[Finding]:
     uuids: dict[str, str] = {}  # "NVRM: GPU at PCI:...: GPU-<uuid>" names GPUs NVML may have lost
     for ev in kmsg.events:
         if ev.kind == "gpu_uuid" and ev.bdf and ev.device:
-            uuids[_key_bdf(ev.bdf)] = ev.device
+            uuids[normalize_bdf(ev.bdf) or ev.bdf] = ev.device
             continue
         if ev.kind == "xid" and ev.code is not None:
             code = ev.code

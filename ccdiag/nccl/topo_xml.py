@@ -49,7 +49,7 @@ def topology_xml(topo: Topology, runs: Any = None) -> str:
     """The GPUs and NICs of ``topo`` under one ``cpu`` element per NUMA node, in NCCL's format."""
     system = ET.Element("system", {"version": "1"})
     numas = sorted({d.numa for d in list(topo.gpus()) + list(topo.nics()) if d.numa is not None}) or [0]
-    cpus = {}
+    cpus: dict[int | None, ET.Element] = {}
     for n in numas:
         cpus[n] = ET.SubElement(system, "cpu", {"numaid": str(n), "affinity": cpulist_mask(topo.numa_cpus.get(n)),
                                                 "arch": platform.machine() or "x86_64"})
@@ -58,10 +58,10 @@ def topology_xml(topo: Topology, runs: Any = None) -> str:
             continue
         parent = cpus.get(g.numa, cpus[numas[0]])
         _pci(parent, g.bdf, GPU_CLASS, topo.up_link.get(g.node))
-    for n in topo.nics():
-        if not n.bdf:
+    for nic in topo.nics():
+        if not nic.bdf:
             continue
-        parent = cpus.get(n.numa, cpus[numas[0]])
-        _pci(parent, n.bdf, NIC_CLASS, topo.up_link.get(n.node))
+        parent = cpus.get(nic.numa, cpus[numas[0]])
+        _pci(parent, nic.bdf, NIC_CLASS, topo.up_link.get(nic.node))
     ET.indent(system, "  ")
     return ET.tostring(system, encoding="unicode") + "\n"

@@ -279,7 +279,7 @@ class Builder:
             for l in g.nvlinks:
                 if l.remote_device_type == "switch" and l.remote_bus_id:
                     bdf = normalize_bdf(l.remote_bus_id)
-                    node = self.node_of_bdf.get(bdf) or f"nvswitch:{bdf}"
+                    node = (self.node_of_bdf.get(bdf) if bdf is not None else None) or f"nvswitch:{bdf}"
                     if node not in self.g:
                         self.g.add_node(node, kind="nvswitch", label=bdf, bdf=bdf, numa=None)
                     sw.add(node)

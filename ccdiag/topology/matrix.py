@@ -28,9 +28,9 @@ SMI_LEGEND = {
 
 def to_topo_matrix(topo: Topology) -> TopoMatrix:
     labels, cells, info = topo.matrix_rows()
-    cpu = {}
-    numa = {}
-    gnuma = {}
+    cpu: dict[str, str | None] = {}
+    numa: dict[str, str | None] = {}
+    gnuma: dict[str, str | None] = {}
     legend = {}
     for label in labels:
         facts = info.get(label, {})
