@@ -8,7 +8,7 @@ path is blamed on what the measurements share (:mod:`.localize`).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ccdiag.bench.result import Expected
 
@@ -115,7 +115,7 @@ def ring(topology: Topology | None, gpus: list[str], nodes: int = 1, nics_per_no
         if a == b:
             continue
         e = peer(topology, a, b)
-        if e is not None and e.gbyte_s is not None and (best is None or best.gbyte_s is None or e.gbyte_s < best.gbyte_s):
+        if e is not None and e.gbyte_s is not None and (best is None or e.gbyte_s < cast(float, best.gbyte_s)):
             best = e
     if nodes > 1 and nics_per_node:
         total = cur = 0.0

@@ -18,9 +18,9 @@ A healthy run gives one ``pass`` finding per benchmark with the range of ratios 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Iterable, cast
 
-from ccdiag.bench.result import Measurement
+from ccdiag.bench.result import Expected, Measurement
 from ccdiag.findings import FAIL, PASS, WARN, Component, Evidence, Finding
 
 if TYPE_CHECKING:
@@ -119,8 +119,7 @@ def localize(bench: str, ms: list[Measurement], topology: Topology | None = None
         else:
             pool.append(m)
     for name, group in by_trained.items():
-        e = group[0].expected
-        assert e is not None  # grouped by its expected's trained bottleneck above
+        e = cast("Expected", group[0].expected)  # grouped by its expected's trained bottleneck above
         comp = _link_component(topology, name)
         findings.append(Finding(
             f"{check}.slow_link", _worst(group), comp,

@@ -11,7 +11,7 @@ lifetime totals a reboot-free year accumulates.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, cast
 
 from ccdiag.checks import CheckContext, check
 from ccdiag.checks.common import (GpuId, counter_delta, gpu_activity, gpu_ids, nic_names, node_component,
@@ -261,8 +261,7 @@ def _policy_min(ctx: CheckContext, names: Names, d: Any, a: _Attr, check_id: str
 
 
 def _link_check(ctx: CheckContext, a: _Attr, check_id: str) -> list[Finding]:
-    assert ctx.pcie is not None  # the checks calling this need the pcie probe
-    names = Names(ctx, ctx.pcie.devices)
+    names = Names(ctx, ctx.data("pcie").devices)  # the checks calling this need the pcie probe
     endpoints = names.endpoints()
     if not endpoints:
         return [Finding(check_id, SKIP, node_component(), "no GPU, NIC or NVSwitch PCIe functions found")]
@@ -297,7 +296,7 @@ def _link_check(ctx: CheckContext, a: _Attr, check_id: str) -> list[Finding]:
                                     tuple(Evidence("read error", err.message or err.kind, err.source)
                                           for err in e.errors)))
             continue
-        notes = [n for h in hops if judged.get(h, ("",))[0] == "note" and (n := judged[h][2]) is not None]
+        notes = [cast(str, judged[h][2]) for h in hops if judged.get(h, ("",))[0] == "note"]  # a note has its text
         if notes:
             summary = notes[0] if len(notes) == 1 else "; ".join(notes)
         else:
@@ -396,8 +395,7 @@ def _budget(gen: int | None, width: int | None, window_s: float) -> float | None
 @check("pcie.aer", needs=("pcie",), what="PCIe AER counters")
 def aer(ctx: CheckContext) -> list[Finding]:
     """AER counters on GPUs, NICs and every port above them, judged by their change over the window."""
-    assert ctx.pcie is not None  # needs=("pcie",)
-    devices = ctx.pcie.devices
+    devices = ctx.data("pcie").devices  # needs=("pcie",): never None here
     names = Names(ctx, devices)
     with_aer = [d for d in devices if d.aer_fatal is not None or d.aer_nonfatal is not None
                 or d.aer_correctable is not None]
@@ -460,8 +458,7 @@ def aer(ctx: CheckContext) -> list[Finding]:
 @check("pcie.replay", needs=("nvml",), what="GPU PCIe replay counters")
 def replay(ctx: CheckContext) -> list[Finding]:
     """PCIe replay counter of each GPU (NVML) against the bit-error budget of its link, over the window."""
-    assert ctx.nvml is not None  # needs=("nvml",)
-    gpus = [g for g in ctx.nvml.gpus if g.failed is None]
+    gpus = [g for g in ctx.data("nvml").gpus if g.failed is None]  # needs=("nvml",): never None here
     if not gpus:
         return [Finding("pcie.replay", SKIP, node_component(), "no GPU to read replay counters from")]
     later, no_window = second_sample(ctx, "nvml", "pcie.replay", "replay counters")
@@ -510,8 +507,7 @@ def _acs_unreadable(d: Any) -> bool:
 @check("pcie.acs", needs=("pcie",), what="PCIe ACS")
 def acs(ctx: CheckContext) -> list[Finding]:
     """ACS redirection on bridges between GPUs and NICs forces GPUDirect traffic through the CPU."""
-    assert ctx.pcie is not None  # needs=("pcie",)
-    names = Names(ctx, ctx.pcie.devices)
+    names = Names(ctx, ctx.data("pcie").devices)  # needs=("pcie",): never None here
     gpus = [e for e in names.endpoints() if e.kind == "gpu"]
     nics = [e for e in names.endpoints() if e.kind == "nic"]
     if not gpus or not nics:
