@@ -158,3 +158,13 @@ def test_a_glued_affinity_whose_level_has_no_mirror_is_refused():
     text = "\n".join(ln for ln in lines if not ln.startswith("NIC7\t"))
     with pytest.raises(TopoParseError, match="'PH' is not a known value .*its mirror cannot say"):
         parse_topo_matrix(text)
+
+
+def test_topo_from_smi_lists_every_repair_of_the_b200_paste():
+    from cli_runner import run
+
+    code, out, err = run("topo", "--from-smi", str(TOPO_M / B200))
+    assert code == 0, err
+    assert "REPAIRED: 12 cell(s) of the paste were damaged and recovered:" in out
+    assert "line 22: NIC8: 'X NODE' read as X, NODE (a tab lost)" in out
+    assert out.count("(a tab lost)") == 12
