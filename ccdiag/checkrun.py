@@ -173,7 +173,7 @@ def evaluate(host: Host, policy: Policy | None = None, window_s: float = 0.0,
     environment. ``only``: check-id prefixes to run. ``probes``: probe names (default: all).
     ``budget``: the stage ends to keep (default: :meth:`Budget.plan` of ``deadline_s``; a caller
     adding a benchmark stage plans one with its share). ``load_links``: on a live host, keep every
-    GPU's PCIe link busy (:mod:`ccdiag.linkload`) while the first sample is read, so link speeds
+    GPU's PCIe link busy (:mod:`ccdiag.busy_pcie_links`) while the first sample is read, so link speeds
     are judged under load. Returns within ``deadline_s`` plus about a
     second whatever the host does; raises :class:`ccdiag.stages.StageError` when a stage raised.
     """

@@ -134,7 +134,7 @@ def observe(host: Host, probes: Iterable[str] | None = None, deadline: float | N
     probes that delivered data); with ``fit_window`` the window shrinks so it and the second pass
     fit before the deadline. A replayed snapshot with a second epoch gives its recorded window and
     nothing sleeps. ``load_links``: keep every GPU's PCIe link busy while the first sample is read
-    (:mod:`ccdiag.linkload`). ``close``: let go of the host afterwards (:func:`close_host`)."""
+    (:mod:`ccdiag.busy_pcie_links`). ``close``: let go of the host afterwards (:func:`close_host`)."""
     names = list(probes or all_probes())
     if deadline is not None:
         host.deadline = deadline
@@ -162,7 +162,7 @@ def observe(host: Host, probes: Iterable[str] | None = None, deadline: float | N
 def _start_load(host: Host, deadline: float | None) -> Any:
     import time
 
-    from ccdiag.linkload import LinkLoad
+    from ccdiag.busy_pcie_links import LinkLoad
 
     room = (deadline - time.monotonic()) if deadline is not None else 10.0
     load = LinkLoad(max_s=max(0.5, min(5.0, room / 2)))

@@ -17,7 +17,7 @@ import math
 import re
 import time
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ccdiag.errors import UserInputError
 from ccdiag.tomlread import TomlError
@@ -255,6 +255,9 @@ def to_toml(policy: Policy, header: list[str] | None = None) -> str:
 # -- from a healthy node ------------------------------------------------------------------------
 from ccdiag.linkrates import pcie_gen  # noqa: E402 - re-exported for callers of this module
 
+if TYPE_CHECKING:
+    from ccdiag.topology.model import Topology
+
 
 def _min(values: list) -> Any:
     values = [v for v in values if v is not None]
@@ -297,7 +300,7 @@ def _link_caps(pcie_obs: Any, nvml_obs: Any) -> tuple[list, list]:
     return gens, widths
 
 
-def policy_from_observations(runs: dict, topology: Any = None) -> Policy:
+def policy_from_observations(runs: dict, topology: Topology | None = None) -> Policy:
     """The standard a fleet of nodes like this healthy one is held to.
 
     GPU count and model come from NVML; minimum PCIe generation and width from what each GPU and NIC

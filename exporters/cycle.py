@@ -21,12 +21,15 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from ccdiag.findings import Finding
-from ccdiag.model import normalize_bdf
+from ccdiag.readings import normalize_bdf
 from ccdiag.probing import ProbeRun
 from ccdiag.probenames import PROBE_KMSG, PROBE_NVML
+
+if TYPE_CHECKING:
+    from ccdiag.topology.model import Topology
 
 #: default bound on serving a failed probe's last good data (seconds)
 DEFAULT_MAX_STALE_S = 300.0
@@ -39,7 +42,7 @@ class Cycle:
     completed_at: float  # wall-clock time the cycle finished
     duration_s: float = 0.0
     findings: tuple[Finding, ...] | None = None  # None when the checks did not run
-    topology: Any = None
+    topology: Topology | None = None
     stale: frozenset = frozenset()  # probes whose data comes from an earlier cycle
     last_success: Mapping[str, float] = field(default_factory=dict)
     xid_counts: Mapping[tuple, int] | None = None  # (bdf, xid) -> records; None: count ``data[PROBE_KMSG]``

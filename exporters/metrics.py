@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import platform
 import re
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
@@ -18,10 +18,13 @@ from ccdiag import __version__
 from ccdiag.exporters import spec as S
 from ccdiag.exporters.cycle import Cycle, xid_keys
 from ccdiag.findings import STATUSES, Finding
-from ccdiag.model import normalize_bdf
+from ccdiag.readings import normalize_bdf
 from ccdiag.probing import OK, PARTIAL, UNAVAILABLE
 from ccdiag.topology.levels import UNKNOWN
 from ccdiag.probenames import PROBE_INFINIBAND, PROBE_KMSG, PROBE_NVML, PROBE_PCIE, PROBE_SYSTEM
+
+if TYPE_CHECKING:
+    from ccdiag.topology.model import Topology
 
 #: kernel modules whose presence decides whether GPU or RDMA work can run
 WATCHED_MODULES = ("nvidia", "nvidia_uvm", "nvidia_modeset", "nvidia_peermem", "nv_peer_mem", "gdrdrv",
@@ -280,7 +283,7 @@ def _gts(gts: float | None) -> float | None:
     return None if gts is None else gts * 1e9
 
 
-def _nearest_gpus(topology: Any) -> dict[str, list[tuple[str, str]]]:
+def _nearest_gpus(topology: Topology | None) -> dict[str, list[tuple[str, str]]]:
     """NIC label -> the GPUs it serves (those for which it is at their best level), with that level.
 
     What :meth:`Topology.gpus_near_nic` answers for one NIC, for all NICs at once: each GPU's
@@ -302,7 +305,7 @@ def _nearest_gpus(topology: Any) -> dict[str, list[tuple[str, str]]]:
     return served
 
 
-def _near(topology: Any, nic: str, served: dict[str, list[tuple[str, str]]]) -> list[tuple[str, str]]:
+def _near(topology: Topology | None, nic: str, served: dict[str, list[tuple[str, str]]]) -> list[tuple[str, str]]:
     if topology is None:
         return []
     if not topology.has_device(nic):  # a NIC the topology does not know serves no GPU we can name
@@ -310,7 +313,7 @@ def _near(topology: Any, nic: str, served: dict[str, list[tuple[str, str]]]) -> 
     return list(served.get(topology.label(topology.node_id(nic)), ()))
 
 
-def _infiniband(out: _Families, ib: Any, topology: Any, nvml: Any) -> None:
+def _infiniband(out: _Families, ib: Any, topology: Topology | None, nvml: Any) -> None:
     by_index = {g.index: g for g in getattr(nvml, "gpus", ()) or ()}
     topo_gpus = {}
     if topology is not None:

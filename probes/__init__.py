@@ -2,7 +2,7 @@
 
 Installed as ``ccdiag.probes`` (never as a top-level ``probes`` package). Each module exposes
 ``NAME``, ``TIMEOUT_S`` and ``collect(host)``, returning a frozen dataclass in which absent values
-are ``None`` and per-device / per-file problems are :class:`ccdiag.model.ReadError` entries.
+are ``None`` and per-device / per-file problems are :class:`ccdiag.readings.ReadError` entries.
 Parsing is kept apart from reading: ``parse_*`` functions take text and are tested from tables.
 
 Adding a probe is one new module here: decorate its ``collect`` with

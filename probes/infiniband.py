@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass
 
 from ccdiag.host import HostReadError
-from ccdiag.model import ReadError
+from ccdiag.readings import ReadError
 from ccdiag.probing import PROBE_INFINIBAND, ProbeUnavailable, probe
 from ccdiag.probes._sysfs import BDF_RE, MAX_DECIMAL_DIGITS, attr, decimal, listing, parse_int, read_error
 

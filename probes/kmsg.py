@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass
 
 from ccdiag.host import HostReadError
-from ccdiag.model import ReadError, normalize_bdf
+from ccdiag.readings import ReadError, normalize_bdf
 from ccdiag.probing import PROBE_KMSG, probe
 from ccdiag.probes._sysfs import read_error
 

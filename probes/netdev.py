@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ccdiag.host import HostReadError
-from ccdiag.model import ReadError
+from ccdiag.readings import ReadError
 from ccdiag.probing import PROBE_NETDEV, ProbeUnavailable, probe
 from ccdiag.probes._sysfs import BDF_RE, attr, link_basename, listing, parse_int, read_error
 

@@ -59,7 +59,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ccdiag.model import ReadError, normalize_bdf
+from ccdiag.readings import ReadError, normalize_bdf
 from ccdiag.nvmlcall import (
     DRIVER_MISSING,
     GPU_FAILED_CLASSES,

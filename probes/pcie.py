@@ -24,7 +24,7 @@ import struct
 from dataclasses import dataclass
 
 from ccdiag.host import HostReadError
-from ccdiag.model import ReadError
+from ccdiag.readings import ReadError
 from ccdiag.probing import PROBE_PCIE, ProbeUnavailable, probe
 from ccdiag.probes._sysfs import BDF_RE, attr, link_basename, parse_int, read_error
 

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 
 from ccdiag.host import HostReadError
-from ccdiag.model import ReadError
+from ccdiag.readings import ReadError
 from ccdiag.probing import PROBE_SYSTEM, probe
 from ccdiag.probes._sysfs import attr, decimal, listing, read_error
 

@@ -8,10 +8,13 @@ which ``ccdiag bench`` prints as a skip, never as a traceback.
 
 from __future__ import annotations
 
-import importlib.util
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:
+    from ccdiag.bench.result import BenchResult
+    from ccdiag.topology.model import Topology
 
 from ccdiag.probenames import PROBE_NVML
 
@@ -28,7 +31,7 @@ class BenchContext:
     observations, the policy (thresholds), sizes, and one absolute deadline."""
 
     host: Any
-    topology: Any
+    topology: Topology
     runs: dict
     policy: Any = None
     size_bytes: int | None = None
@@ -78,6 +81,7 @@ def module_missing(name: str, install: str, env: dict | None = None) -> str | No
     """The reason an optional module cannot be used, found without importing it. ``env``: the
     environment engine child processes get; its PYTHONPATH is searched first, as the child will."""
     import importlib.machinery
+    import importlib.util
     import os
 
     try:
@@ -101,6 +105,11 @@ class Benchmark:
     quick_budget_s: float = 5.0
 
     def applicable(self, ctx: BenchContext) -> str | None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def run(self, ctx: BenchContext, budget_s: float) -> BenchResult:  # pragma: no cover - interface
+        """Measure within ``budget_s``; engines that measure several benchmarks at once run them
+        through their group runner instead."""
         raise NotImplementedError
 
 

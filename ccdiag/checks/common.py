@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterable
 
 from ccdiag.checks.context import REGISTRY, CheckContext
 from ccdiag.findings import SKIP, UNKNOWN, Component, Evidence, Finding
-from ccdiag.model import ReadError, normalize_bdf
+from ccdiag.readings import ReadError, normalize_bdf
 from ccdiag.probenames import PROBE_NVML, PROBE_SMI_TOPO
 from ccdiag.probing import TIMEOUT, UNAVAILABLE
 

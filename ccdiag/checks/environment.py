@@ -75,7 +75,8 @@ def nccl_disable(ctx: CheckContext) -> list[Finding]:
         if var == "NCCL_IB_DISABLE" and ctx.runs.get(PROBE_INFINIBAND) and not _rdma_present(ctx) \
                 and ctx.runs[PROBE_INFINIBAND].status in ("ok", "partial", UNAVAILABLE):
             moot = "no RDMA devices on this node, so nothing is lost"
-        if var == "NCCL_P2P_DISABLE" and _gpu_count(ctx) is not None and _gpu_count(ctx) < 2:
+        gpu_count = _gpu_count(ctx) if var == "NCCL_P2P_DISABLE" else None
+        if gpu_count is not None and gpu_count < 2:
             moot = "fewer than two GPUs, so nothing is lost"
         if moot:
             out.append(Finding("env.nccl_disable", PASS, _env_comp(var), f"{var}={ctx.env[var]}: {moot}", ev))
@@ -266,8 +267,10 @@ def memlock(ctx: CheckContext) -> list[Finding]:
     comp = Component("limit", "memlock (RLIMIT_MEMLOCK)")
     if not _rdma_present(ctx):
         run = ctx.runs.get(PROBE_INFINIBAND)
-        if run is not None and run.status not in ("ok", "partial", UNAVAILABLE):
-            return [gate(ctx, "env.memlock", "RDMA devices", probes=(PROBE_INFINIBAND,))]
+        stopped = gate(ctx, "env.memlock", "RDMA devices", probes=(PROBE_INFINIBAND,)) \
+            if run is not None and run.status not in ("ok", "partial", UNAVAILABLE) else None
+        if stopped is not None:
+            return [stopped]
         return [Finding("env.memlock", SKIP, comp, "no RDMA devices: the locked-memory limit does not matter")]
     gated = gate(ctx, "env.memlock", "locked-memory limit", probes=(PROBE_SYSTEM,))
     if gated:

@@ -16,7 +16,7 @@ from ccdiag.checks import CheckContext, check
 from ccdiag.checks.common import (NODE, NVML, gpu_by_bdf, gpu_component, not_read, nvidia_pci_gpus, nvml_gate,
                                   nvswitches_on_pci, per_gpu, policy_source, read_error)
 from ccdiag.findings import FAIL, PASS, SKIP, UNKNOWN, WARN, Component, Evidence, Finding
-from ccdiag.model import normalize_bdf
+from ccdiag.readings import normalize_bdf
 from ccdiag.probes.nvml import clock_event_names
 from ccdiag.probenames import PROBE_NVML, PROBE_PCIE, PROBE_SYSTEM
 from ccdiag.probing import TIMEOUT, UNAVAILABLE
@@ -150,15 +150,15 @@ def check_count(ctx: CheckContext) -> list[Finding]:
                            expected_source="PCI enumeration" if pci is not None else "nvmlDeviceGetCount()",
                            remedy="See gpu.lost: drain the node, then reset or reboot."))
     if not out:
-        ev = [Evidence("GPU count", n, "nvmlDeviceGetCount()")]
+        seen: list[Evidence] = [Evidence("GPU count", n, "nvmlDeviceGetCount()")]
         if pci is not None:
-            ev.append(Evidence("NVIDIA GPUs on PCI", len(pci), "/sys/bus/pci/devices"))
+            seen.append(Evidence("NVIDIA GPUs on PCI", len(pci), "/sys/bus/pci/devices"))
         summary = f"{n} GPU(s) visible to NVML"
         if restricted is not None:
             summary += f" (container restricted to NVIDIA_VISIBLE_DEVICES={restricted}; PCI not compared)"
         elif pci is not None:
             summary += ", matching PCI"
-        out.append(Finding(cid, PASS, NODE, summary + ".", evidence=tuple(ev),
+        out.append(Finding(cid, PASS, NODE, summary + ".", evidence=tuple(seen),
                            expected=f"{expected} GPUs" if expected is not None else None,
                            expected_source=policy_source(ctx) if expected is not None else None))
     return out

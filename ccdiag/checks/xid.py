@@ -19,7 +19,7 @@ from typing import Any
 from ccdiag.checks import CheckContext, check
 from ccdiag.checks.common import NODE, gpu_by_bdf, gpu_component, nvml_gate, policy_source
 from ccdiag.findings import FAIL, PASS, SKIP, UNKNOWN, WARN, Component, Evidence, Finding
-from ccdiag.model import normalize_bdf
+from ccdiag.readings import normalize_bdf
 from ccdiag.probenames import PROBE_KMSG, PROBE_NVML
 
 CATALOGUE_SOURCE = ("ccdiag XID catalogue (ccdiag/data/xid_catalog.json, from NVIDIA's XID catalogue, DCGM, "
@@ -120,7 +120,7 @@ def check_xids(ctx: CheckContext) -> list[Finding]:
     uuids: dict[str, str] = {}  # "NVRM: GPU at PCI:...: GPU-<uuid>" names GPUs NVML may have lost
     for ev in kmsg.events:
         if ev.kind == "gpu_uuid" and ev.bdf and ev.device:
-            uuids[_key_bdf(ev.bdf)] = ev.device
+            uuids[normalize_bdf(ev.bdf) or ev.bdf] = ev.device
             continue
         if ev.kind == "xid" and ev.code is not None:
             code = ev.code

@@ -74,11 +74,13 @@ def check_body(comm, work: Deadline, ident: dict, replay: str | None, timeout_s:
     from ccdiag.cluster.pairs import plan
 
     got = gather_to_root(comm, ident.get("host", "?"), work.sooner(max(1.0, work.left_s() / 4)))
-    the_plan = plan(got.objs) if comm.rank == 0 else None
-    if comm.rank == 0 and got.missing:
-        the_plan = dict(plan(got.objs), absent=got.missing)
+    the_plan = None
+    extra: dict = {}
+    if comm.rank == 0:
+        assert got is not None  # the root holds every rank's answer
+        the_plan = dict(plan(got.objs), absent=got.missing) if got.missing else plan(got.objs)
+        extra = {"rank_hosts": dict(got.objs)}
     the_plan = bcast_obj(comm, the_plan, work, "cluster check set-up")
-    extra = {"rank_hosts": dict(got.objs)} if comm.rank == 0 else {}
     if comm.rank not in the_plan["leaders"]:
         return {"leader": False, **extra}
     _injected_stall(comm.rank)

@@ -13,13 +13,16 @@ from __future__ import annotations
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
 from ccdiag.commands.common import host_options, make_host, write_report
 from ccdiag.errors import InputError
 from ccdiag.exitcodes import ExitCode
+
+if TYPE_CHECKING:
+    from ccdiag.topology.model import Topology
 
 #: subcommands that are not benchmark names
 SUBCOMMANDS = ("list", "import", "allreduce", "pairs")
@@ -64,7 +67,7 @@ class Observed:
     """What the benchmarks are judged against: the probes' runs, the topology, the host's metadata."""
 
     runs: dict
-    topology: Any
+    topology: Topology
     meta: dict
 
     @property

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from ccdiag.linkrates import pcie_gen
-from ccdiag.model import normalize_bdf
+from ccdiag.readings import normalize_bdf
 from ccdiag.topology.bandwidth import pcie_desc, pcie_gbyte_s, wire_gbyte_s
 from ccdiag.topology.mismatch import Mismatch
 from ccdiag.topology.pcie_tree import PcieTree
@@ -280,7 +280,7 @@ class Builder:
             for l in g.nvlinks:
                 if l.remote_device_type == "switch" and l.remote_bus_id:
                     bdf = normalize_bdf(l.remote_bus_id)
-                    node = self.node_of_bdf.get(bdf) or f"nvswitch:{bdf}"
+                    node = (self.node_of_bdf.get(bdf) if bdf is not None else None) or f"nvswitch:{bdf}"
                     if node not in self.g:
                         self.g.add_node(node, kind="nvswitch", label=bdf, bdf=bdf, numa=None)
                     sw.add(node)
