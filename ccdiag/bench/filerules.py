@@ -67,6 +67,18 @@ def _groups(ms: list[Measurement]) -> dict[tuple, list[Measurement]]:
     return out
 
 
+#: with the GPU model unknown, slow pairs above this share of a matrix are its shape (NVLink and
+#: PCIe pairs mixed, two sockets), not outliers
+STRUCTURAL_SHARE = 0.25
+
+
+def _structural(c: Any, group: list[Measurement]) -> bool:
+    if any(m.extra.get("peer_uniform") is not None for m in group):
+        return False
+    slow = {k for k, r in c.ratios.items() if r < PEER_FAIL_BELOW}
+    return len(slow) > STRUCTURAL_SHARE * len(c.ratios)
+
+
 def _peer_status(ratio: float) -> str:
     return FAIL if ratio < PEER_FAIL_HARD else WARN if ratio < PEER_FAIL_BELOW else PASS
 
@@ -79,6 +91,8 @@ def peer_relative(ms: list[Measurement], source: str) -> list[Finding]:
         c = classify(figs, fraction=PEER_FAIL_BELOW)
         if not c.judged:
             continue
+        if _structural(c, group):
+            continue
         ref = c.reference or 0.0
         for m in group:
             if m.status == UNKNOWN and (m.expected is None or not m.expected.gbyte_s):
@@ -88,6 +102,14 @@ def peer_relative(ms: list[Measurement], source: str) -> list[Finding]:
                 m.threshold_source = f"peer median of {len(c.member_medians)} GPUs in this matrix ({ref:.1f} GB/s)"
                 m.extra["peer_ratio"] = round(ratio, 3)
         what = f"{op} {direction}" + (f", level {level}" if level else "")
+        if not c.slow_members and not c.slow_pairs:
+            lo, hi = min(c.ratios.values()), max(c.ratios.values())
+            out.append(Finding(
+                "bench.p2p.peers", PASS, Component("node", "p2p"),
+                f"{len(group)} pair(s) ({what}) agree with each other: {lo:.0%}-{hi:.0%} of the peer median "
+                f"{ref:.1f} GB/s", evidence=(Evidence("peer median", f"{ref:.2f} GB/s", source),),
+                expected=f">= {PEER_FAIL_BELOW:.0%} of the peer median", expected_source="peer median of this matrix"))
+            continue
         for g in c.slow_members:
             med = c.member_medians[g]
             if all(m.status in (WARN, FAIL) and m.expected is not None and m.expected.gbyte_s
@@ -183,7 +205,7 @@ def no_peer_access(ms: list[Measurement], source: str) -> list[Finding]:
         return []
     why = blocked[0].extra["no_peer_reason"]
     figs = ", ".join(f"{m.label} {m.gbyte_s:.1f} GB/s" for m in blocked[:4])
-    geforce = "GeForce" in why
+    geforce = "driver offers no peer access" in why
     return [Finding(
         "bench.p2p.no_peer_access", WARN, Component("node", "p2p"),
         f"{len(blocked)} GPU pair(s) have no peer access, so their copies are staged through host memory "

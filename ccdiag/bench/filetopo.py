@@ -187,13 +187,16 @@ class FileTopology:
     def nic(self, gpu: str | None, dev: str) -> tuple[Expected | None, str | None]:
         return None, nic_reason(dev)
 
-    def uniform_peers(self, labels: Iterable[str]) -> bool:
+    def uniform_peers(self, labels: Iterable[str]) -> bool | None:
         """Whether every pair of ``labels`` crosses the same kind of path as far as can be told: a
-        pasted matrix gives levels (grouped apart), a PCIe-only part or an NVSwitch board is uniform."""
+        pasted matrix gives levels (grouped apart), a PCIe-only part or an NVSwitch board is uniform,
+        a part that may mix NVLink and PCIe pairs is not; None when the file names no known model."""
         if self.levels is not None:
             return True
         model = self.model(*labels)
-        return model is not None and (model.nvlink is None or self._nvswitch_board(model))
+        if model is None:
+            return None
+        return model.nvlink is None or self._nvswitch_board(model)
 
     def _why_no_model(self, *labels: str) -> str:
         names = sorted({self.names.get(l, "an unnamed GPU") for l in labels})

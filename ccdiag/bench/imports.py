@@ -126,12 +126,13 @@ def _mismatch(topology: Any, names: dict[str, str], hosts: list[str], node: Node
     return None
 
 
-def choose(topology: Any, names: dict[str, str], hosts: list[str], node: NodeInfo) -> tuple[Any, str | None]:
+def choose(topology: Any, names: dict[str, str], hosts: list[str], node: NodeInfo,
+           gpu_file: bool = True) -> tuple[Any, str | None]:
     """What the file's figures are held to, and a note saying so when it is not the node itself."""
     if isinstance(topology, MatrixTopology):
         return FileTopology(names, levels=topology), None
     has_gpus = topology is not None and bool(topology.gpus())
-    if not has_gpus and names:
+    if not has_gpus and (names or gpu_file):
         return FileTopology(names), None
     if topology is None:
         return FileTopology(names), None
@@ -192,10 +193,24 @@ def from_nvbandwidth(parsed: Any, ex: Any, policy: Any, source: str) -> list[Mea
                 found = ex.peer(src, dst) if pair else ex.host_device(dst if src == "host" else src, bidir)
                 if "_sm" in name and found[0] is not None:
                     m.note = f"{source}; SM copy kernels (copy-engine fractions apply loosely)"
-                if pair and not ex.uniform_peers([src, dst]):
-                    m.extra["peer_uniform"] = False
+                if pair:
+                    m.extra["peer_uniform"] = ex.uniform_peers([src, dst])
                 out.append(_judge(m, found, policy))
     return out
+
+
+def _nvb_waived(parsed: Any, ex: Any, source: str) -> list[Finding]:
+    """nvbandwidth waives its peer testcases when the driver gives no peer mapping: name why."""
+    waived = [n for n, c in parsed.testcases.items() if c.status == "Waived" and n.startswith("device_to_device")]
+    if not waived:
+        return []
+    why = _peer_reason(getattr(ex, "names", {}), "nvbandwidth waived its peer-to-peer testcases (no peer mapping)")
+    return [Finding(
+        "bench.p2p.no_peer_access", WARN, Component("node", "p2p"), f"{len(waived)} testcase(s) waived: {why}",
+        evidence=tuple(Evidence("testcase", f"{n}: Waived", source) for n in waived[:8]),
+        expected="peer testcases that run", expected_source="nvbandwidth waives a testcase whose peer mapping fails",
+        remedy=("Expected on GeForce boards (no peer access over PCIe). Elsewhere check `nvidia-smi topo -p2p r`, "
+                "ACS and the IOMMU on the node (`ccdiag check`)."))]
 
 
 # -- p2pBandwidthLatencyTest --------------------------------------------------------------------
@@ -233,8 +248,7 @@ def _p2p_cell(parsed: Any, ex: Any, policy: Any, source: str, a: str, b: str, ij
         m.extra["peer_access"] = False
         if enabled:
             m.note = f"{source}; the pair cannot access each other (CANNOT Access Peer)"
-    if not ex.uniform_peers([a, b]):
-        m.extra["peer_uniform"] = False
+    m.extra["peer_uniform"] = ex.uniform_peers([a, b])
     if not peer and enabled:
         m.extra["no_peer_reason"] = _peer_reason(getattr(ex, "names", {}), "the pair cannot access each other")
     if direction == "bidir" and not peer:
@@ -319,8 +333,10 @@ def _transport(text: str) -> tuple[bool, str | None]:
 
 def _peer_reason(names: dict[str, str], why: str) -> str:
     models = {gpu_by_name(n) for n in names.values()}
-    if any(m is not None and not m.peer_access_pcie for m in models):
-        return f"{why}; the driver offers no peer access on this GPU (GeForce boards)"
+    blocked = sorted(m.key for m in models if m is not None and not m.peer_access_pcie)
+    if blocked:
+        return (f"{why}; the driver offers no peer access over PCIe on {', '.join(blocked)} "
+                "(GeForce/TITAN boards: hardware catalogue)")
     return f"{why}; peer access is blocked by ACS, an IOMMU, or a VM without P2P (see `nvidia-smi topo -p2p r`)"
 
 
@@ -447,7 +463,7 @@ def _measure(kind: str, parsed: Any, text: str, ex: Any, topology: Any, policy: 
     if kind == "nccl-tests":
         return nccl_findings(parsed, text, ex, policy, source)
     if kind == "nvbandwidth":
-        return from_nvbandwidth(parsed, ex, policy, source), []
+        return from_nvbandwidth(parsed, ex, policy, source), _nvb_waived(parsed, ex, source)
     if kind == "p2plat":
         return from_p2plat(parsed, ex, policy, source, topology if isinstance(ex, NodeExpect) else None), []
     return from_perftest(parsed, ex, policy, source), []
@@ -461,7 +477,7 @@ def import_file(text: str, topology: Any, policy: Any, source: str, perftest_uni
     ("MiB/sec" or "Gb/sec"), which the JSON itself does not record."""
     kind, parsed = _parse(text, perftest_unit)
     names, hosts = _file_names(kind, parsed)
-    ex, note = choose(topology, names, hosts, node or NodeInfo())
+    ex, note = choose(topology, names, hosts, node or NodeInfo(), gpu_file=kind != "perftest")
     res = BenchResult(f"import:{kind}", RAN, params={"file": source, "tool": kind})
     res.measurements, res.findings = _measure(kind, parsed, text, ex, topology, policy, source)
     if note:

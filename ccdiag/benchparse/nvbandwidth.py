@@ -29,6 +29,7 @@ from ccdiag.benchparse import _text
 from ccdiag.benchparse.errors import MAX_LABELS, BenchParseError, clip
 
 _RUNNING = re.compile(r"^Running ([A-Za-z0-9_]{1,200})\.\s*$")
+_WAIVING = re.compile(r"^Waiving ([A-Za-z0-9_]{1,200})\.\s*$")  # v0.2: a testcase that cannot run here
 _STATUS = re.compile(r"^(Waived|Error|ERROR|Not Found)\s?:\s?(.*)$")
 _SUM = re.compile(r"^SUM ([A-Za-z0-9_]{1,200}) (\S{1,60})\s*$")
 _PERF = re.compile(r"^&&&& PERF ([A-Za-z0-9_]{1,200}) (\S{1,60}) ([+-](?:GB/s|ns))\s*$")
@@ -158,8 +159,11 @@ class _TextReader:
         self.labels: list[str] = []
         self.ended = False  # the blank line after the rows was read
 
-    def close(self, total: float | None, n: int, line: str) -> None:
+    def close(self, total: float | None, n: int, line: str, name: str | None = None) -> None:
         if self.desc is not None:
+            if self.current is None and name is not None:
+                # a paste that elided the 'Running <testcase>.' line: the SUM line names the testcase
+                self.running(f"Running {name}.", n, line)
             if self.current is None:
                 raise BenchParseError("a result matrix outside any 'Running <testcase>.' block", *self.desc)
             if self.columns is None or not self.rows:
@@ -204,7 +208,7 @@ class _TextReader:
         total = _text.to_float(m.group(2), "SUM", n, line)
         if self.desc is None:
             raise BenchParseError("SUM line without a matrix before it", n, line)
-        self.close(total, n, line)
+        self.close(total, n, line, m.group(1))
         return True
 
     def end_open_matrix(self, n: int, line: str) -> None:
@@ -226,6 +230,15 @@ class _TextReader:
                 raise BenchParseError(f"more than MAX_LABELS={MAX_LABELS} testcases", n, line, limit="MAX_LABELS")
             self.order.append(name)
         self.current = self.cases[name] = {"name": name, "status": "Running", "matrices": [], "message": None}
+        return True
+
+    def waiving(self, s: str, n: int, line: str) -> bool:
+        m = _WAIVING.match(s)
+        if not m:
+            return False
+        self.running(f"Running {m.group(1)}.", n, line)
+        assert self.current is not None
+        self.current["status"] = "Waived"
         return True
 
     def description(self, s: str, n: int, line: str) -> bool:
@@ -279,7 +292,7 @@ class _TextReader:
 
 
 #: handlers of a line outside an open matrix, in the order they are tried
-_HANDLERS = (_TextReader.running, _TextReader.description, _TextReader.status, _TextReader.key_value,
+_HANDLERS = (_TextReader.running, _TextReader.waiving, _TextReader.description, _TextReader.status, _TextReader.key_value,
              _TextReader.device)
 
 
