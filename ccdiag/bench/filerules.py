@@ -61,6 +61,8 @@ def _groups(ms: list[Measurement]) -> dict[tuple, list[Measurement]]:
     for m in _pairs(ms):
         if m.extra.get("peer_uniform") is False:
             continue  # the file's GPUs mix path kinds the catalogue cannot tell apart
+        if m.extra.get("p2p_disabled") and m.extra.get("peer_access", True):
+            continue  # staged copies between peers: their shape follows the PCIe switches (NVIDIA/nccl#1309)
         level = m.expected.level if m.expected is not None else None
         key = (m.engine, m.op, m.direction, m.extra.get("peer_access", True), level)
         out.setdefault(key, []).append(m)
@@ -75,8 +77,8 @@ STRUCTURAL_SHARE = 0.25
 def _structural(c: Any, group: list[Measurement]) -> bool:
     if any(m.extra.get("peer_uniform") is not None for m in group):
         return False
-    slow = {k for k, r in c.ratios.items() if r < PEER_FAIL_BELOW}
-    return len(slow) > STRUCTURAL_SHARE * len(c.ratios)
+    # a slow member explains its own row and column; slow pairs left over in numbers are the shape
+    return len(c.slow_pairs) > STRUCTURAL_SHARE * len(c.ratios)
 
 
 def _peer_status(ratio: float) -> str:

@@ -103,14 +103,17 @@ class FileTopology:
         return (model.nvlink is not None and model.form_factor in ("sxm", "superchip")
                 and model.architecture not in _MESH_ARCHS and len(same) >= 8)
 
-    def peer(self, a: str, b: str, peer_access: bool = True) -> tuple[Expected | None, str | None]:
+    def peer(self, a: str, b: str, peer_access: bool = True, said: bool = False) -> tuple[Expected | None, str | None]:
         """GPU a -> GPU b copy with peer access (or staged through host memory without): the
-        expected value, or None and the reason none can be given."""
+        expected value, or None and the reason none can be given. ``said``: the file itself says
+        the pair CAN access each other (a patched driver on a GeForce board): that wins over the
+        catalogue's "no peer access over PCIe"."""
         model = self.model(a, b)
         if model is None:
             return None, self._why_no_model(a, b)
         level = self.level(a, b)
-        if not peer_access or (level is not None and not level.startswith("NV") and not model.peer_access_pcie):
+        blocked = not model.peer_access_pcie and not said
+        if not peer_access or (level is not None and not level.startswith("NV") and blocked):
             return self.staged(model, a, b, level)
         if level is not None and level.startswith("NV") and level[2:].isdigit() and model.nvlink:
             n = int(level[2:])
@@ -120,7 +123,7 @@ class FileTopology:
                             source=f"catalogue: {model.key} {per:g} GB/s per NVLink x {n} (level {level} from the pasted "
                                    "nvidia-smi topo -m)"), None
         if level is not None:
-            return self._pcie(model, a, b, level)
+            return self._pcie(model, a, b, level, said)
         if self._nvswitch_board(model):
             spec = model.nvlink
             return Expected(spec.total_gbyte_s, bottleneck=f"{a} NVLink", level=f"NV{spec.links}", kind="nvlink",
@@ -128,12 +131,13 @@ class FileTopology:
                             source=f"catalogue: {model.key}, 8 GPUs on an NVSwitch baseboard, {spec.links} x "
                                    f"{spec.gbyte_s_per_link:g} GB/s per direction"), None
         if model.nvlink is None:
-            return self._pcie(model, a, b, None)
+            return self._pcie(model, a, b, None, said)
         return None, (f"the catalogue cannot tell this {model.key} pair's links (an NVLink bridge, a partial mesh "
                       "or a 4-GPU board): give --from-smi with the node's nvidia-smi topo -m, or --replay SNAPSHOT")
 
-    def _pcie(self, model: GpuModel, a: str, b: str, level: str | None) -> tuple[Expected | None, str | None]:
-        if not model.peer_access_pcie:
+    def _pcie(self, model: GpuModel, a: str, b: str, level: str | None,
+              said: bool = False) -> tuple[Expected | None, str | None]:
+        if not model.peer_access_pcie and not said:
             return self.staged(model, a, b, level)
         rate = _pcie_rate(model)
         if rate is None:
@@ -168,9 +172,26 @@ class FileTopology:
                         source=f"catalogue: {model.key} PCIe Gen{model.pcie_gen} x{model.pcie_width} "
                                "(assumed: the slot runs at the card's full width)"), None
 
-    def ring(self, gpus: Iterable[str], nodes: int, peer_access: bool = True) -> tuple[Expected | None, str | None]:
+    def _below_bridge(self, a: str, b: str, figure: float | None) -> tuple[Expected | None, str | None]:
+        """A bridged board whose figure is below one PCIe link did not cross an NVLink bridge: the
+        pair's path is PCIe (staged where the driver gives no peer access)."""
+        model = self.model(a, b)
+        rate = _pcie_rate(model) if model is not None else None
+        if model is None or model.nvlink is None or not model.nvlink.bridged or rate is None or figure is None \
+                or figure > rate:
+            return None, None
+        exp, why = self._pcie(model, a, b, None)
+        if exp is not None:
+            exp = Expected(exp.gbyte_s, bottleneck=exp.bottleneck, bottleneck_desc=exp.bottleneck_desc, level=exp.level,
+                           kind=exp.kind, source=exp.source + f"; {figure:.1f} GB/s is below one PCIe link, so no "
+                                                              "NVLink bridge carried it")
+        return exp, why
+
+    def ring(self, gpus: Iterable[str], nodes: int, peer_access: bool = True,
+             figure: float | None = None) -> tuple[Expected | None, str | None]:
         """Bus bandwidth of a ring over the GPUs of one node (several nodes: the file does not say
-        which NICs carried the traffic)."""
+        which NICs carried the traffic). ``figure``: the measured busbw, which tells a bridged
+        board's PCIe ring from an NVLink one when nothing else does."""
         gpus = list(gpus)
         if nodes > 1:
             return None, ("the ranks span several nodes and the file does not name the NICs or their rates: give "
@@ -178,6 +199,8 @@ class FileTopology:
         if len(gpus) < 2:
             return None, "a single GPU: no ring to judge"
         exp, why = self.peer(gpus[0], gpus[1], peer_access)
+        if exp is None and self.levels is None:
+            exp = self._below_bridge(gpus[0], gpus[1], figure)[0]
         if exp is None:
             return None, why
         return Expected(exp.gbyte_s, bottleneck=exp.bottleneck, bottleneck_desc=exp.bottleneck_desc, level=exp.level,
@@ -221,13 +244,14 @@ class OtherNode(FileTopology):
         super().__init__(names)
         self.why = why
 
-    def peer(self, a: str, b: str, peer_access: bool = True) -> tuple[Expected | None, str | None]:
+    def peer(self, a: str, b: str, peer_access: bool = True, said: bool = False) -> tuple[Expected | None, str | None]:
         return None, self.why
 
     def host_device(self, gpu: str, bidir: bool = False) -> tuple[Expected | None, str | None]:
         return None, self.why
 
-    def ring(self, gpus: Iterable[str], nodes: int, peer_access: bool = True) -> tuple[Expected | None, str | None]:
+    def ring(self, gpus: Iterable[str], nodes: int, peer_access: bool = True,
+             figure: float | None = None) -> tuple[Expected | None, str | None]:
         return None, self.why
 
     def nic(self, gpu: str | None, dev: str) -> tuple[Expected | None, str | None]:

@@ -79,7 +79,8 @@ class NodeExpect:
         e = exp.host_device(self.t, gpu, bidir=bidir)
         return e, None if e is not None else self._why(gpu)
 
-    def ring(self, gpus: Iterable[str], nodes: int, peer_access: bool = True) -> tuple[Expected | None, str | None]:
+    def ring(self, gpus: Iterable[str], nodes: int, peer_access: bool = True,
+             figure: float | None = None) -> tuple[Expected | None, str | None]:
         local = [g for g in gpus if self.t.has_device(g)]
         if not peer_access and len(local) >= 2:
             e = exp.staged(self.t, local[0], local[1])
@@ -146,6 +147,11 @@ def choose(topology: Any, names: dict[str, str], hosts: list[str], node: NodeInf
 
 def _judge(m: Measurement, ex: tuple[Expected | None, str | None], policy: Any) -> Measurement:
     m.expected, why = ex
+    if m.expected is not None and m.direction == "bidir" and m.expected.kind == "nvlink":
+        # each direction of a bidirectional NVLink copy is held to its own, looser fractions
+        e = m.expected
+        m.expected = Expected(e.gbyte_s, e.current_gbyte_s, e.bottleneck, e.current_bottleneck, e.bottleneck_desc,
+                              e.current_desc, e.level, "nvlink_bidir", e.source, e.links)
     if m.expected is None:
         m.status = UNKNOWN
         m.note = (m.note + "; " if m.note else "") + (why or "no expected value")
@@ -236,7 +242,8 @@ def _p2p_cell(parsed: Any, ex: Any, policy: Any, source: str, a: str, b: str, ij
               direction: str, enabled: bool) -> Measurement:
     # the sample's bidirectional figure counts both directions: halved per direction
     v = val / 2 if direction == "bidir" else val
-    peer = enabled and parsed.peer_access.get(ij, True)
+    said = parsed.peer_access.get(ij)  # the file's CAN / CANNOT (or connectivity), None when not printed
+    peer = enabled and said is not False
     m = Measurement("p2p", a, b, op="write" if enabled else "staged", direction=direction,
                     engine="import:p2pBandwidthLatencyTest", gbyte_s=v, samples_gbyte_s=(v,),
                     note=source if peer else f"{source}; P2P disabled: staged through host memory")
@@ -244,18 +251,26 @@ def _p2p_cell(parsed: Any, ex: Any, policy: Any, source: str, a: str, b: str, ij
         m.extra["bidir_total_gbyte_s"] = val
     if not enabled:
         m.extra["p2p_disabled"] = True
-    if not peer:
+    if said is False:  # the pair's own access, whichever matrix this figure is from
         m.extra["peer_access"] = False
         if enabled:
             m.note = f"{source}; the pair cannot access each other (CANNOT Access Peer)"
     m.extra["peer_uniform"] = ex.uniform_peers([a, b])
     if not peer and enabled:
         m.extra["no_peer_reason"] = _peer_reason(getattr(ex, "names", {}), "the pair cannot access each other")
+    if not enabled and said is not False:
+        # a P2P-disabled run between GPUs that can reach each other: the user's copies do not take this
+        # path, and staged copies behind one PCIe switch share its uplink twice (NVIDIA/nccl#1309), so
+        # these figures only serve the enabled-vs-disabled comparison
+        return _judge(m, (None, "P2P disabled on a pair that has peer access: compared with P2P enabled, "
+                                "not held to a rate"), policy)
     if direction == "bidir" and not peer:
         # both directions staged through host memory share it: held to the unidirectional figures
         # (bidirectional below unidirectional), not to a rate
         return _judge(m, (None, "bidirectional staged copies are compared with the unidirectional ones, "
                                 "not held to a link rate"), policy)
+    if peer and said and isinstance(ex, FileTopology):
+        return _judge(m, ex.peer(a, b, True, said=True), policy)
     return _judge(m, ex.peer(a, b, peer), policy)
 
 
@@ -372,10 +387,19 @@ def _nccl_run(run: Any, ex: Any, policy: Any, source: str, transport: tuple[bool
                     size_bytes=row.size_bytes, note=f"{source}; busbw at the largest size")
     if not peer:
         m.note += "; " + _peer_reason(getattr(ex, "names", {}), why or "no peer access")
-    found = ex.ring(local, nodes, peer)
+    found = ex.ring(local, nodes, peer, figure=busbw)
     m.expected = found[0]
     if not _busbw_unknown(m, busbw, in_network):
         _judge(m, found, policy)
+    if m.expected is not None and m.expected.kind == "staged":
+        reason = _peer_reason(getattr(ex, "names", {}), why or "the ring ran without peer access between the GPUs")
+        findings.append(Finding(
+            "bench.nccl.no_peer_access", WARN, Component("node", f"nccl-tests {coll}"),
+            f"{coll} busbw {busbw:.1f} GB/s is held to a ring staged through host memory: {reason}",
+            evidence=(Evidence("busbw (largest size)", f"{busbw:.1f} GB/s", source),),
+            expected=f"{m.expected.gbyte_s:.1f} GB/s per PCIe link", expected_source=m.expected.source,
+            remedy=("Expected on GeForce boards (no peer access over PCIe: NCCL uses SHM). Elsewhere check "
+                    "`nvidia-smi topo -p2p r`, ACS and the IOMMU (`ccdiag check`), and NCCL_P2P_DISABLE.")))
     if m.status == "pass":
         findings.append(Finding(
             "bench.nccl", "pass", Component("node", f"nccl-tests {coll}"),

@@ -59,7 +59,7 @@ def judge_against_peers(ms: Iterable[Measurement], group_of: dict[str, str] | No
     for members in groups.values():
         if len(members) < 2:
             for m in members:
-                m.status = PASS if m.gbyte_s and m.gbyte_s > 0 else UNKNOWN
+                m.status = UNKNOWN  # nothing to hold a lone GPU's local copies to: not a pass
                 m.note = m.note or "one GPU of its model: no peer to compare with"
             continue
         med = statistics.median(m.gbyte_s for m in members)
