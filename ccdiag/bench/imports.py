@@ -97,7 +97,8 @@ class NodeExpect:
             return exp.gpu_nic(self.t, gpu, dev), None
         if self.t.has_device(dev):
             return exp.host_nic(self.t, dev), None
-        return None, f"{dev} is not in this topology"
+        return None, (f"{dev} is not in this node's topology, and perftest does not print the port rate: give "
+                      "--replay with a snapshot of the node the run was on")
 
     def uniform_peers(self, labels: Iterable[str]) -> bool:
         return True  # path levels are known: the peer rule compares pairs of one level only
@@ -190,6 +191,8 @@ def from_nvbandwidth(parsed: Any, ex: Any, policy: Any, source: str) -> list[Mea
         for mat in case.matrices:
             if mat.bandwidth_gbyte_s is None:
                 continue  # latency testcases are reported by nvbandwidth itself; nothing to judge
+            if " Total bandwidth" in mat.description:
+                continue  # the sum of a bidirectional case's two per-direction matrices, read above
             bidir = "bidirectional" in name or mat.direction == "both"
             for src, dst, val in _nvb_cells(name, mat):
                 pair = src.startswith("GPU") and dst.startswith("GPU")

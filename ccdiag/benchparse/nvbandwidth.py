@@ -35,12 +35,14 @@ _SUM = re.compile(r"^SUM ([A-Za-z0-9_]{1,200}) (\S{1,60})\s*$")
 _PERF = re.compile(r"^&&&& PERF ([A-Za-z0-9_]{1,200}) (\S{1,60}) ([+-](?:GB/s|ns))\s*$")
 _DESC_UNIT = re.compile(r"\((GB/s|ns)\)\s*$")
 _AXES = re.compile(r"(CPU|GPU)\(row\) (<->|->|<-) (CPU|GPU)\(column\)")
+_VERSION_PAREN = re.compile(r"[0-9]{1,4}\.[0-9]{1,4} \(([0-9]{1,12})\)")
 _DEVICE = re.compile(r"^Device ([0-9]{1,5}): (.{1,300})$")
 _KV = {
     "nvbandwidth Version:": "version",
     "Built from Git version:": "git_version",
     "CUDA Runtime Version:": "cuda_runtime_version",
     "CUDA Driver Version:": "cuda_driver_version",
+    "CUDA Driver Version (API):": "cuda_driver_version",
     "Driver Version:": "driver_version",
 }
 
@@ -261,7 +263,9 @@ class _TextReader:
                 self.seen_tool = self.seen_tool or key == "version"
                 value = s[len(prefix):].strip()
                 if key in ("cuda_runtime_version", "cuda_driver_version"):
-                    self.info[key] = _text.to_int(value, prefix.rstrip(":"), n, line)
+                    # v0.10 prints "13.3 (13030)": the integer is the one in parentheses
+                    m = _VERSION_PAREN.fullmatch(value)
+                    self.info[key] = _text.to_int(m.group(1) if m else value, prefix.rstrip(":"), n, line)
                 else:
                     self.info[key] = value
                 return True
