@@ -157,3 +157,13 @@ def test_bench_and_check_bench_never_ok_with_nothing_measured():
     assert code == 3 and "NOT MEASURED" in out
     code, out, _ = run("check", "--bench", "quick", "--replay", HEALTHY)
     assert "benchmarks: none ran here" in out and "replayed snapshot cannot be measured" in out
+
+
+def test_compare_with_no_fact_in_common_is_unknown(tmp_path):
+    paths = []
+    for i in range(3):
+        p = tmp_path / f"r{i}.json"
+        p.write_text(json.dumps({"schema_version": 1, "kind": "check", "host": {"hostname": f"h{i}"}, "findings": []}))
+        paths.append(str(p))
+    code, out, _ = run("compare", *paths)
+    assert code == 3 and "0 facts compared" in out
