@@ -25,7 +25,7 @@ import time
 REPO = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "bench"))
 
-from results_file import write_result  # noqa: E402
+from results_file import write_result
 
 RESULTS = REPO / "bench" / "results" / "bench_import.json"
 

@@ -25,8 +25,8 @@ present). With ``symmetric=True`` the two directions of a pair count as one figu
 from __future__ import annotations
 
 import statistics
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping
 
 Pair = tuple[str, str]
 

@@ -68,4 +68,4 @@ def test_pure_logic_standard_library_only():
     tree = ast.parse(pathlib.Path(outliers.__file__).read_text())
     mods = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     mods |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
-    assert mods <= {"__future__", "statistics", "dataclasses", "typing"}
+    assert mods <= {"__future__", "statistics", "dataclasses", "typing", "collections.abc"}

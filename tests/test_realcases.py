@@ -11,7 +11,6 @@ import json
 import pathlib
 
 import pytest
-
 from cli_runner import run
 
 TESTS = pathlib.Path(__file__).resolve().parent

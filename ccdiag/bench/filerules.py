@@ -20,7 +20,8 @@ own (judged against its peers), which then counts as judged.
 from __future__ import annotations
 
 import statistics
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ccdiag.bench.result import Measurement
 from ccdiag.bench.thresholds import PEER_FAIL_BELOW

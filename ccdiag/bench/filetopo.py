@@ -15,7 +15,8 @@ direct links rather than NVSwitches. Those paths get no expected rate unless a p
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from ccdiag.bench.result import Expected
 from ccdiag.topology.bandwidth import pcie_gbyte_s

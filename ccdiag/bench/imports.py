@@ -26,11 +26,10 @@ link's rate (nccl-tests issues #153 and #212), so such figures are reported, nev
 from __future__ import annotations
 
 import re
-from typing import Any
-
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Any
 
 from ccdiag.bench import expected as exp
 from ccdiag.bench import filerules
@@ -41,12 +40,12 @@ from ccdiag.bench.result import RAN, BenchResult, Expected, Measurement
 from ccdiag.findings import FAIL, UNKNOWN, WARN, Component, Evidence, Finding
 from ccdiag.topology.catalogue import gpu_by_name, normalize_name
 
-__all__ = ["MatrixTopology", "import_file", "NodeInfo"]
+__all__ = ["MatrixTopology", "NodeInfo", "import_file"]
 
 #: text that shows NCCL was set to, or chose, an algorithm whose busbw is not a link's rate (a
 #: plugin probe such as "Failed to find ncclCollNetPlugin_v10 symbol" says nothing of the kind)
 IN_NETWORK = re.compile(r"NCCL_ALGO=[^\s]*(?:NVLS|Tree|CollNet)|NCCL_COLLNET_ENABLE=1|NCCL_SHARP_ENABLE=1"
-                        r"|\bAlgo (?:NVLS|NVLSTree|CollNet\w*|Tree)\b|NVLS multicast support is available", re.I)
+                        r"|\bAlgo (?:NVLS|NVLSTree|CollNet\w*|Tree)\b|NVLS multicast support is available", re.IGNORECASE)
 
 
 #: NCCL transport lines: a channel "via SHM" between ranks of one node means no peer access
@@ -265,13 +264,13 @@ def _p2p_cell(parsed: Any, ex: Any, policy: Any, source: str, a: str, b: str, ij
         # a P2P-disabled run between GPUs that can reach each other: the user's copies do not take this
         # path, and staged copies behind one PCIe switch share its uplink twice (NVIDIA/nccl#1309), so
         # these figures only serve the enabled-vs-disabled comparison
-        return _judge(m, (None, "P2P disabled on a pair that has peer access: compared with P2P enabled, "
-                                "not held to a rate"), policy)
+        why = "P2P disabled on a pair that has peer access: compared with P2P enabled, not held to a rate"
+        return _judge(m, (None, why), policy)
     if direction == "bidir" and not peer:
         # both directions staged through host memory share it: held to the unidirectional figures
         # (bidirectional below unidirectional), not to a rate
-        return _judge(m, (None, "bidirectional staged copies are compared with the unidirectional ones, "
-                                "not held to a link rate"), policy)
+        why = "bidirectional staged copies are compared with the unidirectional ones, not held to a link rate"
+        return _judge(m, (None, why), policy)
     if peer and said and isinstance(ex, FileTopology):
         return _judge(m, ex.peer(a, b, True, said=True), policy)
     return _judge(m, ex.peer(a, b, peer), policy)
