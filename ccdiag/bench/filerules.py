@@ -52,6 +52,10 @@ def _gpu_index(label: str) -> int | None:
     return int(label[3:]) if label.startswith("GPU") and label[3:].isdigit() else None
 
 
+def _fig(m: Measurement) -> float:
+    return float(m.gbyte_s or 0.0)  # pairs are taken with a figure only (_pairs)
+
+
 def _pairs(ms: list[Measurement]) -> list[Measurement]:
     return [m for m in ms if m.bench == "p2p" and m.src != m.dst and m.gbyte_s is not None]
 
@@ -90,7 +94,7 @@ def peer_relative(ms: list[Measurement], source: str) -> list[Finding]:
     """One GPU slow with every peer, or one pair slow, against the matrix's peer median."""
     out: list[Finding] = []
     for (engine, op, direction, _, level), group in _groups(ms).items():
-        figs = {(m.src, m.dst): m.gbyte_s for m in group}
+        figs = {(m.src, m.dst): _fig(m) for m in group}
         c = classify(figs, fraction=PEER_FAIL_BELOW)
         if not c.judged:
             continue
@@ -99,7 +103,7 @@ def peer_relative(ms: list[Measurement], source: str) -> list[Finding]:
         ref = c.reference or 0.0
         for m in group:
             if m.status == UNKNOWN and (m.expected is None or not m.expected.gbyte_s):
-                ratio = m.gbyte_s / ref
+                ratio = _fig(m) / ref
                 m.status = _peer_status(ratio)
                 m.typical = f">= {PEER_FAIL_BELOW:.0%} of the matrix's peer median"
                 m.threshold_source = f"peer median of {len(c.member_medians)} GPUs in this matrix ({ref:.1f} GB/s)"
@@ -148,17 +152,17 @@ def _by_pair(ms: list[Measurement], pred: Callable[[Measurement], bool]) -> dict
 def enabled_below_disabled(ms: list[Measurement], source: str) -> list[Finding]:
     """P2P enabled slower than P2P disabled (p2pBandwidthLatencyTest): ACS or IOMMU redirect."""
     enabled = _by_pair(ms, lambda m: m.op in ("write", "read") and m.direction == "uni"
-                       and m.extra.get("peer_access", True))
-    staged = _by_pair(ms, lambda m: m.op == "staged" and m.direction == "uni" and m.extra.get("p2p_disabled"))
+                       and bool(m.extra.get("peer_access", True)))
+    staged = _by_pair(ms, lambda m: m.op == "staged" and m.direction == "uni" and bool(m.extra.get("p2p_disabled")))
     slow = [(enabled[k], staged[k]) for k in enabled if k in staged
-            and enabled[k].gbyte_s < ENABLED_BELOW_DISABLED * staged[k].gbyte_s]
+            and _fig(enabled[k]) < ENABLED_BELOW_DISABLED * _fig(staged[k])]
     if not slow:
         return []
     for e, _ in slow:
         e.status = FAIL
         e.note = (e.note + "; " if e.note else "") + "slower with P2P enabled than staged through host memory"
-    med_e = statistics.median(e.gbyte_s for e, _ in slow)
-    med_s = statistics.median(s.gbyte_s for _, s in slow)
+    med_e = statistics.median(_fig(e) for e, _ in slow)
+    med_s = statistics.median(_fig(s) for _, s in slow)
     return [Finding(
         "bench.p2p.redirected", FAIL, Component("node", "p2p"),
         f"P2P enabled is slower than P2P disabled on {len(slow)} of {len(enabled)} pairs (median {med_e:.1f} vs "
@@ -179,7 +183,7 @@ def bidir_below_uni(ms: list[Measurement], source: str) -> list[Finding]:
         if m.direction != "bidir" or m.extra.get("bidir_total_gbyte_s") is None:
             continue
         u = uni.get((m.src, m.dst)) or uni.get((m.dst, m.src))
-        if u is not None and u.op == m.op and m.extra["bidir_total_gbyte_s"] < BIDIR_BELOW_UNI * u.gbyte_s:
+        if u is not None and u.op == m.op and m.extra["bidir_total_gbyte_s"] < BIDIR_BELOW_UNI * _fig(u):
             slow.append((m, u))
     if not slow:
         return []

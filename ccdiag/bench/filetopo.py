@@ -125,8 +125,8 @@ class FileTopology:
                                    "nvidia-smi topo -m)"), None
         if level is not None:
             return self._pcie(model, a, b, level, said)
-        if self._nvswitch_board(model):
-            spec = model.nvlink
+        spec = model.nvlink
+        if spec is not None and self._nvswitch_board(model):
             return Expected(spec.total_gbyte_s, bottleneck=f"{a} NVLink", level=f"NV{spec.links}", kind="nvlink",
                             bottleneck_desc=f"{spec.links} x NVLink{spec.generation}",
                             source=f"catalogue: {model.key}, 8 GPUs on an NVSwitch baseboard, {spec.links} x "

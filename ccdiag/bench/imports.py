@@ -236,7 +236,7 @@ def _cuda_to_label(parsed: Any, topology: Any) -> dict[int, str]:
             key = (int(d.pci_domain_id, 16), int(d.pci_bus_id, 16), int(d.pci_device_id, 16))
         except (TypeError, ValueError):
             key = None
-        out[d.index] = by_bdf.get(key, _gpu(d.index))
+        out[d.index] = by_bdf.get(key, _gpu(d.index)) if key is not None else _gpu(d.index)
     return out
 
 
@@ -317,11 +317,11 @@ def from_perftest(parsed: Any, ex: Any, policy: Any, source: str) -> list[Measur
                     size_bytes=row.size_bytes, note=f"{source} ({parsed.role or 'side unknown'})")
     if parsed.bidirectional:
         m.extra["bidir_total_gbyte_s"] = row.bw_average_gbyte_s
-        m.note += (f"; bidirectional (-b): {row.bw_average_gbyte_s:.2f} GB/s is both directions summed, "
-                   f"{m.gbyte_s:.2f} GB/s each way")
+        m.note = (m.note or "") + (f"; bidirectional (-b): {row.bw_average_gbyte_s:.2f} GB/s is both directions "
+                                   f"summed, {row.bw_average_gbyte_s / 2:.2f} GB/s each way")
     if getattr(parsed, "bw_unit_assumed", False):
-        m.note += (f"; perftest's JSON does not record its unit: read as {parsed.bw_unit} "
-                   "(give --perftest-unit Gb/sec for a run with --report_gbits)")
+        m.note = (m.note or "") + (f"; perftest's JSON does not record its unit: read as {parsed.bw_unit} "
+                                   "(give --perftest-unit Gb/sec for a run with --report_gbits)")
     return [_judge(m, ex.nic(gpu, dev), policy)] if m.gbyte_s is not None else []
 
 
@@ -361,7 +361,7 @@ def _busbw_unknown(m: Measurement, busbw: float, in_network: str | None) -> bool
     e = m.expected
     if not in_network and not (e is not None and e.gbyte_s and busbw > e.gbyte_s and e.kind == "busbw"):
         return False
-    why = (f"the log shows {in_network}" if in_network else
+    why = (f"the log shows {in_network}" if in_network or e is None else
            f"busbw {busbw:.1f} GB/s exceeds the ring's bottleneck link ({e.gbyte_s:.1f} GB/s)")
     m.status = UNKNOWN
     m.note = (f"{m.note}; not judged: {why}: with NVLink SHARP, CollNet or a tree, busbw no longer counts "
@@ -388,7 +388,7 @@ def _nccl_run(run: Any, ex: Any, policy: Any, source: str, transport: tuple[bool
                     direction="ring", engine="import:nccl-tests", gbyte_s=busbw, samples_gbyte_s=(busbw,),
                     size_bytes=row.size_bytes, note=f"{source}; busbw at the largest size")
     if not peer:
-        m.note += "; " + _peer_reason(getattr(ex, "names", {}), why or "no peer access")
+        m.note = (m.note or "") + "; " + _peer_reason(getattr(ex, "names", {}), why or "no peer access")
     found = ex.ring(local, nodes, peer, figure=busbw)
     m.expected = found[0]
     if not _busbw_unknown(m, busbw, in_network):

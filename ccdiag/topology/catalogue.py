@@ -166,7 +166,8 @@ def parse_catalogue(doc: dict) -> Catalogue:
                         tuple(_system(d) for d in doc["systems"]), tuple(sorted(per_gen.items())), srcs)
     except (KeyError, TypeError, ValueError) as exc:
         raise CatalogueError(f"hardware catalogue: {type(exc).__name__}: {exc}") from None
-    unsourced = [e.key for e in (*cat.gpus, *cat.nics, *cat.systems) if not e.sources]
+    entries: tuple[GpuModel | NicModel | SystemModel, ...] = (*cat.gpus, *cat.nics, *cat.systems)
+    unsourced = [e.key for e in entries if not e.sources]
     if unsourced:
         raise CatalogueError(f"hardware catalogue entries without a source: {', '.join(unsourced)}")
     return cat
