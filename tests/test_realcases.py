@@ -13,6 +13,8 @@ import pathlib
 import pytest
 from cli_runner import run
 
+from ccdiag.report import validate
+
 TESTS = pathlib.Path(__file__).resolve().parent
 REAL = TESTS / "fixtures" / "realcases"
 CORPUS = TESTS / "fixtures" / "corpus"
@@ -144,6 +146,7 @@ def test_no_ok_with_nothing_judged_on_any_file(way):
         if code == 2:
             assert "line " in err, (path.name, err)
             continue
+        validate(doc)
         judged = [m for r in doc["bench"] for m in r["measurements"] if m["status"] in ("pass", "warn", "fail")]
         if code == 0:
             assert judged, f"{path.name}: OK with 0 figures judged ({way})"

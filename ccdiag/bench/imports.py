@@ -147,16 +147,13 @@ def choose(topology: Any, names: dict[str, str], hosts: list[str], node: NodeInf
 
 def _judge(m: Measurement, ex: tuple[Expected | None, str | None], policy: Any) -> Measurement:
     m.expected, why = ex
-    if m.expected is not None and m.direction == "bidir" and m.expected.kind == "nvlink":
-        # each direction of a bidirectional NVLink copy is held to its own, looser fractions
-        e = m.expected
-        m.expected = Expected(e.gbyte_s, e.current_gbyte_s, e.bottleneck, e.current_bottleneck, e.bottleneck_desc,
-                              e.current_desc, e.level, "nvlink_bidir", e.source, e.links)
     if m.expected is None:
         m.status = UNKNOWN
         m.note = (m.note + "; " if m.note else "") + (why or "no expected value")
         return m
-    return judge(m, policy)
+    # each direction of a bidirectional NVLink copy is held to its own, looser fractions
+    bidir_nvlink = m.direction == "bidir" and m.expected.kind == "nvlink"
+    return judge(m, policy, "nvlink_bidir" if bidir_nvlink else None)
 
 
 def _gpu(i: Any) -> str:

@@ -20,8 +20,9 @@ from ccdiag.findings import FAIL, PASS, UNKNOWN, WARN
 ABOVE_CAPABILITY = 1.05
 
 
-def judge(m: Measurement, policy: Any = None) -> Measurement:
-    """Fill ``ratio``, ``ratio_current``, ``status``, ``typical`` from ``m.expected``."""
+def judge(m: Measurement, policy: Any = None, kind: str | None = None) -> Measurement:
+    """Fill ``ratio``, ``ratio_current``, ``status``, ``typical`` from ``m.expected``; ``kind`` names
+    other thresholds than the path's own (each direction of a bidirectional NVLink copy)."""
     e = m.expected
     if m.gbyte_s is None:
         m.status = UNKNOWN
@@ -30,7 +31,7 @@ def judge(m: Measurement, policy: Any = None) -> Measurement:
         m.status = UNKNOWN
         m.note = m.note or "no expected value: the topology does not know this path's links"
         return m
-    th = fractions(e.kind, policy)
+    th = fractions(kind or e.kind, policy)
     m.ratio = m.gbyte_s / e.gbyte_s
     if m.ratio > ABOVE_CAPABILITY:
         # faster than the path's slowest link can carry: the topology does not describe the path this
