@@ -133,10 +133,10 @@ def _folded_line(cause: Finding, problems: list[Finding]) -> str | None:
     for (name, status), checks in groups.items():
         by_checks.setdefault((tuple(checks), status), []).append(name)
     parts = []
-    for (checks, status), names in by_checks.items():
+    for (check_ids, status), names in by_checks.items():
         shown = ", ".join(names[:FOLDED_NAMES]) + (f" and {len(names) - FOLDED_NAMES} more" if len(names) > FOLDED_NAMES
                                                   else "")
-        parts.append(f"{', '.join(checks)} {shown} ({status})")
+        parts.append(f"{', '.join(check_ids)} {shown} ({status})")
     return f"  + {len(effects)} follow{'s' if len(effects) == 1 else ''} from it: " + "; ".join(parts)
 
 

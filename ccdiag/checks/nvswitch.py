@@ -32,7 +32,8 @@ from ccdiag.checks import CheckContext, check
 from ccdiag.checks.common import NODE, nvml_gate, nvswitches_on_pci
 from ccdiag.checks.xid import human_age
 from ccdiag.findings import FAIL, PASS, SKIP, UNKNOWN, WARN, Component, Evidence, Finding
-from ccdiag.model import normalize_bdf
+from ccdiag.probenames import PROBE_KMSG, PROBE_NVML, PROBE_PCIE
+from ccdiag.readings import normalize_bdf
 
 CATALOGUE_SOURCE = ("ccdiag SXid catalogue (ccdiag/data/sxid_catalog.json, from NVIDIA's Fabric Manager user guide, "
                     "'NVSwitch SXid Errors')")
@@ -94,7 +95,7 @@ _REMEDY = {
 
 
 def _sxid_events(ctx: CheckContext) -> tuple[dict[tuple[str, int], list], int, Any]:
-    km = ctx.data("kmsg")
+    km = ctx.data(PROBE_KMSG)
     groups: dict[tuple[str, int], list] = {}
     older = 0
     if km is None:
@@ -135,7 +136,7 @@ def _sxid_finding(bdf: str, code: int, events: list, source: str, window_s: floa
                             "switch_ports": links, "count": len(events)})
 
 
-@check("nvswitch.sxid", uses=("kmsg", "pcie", "nvml"))
+@check("nvswitch.sxid", uses=(PROBE_KMSG, PROBE_PCIE, PROBE_NVML))
 def check_sxid(ctx: CheckContext) -> list[Finding]:
     """NVSwitch errors (SXids) in the kernel log within the policy window, one finding per switch
     and code, judged by the Fabric Manager user guide's class of the code."""
@@ -145,7 +146,7 @@ def check_sxid(ctx: CheckContext) -> list[Finding]:
     if km is None:
         if not switches:
             return [Finding(cid, SKIP, NODE, "No NVSwitch on this node and no kernel log read.")]
-        run = ctx.runs.get("kmsg")
+        run = ctx.runs.get(PROBE_KMSG)
         why = f"{run.status}: {run.error or ''}".strip() if run is not None else "the kmsg probe was not run"
         return [Finding(cid, UNKNOWN, NODE, f"NVSwitch present but the kernel log was not read ({why}); SXids not "
                         "judged.", remedy="Run as root, or allow reading the kernel log "
@@ -168,12 +169,12 @@ def check_sxid(ctx: CheckContext) -> list[Finding]:
 def known_switches(ctx: CheckContext) -> set[str]:
     """Every NVSwitch address the node shows: PCI, the far end of active GPU links, SXid lines."""
     out = {normalize_bdf(d.bdf) for d in nvswitches_on_pci(ctx)}
-    nvml = ctx.data("nvml")
+    nvml = ctx.data(PROBE_NVML)
     for g in getattr(nvml, "gpus", ()) or ():
         for lk in g.nvlinks:
             if lk.active and lk.remote_device_type == "switch" and not is_placeholder(lk.remote_bus_id):
                 out.add(normalize_bdf(lk.remote_bus_id))
-    km = ctx.data("kmsg")
+    km = ctx.data(PROBE_KMSG)
     for ev in getattr(km, "events", ()) or ():
         if ev.kind == "sxid" and ev.bdf and not is_placeholder(ev.bdf):
             out.add(ev.bdf)
@@ -213,7 +214,7 @@ def links_behind(gpus: list, switches: set[str]) -> tuple[dict[str, list], dict[
     return down, dict(active)
 
 
-@check("nvswitch.links_down", needs=("nvml",), uses=("pcie", "kmsg"), what="NVSwitch links")
+@check("nvswitch.links_down", needs=(PROBE_NVML,), uses=(PROBE_PCIE, PROBE_KMSG), what="NVSwitch links")
 def check_links_down(ctx: CheckContext) -> list[Finding]:
     """An NVSwitch that two or more GPUs lost links to is the component to act on; one GPU with
     links down towards a switch the others still reach is that GPU's fault (``nvlink.down``)."""

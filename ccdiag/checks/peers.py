@@ -16,7 +16,8 @@ from typing import Any
 from ccdiag.checks import CheckContext, check
 from ccdiag.checks.common import NODE, gpu_activity, gpu_component, nvml_gate
 from ccdiag.findings import FAIL, PASS, SKIP, WARN, Component, Evidence, Finding
-from ccdiag.model import normalize_bdf
+from ccdiag.probenames import PROBE_INFINIBAND, PROBE_NVML, PROBE_PCIE
+from ccdiag.readings import normalize_bdf
 
 PEERS = "the other GPUs of this node (no policy needed)"
 #: a power limit this far below its same-model peers' is a cap someone set, not rounding
@@ -36,7 +37,7 @@ def _usable(nvml: Any) -> list:
     return [g for g in sorted(nvml.gpus, key=lambda g: g.index) if not g.failed]
 
 
-@check("gpu.peer_model", needs=("nvml",))
+@check("gpu.peer_model", needs=(PROBE_NVML,))
 def peer_model(ctx: CheckContext) -> list[Finding]:
     """One GPU of another model than the rest of the node (an H800 among H100s): jobs sized for the
     node run at the slowest model's speed, and NCCL's tuning assumes one model."""
@@ -68,7 +69,7 @@ def peer_model(ctx: CheckContext) -> list[Finding]:
             for g in gpus if g.name != common]
 
 
-@check("gpu.peer_power", needs=("nvml",))
+@check("gpu.peer_power", needs=(PROBE_NVML,))
 def peer_power(ctx: CheckContext) -> list[Finding]:
     """A power limit below the same-model peers' (350 W beside 700 W): that GPU throttles first and
     holds back every collective the node runs."""
@@ -123,7 +124,7 @@ def _clock_finding(cid: str, g: Any, what: str, fn: str, mhz: int, want: int, n:
         details={"clock": what, "mhz": mhz, "peers_mhz": want})
 
 
-@check("gpu.peer_clocks", needs=("nvml",))
+@check("gpu.peer_clocks", needs=(PROBE_NVML,))
 def peer_clocks(ctx: CheckContext) -> list[Finding]:
     """A GPU whose SM clock is set (applications clock) or able (maximum clock) to run slower than
     its same-model peers': every collective then runs at that GPU's pace."""
@@ -159,7 +160,7 @@ def _idle_gens(gpus: list) -> dict[int, int]:
             if gpu_activity(g) == "idle" and g.pcie_gen_current is not None}
 
 
-@check("pcie.peer_gen", needs=("nvml",), what="idle PCIe generation against peers")
+@check("pcie.peer_gen", needs=(PROBE_NVML,), what="idle PCIe generation against peers")
 def peer_gen(ctx: CheckContext) -> list[Finding]:
     """An idle GPU whose PCIe link sits at a lower generation than its idle same-model peers'. Idle
     GPUs lower their link speed to save power, all alike; when the peers idle at Gen5 and one GPU
@@ -209,7 +210,7 @@ def peer_gen(ctx: CheckContext) -> list[Finding]:
 def _rdma_nics(ctx: CheckContext) -> list:
     """The topology's NICs that the InfiniBand probe shows as RDMA devices (rail NICs); a
     management Ethernet port is no rail."""
-    ib = ctx.data("infiniband")
+    ib = ctx.data(PROBE_INFINIBAND)
     names = {d.name for d in getattr(ib, "devices", ()) or ()}
     topo = ctx.topology
     return [n for n in topo.nics() if n.label in names] if topo is not None else []
@@ -253,7 +254,7 @@ def _rail_nic_findings(topo: Any, ctx: CheckContext) -> list[Finding]:
     return out
 
 
-@check("ib.rail_socket", uses=("infiniband", "pcie"))
+@check("ib.rail_socket", uses=(PROBE_INFINIBAND, PROBE_PCIE))
 def rail_socket(ctx: CheckContext) -> list[Finding]:
     """On a node with one rail NIC per GPU, each socket has as many NICs as GPUs; a NIC on the other
     socket is the misplaced part (the GPUs that then reach a NIC across the CPU follow from it)."""

@@ -14,6 +14,7 @@ from typing import Any
 from ccdiag.checks import CheckContext, check
 from ccdiag.checks.common import NODE, node_component
 from ccdiag.findings import FAIL, PASS, SKIP, UNKNOWN, WARN, Evidence, Finding
+from ccdiag.probenames import PROBE_INFINIBAND, PROBE_NVML, PROBE_PCIE, PROBE_SYSTEM
 
 #: CUDA "GPUDirect RDMA" guide, Design Considerations, Supported Systems: GPUDirect RDMA relies on
 #: every PCI device seeing the same physical addresses, so an IOMMU doing any translation other than
@@ -25,27 +26,27 @@ IOMMU_SOURCE = "/sys/kernel/iommu_groups/*/type, /sys/class/iommu, /proc/cmdline
 
 def _rdma_in_use(ctx: CheckContext) -> tuple[list[str], list[str]]:
     """Active RDMA ports, and the GPUDirect module loaded: what makes IOMMU translation matter."""
-    ib = ctx.data("infiniband")
+    ib = ctx.data(PROBE_INFINIBAND)
     ports = [f"{d.name}/{p.port}" for d in getattr(ib, "devices", ()) or () for p in d.ports
              if (p.state or "").upper() == "ACTIVE"]
-    sysobs = ctx.data("system")
+    sysobs = ctx.data(PROBE_SYSTEM)
     mods = [m for m in PEERMEM if m in (getattr(sysobs, "modules", ()) or ())]
     return ports, mods
 
 
 def _gpu_count(ctx: CheckContext) -> int:
-    nvml = ctx.data("nvml")
+    nvml = ctx.data(PROBE_NVML)
     if nvml is not None and nvml.gpus:
         return len(nvml.gpus)
     pcie = ctx.pcie
     return sum(1 for d in getattr(pcie, "devices", ()) or () if d.kind == "gpu")
 
 
-@check("platform.iommu", needs=("system",), uses=("infiniband", "nvml", "pcie"), what="IOMMU mode")
+@check("platform.iommu", needs=(PROBE_SYSTEM,), uses=(PROBE_INFINIBAND, PROBE_NVML, PROBE_PCIE), what="IOMMU mode")
 def iommu(ctx: CheckContext) -> list[Finding]:
     """The IOMMU must not translate GPU and NIC addresses where GPUDirect RDMA is used."""
     cid = "platform.iommu"
-    sysobs = ctx.data("system")
+    sysobs = ctx.data(PROBE_SYSTEM)
     if _gpu_count(ctx) == 0:
         return [Finding(cid, SKIP, NODE, "No GPU on this node; the IOMMU mode does not affect GPUDirect here.")]
     mode = sysobs.iommu
@@ -91,12 +92,12 @@ def _init_ports(ib: Any) -> list[tuple[Any, Any]]:
     return out
 
 
-@check("ib.subnet_manager", needs=("infiniband",), what="InfiniBand subnet manager")
+@check("ib.subnet_manager", needs=(PROBE_INFINIBAND,), what="InfiniBand subnet manager")
 def subnet_manager(ctx: CheckContext) -> list[Finding]:
     """InfiniBand ports whose physical link is up stay INIT until a subnet manager assigns them a LID
     and activates them: several INIT ports that know of no SM are one fault, the missing SM."""
     cid = "ib.subnet_manager"
-    ib = ctx.data("infiniband")
+    ib = ctx.data(PROBE_INFINIBAND)
     ib_ports = [(d, p) for d in ib.devices for p in d.ports if (p.link_layer or "InfiniBand") == "InfiniBand"]
     if not ib_ports:
         return [Finding(cid, SKIP, NODE, "No InfiniBand port (Ethernet/RoCE needs no subnet manager).")]

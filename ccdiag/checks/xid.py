@@ -19,7 +19,8 @@ from typing import Any
 from ccdiag.checks import CheckContext, check
 from ccdiag.checks.common import NODE, gpu_by_bdf, gpu_component, nvml_gate, policy_source
 from ccdiag.findings import FAIL, PASS, SKIP, UNKNOWN, WARN, Component, Evidence, Finding
-from ccdiag.model import normalize_bdf
+from ccdiag.readings import normalize_bdf
+from ccdiag.probenames import PROBE_KMSG, PROBE_NVML
 
 CATALOGUE_SOURCE = ("ccdiag XID catalogue (ccdiag/data/xid_catalog.json, from NVIDIA's XID catalogue, DCGM, "
                     "k8s-device-plugin)")
@@ -198,7 +199,7 @@ def _no_xid(ctx: CheckContext, cid: str, kmsg: Any, w: _Window, source: str) -> 
 
 
 def _kmsg_unusable(ctx: CheckContext, cid: str) -> Finding:
-    run = ctx.runs.get("kmsg")
+    run = ctx.runs.get(PROBE_KMSG)
     if run is None:
         return Finding(cid, SKIP, NODE, "Not evaluated: the kmsg probe was not run.")
     why = f"{run.status}: {run.error or ''}".strip()
@@ -207,12 +208,12 @@ def _kmsg_unusable(ctx: CheckContext, cid: str) -> Finding:
                    remedy="Run as root, or allow reading the kernel log (sysctl kernel.dmesg_restrict=0).")
 
 
-@check("xid.recent", uses=("kmsg", "nvml"))
+@check("xid.recent", uses=(PROBE_KMSG, PROBE_NVML))
 def check_xids(ctx: CheckContext) -> list[Finding]:
     """XIDs in the kernel log within the policy window, one finding per GPU and XID code."""
     cid = "xid.recent"
     nvml, gated = nvml_gate(ctx, cid)
-    kmsg = ctx.data("kmsg")
+    kmsg = ctx.data(PROBE_KMSG)
     no_xids = kmsg is None or not any(_xid_code(e) is not None for e in kmsg.events)
     if gated and gated[0].status == SKIP and no_xids:
         return gated  # no GPU here and nothing in the log that says otherwise
