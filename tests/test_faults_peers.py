@@ -62,3 +62,17 @@ def test_an_sm_clock_set_below_same_model_peers_fails():
     assert got == [("gpu.peer_clocks", 1, "applications SM clock", 1410, 1980)]
     healthy = [f.status for f in N.result("healthy").findings if f.check == "gpu.peer_clocks"]
     assert healthy == [PASS]
+
+
+def test_the_hardware_catalogue_comes_first_for_thermal_limits():
+    """H800: the catalogue has its limits (a real nvidia-smi -q); the H100 comes from the small table."""
+    import dataclasses as dc
+
+    from ccdiag.checks.gpu import _with_thermal_limits
+    from ccdiag.probes.nvml import Gpu
+
+    g, src = _with_thermal_limits(Gpu(index=0, name="NVIDIA H800"))
+    assert (g.temp_shutdown_c, g.temp_slowdown_c) == (92, 89) and src.startswith("hardware catalogue")
+    g, src = _with_thermal_limits(dc.replace(g, name="NVIDIA H100 80GB HBM3", temp_shutdown_c=None,
+                                             temp_slowdown_c=None, temp_gpu_max_c=None))
+    assert g.temp_shutdown_c == 92 and "gpu_thermal_limits.json" in src

@@ -22,6 +22,7 @@ from ccdiag.checks.common import (NODE, NVML, gpu_by_bdf, gpu_component, node_co
                                   nvml_gate, nvswitches_on_pci, per_gpu, policy_source, read_error)
 from ccdiag.findings import FAIL, PASS, SKIP, UNKNOWN, WARN, Component, Evidence, Finding
 from ccdiag.probes.nvml import decode_fabric_health
+from ccdiag.topology.catalogue import gpu_by_name
 from ccdiag.readings import normalize_bdf
 from ccdiag.probes.nvml import clock_event_names
 from ccdiag.probenames import PROBE_NVML, PROBE_PCIE, PROBE_SYSTEM
@@ -527,10 +528,18 @@ def thermal_limits() -> dict[str, dict]:
 
 
 def _with_thermal_limits(g: Any) -> tuple[Any, str]:
-    """``g`` with the table's limits where NVML reported none at all, and who says so."""
+    """``g`` with known limits where NVML reported none at all, and who says so: the hardware
+    catalogue first, then ccdiag/data/gpu_thermal_limits.json for models the catalogue has no
+    limits for yet (its entries belong in the catalogue)."""
     own = "the GPU's own limits (NVML temperature thresholds)"
     if g.temp_slowdown_c is not None or g.temp_shutdown_c is not None or g.temp_gpu_max_c is not None:
         return g, own
+    model = gpu_by_name(g.name)
+    if model is not None and model.thermal("slowdown") is not None and model.thermal("shutdown") is not None:
+        g = dataclasses.replace(g, temp_slowdown_c=model.thermal("slowdown"), temp_shutdown_c=model.thermal("shutdown"),
+                                temp_gpu_max_c=model.thermal("max_operating"),
+                                temp_mem_max_c=g.temp_mem_max_c or model.thermal("memory_max_operating"))
+        return g, f"hardware catalogue ({model.key}: {'; '.join(model.sources)})"
     entry = thermal_limits().get(g.name or "")
     if entry is None:
         return g, own
