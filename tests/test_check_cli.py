@@ -10,7 +10,8 @@ import pathlib
 import pytest
 
 from ccdiag import checks
-from ccdiag.checkrun import EnvFileError, evaluate, exit_code_for, parse_env_file
+from ccdiag.checkrun import evaluate, exit_code_for
+from ccdiag.envfile import EnvFileError, parse_env_file
 from ccdiag.exitcodes import ExitCode
 from ccdiag.findings import FAIL, PASS, SKIP, UNKNOWN, WARN, Component, Evidence, Finding
 from ccdiag.host import ReplayHost
@@ -124,7 +125,7 @@ def test_each_finding_is_printed_once_in_lines_that_fit_100_columns():
     lines = out.splitlines()
     assert max(len(line) for line in lines) <= 100, max(lines, key=len)
     headings = [line for line in lines if re.match(r"^(FAIL|WARN|UNKNOWN) [a-z_]+\.[a-z_.]+ ", line)]
-    assert len(headings) == len(set(headings)) and headings[0].startswith("FAIL gpu.lost GPU6")
+    assert len(headings) == len(set(headings)) and headings[0].startswith("FAIL xid.recent GPU6")
     assert sum(line.startswith("FAIL pcie.acs") for line in lines) == 1
     # the evidence wraps, hanging under its label, and reads back whole
     long_path = "/sys/class/infiniband/mlx5_1/ports/1/counters/link_error_recovery"

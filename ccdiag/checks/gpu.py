@@ -10,23 +10,31 @@ action) fails a node; idle clocks, software power capping and historic counts ne
 
 from __future__ import annotations
 
+import dataclasses
+import json
+from collections import Counter
+from functools import lru_cache
+from importlib import resources
 from typing import Any
 
 from ccdiag.checks import CheckContext, check
-from ccdiag.checks.common import (NODE, NVML, gpu_by_bdf, gpu_component, not_read, nvidia_pci_gpus, nvml_gate,
-                                  nvswitches_on_pci, per_gpu, policy_source, read_error)
+from ccdiag.checks.common import (NODE, NVML, gpu_by_bdf, gpu_component, node_component, not_read, nvidia_pci_gpus,
+                                  nvml_gate, nvswitches_on_pci, per_gpu, policy_source, read_error)
 from ccdiag.findings import FAIL, PASS, SKIP, UNKNOWN, WARN, Component, Evidence, Finding
-from ccdiag.model import normalize_bdf
+from ccdiag.probes.nvml import decode_fabric_health
+from ccdiag.topology.catalogue import gpu_by_name
+from ccdiag.readings import normalize_bdf
 from ccdiag.probes.nvml import clock_event_names
+from ccdiag.probenames import PROBE_NVML, PROBE_PCIE, PROBE_SYSTEM
 from ccdiag.probing import TIMEOUT, UNAVAILABLE
 
 # ----------------------------------------------------------------------------- presence / driver
 
-@check("gpu.driver_unavailable", uses=("nvml", "pcie"))
+@check("gpu.driver_unavailable", uses=(PROBE_NVML, PROBE_PCIE))
 def check_driver(ctx: CheckContext) -> list[Finding]:
     """NVML must answer when the bus shows NVIDIA GPUs: a missing or hung driver makes every GPU unusable."""
     cid = "gpu.driver_unavailable"
-    run = ctx.runs.get("nvml")
+    run = ctx.runs.get(PROBE_NVML)
     pci = nvidia_pci_gpus(ctx)
     expected = ctx.policy.expected_gpu_count
     if run is not None and run.usable:
@@ -68,7 +76,7 @@ def _container_restricted(ctx: CheckContext) -> str | None:
     """NVIDIA_VISIBLE_DEVICES limits what NVML shows inside a container while sysfs still lists
     every GPU on the host; comparing the two there would be a false alarm."""
     env = dict(ctx.env)
-    sysobs = ctx.data("system")
+    sysobs = ctx.data(PROBE_SYSTEM)
     if sysobs is not None and sysobs.environ:
         env = {**sysobs.environ, **env}
     val = env.get("NVIDIA_VISIBLE_DEVICES")
@@ -77,7 +85,7 @@ def _container_restricted(ctx: CheckContext) -> str | None:
     return None
 
 
-@check("gpu.count", needs=("nvml",), uses=("pcie",))
+@check("gpu.count", needs=(PROBE_NVML,), uses=(PROBE_PCIE,))
 def check_count(ctx: CheckContext) -> list[Finding]:
     """The GPUs NVML sees, the GPUs on the PCI bus and the policy's count must agree; a GPU can
     drop out of the driver without any XID (seen in the field), and only PCI still shows it."""
@@ -149,15 +157,15 @@ def check_count(ctx: CheckContext) -> list[Finding]:
                            expected_source="PCI enumeration" if pci is not None else "nvmlDeviceGetCount()",
                            remedy="See gpu.lost: drain the node, then reset or reboot."))
     if not out:
-        ev = [Evidence("GPU count", n, "nvmlDeviceGetCount()")]
+        seen: list[Evidence] = [Evidence("GPU count", n, "nvmlDeviceGetCount()")]
         if pci is not None:
-            ev.append(Evidence("NVIDIA GPUs on PCI", len(pci), "/sys/bus/pci/devices"))
+            seen.append(Evidence("NVIDIA GPUs on PCI", len(pci), "/sys/bus/pci/devices"))
         summary = f"{n} GPU(s) visible to NVML"
         if restricted is not None:
             summary += f" (container restricted to NVIDIA_VISIBLE_DEVICES={restricted}; PCI not compared)"
         elif pci is not None:
             summary += ", matching PCI"
-        out.append(Finding(cid, PASS, NODE, summary + ".", evidence=tuple(ev),
+        out.append(Finding(cid, PASS, NODE, summary + ".", evidence=tuple(seen),
                            expected=f"{expected} GPUs" if expected is not None else None,
                            expected_source=policy_source(ctx) if expected is not None else None))
     return out
@@ -172,14 +180,20 @@ FAILED_STATES = {
 }
 
 
-@check("gpu.lost", needs=("nvml",))
+@check("gpu.lost", needs=(PROBE_NVML,))
 def check_lost(ctx: CheckContext) -> list[Finding]:
     """A GPU whose NVML calls fail with GPU_IS_LOST / unknown error / timeout is unusable until reset."""
     cid = "gpu.lost"
 
     def judge(g, _nvml):
+        later = _later_same_gpu(ctx, g)
+        when = ""
+        if not g.failed and later is not None and later.failed:
+            g, when = dataclasses.replace(later, index=g.index, uuid=g.uuid or later.uuid,
+                                          bus_id=g.bus_id or later.bus_id), " (lost during the counter window)"
         if not g.failed:
-            return [Finding(cid, PASS, gpu_component(g), f"GPU{g.index} answers NVML.")]
+            seen = " in both samples" if later is not None else ""
+            return [Finding(cid, PASS, gpu_component(g), f"GPU{g.index} answers NVML{seen}.")]
         errs = [e for e in g.errors if e.kind == g.failed][:3]
         ev = tuple(Evidence("NVML error", f"{e.kind}: {e.message}", e.source) for e in errs) or (
             Evidence("GPU state", g.failed, NVML),)
@@ -188,7 +202,7 @@ def check_lost(ctx: CheckContext) -> list[Finding]:
             ev += (Evidence("bus id", g.bus_id, inferred[0].message),)
         reboot = g.failed in ("gpu_lost",)
         state = FAILED_STATES.get(g.failed, f"failed ({g.failed})")
-        return [Finding(cid, FAIL, gpu_component(g), f"GPU{g.index} is {state}.",
+        return [Finding(cid, FAIL, gpu_component(g), f"GPU{g.index} is {state}{when}.",
                         evidence=ev, expected="GPU answers NVML",
                         remedy=("Drain the node, then reboot it (a GPU lost from the bus rarely comes back with a "
                                 "reset)."
@@ -203,7 +217,7 @@ def _norm_version(v: str | None) -> str | None:
     return v.strip() if v and v.strip() else None
 
 
-@check("gpu.driver_version", needs=("nvml",), uses=("system",))
+@check("gpu.driver_version", needs=(PROBE_NVML,), uses=(PROBE_SYSTEM,))
 def check_driver_version(ctx: CheckContext) -> list[Finding]:
     """The user-space driver (NVML) and the loaded kernel module must be the same release; a
     mismatch is what an upgrade without reboot or a container with foreign libraries leaves."""
@@ -211,7 +225,7 @@ def check_driver_version(ctx: CheckContext) -> list[Finding]:
     nvml, gated = nvml_gate(ctx, cid)
     if gated:
         return gated
-    sysobs = ctx.data("system")
+    sysobs = ctx.data(PROBE_SYSTEM)
     user = _norm_version(nvml.driver_version)
     kernel = _norm_version(sysobs.nvidia_driver_version) if sysobs is not None else None
     ev = (Evidence("NVML driver version", user, "nvmlSystemGetDriverVersion()"),
@@ -232,7 +246,7 @@ def check_driver_version(ctx: CheckContext) -> list[Finding]:
 ECC_FN = ("nvmlDeviceGetTotalEccErrors", "nvmlDeviceGetMemoryErrorCounter")
 
 
-@check("gpu.ecc", needs=("nvml",))
+@check("gpu.ecc", needs=(PROBE_NVML,))
 def check_ecc(ctx: CheckContext) -> list[Finding]:
     """Volatile (since last reset) uncorrectable ECC errors mean corrupted results are possible
     now; aggregate (lifetime) ones are history that the row remapper should have dealt with."""
@@ -265,17 +279,35 @@ def check_ecc(ctx: CheckContext) -> list[Finding]:
         if g.ecc_mode_current is False:
             out.append(_ecc_disabled(cid, g))
         if (g.ecc_aggregate_uncorrected or 0) > 0:
-            out.append(Finding(cid, WARN, comp,
-                               f"GPU{g.index} had {g.ecc_aggregate_uncorrected} uncorrected ECC error(s) in its "
-                               "lifetime (none since the last reset).", evidence=ev,
-                               expected="0 uncorrected ECC errors over the GPU's life",
-                               remedy="History, not a current fault: confirm gpu.remapped_rows passes (no pending or "
-                                      "failed remap) and watch for new errors."))
+            out.append(_ecc_lifetime(cid, g, comp, ev))
         if not out:
             out.append(Finding(cid, PASS, comp, f"GPU{g.index}: no uncorrected ECC errors.", evidence=ev))
         return out
 
     return per_gpu(ctx, cid, judge)
+
+
+def _ecc_lifetime(cid: str, g: Any, comp: Component, ev: tuple) -> Finding:
+    """Uncorrected ECC errors in the GPU's life, none since its last reset. With no remap or page
+    retirement pending either, the memory was already repaired: history, so a pass with a note (a
+    warning here would fail ``--strict`` for the rest of the GPU's life). A repair still pending
+    keeps it a warning (gpu.remapped_rows fails it)."""
+    pending = [what for what, v in (("row remap pending", g.remapped_rows_pending),
+                                    ("row remap failed", g.remapped_rows_failure),
+                                    ("page retirement pending", g.retired_pages_pending)) if v]
+    ev = ev + (Evidence("repair pending", ", ".join(pending) or "none",
+                        f"nvmlDeviceGetRemappedRows({g.index}) / nvmlDeviceGetRetiredPagesPendingStatus"),)
+    n = g.ecc_aggregate_uncorrected
+    if pending:
+        return Finding(cid, WARN, comp, f"GPU{g.index} had {n} uncorrected ECC error(s) in its lifetime and its "
+                       f"repair is not done ({', '.join(pending)}).", evidence=ev,
+                       expected="no pending memory repair", expected_source="NVIDIA GPU memory error management",
+                       remedy="See gpu.remapped_rows: reset the GPU when idle so the pending repair takes effect.")
+    return Finding(cid, PASS, comp, f"GPU{g.index}: no uncorrected ECC error since its last reset (note: {n} in its "
+                   "lifetime, repaired: no remap or retirement pending).", evidence=ev,
+                   expected="0 volatile uncorrected ECC errors, no repair pending",
+                   expected_source="NVIDIA GPU memory error management (row remapping repairs lifetime errors)",
+                   details={"lifetime_uncorrected": n})
 
 
 def _ecc_disabled(cid: str, g: Any) -> Finding:
@@ -285,8 +317,21 @@ def _ecc_disabled(cid: str, g: Any) -> Finding:
                    remedy=f"nvidia-smi -i {g.index} -e 1, then reset the GPU or reboot.")
 
 
+def _later_same_gpu(ctx: CheckContext, g: Any) -> Any:
+    """GPU ``g`` in the window's second sample, by index and, when both have one, the same UUID or
+    bus id (a lost GPU answers neither its UUID nor always its bus id)."""
+    later = ctx.later_data(PROBE_NVML)
+    for lg in getattr(later, "gpus", ()) or ():
+        if lg.index != g.index:
+            continue
+        if lg.uuid and g.uuid and lg.uuid != g.uuid:
+            return None
+        return lg
+    return None
+
+
 def _later_gpu(ctx: CheckContext, g: Any) -> Any:
-    later = ctx.later_data("nvml")
+    later = ctx.later_data(PROBE_NVML)
     if later is None:
         return None
     for lg in later.gpus:
@@ -303,7 +348,7 @@ ROW_REMAP_UNCORRECTABLE_WARN = 512
 RETIRED_TABLE_FULL = 62
 
 
-@check("gpu.remapped_rows", needs=("nvml",))
+@check("gpu.remapped_rows", needs=(PROBE_NVML,))
 def check_remapped_rows(ctx: CheckContext) -> list[Finding]:
     """Row remapping (Ampere+) and page retirement (earlier GPUs) take bad memory out of service,
     but only after a GPU reset; a pending remap or retirement means the bad memory is still in use."""
@@ -377,7 +422,7 @@ def _judge_retired(cid: str, g: Any, comp: Component) -> Finding:
     return Finding(cid, PASS, comp, f"GPU{g.index}: {total} retired page(s), none pending.", evidence=ev)
 
 
-@check("gpu.recovery_action", needs=("nvml",))
+@check("gpu.recovery_action", needs=(PROBE_NVML,))
 def check_recovery_action(ctx: CheckContext) -> list[Finding]:
     """The driver's own verdict on what the GPU needs (reset, reboot, drain); DCGM once reported
     healthy while this said reset, so it is read directly."""
@@ -429,7 +474,7 @@ def is_fault_reason(name: str) -> bool:
     return name.startswith("hw_") or name.startswith("sw_thermal")
 
 
-@check("gpu.clocks", needs=("nvml",))
+@check("gpu.clocks", needs=(PROBE_NVML,))
 def check_clocks(ctx: CheckContext) -> list[Finding]:
     """Clocks held down by hardware (thermal, power brake) slow every collective the GPU joins."""
     cid = "gpu.clocks"
@@ -472,7 +517,39 @@ def check_clocks(ctx: CheckContext) -> list[Finding]:
 SLOWDOWN_MARGIN_C = 5.0
 
 
-@check("gpu.temperature", needs=("nvml",))
+THERMAL_TABLE = "ccdiag/data/gpu_thermal_limits.json"
+
+
+@lru_cache(maxsize=1)
+def thermal_limits() -> dict[str, dict]:
+    """Temperature limits by NVML model name, for GPUs whose NVML gives no thresholds."""
+    text = resources.files("ccdiag").joinpath("data/gpu_thermal_limits.json").read_text(encoding="utf-8")
+    return json.loads(text)["models"]
+
+
+def _with_thermal_limits(g: Any) -> tuple[Any, str]:
+    """``g`` with known limits where NVML reported none at all, and who says so: the hardware
+    catalogue first, then ccdiag/data/gpu_thermal_limits.json for models the catalogue has no
+    limits for yet (its entries belong in the catalogue)."""
+    own = "the GPU's own limits (NVML temperature thresholds)"
+    if g.temp_slowdown_c is not None or g.temp_shutdown_c is not None or g.temp_gpu_max_c is not None:
+        return g, own
+    model = gpu_by_name(g.name)
+    if model is not None and model.thermal("slowdown") is not None and model.thermal("shutdown") is not None:
+        g = dataclasses.replace(g, temp_slowdown_c=model.thermal("slowdown"), temp_shutdown_c=model.thermal("shutdown"),
+                                temp_gpu_max_c=model.thermal("max_operating"),
+                                temp_mem_max_c=g.temp_mem_max_c or model.thermal("memory_max_operating"))
+        return g, f"hardware catalogue ({model.key}: {'; '.join(model.sources)})"
+    entry = thermal_limits().get(g.name or "")
+    if entry is None:
+        return g, own
+    g = dataclasses.replace(g, temp_slowdown_c=float(entry["slowdown_c"]), temp_shutdown_c=float(entry["shutdown_c"]),
+                            temp_gpu_max_c=float(entry["gpu_max_c"]),
+                            temp_mem_max_c=g.temp_mem_max_c or float(entry["mem_max_c"]))
+    return g, f"{THERMAL_TABLE} ({g.name}: {entry['source']})"
+
+
+@check("gpu.temperature", needs=(PROBE_NVML,))
 def check_temperature(ctx: CheckContext) -> list[Finding]:
     """Temperature against the GPU's own limits (NVML thresholds: slowdown, shutdown, maximum operating,
     memory maximum), GPU and HBM; the policy's limit only where the GPU reports none."""
@@ -483,9 +560,12 @@ def check_temperature(ctx: CheckContext) -> list[Finding]:
         src = f"nvmlDeviceGetTemperature({g.index}, 0)"  # NVML_TEMPERATURE_GPU
         if g.temperature_c is None:
             return [not_read(cid, g, "temperature", ("nvmlDeviceGetTemperature",))]
+        g, own = _with_thermal_limits(g)
         t = g.temperature_c
         ev = [Evidence("temperature C", t, src)]
         thr = f"nvmlDeviceGetTemperatureThreshold({g.index}, ...)"
+        if not own.startswith("the GPU's own"):
+            thr = own
         for what, value in (("slowdown C", g.temp_slowdown_c), ("shutdown C", g.temp_shutdown_c),
                             ("max operating C", g.temp_gpu_max_c)):
             if value is not None:
@@ -496,7 +576,6 @@ def check_temperature(ctx: CheckContext) -> list[Finding]:
             if g.temp_mem_max_c is not None:
                 ev.append(Evidence("memory max operating C", g.temp_mem_max_c, thr))
         comp, ev = gpu_component(g), tuple(ev)
-        own = "the GPU's own limits (NVML temperature thresholds)"
         cooling = "Check the node's cooling: fans, airflow, inlet temperature and blanking panels; see gpu.clocks."
         if g.temp_shutdown_c is not None and t >= g.temp_shutdown_c - 1:
             return [Finding(cid, FAIL, comp, f"GPU{g.index} at {t:g} C is at its shutdown limit "
@@ -534,7 +613,7 @@ def check_temperature(ctx: CheckContext) -> list[Finding]:
 
 # ----------------------------------------------------------------------------- configuration
 
-@check("gpu.persistence_mode", needs=("nvml",))
+@check("gpu.persistence_mode", needs=(PROBE_NVML,))
 def check_persistence(ctx: CheckContext) -> list[Finding]:
     """Without persistence mode the driver tears the GPUs down between clients; every job start
     then pays driver initialisation and NVML queries are slow."""
@@ -559,7 +638,7 @@ def check_persistence(ctx: CheckContext) -> list[Finding]:
     return per_gpu(ctx, cid, judge)
 
 
-@check("gpu.mig", needs=("nvml",))
+@check("gpu.mig", needs=(PROBE_NVML,))
 def check_mig(ctx: CheckContext) -> list[Finding]:
     """A pending MIG mode change applies only after a reset, and a node mixing MIG and full GPUs
     breaks schedulers and NCCL jobs that assume identical devices."""
@@ -602,7 +681,7 @@ def check_mig(ctx: CheckContext) -> list[Finding]:
     return out
 
 
-@check("gpu.processes", needs=("nvml",))
+@check("gpu.processes", needs=(PROBE_NVML,))
 def check_processes(ctx: CheckContext) -> list[Finding]:
     """Compute processes left on a GPU before a job hold memory and SMs the job expects to own."""
     cid = "gpu.processes"
@@ -628,7 +707,7 @@ def check_processes(ctx: CheckContext) -> list[Finding]:
     return per_gpu(ctx, cid, judge)
 
 
-@check("gpu.model", needs=("nvml",))
+@check("gpu.model", needs=(PROBE_NVML,))
 def check_model(ctx: CheckContext) -> list[Finding]:
     """A node with the wrong GPU model (or a mixed one) breaks fleet-wide expectations."""
     cid = "gpu.model"
@@ -663,7 +742,7 @@ FABRIC_BAD = ("not_started", "in_progress")
 FABRIC_STATUS_OK = ("success", "ok", "nvml_success")
 
 
-@check("gpu.fabric_manager", needs=("nvml",), uses=("system", "pcie"))
+@check("gpu.fabric_manager", needs=(PROBE_NVML,), uses=(PROBE_SYSTEM, PROBE_PCIE))
 def check_fabric_manager(ctx: CheckContext) -> list[Finding]:
     """On NVSwitch systems the fabric manager must have registered every GPU with the fabric;
     until then CUDA cannot use NVLink peers (jobs fail or fall back to PCIe)."""
@@ -677,7 +756,7 @@ def check_fabric_manager(ctx: CheckContext) -> list[Finding]:
         return [Finding(cid, SKIP, NODE, "No NVSwitch on this node; fabric manager not needed.")]
     ev_sw = Evidence("NVSwitches", [d.bdf for d in switches] or f"{len(switch_links)} GPU links to a switch",
                      "/sys/bus/pci/devices" if switches else "nvmlDeviceGetNvLinkRemoteDeviceType")
-    sysobs = ctx.data("system")
+    sysobs = ctx.data(PROBE_SYSTEM)
     fm = sysobs.fabric_manager if sysobs is not None else None
     ev_fm = Evidence("nvidia-fabricmanager", fm, "systemctl is-active nvidia-fabricmanager")
     out: list[Finding] = []
@@ -715,13 +794,96 @@ def check_fabric_manager(ctx: CheckContext) -> list[Finding]:
                                remedy="If ccdiag runs in a container the service runs on the host; otherwise restart "
                                       "nvidia-fabricmanager before the GPUs are reset."))
         else:
-            out.append(Finding(cid, FAIL, NODE, f"NVSwitch present but the fabric manager is '{fm}'.",
+            out.append(Finding(cid, FAIL, node_component("nvidia-fabricmanager"),
+                               f"NVSwitch present but the fabric manager is '{fm}': no GPU can join the NVLink "
+                               "fabric until it runs.",
                                evidence=(ev_sw, ev_fm), expected="active", expected_source="NVSwitch present",
                                remedy="systemctl enable --now nvidia-fabricmanager (same version as the driver); check "
-                                      "/var/log/fabricmanager.log."))
+                                      "/var/log/fabricmanager.log.",
+                               details={"root": "fabric_manager_down"}))
     if not out:
         out.append(Finding(cid, PASS, NODE, "NVSwitch present; fabric manager "
                            + (f"{fm}" if fm else "state not readable here") +
                            (f", {len(states)} GPU(s) registered." if states else "."),
                            evidence=(ev_sw, ev_fm)))
+    return out
+
+
+# ----------------------------------------------------------------------------- fabric health (GB200/GH200)
+
+#: decode_fabric_health keys that say the fabric is working around a fault right now (warn) rather
+#: than running without part of it (fail)
+FABRIC_RECOVERING = ("route_recovery", "access_timeout_recovery")
+FABRIC_HEALTH_TEXT = {"degraded_bandwidth": "NVLink bandwidth degraded", "route_unhealthy": "a route is unhealthy",
+                      "route_recovery": "a route is being recovered",
+                      "access_timeout_recovery": "recovering from an access timeout"}
+FABRIC_SOURCE = "nvml.h NVML_GPU_FABRIC_HEALTH_MASK_* (nvmlGpuFabricInfo_v2 healthMask)"
+
+
+def _fabric_odd_one(gpus: list, attr: str) -> dict[int, tuple[Any, Any]]:
+    """GPU index -> (its value, the value most of its peers share) for GPUs that differ."""
+    values = Counter(getattr(g, attr) for g in gpus if getattr(g, attr) is not None)
+    if len(values) < 2:
+        return {}
+    common, n = values.most_common(1)[0]
+    if n * 2 <= sum(values.values()):
+        return {}  # no majority: the node is split, not one GPU odd
+    return {g.index: (getattr(g, attr), common) for g in gpus
+            if getattr(g, attr) is not None and getattr(g, attr) != common}
+
+
+def _fabric_health_findings(cid: str, g: Any, problems: dict, odd: dict) -> Finding | None:
+    src = f"nvmlDeviceGetGpuFabricInfoV({g.index})"
+    parts = [FABRIC_HEALTH_TEXT.get(k, k) for k in problems if k != "incorrect_configuration"]
+    if problems.get("incorrect_configuration"):
+        parts.append(f"configuration: {problems['incorrect_configuration']}")
+    for what, (mine, peers) in odd.items():
+        parts.append(f"{what} {mine} while its peers are in {what} {peers}")
+    if not parts:
+        return None
+    only_recovering = not odd and all(k in FABRIC_RECOVERING for k in problems)
+    ev = (Evidence("fabric health mask", f"0x{g.fabric_health_mask:x}" if g.fabric_health_mask is not None else None,
+                   src), Evidence("clique id", g.fabric_clique_id, src),
+          Evidence("cluster UUID", g.fabric_cluster_uuid, src))
+    return Finding(cid, WARN if only_recovering else FAIL, gpu_component(g),
+                   f"GPU{g.index} NVLink fabric: " + "; ".join(parts) + ".", evidence=ev,
+                   expected="healthy fabric, same clique and cluster as the other GPUs",
+                   expected_source=FABRIC_SOURCE,
+                   remedy="Drain the node; check the NVLink switch trays and the fabric manager / NMX logs for this "
+                          "GPU's links and partition, then reset the GPU (or reboot) once the fabric is repaired. A "
+                          "GPU in another clique or cluster than its peers cannot join their NVLink domain.",
+                   details={"problems": problems, "odd": {k: list(v) for k, v in odd.items()}})
+
+
+@check("gpu.fabric_health", needs=(PROBE_NVML,))
+def check_fabric_health(ctx: CheckContext) -> list[Finding]:
+    """On NVLink-domain systems (GB200/GH200 NVL) each registered GPU reports a fabric health mask,
+    a clique id and a cluster UUID: a GPU with degraded bandwidth, an unhealthy route or too few
+    NVLinks, or one whose clique or cluster differs from its peers', is named."""
+    cid = "gpu.fabric_health"
+    nvml, gated = nvml_gate(ctx, cid)
+    if gated:
+        return gated
+    registered = [g for g in sorted(nvml.gpus, key=lambda g: g.index)
+                  if not g.failed and g.fabric_state == "completed"]
+    if not registered:
+        return [Finding(cid, SKIP, NODE, "No GPU reports a completed NVLink fabric registration (no fabric, or "
+                        "see gpu.fabric_manager).")]
+    cliques = _fabric_odd_one(registered, "fabric_clique_id")
+    clusters = _fabric_odd_one(registered, "fabric_cluster_uuid")
+    out = []
+    for g in registered:
+        odd = {}
+        if g.index in cliques:
+            odd["clique"] = cliques[g.index]
+        if g.index in clusters:
+            odd["cluster"] = clusters[g.index]
+        f = _fabric_health_findings(cid, g, decode_fabric_health(g.fabric_health_mask), odd)
+        if f is not None:
+            out.append(f)
+    if not out:
+        ids = sorted({g.fabric_clique_id for g in registered if g.fabric_clique_id is not None})
+        out.append(Finding(cid, PASS, NODE, f"{len(registered)} GPU(s) registered with a healthy fabric"
+                           + (f", clique {ids[0]}" if len(ids) == 1 else "") + ".",
+                           expected="healthy fabric", expected_source=FABRIC_SOURCE))
     return out

@@ -9,13 +9,15 @@ judged only by their change between the two samples of a ``--window`` run.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from ccdiag.checks import CheckContext, check
 from ccdiag.checks.common import (NODE, gpu_by_bdf, gpu_component, nvml_gate, nvswitches_on_pci, policy_source,
                                   second_sample)
 from ccdiag.findings import FAIL, PASS, SKIP, UNKNOWN, WARN, Component, Evidence, Finding
-from ccdiag.model import normalize_bdf
+from ccdiag.readings import normalize_bdf
+from ccdiag.probenames import PROBE_NVML
 
 #: DCGM common/DcgmGPUHardwareLimits.h: DCGM_LIMIT_MAX_NVLINK_ERROR (replay/recovery per window)
 RECOVERY_FAIL_DELTA = 1
@@ -74,7 +76,22 @@ def expected_links(ctx: CheckContext, g: Any, nvml: Any, has_switch: bool) -> tu
     return None, None
 
 
-@check("nvlink.down", needs=("nvml",))
+def with_later_link_losses(ctx: CheckContext, g: Any) -> Any:
+    """``g`` with the links the window's second sample saw inactive marked inactive: a link that
+    drops during the window is down, whichever sample saw it (expectations stay those of the first)."""
+    later = ctx.later_data(PROBE_NVML)
+    lg = next((x for x in getattr(later, "gpus", ()) or () if x.index == g.index
+               and (not x.uuid or not g.uuid or x.uuid == g.uuid)), None)
+    if lg is None or lg.failed:
+        return g
+    lost = {lk.link for lk in lg.nvlinks if lk.active is False}
+    if not lost & {lk.link for lk in g.nvlinks if lk.active}:
+        return g
+    return dataclasses.replace(g, nvlinks=tuple(dataclasses.replace(lk, active=False) if lk.link in lost else lk
+                                                for lk in g.nvlinks))
+
+
+@check("nvlink.down", needs=(PROBE_NVML,))
 def check_down(ctx: CheckContext) -> list[Finding]:
     """NVLinks that should be up but are not: NCCL then routes over fewer links or over PCIe."""
     cid = "nvlink.down"
@@ -83,7 +100,8 @@ def check_down(ctx: CheckContext) -> list[Finding]:
         return gated
     peers = gpu_by_bdf(nvml)
     has_switch = node_has_nvswitch(ctx, nvml)
-    plans = [(g, *expected_links(ctx, g, nvml, has_switch)) for g in sorted(nvml.gpus, key=lambda g: g.index)]
+    plans = [(with_later_link_losses(ctx, g), *expected_links(ctx, g, nvml, has_switch))
+             for g in sorted(nvml.gpus, key=lambda g: g.index)]
     if not any(g.nvlinks for g, _, _ in plans) and not any(exp for _, exp, _ in plans):
         return [Finding(cid, SKIP, NODE, "No NVLink on this node (and none expected).")]
     out: list[Finding] = []
@@ -135,7 +153,7 @@ def _judge_gpu_links(cid: str, g: Any, exp: int | None, exp_src: str | None, pee
                     evidence=ev, expected=f"{exp} active", expected_source=exp_src, remedy=remedy)]
 
 
-@check("nvlink.asymmetric", needs=("nvml",))
+@check("nvlink.asymmetric", needs=(PROBE_NVML,))
 def check_asymmetric(ctx: CheckContext) -> list[Finding]:
     """Two GPUs wired to each other must see the same number of active links from both ends."""
     cid = "nvlink.asymmetric"
@@ -174,7 +192,7 @@ def check_asymmetric(ctx: CheckContext) -> list[Finding]:
     return out
 
 
-@check("nvlink.errors", needs=("nvml",))
+@check("nvlink.errors", needs=(PROBE_NVML,))
 def check_errors(ctx: CheckContext) -> list[Finding]:
     """NVLink error counters judged by their increase over the sampling window, never by totals."""
     cid = "nvlink.errors"
@@ -183,7 +201,7 @@ def check_errors(ctx: CheckContext) -> list[Finding]:
         return gated
     if not any(g.nvlinks for g in nvml.gpus):
         return [Finding(cid, SKIP, NODE, "No NVLink on this node.")]
-    later, no_window = second_sample(ctx, "nvml", cid, "NVLink error counters")
+    later, no_window = second_sample(ctx, PROBE_NVML, cid, "NVLink error counters")
     if no_window:
         return [no_window]
     window = ctx.window_s

@@ -2,10 +2,12 @@
 
 ``ccdiag bench [NAME...]`` runs the named benchmarks (all by default), ``ccdiag bench list`` says
 which can run here and why not, ``ccdiag bench import FILE...`` judges nvbandwidth /
-p2pBandwidthLatencyTest / nccl-tests / perftest outputs users already have. Exit codes: 0 every
-figure within range, 1 a figure failed (or warned, with ``--strict``), 2 bad usage or an
-unreadable/unparseable file, 3 nothing could be measured here (every benchmark skipped, with the
-reasons printed) or a benchmark ran out of its budget.
+p2pBandwidthLatencyTest / nccl-tests / perftest outputs users already have (against this node, a
+``--replay`` snapshot, or, when the file's GPUs are not the node's, the hardware catalogue picked
+by the GPU names in the file). Exit codes: 0 every figure within range, 1 a figure failed (or
+warned, with ``--strict``), 2 bad usage or an unreadable/unparseable file, 3 nothing could be
+measured here (every benchmark skipped, with the reasons printed), nothing measured could be judged
+(UNKNOWN, with the reason and what would make it judgeable), or a benchmark ran out of its budget.
 """
 
 from __future__ import annotations
@@ -13,14 +15,16 @@ from __future__ import annotations
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
 from ccdiag.examples import epilog
 from ccdiag.commands.common import host_options, make_host, write_report
 from ccdiag.errors import InputError
-from ccdiag.exitcodes import ExitCode
+
+if TYPE_CHECKING:
+    from ccdiag.topology.model import Topology
 
 #: subcommands that are not benchmark names
 SUBCOMMANDS = ("list", "import", "allreduce", "pairs")
@@ -55,12 +59,9 @@ def group(ctx):
 def _load_policy(policy_file):
     if not policy_file:
         return None
-    from ccdiag.policy import PolicyError, load_policy
+    from ccdiag.policy import load_policy
 
-    try:
-        return load_policy(policy_file)
-    except PolicyError as exc:
-        raise InputError(str(exc)) from None
+    return load_policy(policy_file)
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,7 @@ class Observed:
     """What the benchmarks are judged against: the probes' runs, the topology, the host's metadata."""
 
     runs: dict
-    topology: Any
+    topology: Topology
     meta: dict
 
     @property
@@ -80,12 +81,12 @@ def _observe(replay, root, deadline_s: float):
     """The node's topology, read by the same probes and builder as `ccdiag topo` (no check runs:
     nothing here is judged but the benchmarks). The host is closed before any engine starts, so
     NVML is not held while CUDA child processes work."""
-    from ccdiag.commands.topo import gather
+    from ccdiag.commands.topo import topology_probes
+    from ccdiag.observe import observe
 
     host = make_host(replay, root)
-    meta = host.meta()
-    runs, topology, _, _ = gather(host, timeout=deadline_s)
-    return host, Observed(runs, topology, meta)
+    obs = observe(host, topology_probes(), time.monotonic() + deadline_s, close=True)
+    return host, Observed(obs.runs, obs.topology, obs.meta)
 
 
 def _progress():
@@ -208,44 +209,43 @@ def list_command(replay, root, as_json):
 @click.option("--perftest-unit", type=click.Choice(["MiB/sec", "Gb/sec"]), default=None,
               help="Bandwidth unit of perftest JSON files (their JSON does not say; Gb/sec with --report_gbits).")
 def import_command(files, replay, root, from_smi, as_json, policy_file, strict, perftest_unit):
-    """Judge nvbandwidth, p2pBandwidthLatencyTest, nccl-tests or perftest outputs (text or JSON)."""
-    from ccdiag.bench.imports import MatrixTopology, import_file
+    """Judge nvbandwidth, p2pBandwidthLatencyTest, nccl-tests or perftest outputs (text or JSON).
+
+    Against this node, or --replay SNAPSHOT; a file whose GPUs are not the node's is judged from the
+    hardware catalogue (by the GPU names it prints), with --from-smi levels when given. Exit 0 ok,
+    1 failed, 2 bad input, 3 UNKNOWN: no figure could be judged (the reason is printed)."""
+    from ccdiag.bench.imports import MatrixTopology, NodeInfo, import_file
     from ccdiag.bench.runner import exit_code
     from ccdiag.benchparse.errors import BenchParseError
-    from ccdiag.userfiles import UserFileError, read_user_text
+    from ccdiag.userfiles import read_user_text
 
     if from_smi and replay:
         raise click.UsageError("--from-smi and --replay both name a topology: give one")
     policy = _load_policy(policy_file)
     texts = []
     for f in files:
-        try:
-            texts.append((f, read_user_text(f, "benchmark output")))
-        except UserFileError as exc:
-            raise InputError(str(exc)) from None
+        texts.append((f, read_user_text(f, "benchmark output")))
     t0 = time.monotonic()
     observed = None
+    node = NodeInfo()
     if from_smi:
         from ccdiag.probes.smi_topo import TopoParseError, parse_topo_matrix
 
         try:
             topology = MatrixTopology(parse_topo_matrix(read_user_text(from_smi, "nvidia-smi topo -m")))
-        except UserFileError as exc:
-            raise InputError(str(exc)) from None
         except TopoParseError as exc:
             raise InputError(f"{from_smi}: not an nvidia-smi topo -m matrix: {exc}") from None
     else:
         _, observed = _observe(replay, root, deadline_s=20.0)
         topology = observed.topology
+        node = NodeInfo(observed.hostname, replayed=bool(replay))
     results = []
     for f, text in texts:
         try:
-            results.append(import_file(text, topology, policy, f, perftest_unit))
+            results.append(import_file(text, topology, policy, f, perftest_unit, node=node))
         except BenchParseError as exc:
             raise InputError(f"{f}: {exc}") from None
-    code = exit_code(results, strict)
-    if code == ExitCode.UNEVALUATED and any(r.measurements for r in results):
-        code = ExitCode.OK  # figures were read; only those without a topology stayed unjudged
+    code = exit_code(results, strict)  # UNKNOWN (3) when no figure could be judged
     if as_json:
         from ccdiag.output import emit_json
 

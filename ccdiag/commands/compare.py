@@ -86,4 +86,6 @@ def command(reports, as_json, z, force_diff, limit):
         sys.stdout.write("\n".join(lines) + "\n")
     if fleet.unreadable:
         return int(ExitCode.USAGE)
+    if not fleet.keys:  # nothing the reports share was compared: never OK with nothing judged
+        return int(ExitCode.UNEVALUATED)
     return int(ExitCode.FAIL if outs else ExitCode.OK)

@@ -15,12 +15,13 @@ from __future__ import annotations
 from typing import Any
 
 from ccdiag.linkrates import pcie_gen
-from ccdiag.model import normalize_bdf
+from ccdiag.readings import normalize_bdf
 from ccdiag.topology.bandwidth import pcie_desc, pcie_gbyte_s, wire_gbyte_s
 from ccdiag.topology.mismatch import Mismatch
 from ccdiag.topology.pcie_tree import PcieTree
 from ccdiag.topology.model import (GpuNode, Link, NicNode, Topology, TopologyParts, natural_key,
                                    nvlink_bundle)
+from ccdiag.probenames import PROBE_INFINIBAND, PROBE_NETDEV, PROBE_NVML, PROBE_PCIE, PROBE_SYSTEM
 
 ENDPOINT_KINDS = ("gpu", "nic", "nvswitch", "other")
 
@@ -56,11 +57,11 @@ class Builder:
     def __init__(self, runs: Any):
         self.t = TopologyParts()
         self.g = self.t.graph
-        self.pcie = probe_data(runs, "pcie")
-        self.nvml = probe_data(runs, "nvml")
-        self.ib = probe_data(runs, "infiniband")
-        self.system = probe_data(runs, "system")
-        self.netdev = probe_data(runs, "netdev")
+        self.pcie = probe_data(runs, PROBE_PCIE)
+        self.nvml = probe_data(runs, PROBE_NVML)
+        self.ib = probe_data(runs, PROBE_INFINIBAND)
+        self.system = probe_data(runs, PROBE_SYSTEM)
+        self.netdev = probe_data(runs, PROBE_NETDEV)
         self.devs: dict[str, Any] = {}
         self.node_of_bdf: dict[str, str] = {}
 
@@ -98,6 +99,14 @@ class Builder:
         if numa is None and self.t.single_numa:
             return next(iter(self.t.numa_cpus))
         return numa
+
+    def _gpu_cpu_numa(self, gpu_numa_id: int | None) -> int | None:
+        """The CPU-side NUMA node for a GPU PCI gave none. NVML's "GPU NUMA ID" names the NUMA node
+        of the GPU's own memory on Grace Hopper/Blackwell: a node without CPUs, never the GPU's CPU
+        affinity, so it counts only where that node has CPUs."""
+        if gpu_numa_id is not None and not self.t.numa_cpus.get(gpu_numa_id):
+            gpu_numa_id = None
+        return self._numa_for(gpu_numa_id)
 
     # -- PCIe ------------------------------------------------------------------------------
     def _pcie(self) -> None:
@@ -220,7 +229,7 @@ class Builder:
                     self._mismatch(f"GPU{g.index}", "gpu", f"NVML lists GPU{g.index} at {bdf}, but the PCI tree "
                                    f"has no GPU there: its PCIe levels are unknown", "NVML nvmlDeviceGetPciInfo",
                                    f"/sys/bus/pci/devices/{bdf}", bdf=bdf)
-                self.g.add_node(node, kind="gpu", label=bdf, bdf=bdf, numa=self._numa_for(g.numa_node))
+                self.g.add_node(node, kind="gpu", label=bdf, bdf=bdf, numa=self._gpu_cpu_numa(g.numa_node))
                 matched[g.index] = node
             else:
                 unmatched_nv.append(g)
@@ -251,7 +260,7 @@ class Builder:
             g = nv_by_index.get(index)
             numa = attrs.get("numa")
             if numa is None and g is not None:
-                numa = self._numa_for(g.numa_node)
+                numa = self._gpu_cpu_numa(g.numa_node)
             label = f"GPU{index}"
             attrs.update(label=label, index=index, numa=numa, uuid=getattr(g, "uuid", None),
                          name=getattr(g, "name", None), failed=getattr(g, "failed", None), nvml=g is not None)
@@ -279,7 +288,7 @@ class Builder:
             for l in g.nvlinks:
                 if l.remote_device_type == "switch" and l.remote_bus_id:
                     bdf = normalize_bdf(l.remote_bus_id)
-                    node = self.node_of_bdf.get(bdf) or f"nvswitch:{bdf}"
+                    node = (self.node_of_bdf.get(bdf) if bdf is not None else None) or f"nvswitch:{bdf}"
                     if node not in self.g:
                         self.g.add_node(node, kind="nvswitch", label=bdf, bdf=bdf, numa=None)
                     sw.add(node)
