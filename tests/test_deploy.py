@@ -102,6 +102,7 @@ def test_the_pieces_join(docs):
     assert svc["metadata"]["labels"][sm["spec"]["jobLabel"]] == "ccdiag"
 
 
+@pytest.mark.slow  # a child process per case (the fast loop leaves it to CI)
 def test_the_daemonset_and_image_arguments_are_ones_ccdiag_accepts(docs, tmp_path):
     """Run exactly those arguments, for one cycle against the degraded sample."""
     args = docs["DaemonSet"]["spec"]["template"]["spec"]["containers"][0]["args"]

@@ -22,20 +22,25 @@ def _ccdiag(*args: str, cwd=None, env=None) -> subprocess.CompletedProcess:
 
 @pytest.mark.parametrize("command", sorted(EXAMPLES))
 def test_every_help_shows_examples(command):
-    proc = _ccdiag(*command.split(), "--help")
-    assert proc.returncode == 0, proc.stderr
-    tail = proc.stdout[proc.stdout.index("Examples:"):]
+    from cli_runner import run
+
+    code, out, err = run(*command.split(), "--help")
+    assert code == 0, err
+    tail = out[out.index("Examples:"):]
     assert sum(line.strip().startswith(("ccdiag ", "mpirun ", "srun ")) for line in tail.splitlines()) >= 2
 
 
 def test_daemon_help_shows_the_default_port():
-    assert "127.0.0.1:9643" in _ccdiag("daemon", "--help").stdout
+    from cli_runner import run
+
+    assert "127.0.0.1:9643" in run("daemon", "--help")[1]
 
 
 RUNNABLE = sorted({cmd for examples in EXAMPLES.values() for cmd, _ in examples
                    if "--replay samples/" in cmd and cmd.startswith("ccdiag ")})
 
 
+@pytest.mark.slow  # a child process per case (the fast loop leaves it to CI)
 @pytest.mark.parametrize("line", RUNNABLE)
 def test_examples_that_need_no_hardware_run_as_written(line, tmp_path):
     os.symlink(REPO / "samples", tmp_path / "samples")

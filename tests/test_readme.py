@@ -72,6 +72,7 @@ def _table_commands(text: str) -> list[list[str]]:
     return out
 
 
+@pytest.mark.slow  # a child process per case (the fast loop leaves it to CI)
 def test_every_command_in_the_table_exists():
     commands = _table_commands(README.read_text())
     assert len(commands) >= 8

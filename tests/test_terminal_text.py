@@ -67,6 +67,7 @@ def _lines(text: str) -> list[str]:
     return [l.rstrip() for l in text.splitlines()]
 
 
+@pytest.mark.slow  # a child process per case (the fast loop leaves it to CI)
 def test_topo_on_an_80_column_terminal_splits_no_address_uuid_or_word():
     args = ["topo", "--replay", str(DEGRADED)]
     drawn, joined = _screen(args, 80)
@@ -84,6 +85,7 @@ def test_topo_on_an_80_column_terminal_splits_no_address_uuid_or_word():
     assert [w for w in drawn_words if w not in words and w.rstrip(":") not in words] == []
 
 
+@pytest.mark.slow  # a child process per case (the fast loop leaves it to CI)
 def test_check_on_a_100_column_terminal_prints_each_finding_once_root_first():
     args = ["check", "--replay", str(DEGRADED)]
     drawn, joined = _screen(args, 100)
@@ -102,6 +104,7 @@ def test_check_on_a_100_column_terminal_prints_each_finding_once_root_first():
 CORPUS_TOPO = sorted((REPO / "tests" / "fixtures" / "corpus" / "topo-m").glob("*.txt"))
 
 
+@pytest.mark.slow  # a child process per case (the fast loop leaves it to CI)
 @pytest.mark.parametrize("corpus", CORPUS_TOPO, ids=lambda p: p.name)
 def test_a_pasted_matrix_at_80_columns_splits_no_cell(corpus, tmp_path):
     """Real pastes (corpus) rendered for an 80-column terminal: levels, CPU lists and names whole."""
