@@ -79,76 +79,109 @@ def node_recommendation(host, env: dict[str, str], env_source: str, timeout: flo
 @click.option("--timeout", type=click.FloatRange(1, 600), default=30.0, show_default=True, metavar="S")
 def command(replay, root, from_smi, log_file, env_file, fmt, as_json, output, topo_out, timeout):
     """NCCL settings for this node with their evidence (exit 0 ok, 2 bad input, 3 nothing read)."""
-    from ccdiag.nccl import render
-
     fmt = "json" if as_json else fmt
     if from_smi and replay:
         raise InputError("--from-smi and --replay read different things; give one")
-    log = None
-    if log_file:
-        from ccdiag.nccl.logread import LogError, parse_nccl_log
-
-        try:
-            log = parse_nccl_log(_read(log_file, "NCCL log"), log_file)
-        except LogError as exc:
-            raise InputError(str(exc)) from None
-    host = None
+    log = _load_log(log_file)
     meta: dict = {}
     if from_smi:
-        from ccdiag.nccl.recommend import recommend_from_matrix
-        from ccdiag.probes.smi_topo import TopoParseError, parse_topo_matrix
-
-        try:
-            matrix = parse_topo_matrix(_read(from_smi, "nvidia-smi topo -m"))
-        except TopoParseError as exc:
-            raise InputError(f"{from_smi}: not an nvidia-smi topo -m matrix: {exc}") from None
-        env, env_source = _settings_present(None, env_file)
-        rec = recommend_from_matrix(matrix, f"pasted nvidia-smi topo -m ({from_smi})", env=env, env_source=env_source)
-        subject = f"the matrix in {from_smi}"
+        rec, subject = _from_matrix(from_smi, env_file)
     elif log is not None and not replay and root == "/" and not env_file:
         rec, subject = None, f"the log {log_file}"
     else:
-        host = make_host(replay, root)
-        try:
-            env, env_source = _settings_present(host, env_file)
-            rec, runs, topo = node_recommendation(host, env, env_source, timeout)
-            meta = host.meta()
-        finally:
-            host.close()
-        if not topo.gpus() and not topo.nics() and not any(r.usable for r in runs.values()):
-            raise NotEvaluated("nothing could be read from this node: " +
-                               "; ".join(f"{n}: {r.status}" for n, r in runs.items()))
+        rec, meta = _from_node(replay, root, env_file, timeout)
         subject = meta.get("hostname") or ("the snapshot " + replay if replay else "this node")
     diffs = None
     if log is not None:
         from ccdiag.nccl.logread import compare
 
         diffs = compare(log, rec)
+    if topo_out:
+        _write_topo(topo_out, rec)
+    text = _formatted(fmt, rec, subject, meta, log, log_file, diffs, replay, from_smi)
+    if text is None:
+        _print_text(rec, subject, log, log_file, diffs)
+    elif output:
+        _write(output, text)
+    else:
+        click.echo(sanitize_text(text), nl=False)
+    return int(ExitCode.OK)
+
+
+def _load_log(log_file: str | None):
+    if not log_file:
+        return None
+    from ccdiag.nccl.logread import LogError, read_nccl_log
+
+    try:
+        return read_nccl_log(log_file)
+    except LogError as exc:
+        raise InputError(str(exc)) from None
+    except OSError as exc:
+        raise InputError(f"cannot read NCCL log {log_file}: {exc.strerror or exc}") from None
+
+
+def _from_matrix(from_smi: str, env_file: str | None):
+    from ccdiag.nccl.recommend import recommend_from_matrix
+    from ccdiag.probes.smi_topo import TopoParseError, parse_topo_matrix
+
+    try:
+        matrix = parse_topo_matrix(_read(from_smi, "nvidia-smi topo -m"))
+    except TopoParseError as exc:
+        raise InputError(f"{from_smi}: not an nvidia-smi topo -m matrix: {exc}") from None
+    env, env_source = _settings_present(None, env_file)
+    rec = recommend_from_matrix(matrix, f"pasted nvidia-smi topo -m ({from_smi})", env=env, env_source=env_source)
+    return rec, f"the matrix in {from_smi}"
+
+
+def _from_node(replay, root, env_file, timeout):
+    host = make_host(replay, root)
+    try:
+        env, env_source = _settings_present(host, env_file)
+        rec, runs, topo = node_recommendation(host, env, env_source, timeout)
+        meta = host.meta()
+    finally:
+        host.close()
+    if not topo.gpus() and not topo.nics() and not any(r.usable for r in runs.values()):
+        raise NotEvaluated("nothing could be read from this node: " +
+                           "; ".join(f"{n}: {r.status}" for n, r in runs.items()))
+    return rec, meta
+
+
+def _formatted(fmt, rec, subject, meta, log, log_file, diffs, replay, from_smi) -> str | None:
+    """The output in a file format, or None for the terminal table."""
+    from ccdiag.nccl import render
+
     header = f"NCCL settings for {subject}, written by ccdiag nccl. Each line says why; experiments are commented out."
     if fmt == "env":
-        text = render.env_file(rec, header) if rec else ""
-    elif fmt == "nccl.conf":
-        text = render.nccl_conf(rec, header) if rec else ""
-    elif fmt == "json":
-        from ccdiag.report import build_report, dumps
+        return render.env_file(rec, header) if rec else ""
+    if fmt == "nccl.conf":
+        return render.nccl_conf(rec, header) if rec else ""
+    if fmt != "json":
+        return None
+    from ccdiag.report import build_report, dumps
 
-        extra = {"nccl": rec.to_json() if rec else None}
-        if log is not None:
-            extra["nccl_log"] = {"file": log_file, **log.to_json(), "differences": diffs}
-        doc = build_report("nccl", meta, run_info={"replayed_from": replay, "from_smi": from_smi}, extra=extra)
-        text = dumps(doc) + "\n"
-    else:
-        text = None
-    if topo_out and rec is not None and rec.files:
-        _write(topo_out, next(iter(rec.files.values())))
-    if text is not None:
-        if output:
-            _write(output, text)
-        else:
-            click.echo(sanitize_text(text), nl=False)
-        return int(ExitCode.OK)
-    _print_text(rec, subject, log, log_file, diffs)
-    return int(ExitCode.OK)
+    extra = {"nccl": rec.to_json() if rec else None}
+    if log is not None:
+        extra["nccl_log"] = {"file": log_file, **log.to_json(), "differences": diffs}
+    doc = build_report("nccl", meta, run_info={"replayed_from": replay, "from_smi": from_smi}, extra=extra)
+    return dumps(doc) + "\n"
+
+
+def _write_topo(path: str, rec) -> None:
+    """Write the topology XML when one is recommended; either way say so on stderr."""
+    if rec is None:
+        click.echo(f"--write-topo-file: nothing written to {path}: no node was read (a log alone)", err=True)
+        return
+    if not rec.files:
+        knob = rec.get("NCCL_TOPO_FILE")
+        why = knob.reason if knob is not None else "no topology file is recommended"
+        click.echo(f"--write-topo-file: nothing written to {path}: {why}", err=True)
+        return
+    name, content = next(iter(rec.files.items()))
+    _write(path, content)
+    click.echo(f"--write-topo-file: wrote {path} ({content.count('<gpu') + content.count('busid=')} elements "
+               f"naming devices; install it at {name} and set NCCL_TOPO_FILE={name})", err=True)
 
 
 def _write(path: str, text: str) -> None:

@@ -65,6 +65,12 @@ class NcclLog:
                 "nccl_lines": self.nccl_lines, "ib_no_device": self.no_ib_device}
 
 
+def read_nccl_log(path: str) -> NcclLog:
+    """Read a log file (placeholder, replaced by the streaming reader)."""
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        return parse_nccl_log(fh.read(), path)
+
+
 def parse_nccl_log(text: str, source: str = "<log>") -> NcclLog:
     if len(text) > MAX_BYTES:
         raise LogError(f"{source}: larger than {MAX_BYTES >> 20} MiB; pass the part around the problem")

@@ -20,15 +20,11 @@ from typing import Any, Mapping
 
 from ccdiag.nccl.knobs import DEFAULT, EXPERIMENT, HIGH, INFO, LOW, MEDIUM, REMOVE, SET, Fact, Knob, Recommendation
 from ccdiag.nccl.layout import Layout, PortFacts, layout_from_matrix, layout_from_topology
+from ccdiag.nccl import netif
 from ccdiag.nccl.lists import exact_list
 from ccdiag.topology.levels import UNKNOWN, gpudirect_capable, level_rank
 from ccdiag.topology.model import natural_key
 
-#: interface name prefixes that never carry NCCL traffic between hosts (containers, bridges, tunnels)
-NOT_FABRIC = ("lo", "docker", "br-", "virbr", "veth", "cni", "flannel", "cali", "vxlan", "tun", "tap", "lxc",
-              "kube", "weave", "genev", "wg", "tailscale", "cilium", "podman", "vnet", "nerdctl")
-#: virtual interfaces that are real fabric (bonds, teams, VLANs on top of a NIC)
-VIRTUAL_BUT_FABRIC = ("bond", "team")
 #: the guide's Debugging section: not for production; recommend removal when set
 DEBUGGING = {
     "NCCL_P2P_DISABLE": "disables NVLink/PCIe peer-to-peer: the usual fix is ACS or the topology, not this",
@@ -79,6 +75,56 @@ def _rails(layout: Layout) -> tuple[dict[str, list[str]], dict[str, tuple[list[s
     return served, per_gpu
 
 
+def _hca_from_matrix(layout: Layout, served: dict, ev: list, left_out: dict) -> tuple[Knob, list]:
+    """A pasted matrix names the rails but not their ports or states."""
+    var, rails = "NCCL_IB_HCA", sorted(served, key=natural_key)
+    details = {"rails": {n: served[n] for n in rails}, "left_out": left_out}
+    unnamed = [n for n in rails if n.startswith("NIC") and n[3:].isdigit()]
+    if unnamed:
+        return Knob(var, DEFAULT, None, f"the rails are {', '.join(rails)}, but the paste has no NIC legend naming "
+                    f"{', '.join(unnamed)}: run `ccdiag nccl` on the node, or paste the whole output",
+                    tuple(ev), LOW, details), []
+    chosen = [(n, None) for n in rails]
+    reason = (f"the NICs nearest to a GPU, from the matrix ({', '.join(rails)}); exact names so no prefix "
+              "catches more. Port numbers and states need the node (`ccdiag nccl` there adds them).")
+    return Knob(var, SET, exact_list(chosen), reason, tuple(ev), MEDIUM, details), chosen
+
+
+def _port_left_out(p: PortFacts, majority: str | None, any_v2: bool) -> str | None:
+    """Why a rail's port stays out of NCCL_IB_HCA, or None."""
+    if not p.active:
+        return f"port is {p.state or 'not active'}"
+    if majority and p.link_layer and p.link_layer != majority:
+        return f"{p.link_layer} link layer while the other rails are {majority} (they cannot talk)"
+    if p.roce and any_v2 and not p.v2_gids:
+        return (f"RoCE port without a RoCEv2 GID (no IP address on {p.netdev or 'its netdev'}?), "
+                "while the other rails use RoCEv2")
+    return None
+
+
+def _port_fact(p: PortFacts) -> Fact:
+    return Fact(f"{p.nic}:{p.port} port", {"state": p.state, "link_layer": p.link_layer, "rate_gbit_s": p.rate_gbit_s,
+                                          "roce_v2_gids": list(p.v2_gids)},
+                f"/sys/class/infiniband/{p.nic}/ports/{p.port}")
+
+
+def _majority_layer(ports: list[PortFacts]) -> str | None:
+    layers = [p.link_layer for p in ports if p.active and p.link_layer]
+    return max(set(layers), key=lambda x: (layers.count(x), x == "InfiniBand")) if layers else None
+
+
+def _hca_reason(left_out: dict[str, str], down_gpus: dict) -> str:
+    reason = "the ports of the NICs nearest to each GPU (the compute rails), exact names with ports"
+    if left_out:
+        reason += "; left out: " + "; ".join(f"{k}: {v}" for k, v in sorted(left_out.items(),
+                                                                         key=lambda kv: natural_key(kv[0])))
+    if down_gpus:
+        names = sorted(down_gpus, key=natural_key)
+        reason += "; " + ", ".join(names) + (" loses its" if len(names) == 1 else " lose their") + \
+            " own rail and sends through another NIC until it is fixed"
+    return reason
+
+
 def _ib_hca(layout: Layout, env: Mapping[str, str], env_source: str) -> tuple[Knob, list[tuple[str, int | None]]]:
     served, per_gpu = _rails(layout)
     var = "NCCL_IB_HCA"
@@ -87,105 +133,77 @@ def _ib_hca(layout: Layout, env: Mapping[str, str], env_source: str) -> tuple[Kn
                if layout.source == "node" else "the pasted matrix shows no NIC")
         return Knob(var, DEFAULT, None, why, (Fact("RDMA NICs", [], layout.where),)), []
     rails = sorted(served, key=natural_key)
-    others = [n for n in layout.nics if n not in served]
     ev = [Fact(f"{g} nearest NIC", {"nics": near, "level": lv}, layout.where) for g, (near, lv) in per_gpu.items()]
-    left_out: dict[str, str] = {n: "nearest to no GPU (storage or management)" for n in others}
-    chosen: list[tuple[str, int | None]] = []
+    left_out: dict[str, str] = {n: "nearest to no GPU (storage or management)" for n in layout.nics if n not in served}
     if layout.ports is None:
-        unnamed = [n for n in rails if n.startswith("NIC") and n[3:].isdigit()]
-        if unnamed:
-            return Knob(var, DEFAULT, None, f"the rails are {', '.join(rails)}, but the paste has no NIC legend naming "
-                        f"{', '.join(unnamed)}: run `ccdiag nccl` on the node, or paste the whole output",
-                        tuple(ev), LOW, {"rails": {n: served[n] for n in rails}, "left_out": left_out}), []
-        chosen = [(n, None) for n in rails]
-        reason = (f"the NICs nearest to a GPU, from the matrix ({', '.join(rails)}); exact names so no prefix "
-                  "catches more. Port numbers and states need the node (`ccdiag nccl` there adds them).")
-        return Knob(var, SET, exact_list(chosen), reason, tuple(ev), MEDIUM,
-                    {"rails": {n: served[n] for n in rails}, "left_out": left_out}), chosen
+        return _hca_from_matrix(layout, served, ev, left_out)
     ports = [p for n in rails for p in layout.ports.get(n, ())]
-    layers = [p.link_layer for p in ports if p.active and p.link_layer]
-    majority = max(set(layers), key=lambda x: (layers.count(x), x == "InfiniBand")) if layers else None
+    majority = _majority_layer(ports)
     any_v2 = any(p.v2_gids for p in ports if p.active and p.roce)
+    chosen: list[tuple[str, int | None]] = []
     for p in ports:
-        key = f"{p.nic}:{p.port}"
-        ev.append(Fact(f"{key} port", {"state": p.state, "link_layer": p.link_layer, "rate_gbit_s": p.rate_gbit_s,
-                                       "roce_v2_gids": list(p.v2_gids)},
-                       f"/sys/class/infiniband/{p.nic}/ports/{p.port}"))
-        if not p.active:
-            left_out[key] = f"port is {p.state or 'not active'}"
-        elif majority and p.link_layer and p.link_layer != majority:
-            left_out[key] = f"{p.link_layer} link layer while the other rails are {majority} (they cannot talk)"
-        elif p.roce and any_v2 and not p.v2_gids:
-            left_out[key] = (f"RoCE port without a RoCEv2 GID (no IP address on {p.netdev or 'its netdev'}?), "
-                             "while the other rails use RoCEv2")
+        ev.append(_port_fact(p))
+        why = _port_left_out(p, majority, any_v2)
+        if why:
+            left_out[f"{p.nic}:{p.port}"] = why
         else:
             chosen.append((p.nic, p.port))
     down_gpus = {g: near for g, (near, _) in per_gpu.items() if near and not any(c[0] in near for c in chosen)}
-    reason = "the ports of the NICs nearest to each GPU (the compute rails), exact names with ports"
-    if left_out:
-        reason += "; left out: " + "; ".join(f"{k}: {v}" for k, v in sorted(left_out.items(), key=lambda kv: natural_key(kv[0])))
-    if down_gpus:
-        names = sorted(down_gpus, key=natural_key)
-        reason += "; " + ", ".join(names) + (" loses its" if len(names) == 1 else " lose their") + \
-            " own rail and sends through another NIC until it is fixed"
+    reason = _hca_reason(left_out, down_gpus)
     if not chosen:
         return Knob(var, DEFAULT, None, "no usable RDMA port: " + reason, tuple(ev), HIGH,
                     {"left_out": left_out}), []
     previous = env.get(var)
     if previous is not None and previous.strip() != exact_list(chosen):
         reason += f" (replaces {var}={previous} from {env_source})"
-    conf = HIGH if not down_gpus else MEDIUM
-    return Knob(var, SET, exact_list(chosen), reason, tuple(ev), conf,
+    return Knob(var, SET, exact_list(chosen), reason, tuple(ev), HIGH if not down_gpus else MEDIUM,
                 {"rails": {n: served[n] for n in rails}, "left_out": left_out,
                  "gpus_without_own_rail": sorted(down_gpus, key=natural_key)}), chosen
 
 
 # ---------------------------------------------------------------- sockets
 
-def _iface_problem(i: Any) -> str | None:
-    name = i.name
-    if name == "lo" or (name.startswith(NOT_FABRIC) and not name.startswith(VIRTUAL_BUT_FABRIC)):
-        return "loopback, container, bridge or tunnel interface"
-    if i.virtual and not name.startswith(VIRTUAL_BUT_FABRIC) and "." not in name:
-        return "virtual interface"
-    if (i.operstate or ("up" if i.up else "down")).lower() not in ("up", "unknown") or i.up is False:
-        return "down"
-    if not any(a.family in ("inet", "inet6") and not str(a.address).lower().startswith("fe80")
-               for a in i.addresses):
-        return "no IP address"
-    return None
+def _iface_fact(i: Any, problem: str | None) -> Fact:
+    return Fact(i.name, {"state": i.operstate, "speed_mbps": i.speed_mbps, "virtual": i.virtual,
+                         "addresses": [a.address for a in i.addresses if a.family in ("inet", "inet6")],
+                         "left_out": problem}, f"/sys/class/net/{i.name}")
+
+
+def _previous_socket(var: str, previous: str | None, value: str, ifaces: list, env_source: str) -> str:
+    """What the recommendation says of a value already set: the same verdict the environment check gives."""
+    if previous is None or previous.strip() == value:
+        return ""
+    verdict = netif.judge_list(previous, ifaces)
+    why = "; ".join(verdict.problems) if verdict.problems else f"selects {', '.join(verdict.chosen)}"
+    return f" (replaces {var}={previous} from {env_source}: {why})"
 
 
 def _socket_ifname(layout: Layout, env: Mapping[str, str], env_source: str, results: Mapping[str, Any]) -> Knob:
+    """The fastest usable interface(s), by the one usable-interface rule (:mod:`ccdiag.nccl.netif`)."""
     var = "NCCL_SOCKET_IFNAME"
     if layout.interfaces is None:
         return Knob(var, DEFAULT, None, "needs the node: a pasted matrix does not show network interfaces",
                     confidence=LOW)
-    ev = []
-    good = []
     reachable = results.get("reachable_ifaces")
-    for i in sorted(layout.interfaces, key=lambda i: natural_key(i.name)):
-        problem = _iface_problem(i)
-        if problem is None and reachable is not None and i.name not in reachable:
-            problem = "not reachable from the peers (cluster run)"
-        ev.append(Fact(i.name, {"state": i.operstate, "speed_mbps": i.speed_mbps, "virtual": i.virtual,
-                                "addresses": [a.address for a in i.addresses if a.family in ("inet", "inet6")],
-                                "left_out": problem}, f"/sys/class/net/{i.name}"))
-        if problem is None:
-            good.append(i)
+    ifaces = sorted(layout.interfaces, key=lambda i: natural_key(i.name))
+    facts = [netif.from_netdev(i) for i in ifaces]
+    problems = [netif.problem(f) for f in facts]
+    if reachable is not None:
+        problems = [p or (None if i.name in reachable else "not reachable from the peers (cluster run)")
+                    for i, p in zip(ifaces, problems)]
+    ev = tuple(_iface_fact(i, p) for i, p in zip(ifaces, problems))
+    good = [i for i, p in zip(ifaces, problems) if p is None]
     if not good:
         return Knob(var, DEFAULT, None, "no interface is up with an address outside loopback/containers: "
-                    "fix the network first", tuple(ev), HIGH)
+                    "fix the network first", ev, HIGH)
     best = max((i.speed_mbps or 0) for i in good)
     top = [i for i in good if (i.speed_mbps or 0) == best]
     value = exact_list((i.name, None) for i in top)
     reason = (f"the fastest interface(s) that are up and addressed ({best / 1000:g} Gb/s)" if best else
               "the interface(s) up and addressed (speed not reported)")
     reason += "; exact names, so docker0, bridges and look-alike prefixes are never picked"
-    previous = env.get(var)
-    if previous is not None and previous.strip() != value:
-        reason += f" (replaces {var}={previous} from {env_source})"
-    return Knob(var, SET, value, reason, tuple(ev), HIGH if len(top) == 1 or reachable is not None else MEDIUM,
+    reason += _previous_socket(var, env.get(var), value, facts, env_source)
+    return Knob(var, SET, value, reason, ev, HIGH if len(top) == 1 or reachable is not None else MEDIUM,
                 {"candidates": [i.name for i in good]})
 
 
