@@ -20,7 +20,7 @@ from typing import Any, Iterable
 from ccdiag.host import Host
 
 #: every probe, in the order reports list them
-ALL_PROBES = ("system", "pcie", "nvml", "infiniband", "netdev", "kmsg", "smi_topo")
+ALL_PROBES = ("system", "pcie", "nvml", "infiniband", "netdev", "kmsg", "smi_topo", "platform")
 
 OK = "ok"  # read completely
 PARTIAL = "partial"  # data, with per-device/per-file errors beside it

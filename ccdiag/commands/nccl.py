@@ -30,6 +30,8 @@ def _read(path: str, what: str) -> str:
 
 
 def _settings_present(host, env_file: str | None) -> tuple[dict[str, str], str]:
+    """The settings a job would see: an env file (shell syntax), else the environment and then
+    ``/etc/nccl.conf`` read with NCCL's own parser (the environment wins, as ``setenv(.., 0)`` does)."""
     from ccdiag.checkrun import EnvFileError, parse_env_file
 
     if env_file:
@@ -38,17 +40,22 @@ def _settings_present(host, env_file: str | None) -> tuple[dict[str, str], str]:
         except EnvFileError as exc:
             raise InputError(str(exc)) from None
     env = {k: v for k, v in (host.environ() if host is not None else {}).items() if k.startswith("NCCL_")}
-    source = "environment"
-    if host is not None and host.exists("/etc/nccl.conf"):
-        try:
-            conf = parse_env_file(host.read_text("/etc/nccl.conf"), "/etc/nccl.conf")
-        except (EnvFileError, OSError):
-            conf = {}
-        for k, v in conf.items():
-            env.setdefault(k, v)
-        if conf:
-            source = "environment and /etc/nccl.conf"
-    return env, source
+    conf = _nccl_conf(host)
+    for k, v in conf.items():
+        env.setdefault(k, v)
+    return env, "environment and /etc/nccl.conf" if conf else "environment"
+
+
+def _nccl_conf(host) -> dict[str, str]:
+    from ccdiag.host import HostReadError
+    from ccdiag.probes._ncclconf import parse_nccl_conf
+
+    if host is None or not host.exists("/etc/nccl.conf"):
+        return {}
+    try:
+        return parse_nccl_conf(host.read_text("/etc/nccl.conf"))
+    except (HostReadError, OSError):
+        return {}
 
 
 def node_recommendation(host, env: dict[str, str], env_source: str, timeout: float = 30.0):
@@ -57,7 +64,7 @@ def node_recommendation(host, env: dict[str, str], env_source: str, timeout: flo
     from ccdiag.probing import run_probes
     from ccdiag.topology import build_topology
 
-    runs = run_probes(host, ["system", "pcie", "nvml", "infiniband", "netdev"], deadline=time.monotonic() + timeout)
+    runs = run_probes(host, ["system", "pcie", "nvml", "infiniband", "netdev", "platform"], deadline=time.monotonic() + timeout)
     topo = build_topology(runs)
     return recommend(topo, runs, env=env, env_source=env_source), runs, topo
 

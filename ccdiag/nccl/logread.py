@@ -52,10 +52,11 @@ _NVLS = re.compile(r"NVLS multicast support is (not )?available on dev (\d+)")
 _NET = re.compile(r"Using network (\S+)")
 _OFI = re.compile(r"NET/OFI Selected [Pp]rovider is (\w+)(?: \(found (\d+) nics\))?")
 _PLUGIN_PATH = re.compile(r"Plugin Path : (\S+)")
-_DISPATCH = re.compile(r"CCL version|Using|set by environment|set to|GPU Direct RDMA|nRanks|nranks|NVLS multicast|"
-                       r"No device found|NET/OFI|Plugin Path|P2P plugin|libibverbs|NET : Using|provider=")
 
 DOCKER_BRIDGE = ipaddress.ip_network("172.17.0.0/16")
+
+
+_UNSEEN = object()
 
 
 class LogError(ValueError):
@@ -127,33 +128,95 @@ class _Reader:
         self.first_other: tuple[int, str] | None = None
         self.open_chains: dict[str, Failure] = {}
         self.prefix_host: dict[str, str | None] = {}
+        self.via_cache: dict[str, str | None] = {}
+        self.failure_by_root: dict[str, Failure] = {}
+        self.seen: set[tuple[str, str | None]] = set()  # bounded; cleared when full
+        self.norm_cache: dict[str, str] = {}
 
     def feed(self, line: str) -> None:
+        """One line, counted (the line-by-line path)."""
         log = self.log
         log.lines += 1
-        if line.startswith("#"):
-            return  # a comment (or a fixture's source header); NCCL never starts a line with '#'
+        if "NCCL INFO " in line or "NCCL WARN " in line:
+            log.nccl_lines += 1
+        self.line(line)
+
+    def line(self, line: str) -> None:
+        """One line's facts; counting is the caller's (a block scan counts markers at C speed)."""
         i = line.find("NCCL INFO ")
-        warn = False
         if i < 0:
-            i = line.find("NCCL WARN ")
-            warn = i >= 0
-        if i < 0:
-            self._other(line)
+            self._not_info(line)
             return
-        log.nccl_lines += 1
+        prefix = line[:i]
+        host = self.prefix_host.get(prefix, _UNSEEN)
+        if host is _UNSEEN:
+            host = self._host(prefix)
         body = line[i + 10:]
+        sp = body.find(" ")
+        token = body[:sp] if sp > 0 else body
+        if token == "Channel" or token == "Ring":
+            self._channel(body)
+            return
+        handler = _TOKENS.get(token)
+        if handler is None:
+            if token.startswith("NCCL_"):
+                handler = _h_env
+            elif " -> " in body:
+                f = _FRAME.match(body)
+                if f:
+                    self._frame(f, prefix)
+                return
+            else:
+                return
+        key = (body, host)
+        if key in self.seen:
+            return  # INFO handlers are idempotent: the same text from the same host adds nothing
+        if len(self.seen) >= 1 << 16:
+            self.seen.clear()
+        self.seen.add(key)
         if " | " in body and "NCCL " in body:  # CloudWatch pastes the line twice, joined by " | "
             body = body[:body.index(" | ")]
         if "repeated" in body:
             body = _REPEAT.sub("", body)
-        host = self._host(line[:i])
-        if warn:
-            self._warn(body.rstrip(), host, line[:i])
-        elif body.startswith(("Channel ", "Ring ")) and " via " in body:
-            self._via(body, host)
-        else:
-            self._info(body.rstrip(), host, line[:i])
+        handler(self, body.rstrip(), host)
+
+    def _not_info(self, line: str) -> None:
+        if line.startswith("#"):
+            return  # a comment (or a fixture's source header); NCCL never starts a line with '#'
+        i = line.find("NCCL WARN ")
+        if i < 0:
+            self._other(line)
+            return
+        body = line[i + 10:]
+        if " | " in body and "NCCL " in body:
+            body = body[:body.index(" | ")]
+        if "repeated" in body:
+            body = _REPEAT.sub("", body)
+        self._warn(body.rstrip(), self._host(line[:i]), line[:i])
+
+    def _channel(self, body: str) -> None:
+        """``Channel 03/08 : 0 1 ...`` (the ring) or ``Channel 03/0 : 1[1] -> 0[0] via P2P/IPC/read``."""
+        log = self.log
+        slash = body.find("/", 8, 14)
+        if slash > 0:
+            end = body.find(" ", slash)
+            total = body[slash + 1:end]
+            if total.isdigit() and int(total) > (log.channels or 0):
+                log.channels = int(total)
+        j = body.find(" via ")
+        if j < 0:
+            return
+        tail = body[j:]
+        label = self.via_cache.get(tail, "")
+        if label == "":
+            m = _VIA.match(_REPEAT.sub("", tail) if "repeated" in tail else tail)
+            label = transport_label(m.group(1)) if m else None
+            if len(self.via_cache) > 4096:
+                self.via_cache.clear()
+            self.via_cache[tail] = label
+        if label is not None:
+            t = log.transports
+            t[label] = t.get(label, 0) + 1
 
     # -- per kind of line -------------------------------------------------------------------------
     def _other(self, line: str) -> None:
@@ -173,29 +236,18 @@ class _Reader:
                 self.log.flavour = "RCCL"
 
     def _host(self, prefix: str) -> str | None:
-        host = self.prefix_host.get(prefix, "")
-        if host == "":
-            p = _PREFIX.search(prefix)
-            host = p.group(1) if p else None
-            if len(self.prefix_host) > 4096:
-                self.prefix_host.clear()
-            self.prefix_host[prefix] = host
+        """The host name in a line prefix not seen before (cached: a prefix is one rank's thread)."""
+        host = self.prefix_host.get(prefix, _UNSEEN)
+        if host is not _UNSEEN:
+            return host
+        p = _PREFIX.search(prefix)
+        host = p.group(1) if p else None
+        if len(self.prefix_host) > 4096:
+            self.prefix_host.clear()
+        self.prefix_host[prefix] = host
         if host is not None and len(self.log.hosts) < MAX_KEPT * 16:
             self.log.hosts.add(host)
         return host
-
-    def _via(self, body: str, host: str | None) -> None:
-        m = _VIA.search(body)
-        if m is None:
-            return
-        label = transport_label(m.group(1))
-        if label is None:
-            return
-        t = self.log.transports
-        t[label] = t.get(label, 0) + 1
-        c = _CHANNEL.search(body)
-        if c and int(c.group(2)):
-            self.log.channels = max(self.log.channels or 0, int(c.group(2)))
 
     def _warn(self, body: str, host: str | None, prefix: str) -> None:
         log = self.log
@@ -213,14 +265,20 @@ class _Reader:
             self.open_chains.clear()
 
     def _failure(self, root: str, frame: str | None) -> Failure:
-        norm = _normalise(root)
-        for f in self.log.failures:
-            if _normalise(f.root) == norm:
-                f.count += 1
-                return f
+        norm = self.norm_cache.get(root)
+        if norm is None:
+            norm = _normalise(root)
+            if len(self.norm_cache) > 4096:
+                self.norm_cache.clear()
+            self.norm_cache[root] = norm
+        f = self.failure_by_root.get(norm)
+        if f is not None:
+            f.count += 1
+            return f
         f = Failure(root, self.log.lines, count=1)
         if len(self.log.failures) < MAX_KEPT:
             self.log.failures.append(f)
+            self.failure_by_root[norm] = f
         return f
 
     def _frame(self, m: re.Match, prefix: str) -> None:
@@ -233,18 +291,6 @@ class _Reader:
                 self.open_chains.clear()
         chain.frames += 1
         chain.last_frame = m.group(1)
-
-    def _info(self, body: str, host: str | None, prefix: str) -> None:
-        f = _FRAME.match(body)
-        if f:
-            self._frame(f, prefix)
-            return
-        d = _DISPATCH.search(body)
-        if d is None:
-            return
-        handler = _HANDLERS.get(d.group(0))
-        if handler is not None:
-            handler(self, body, host)
 
 
 def _thread_key(prefix: str) -> str:
@@ -348,11 +394,6 @@ def _h_nvls(r: _Reader, body: str, host: str | None) -> None:
         r.log.nvls[int(m.group(2))] = m.group(1) is None
 
 
-def _h_no_dev(r: _Reader, body: str, host: str | None) -> None:
-    if "NET/IB" in body:
-        r.log.no_ib_device = True
-
-
 def _h_ofi(r: _Reader, body: str, host: str | None) -> None:
     m = _OFI.search(body)
     r.log.plugins.setdefault("aws-ofi-nccl", "NET/OFI")
@@ -368,14 +409,6 @@ def _h_plugin(r: _Reader, body: str, host: str | None) -> None:
         r.log.plugins["net plugin"] = r.log.plugins.get("net plugin") or body.split()[-1]
 
 
-def _h_ibverbs(r: _Reader, body: str, host: str | None) -> None:
-    r.log.ibverbs_missing = True
-
-
-def _h_version(r: _Reader, body: str, host: str | None) -> None:
-    r._version(body)
-
-
 def _add(d: dict, key: str, value: str) -> None:
     if key not in d and len(d) >= MAX_KEPT:
         return
@@ -384,30 +417,96 @@ def _add(d: dict, key: str, value: str) -> None:
         s.add(value)
 
 
-_HANDLERS = {"Using": _h_using, "NET : Using": _h_using, "set by environment": _h_env, "set to": _h_env,
-             "GPU Direct RDMA": _h_gdr, "nRanks": _h_ranks, "nranks": _h_ranks, "NVLS multicast": _h_nvls,
-             "No device found": _h_no_dev, "NET/OFI": _h_ofi, "Plugin Path": _h_plugin, "P2P plugin": _h_plugin,
-             "libibverbs": _h_ibverbs, "CCL version": _h_version}
-
-
-def _route_using(r: _Reader, body: str, host: str | None) -> None:
+def _h_net_ib(r: _Reader, body: str, host: str | None) -> None:
     if body.startswith("NET/IB: ["):
         _h_per_device(r, body, host)
-    else:
+    elif "GPU Direct RDMA" in body:
+        _h_gdr(r, body, host)
+    elif "No device found" in body:
+        r.log.no_ib_device = True
+    elif "Using" in body:
         _h_using(r, body, host)
 
 
-_HANDLERS["Using"] = _route_using
-_HANDLERS["provider="] = _h_per_device
+def _h_nccl(r: _Reader, body: str, host: str | None) -> None:
+    if "version" in body:
+        r._version(body)
+
+
+def _h_plain(r: _Reader, body: str, host: str | None) -> None:
+    """A line whose first word says nothing alone: a ``Using network X`` or a comm/ranks line."""
+    if body.startswith("Using"):
+        _h_using(r, body, host)
+    elif "nranks" in body or "nRanks" in body:
+        _h_ranks(r, body, host)
+
+
+#: the first word of an INFO line's text -> its handler; any other first word is of no interest
+_TOKENS = {"Bootstrap": _h_using, "Bootstrap:": _h_using, "NET/IB": _h_net_ib, "NET/IB:": _h_net_ib,
+           "NET/Socket": _h_using, "NET": _h_using, "NET/OFI": _h_ofi, "Using": _h_plain, "comm": _h_ranks,
+           "ncclCommInitRank": _h_ranks, "ncclCommInitRankConfig": _h_ranks, "ncclCommInitAll": _h_ranks,
+           "[Rank": _h_plain, "NVLS": _h_nvls, "Plugin": _h_plugin, "P2P": _h_plugin, "NCCL": _h_nccl}
 
 
 # -- entry points -------------------------------------------------------------------------------------------
-def read_lines(lines: Iterable[str], source: str = "<log>") -> NcclLog:
-    """An :class:`NcclLog` from lines (without or with their newline), read once, in order."""
-    r = _Reader()
-    for raw in lines:
-        line = raw[:MAX_LINE].rstrip("\r\n")
-        r.feed(line)
+#: what makes a line worth reading in Python: an INFO line whose first word has a handler (see
+#: ``_TOKENS``), any WARN line, a version line, libfabric's provider report. Every other line is only
+#: counted, at C speed, by :func:`_scan`.
+_INTEREST = re.compile(rb"NCCL (?:WARN |version|INFO (?:Channel|Ring|Bootstrap|NET(?:/IB|/Socket|/OFI| :)|Using network|"
+                       rb"comm|ncclComm|\[Rank|NVLS|Plugin Path|P2P plugin|NCCL_|[\w/.\-]+\.(?:cc|cu|c|h|cpp):\d+ -> ))")
+#: lines of interest that carry no NCCL marker, found by a plain substring search
+_OTHER_NEEDLES = (b"RCCL version", b"fi_getinfo")
+
+
+def _decode(raw: bytes) -> str:
+    return raw.decode("utf-8", "replace").rstrip("\r")
+
+
+def _scan(r: _Reader, data: bytes) -> None:
+    """A block of whole lines (``data`` ends at a line end or at the end of input), as bytes: the
+    search runs over bytes at C speed and only the lines of interest are decoded."""
+    log = r.log
+    base = log.lines
+    log.nccl_lines += data.count(b"NCCL INFO ") + data.count(b"NCCL WARN ")
+    last_start, last_no, done_to = 0, base + 1, -1
+    find, rfind, count, line = data.find, data.rfind, data.count, r.line
+    for m in _INTEREST.finditer(data):
+        pos = m.start()
+        if pos <= done_to:
+            continue  # a second marker on a line already read
+        start = rfind(b"\n", 0, pos) + 1
+        end = find(b"\n", pos)
+        if end < 0:
+            end = len(data)
+        last_no += count(b"\n", last_start, start)
+        last_start, done_to = start, end
+        log.lines = last_no
+        line(_decode(data[start:min(end, start + MAX_LINE)]))
+    for needle in _OTHER_NEEDLES:
+        pos, last_start, last_no = find(needle), 0, base + 1
+        while pos >= 0:
+            start = rfind(b"\n", 0, pos) + 1
+            end = find(b"\n", pos)
+            end = len(data) if end < 0 else end
+            last_no += count(b"\n", last_start, start)
+            last_start = start
+            log.lines = last_no
+            r._other(_decode(data[start:min(end, start + MAX_LINE)]))
+            pos = find(needle, end)
+    log.lines = base + count(b"\n") + (0 if not data or data.endswith(b"\n") else 1)
+    if r.first_other is None and log.nccl_lines == 0:
+        _first_other(r, data, base)
+
+
+def _first_other(r: _Reader, data: bytes, base: int) -> None:
+    for n, raw in enumerate(data.split(b"\n", 64), base + 1):
+        line = _decode(raw[:MAX_LINE])
+        if line.strip() and not line.startswith("#"):
+            r.first_other = (n, line.strip()[:80])
+            return
+
+
+def _finish(r: _Reader, source: str) -> NcclLog:
     log = r.log
     if log.nccl_lines == 0 and log.version is None:
         first = r.first_other
@@ -417,22 +516,60 @@ def read_lines(lines: Iterable[str], source: str = "<log>") -> NcclLog:
     return log
 
 
+def read_lines(lines: Iterable[str], source: str = "<log>") -> NcclLog:
+    """An :class:`NcclLog` from lines (without their newline), read once, in order."""
+    r = _Reader()
+    feed = r.feed
+    for raw in lines:
+        feed(raw if len(raw) <= MAX_LINE else raw[:MAX_LINE])
+    return _finish(r, source)
+
+
 def parse_nccl_log(text: str, source: str = "<log>") -> NcclLog:
     """The log in ``text`` (a paste held in memory)."""
     if len(text) > MAX_BYTES:
         raise LogError(f"{source}: larger than {MAX_BYTES >> 20} MiB held in memory; pass it as a file")
-    return read_lines(text.splitlines(), source)
+    r = _Reader()
+    _scan(r, text.encode("utf-8", "surrogateescape"))
+    return _finish(r, source)
 
 
-def _file_lines(path: str) -> Iterator[str]:
+CHUNK = 4 << 20
+
+
+def _file_blocks(path: str) -> Iterator[bytes]:
+    """The file as blocks of whole lines, read in chunks (UTF-8 never puts a newline byte inside a
+    character, so a block boundary never cuts one). A line longer than a chunk is cut at
+    :data:`MAX_LINE` and its rest skipped, so memory stays bounded."""
+    carry = b""
     with open(path, "rb") as fh:
         while True:
-            raw = fh.readline(MAX_LINE)
+            raw = fh.read(CHUNK)
+            data = carry + raw
             if not raw:
+                if data:
+                    yield data
                 return
-            if len(raw) == MAX_LINE and not raw.endswith(b"\n"):
-                fh.readline()  # drop the rest of an over-long line (bounded, without holding it)
-            yield raw.decode("utf-8", "replace")
+            cut = data.rfind(b"\n") + 1
+            if cut == 0 and len(data) > CHUNK:
+                yield data[:MAX_LINE] + b"\n"  # one line longer than a chunk: keep its head
+                carry = b""
+                _skip_to_newline(fh)
+                continue
+            if cut:
+                yield data[:cut]
+            carry = data[cut:]
+
+
+def _skip_to_newline(fh) -> None:
+    while True:
+        raw = fh.read(CHUNK)
+        if not raw:
+            return
+        nl = raw.find(b"\n")
+        if nl >= 0:
+            fh.seek(nl + 1 - len(raw), 1)
+            return
 
 
 def read_nccl_log(path: str) -> NcclLog:
@@ -443,7 +580,10 @@ def read_nccl_log(path: str) -> NcclLog:
     st = os.stat(path)
     if not stat.S_ISREG(st.st_mode):
         raise LogError(f"{path}: not a regular file")
-    return read_lines(_file_lines(path), path)
+    r = _Reader()
+    for block in _file_blocks(path):
+        _scan(r, block)
+    return _finish(r, path)
 
 
 # -- what differs from the node's facts -------------------------------------------------------------------

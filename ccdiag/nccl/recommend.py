@@ -20,7 +20,7 @@ from typing import Any, Mapping
 
 from ccdiag.nccl.knobs import DEFAULT, EXPERIMENT, HIGH, INFO, LOW, MEDIUM, REMOVE, SET, Fact, Knob, Recommendation
 from ccdiag.nccl.layout import Layout, PortFacts, layout_from_matrix, layout_from_topology
-from ccdiag.nccl import netif
+from ccdiag.nccl import netif, platforms
 from ccdiag.nccl.lists import exact_list
 from ccdiag.topology.levels import UNKNOWN, gpudirect_capable, level_rank
 from ccdiag.topology.model import natural_key
@@ -246,20 +246,101 @@ def _cross_nic(layout: Layout, chosen: list) -> Knob:
                 "node cannot read", confidence=MEDIUM)
 
 
-def _topo_file(layout: Layout, env: Mapping[str, str], xml: str | None) -> tuple[Knob, dict[str, str]]:
+def _provider_topo(layout: Layout, path: str | None = None) -> Any:
+    """The provider topology file the platform probe read (``path``, else the first the provider ships)."""
+    files = getattr(layout.platform, "topo_files", ()) or ()
+    if path is not None:
+        return next((f for f in files if f.path == path), None)
+    return next((f for f in files if f.named_by == "provider directory" and f.text), None)
+
+
+def _check_topo(layout: Layout, f: Any) -> tuple[str, str]:
+    """(what the check found, confidence) for a topology file against this node."""
+    bdfs = layout.bdfs or {}
+    nearest = None
+    if not layout.flattened and layout.ports is not None:
+        nearest = {g: tuple(layout.nearest(g)[0]) for g in layout.gpus}
+    res = platforms.check_topo_file(f.path, f.text, {g: bdfs.get(g) for g in layout.gpus},
+                                    {n: bdfs.get(n) for n in layout.nics}, nearest)
+    if not res.readable:
+        return f"{f.path} could not be read or parsed here, so it was not checked against the node", LOW
+    problems = []
+    if res.gpus_missing:
+        problems.append(f"GPUs {', '.join(res.gpus_missing)} are not in it")
+    if res.nics_missing:
+        problems.append(f"NICs {', '.join(res.nics_missing)} are not in it")
+    if res.disagree:
+        problems.append(f"its GPU-NIC pairing contradicts the node's own tree for {', '.join(res.disagree)}")
+    if problems:
+        return (f"{f.path} does not match this node ({'; '.join(problems)}): install the provider's file for this "
+                "VM size rather than deleting it"), LOW
+    how = "pairing agrees with the node's own tree" if nearest else "pairing cannot be confirmed from the VM's tree"
+    return f"{f.path} names every GPU and NIC bus id of this node; {how}", HIGH
+
+
+def _topo_file(layout: Layout, env: Mapping[str, str], xml: str | None,
+               plat: platforms.Platform | None = None) -> tuple[Knob, dict[str, str]]:
     var = "NCCL_TOPO_FILE"
+    set_now = env.get(var)
+    provider = _provider_topo(layout, set_now) if set_now else _provider_topo(layout)
+    if set_now and (provider is not None or platforms.required_here(plat, var)):
+        found, conf = _check_topo(layout, provider) if provider is not None else (
+            f"{set_now} was not readable through ccdiag's view of the node, so it was not checked", MEDIUM)
+        label = f"vendor-required on {plat.title} ({plat.source}); " if platforms.required_here(plat, var) else ""
+        return Knob(var, SET, set_now, f"{label}kept: {found}", (Fact(var, set_now, "settings present"),), conf,
+                    {"vendor_required": plat.key if platforms.required_here(plat, var) else None}), {}
+    if layout.flattened and provider is not None:
+        found, conf = _check_topo(layout, provider)
+        return Knob(var, SET, provider.path, layout.flattened + f". The provider ships {provider.path}: {found}",
+                    (Fact("PCI tree", "no switch, all GPU-NIC paths PHB", layout.where),), conf), {}
     if layout.flattened:
         files = {TOPO_FILE_PATH: xml} if xml else {}
-        return Knob(var, SET, TOPO_FILE_PATH if xml else None,
-                    layout.flattened + ". Give NCCL the host's real layout: the generated file groups GPUs and NICs "
-                    "by NUMA node as seen here; replace it with the host's (cloud providers publish one per VM "
-                    "size) where the PCIe switches are known",
+        why = ("the generated file groups each GPU with its nearest NIC under a synthetic PCI switch, the pairing "
+               "the VM's tree hides" if xml else "no pairing could be derived (NUMA affinity unknown), so no file is "
+               "written: use the provider's file for this VM size")
+        return Knob(var, SET if xml else DEFAULT, TOPO_FILE_PATH if xml else None, f"{layout.flattened}. {why}",
                     (Fact("PCI tree", "no switch, all GPU-NIC paths PHB", layout.where),), LOW), files
-    if env.get(var):
-        return Knob(var, REMOVE, None, f"{var}={env[var]} is set but this node's PCI tree is visible to NCCL: a stale "
+    if set_now:
+        return Knob(var, REMOVE, None, f"{var}={set_now} is set but this node's PCI tree is visible to NCCL: a stale "
                     "topology file causes spurious failures (Azure/azurehpc-health-checks#142)", confidence=MEDIUM), {}
     return Knob(var, DEFAULT, None, "NCCL reads this node's real PCI tree (PCIe switches and NUMA affinity are "
                 "visible), so no topology file is needed"), {}
+
+
+# ---------------------------------------------------------------- vendor-required settings
+
+def _vendor(knobs: list[Knob], plat: platforms.Platform | None, env: Mapping[str, str]) -> list[Knob]:
+    """Vendor-required settings are kept (the value set, else the documented one) and labelled; a
+    recommendation that would change or remove one gives way to it."""
+    if plat is None:
+        return knobs
+    out, done = [], set()
+    for k in knobs:
+        if k.name in plat.required and k.name != "NCCL_TOPO_FILE":
+            out.append(_vendor_knob(k.name, plat, env, k))
+            done.add(k.name)
+        else:
+            out.append(k)
+    for name in plat.required:
+        if name not in done and name != "NCCL_TOPO_FILE" and (name in env or plat.required[name] is not None):
+            out.append(_vendor_knob(name, plat, env, None))
+    return out
+
+
+def _vendor_knob(name: str, plat: platforms.Platform, env: Mapping[str, str], instead: Knob | None) -> Knob:
+    present, documented = env.get(name), plat.required[name]
+    value = present if present is not None else documented
+    why = f"vendor-required on {plat.title} ({plat.source})"
+    if present is None:
+        why += f"; not set here: set {name}={documented}"
+    elif documented is not None and present != documented:
+        why += f"; the vendor documents {documented}, {present} is set: kept as set, compare with the vendor's profile"
+    else:
+        why += "; kept as set"
+    if instead is not None and (instead.action != SET or instead.value != value):
+        why += f" (ccdiag alone would have said: {instead.action} {instead.value or ''})".rstrip()
+    return Knob(name, SET if value is not None else INFO, value, why, (Fact(name, present, "settings present"),),
+                HIGH if present is not None else MEDIUM, {"vendor_required": plat.key, "documented": documented})
 
 
 def _ring_order(layout: Layout) -> Knob | None:
@@ -327,19 +408,22 @@ def _existing(env: Mapping[str, str], env_source: str, rails_present: bool) -> l
 
 def _recommend(layout: Layout, env: Mapping[str, str], env_source: str, results: Mapping[str, Any],
                xml: str | None) -> Recommendation:
+    plat = platforms.detect(layout.platform, env)
+    vendor_env = dict(env)
     env = {k: v for k, v in env.items() if k.startswith("NCCL_")}
     hca, chosen = _ib_hca(layout, env, env_source)
     knobs = [hca, _socket_ifname(layout, env, env_source, results)]
     knobs += _gid(layout, chosen)
     knobs.append(_cross_nic(layout, chosen))
-    topo, files = _topo_file(layout, env, xml)
+    topo, files = _topo_file(layout, env, xml, plat)
     knobs.append(topo)
     ring = _ring_order(layout)
     if ring:
         knobs.append(ring)
     knobs += _experiments(layout, chosen)
     knobs += _existing(env, env_source, bool(chosen))
-    notes = []
+    knobs = _vendor(knobs, plat, vendor_env)
+    notes = [f"platform: {plat.title}; its vendor-required settings are kept ({plat.source})"] if plat else []
     if layout.source == "smi":
         notes.append("from a pasted nvidia-smi topo -m alone: port numbers and states, link layers, GIDs and network "
                      "interfaces need the node (run `ccdiag nccl` there, or on its snapshot)")
