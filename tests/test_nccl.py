@@ -237,10 +237,50 @@ def test_the_generated_topology_xml_speaks_nccls_vocabulary():
     for el in root.iter():
         assert el.tag in vocab, el.tag
         assert set(el.attrib) <= vocab[el.tag], (el.tag, set(el.attrib) - vocab[el.tag])
-    busids = {p.attrib["busid"] for p in root.iter("pci")}
+        assert all(v != "" for v in el.attrib.values()), el.attrib  # unknown values are left out, never empty
+    speeds = {"2.5 GT/s PCIe", "5.0 GT/s PCIe", "8.0 GT/s PCIe", "16.0 GT/s PCIe", "32.0 GT/s PCIe", "64.0 GT/s PCIe"}
+    assert all(p.attrib.get("link_speed", "32.0 GT/s PCIe") in speeds for p in root.iter("pci"))  # NCCL's table
     topo = build_topology(_flattened(_runs()))
-    assert busids == {g.bdf for g in topo.gpus()} | {n.bdf for n in topo.nics()}
+    switches = [p for p in root.iter("pci") if p.attrib["busid"].startswith("ffff:")]
+    real = {p.attrib["busid"] for p in root.iter("pci")} - {p.attrib["busid"] for p in switches}
+    assert real == {g.bdf for g in topo.gpus()} | {n.bdf for n in topo.nics()}
+    assert all(s.attrib["class"] == "0x060400" and "link_speed" in s.attrib and "link_width" in s.attrib
+               for s in switches)
     assert all(c.attrib["affinity"].replace(",", "").strip("0") for c in root.iter("cpu"))
+    assert all("arch" not in c.attrib for c in root.iter("cpu"))  # unknown here: NCCL fills it from the machine
+
+
+def test_the_topology_xml_carries_the_pairing_the_flat_tree_hides():
+    """Each synthetic switch holds one NIC and the GPU(s) paired with it; on this layout the pairing is
+    the one the real (unflattened) tree shows."""
+    flat = _rec(_flattened(_runs()))
+    root = ET.fromstring(next(iter(flat.files.values())))
+    real = build_topology(_runs())
+    label = {d.bdf: d.label for d in list(real.gpus()) + list(real.nics())}
+    nics = {n.label for n in real.nics()}
+    for sw in (p for p in root.iter("pci") if p.attrib["busid"].startswith("ffff:")):
+        kids = [label[c.attrib["busid"]] for c in sw]
+        nic = [k for k in kids if k in nics]
+        assert len(nic) == 1
+        for g in (k for k in kids if k not in nics):
+            assert real.level(g, nic[0]) in ("PIX", "PXB"), (g, nic[0], real.level(g, nic[0]))
+
+
+def test_nccl_arch_vocabulary():
+    from ccdiag.nccl.topo_xml import nccl_arch
+
+    assert (nccl_arch("aarch64"), nccl_arch("x86_64"), nccl_arch("ppc64le"), nccl_arch("riscv64")) == \
+        ("arm64", "x86_64", "ppc64", None)
+
+
+def test_no_numa_means_no_file_and_the_reason_is_said(tmp_path):
+    runs = _flattened(_runs())
+    pcie = runs["pcie"].data
+    runs = _edit(runs, "pcie", dataclasses.replace(pcie, devices=tuple(dataclasses.replace(d, numa_node=None)
+                                                                       for d in pcie.devices)))
+    rec = _rec(runs)
+    k = rec.get("NCCL_TOPO_FILE")
+    assert not rec.files and k.action == DEFAULT and "no file is written" in k.reason
 
 
 def test_debugging_variables_already_set_are_named_for_removal():
@@ -358,3 +398,10 @@ def test_interleaved_prefixed_and_cut_lines_are_still_read():
     assert log.env == {"NCCL_CUMEM_ENABLE": "0", "NCCL_NET_GDR_LEVEL": "PIX"}
     assert log.transports == {"NET/IB/GDRDMA": 1}  # the cut "via P2" names no transport
     assert log.nccl_lines == 4  # the cut line still carries its marker; the script's line is not NCCL's
+
+
+def test_write_topo_file_says_why_nothing_was_written(tmp_path):
+    out = tmp_path / "topo.xml"
+    code, _, err = run("nccl", "--replay", str(HEALTHY), "--write-topo-file", str(out))
+    assert code == 0 and not out.exists()
+    assert "--write-topo-file: nothing written" in err and "real PCI tree" in err

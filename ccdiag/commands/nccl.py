@@ -187,8 +187,10 @@ def _write_topo(path: str, rec) -> None:
         return
     name, content = next(iter(rec.files.items()))
     _write(path, content)
-    click.echo(f"--write-topo-file: wrote {path} ({content.count('<gpu') + content.count('busid=')} elements "
-               f"naming devices; install it at {name} and set NCCL_TOPO_FILE={name})", err=True)
+    gpus, nics = content.count('class="0x030200"'), content.count('class="0x020700"')
+    switches = content.count('busid="ffff:')
+    click.echo(f"--write-topo-file: wrote {path} ({gpus} GPUs and {nics} NICs paired under {switches} synthetic "
+               f"PCI switches); install it as {name}, the NCCL_TOPO_FILE the recommendation sets", err=True)
 
 
 def _write(path: str, text: str) -> None:
