@@ -43,9 +43,8 @@ BY_HAND = {
     "dgx-h100-talos-driver580-12nic-truncated-after-nic5-trailing-tabs.txt": (None, None),
     # topo -mp (PCIe only): GPU0,1 PIX mlx5_0; GPU2,3 PIX mlx5_1; GPU4,5 PIX mlx5_2; GPU6,7 PIX mlx5_3.
     # No NV# in a -mp matrix, so it reads as PCIe-only: GPU0-1 PIX, 1-2 PXB, 2-3 PIX, 3-4 NODE ...
-    # index order already chains each GPU to its nearest peer.
-    "dgx2-topo-mp-elided-single-space-mangled.txt": ("=mlx5_0,mlx5_1,mlx5_2,mlx5_3",
-                                                    "GPU0,GPU1,GPU2,GPU3,GPU4,GPU5,GPU6,GPU7"),
+    # index order already chains each GPU to its nearest peer, so no ring-order advice (it changes nothing).
+    "dgx2-topo-mp-elided-single-space-mangled.txt": ("=mlx5_0,mlx5_1,mlx5_2,mlx5_3", None),
     "h100-pcie-x2-nvlink-bridge-nv12-indented.txt": (None, None),  # no NIC, two GPUs
     # NIC k PIX to GPU k only (legend mlx5_k); NV18: no order.
     "h100-sxm-hbm3-x8-nv18-8nic-gpunumaid-spaces.txt": ("=mlx5_0,mlx5_1,mlx5_2,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_7",
@@ -57,14 +56,14 @@ BY_HAND = {
     "h800-x8-nv8-4nic-topo-matrix-terminal-truncated-mangled.txt": ("=mlx5_0,mlx5_1,mlx5_2,mlx5_3", None),
     "hopper-nv18-x4-visible-subset-brev-vm-blank-cpu-affinity-mixed-numa.txt": (None, None),  # no NIC
     # the only NIC, PHB to GPU2/3 and SOC (old name of SYS) to GPU0/1. PCIe only: GPU0-1 PHB, 1-2
-    # SOC, 2-3 PHB: index order is the nearest chain.
-    "k40m-x4-mlx4-soc-legacy-2017.txt": ("=mlx4_0", "GPU0,GPU1,GPU2,GPU3"),
+    # SOC, 2-3 PHB: index order is the nearest chain, so no ring-order advice.
+    "k40m-x4-mlx4-soc-legacy-2017.txt": ("=mlx4_0", None),
     "p100-sxm2-x2-nv2-rwth-c16g.txt": (None, None),
     "rtx3090-x2-nvlink-bridge-nv4-lxc-spaces.txt": (None, None),
     # one NIC (NIC0 = mlx5_2), NODE to GPU0-3 and SYS to GPU4-7: it is every GPU's nearest.
     "v100-sxm2-x8-hybrid-cube-mesh-nv1-nv2-1nic-gpunumaid.txt": ("=mlx5_2", None),
-    # no NIC; GPU pairs (0,1) (2,3) ... PIX, NODE within a NUMA node, SYS across: index order.
-    "x8-pcie-only-2numa-pix-pairs-node-sys-no-nic-spaces.txt": (None, "GPU0,GPU1,GPU2,GPU3,GPU4,GPU5,GPU6,GPU7"),
+    # no NIC; GPU pairs (0,1) (2,3) ... PIX, NODE within a NUMA node, SYS across: index order, no advice.
+    "x8-pcie-only-2numa-pix-pairs-node-sys-no-nic-spaces.txt": (None, None),
 }
 NOT_MATRICES = {"topo-c-cpu-affinity-query-dgx-a100.txt"}  # `nvidia-smi topo -c`: refused by the parser
 
@@ -92,8 +91,9 @@ def test_every_gpu_of_the_h800_paste_has_its_rails_named():
     rails = recommend_from_matrix(m, "x").get("NCCL_IB_HCA").details["rails"]
     assert rails == {"mlx5_0": ["GPU0", "GPU1", "GPU2"], "mlx5_1": ["GPU0", "GPU2", "GPU3"],
                      "mlx5_2": ["GPU4", "GPU5", "GPU6", "GPU7"], "mlx5_3": ["GPU4", "GPU5", "GPU6", "GPU7"]}
-    gdr = next(k for k in recommend_from_matrix(m, "x").knobs if k.name == "NCCL_NET_GDR_LEVEL")
-    assert gdr.action == EXPERIMENT and gdr.value == "NODE"  # GPU0,2,4,5,6 reach their NIC across the CPU
+    # GPU0,2,4,5,6 reach their NIC across the CPU, but the GPUs are joined by NVLink: NCCL relays their
+    # traffic over NVLink to the GPU beside the NIC (PXN) instead of staging it in host memory
+    assert not any(k.name == "NCCL_NET_GDR_LEVEL" for k in recommend_from_matrix(m, "x").knobs)
 
 
 # -- the samples and named faults ---------------------------------------------------------------------
@@ -166,7 +166,8 @@ def _roce(runs, without_v2=()):
 def test_roce_rails_leave_the_gid_to_nccl_and_say_the_index_seen():
     rec = _rec(_roce(_runs()))
     k = rec.get("NCCL_IB_GID_INDEX")
-    assert k.action == DEFAULT and k.details == {"index_on_this_host": 3}
+    assert k.action == DEFAULT and k.details == {"index_on_this_host": 3, "set_for_nccl_before_2_21": 3}
+    assert "Before NCCL 2.21 the default index is 0" in k.reason
     assert rec.settings()["NCCL_IB_HCA"] == ALL_RAILS
 
 
@@ -290,9 +291,8 @@ def test_debugging_variables_already_set_are_named_for_removal():
     assert "replaces NCCL_IB_HCA=mlx5" in rec.get("NCCL_IB_HCA").reason
 
 
-def test_pcie_only_nodes_get_a_ring_order_and_nvlink_nodes_do_not_need_one():
-    ring = _rec(_runs()).get("GPU ring order")
-    assert ring.action == INFO and ring.value is None and "NVLink" in ring.reason
+def test_nvlink_nodes_get_no_ring_order_advice():
+    assert _rec(_runs()).get("GPU ring order") is None  # NCCL builds its own rings over NVLink
 
 
 # -- the env file round trip and the command -----------------------------------------------------------
@@ -405,3 +405,18 @@ def test_write_topo_file_says_why_nothing_was_written(tmp_path):
     code, _, err = run("nccl", "--replay", str(HEALTHY), "--write-topo-file", str(out))
     assert code == 0 and not out.exists()
     assert "--write-topo-file: nothing written" in err and "real PCI tree" in err
+
+
+def test_ring_order_advice_only_where_it_changes_the_slowest_hops():
+    """SYNTHESIZED PCIe-only levels: pairs (GPU0,GPU2) and (GPU1,GPU3) share a switch, everything else
+    crosses the sockets; index order crosses four times, the suggested order twice."""
+    from ccdiag.nccl.layout import Layout
+    from ccdiag.nccl.recommend import _ring_order
+
+    gpus = ("GPU0", "GPU1", "GPU2", "GPU3")
+    near = {("GPU0", "GPU2"), ("GPU1", "GPU3")}
+    levels = {(a, b): ("PIX" if (a, b) in near else "SYS") for i, a in enumerate(gpus) for b in gpus[i + 1:]}
+    k = _ring_order(Layout(gpus, (), levels, "smi", "test"))
+    assert k is not None and k.value == "GPU0,GPU2,GPU1,GPU3" and "index order would hop SYS, SYS, SYS, SYS" in k.reason
+    chain = {(a, b): ("PIX" if gpus.index(b) - gpus.index(a) == 1 else "SYS") for (a, b) in levels}
+    assert _ring_order(Layout(gpus, (), chain, "smi", "test")) is None  # index order is already the best ring

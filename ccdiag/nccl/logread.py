@@ -730,10 +730,15 @@ def _d_ib_hca(log: NcclLog, rec: object | None) -> list[str]:
 
 
 def _d_env(log: NcclLog, rec: object | None) -> list[str]:
-    from ccdiag.nccl.recommend import DEBUGGING
+    from ccdiag.nccl.recommend import debugging_reason
 
-    return [f"{var}={value} was set by the environment: a debugging variable that {DEBUGGING[var]}; remove it "
-            "from production jobs" for var, value in sorted(log.env.items()) if var in DEBUGGING]
+    out = []
+    for var, value in sorted(log.env.items()):
+        why = debugging_reason(var) if var != "NCCL_IB_DISABLE" or value.strip() not in ("0", "") else None
+        if why:
+            out.append(f"{var}={value} was set by the environment: a debugging variable ({why}); remove it "
+                       "from production jobs")
+    return out
 
 
 def _d_comms_nvls(log: NcclLog, rec: object | None) -> list[str]:

@@ -227,9 +227,10 @@ def _gid(layout: Layout, chosen: list[tuple[str, int | None]]) -> list[Knob]:
         k = indices.pop()
         return [Knob("NCCL_IB_GID_INDEX", DEFAULT, None,
                      f"NCCL (2.21+) selects the RoCEv2 IPv4 GID itself (NCCL_IB_ADDR_FAMILY=AF_INET is its default); "
-                     f"every rail here has it at index {k}. Pin NCCL_IB_GID_INDEX={k} only if every host shows the "
-                     "same index (compare `ccdiag nccl --json` of the hosts): the index differs between hosts on some "
-                     "fabrics", ev, HIGH, {"index_on_this_host": k})]
+                     f"every rail here has it at index {k}. Before NCCL 2.21 the default index is 0 (NCCL_PARAM "
+                     f"IB_GID_INDEX, 0 in 2.20), usually a RoCE v1 or link-local GID: with an older NCCL set "
+                     f"NCCL_IB_GID_INDEX={k}, and only if every host shows the same index (compare `ccdiag nccl --json` "
+                     "of the hosts)", ev, HIGH, {"index_on_this_host": k, "set_for_nccl_before_2_21": k})]
     return [Knob("NCCL_IB_GID_INDEX", DEFAULT, None,
                  "the RoCEv2 IPv4 GID sits at different indices on this host's rails: leave the index to NCCL's "
                  "per-port selection (never pin one index)", ev, HIGH, {"indices": sorted(indices)})]
@@ -343,12 +344,17 @@ def _vendor_knob(name: str, plat: platforms.Platform, env: Mapping[str, str], in
                 HIGH if present is not None else MEDIUM, {"vendor_required": plat.key, "documented": documented})
 
 
+def _ring_cost(hops: list[str]) -> tuple[int, int]:
+    """(rank of the slowest hop, how many hops are that slow): lower is better."""
+    worst = max(level_rank(h) for h in hops)
+    return worst, sum(1 for h in hops if level_rank(h) == worst)
+
+
 def _ring_order(layout: Layout) -> Knob | None:
     if len(layout.gpus) < 3:
         return None
     if layout.nvlink():
-        return Knob("GPU ring order", INFO, None, "GPUs are joined by NVLink: rank order inside the node does not "
-                    "change the ring's bottleneck", confidence=HIGH)
+        return None  # NVLink: NCCL searches its own rings over NVLink and the rank order changes nothing
     order = [layout.gpus[0]]
     left = list(layout.gpus[1:])
     while left:
@@ -359,11 +365,11 @@ def _ring_order(layout: Layout) -> Knob | None:
     hops = [layout.level(a, b) for a, b in zip(order, order[1:] + order[:1])]
     index_hops = [layout.level(a, b) for a, b in zip(layout.gpus, layout.gpus[1:] + layout.gpus[:1])]
     same = order == list(layout.gpus)
+    if same or _ring_cost(hops) >= _ring_cost(index_hops):
+        return None  # advice only where it changes the slowest hop or how many hops cross it
     worst = max(hops, key=level_rank)
-    reason = (f"PCIe-only GPUs: ring neighbours {'in index order' if same else 'in this order'} share the "
-              f"nearest bridges (hops {', '.join(hops)}; the slowest is {worst})")
-    if not same:
-        reason += f"; index order would hop {', '.join(index_hops)}"
+    reason = (f"PCIe-only GPUs: ring neighbours in this order share the nearest bridges (hops {', '.join(hops)}; "
+              f"the slowest is {worst}); index order would hop {', '.join(index_hops)}")
     digits = [g[3:] for g in order]
     return Knob("GPU ring order", INFO, ",".join(order), reason + ". Use it as the rank order on this node "
                 f"(e.g. CUDA_VISIBLE_DEVICES={','.join(digits)} with one rank per GPU)",
@@ -373,7 +379,10 @@ def _ring_order(layout: Layout) -> Knob | None:
 
 def _experiments(layout: Layout, chosen: list) -> list[Knob]:
     out = []
-    if chosen and not layout.flattened:  # a flattened tree's PHB is the VM's, fixed by NCCL_TOPO_FILE
+    if chosen and not layout.flattened and not layout.nvlink():
+        # a flattened tree's PHB is the VM's (fixed by NCCL_TOPO_FILE); on NVLink/NVSwitch nodes NCCL relays a far
+        # GPU's network traffic over NVLink to a GPU beside the NIC (PXN, NCCL_P2P_PXN_LEVEL default 2 since 2.12)
+        # instead of staging it in host memory, so there is nothing to measure here
         _, per_gpu = _rails(layout)
         far = {g: lv for g, (near, lv) in per_gpu.items() if lv and lv != UNKNOWN and not gpudirect_capable(lv)}
         if far:
@@ -394,15 +403,29 @@ def _experiments(layout: Layout, chosen: list) -> list[Knob]:
     return out
 
 
+def debugging_reason(var: str) -> str | None:
+    """Why a variable of the guide's Debugging section should not stay set, with its version facts."""
+    from ccdiag.nccl.debugvars import is_debugging, version_note
+
+    if not is_debugging(var) and var not in DEBUGGING:
+        return None
+    why = DEBUGGING.get(var, "listed in the NCCL guide's Debugging section")
+    note = version_note(var)
+    return f"{why}" + (f" ({note})" if note else "")
+
+
 def _existing(env: Mapping[str, str], env_source: str, rails_present: bool) -> list[Knob]:
     out = []
     for var in sorted(env):
-        if var in DEBUGGING:
+        if var == "NCCL_IB_DISABLE":
+            if rails_present and env[var].strip() not in ("0", ""):
+                out.append(Knob(var, REMOVE, None, f"{var}={env[var]} (from {env_source}) turns off InfiniBand/RoCE "
+                                "on a node with RDMA rails: traffic falls back to TCP sockets"))
+            continue
+        why = debugging_reason(var)
+        if why:
             out.append(Knob(var, REMOVE, None, f"{var}={env[var]} (from {env_source}): a debugging variable, "
-                            f"{DEBUGGING[var]}; NCCL's guide says these should not be set in production"))
-        elif var == "NCCL_IB_DISABLE" and rails_present and env[var].strip() not in ("0", ""):
-            out.append(Knob(var, REMOVE, None, f"{var}={env[var]} (from {env_source}) turns off InfiniBand/RoCE on a "
-                            "node with RDMA rails: traffic falls back to TCP sockets"))
+                            f"{why}; NCCL's guide says these should not be set in production"))
     return out
 
 
