@@ -135,15 +135,17 @@ def test_healthy_sample_gets_every_rail_with_its_port_and_the_fastest_interfaces
     assert not [k for k in rec.knobs if k.action == REMOVE]
 
 
-def test_a_rail_down_changes_only_the_hca_list():
+def test_a_rail_down_is_a_drain_finding_not_an_edit_of_the_shared_settings():
     runs = _runs()
     down = _edit_ports(runs, lambda d, p: dataclasses.replace(p, state="DOWN", state_code=1)
                        if d.name == "mlx5_2" else p)
     healthy, faulty = _rec(runs), _rec(down)
-    _same_except(healthy, faulty, {"NCCL_IB_HCA"})
-    assert faulty.settings()["NCCL_IB_HCA"] == ALL_RAILS.replace("mlx5_2:1,", "")
+    assert faulty.settings() == healthy.settings()  # the env file every node sources is unchanged
     k = faulty.get("NCCL_IB_HCA")
-    assert k.details["left_out"] == {"mlx5_2:1": "port is DOWN"} and k.details["gpus_without_own_rail"] == ["GPU2"]
+    assert k.details["node_faults"] == {"mlx5_2:1": "port is DOWN"} and k.details["gpus_without_own_rail"] == ["GPU2"]
+    drain = faulty.get("node fault")
+    assert drain.action == INFO and drain.value == "mlx5_2:1" and "drain" in drain.reason and "GPU2" in drain.reason
+    assert healthy.get("node fault") is None
 
 
 def _roce(runs, without_v2=()):
@@ -319,7 +321,9 @@ def test_json_output_validates_and_nccl_conf_is_key_value(tmp_path):
     code, out, err = run("nccl", "--replay", str(DEGRADED), "--json")
     doc = json.loads(out)
     jsonschema.validate(doc, schema)
-    assert code == 0 and doc["kind"] == "nccl" and "mlx5_4" not in doc["nccl"]["settings"]["NCCL_IB_HCA"]
+    assert code == 0 and doc["kind"] == "nccl" and "mlx5_4:1" in doc["nccl"]["settings"]["NCCL_IB_HCA"]
+    drain = next(k for k in doc["nccl"]["knobs"] if k["name"] == "node fault")
+    assert "mlx5_4:1" in drain["value"] and drain["details"]["drain"]
     code, out, err = run("nccl", "--replay", str(HEALTHY), "--format", "nccl.conf")
     lines = [l for l in out.splitlines() if l and not l.startswith("#")]
     assert lines == [f"NCCL_IB_HCA={ALL_RAILS}", "NCCL_SOCKET_IFNAME==" + ",".join(f"ib{i}" for i in range(8))]

@@ -141,24 +141,46 @@ def _ib_hca(layout: Layout, env: Mapping[str, str], env_source: str) -> tuple[Kn
     majority = _majority_layer(ports)
     any_v2 = any(p.v2_gids for p in ports if p.active and p.roce)
     chosen: list[tuple[str, int | None]] = []
+    faults: dict[str, str] = {}
     for p in ports:
         ev.append(_port_fact(p))
         why = _port_left_out(p, majority, any_v2)
-        if why:
+        if why and not p.active:
+            faults[f"{p.nic}:{p.port}"] = why  # this node's fault: the shared list keeps the rail
+            chosen.append((p.nic, p.port))
+        elif why:
             left_out[f"{p.nic}:{p.port}"] = why
         else:
             chosen.append((p.nic, p.port))
-    down_gpus = {g: near for g, (near, _) in per_gpu.items() if near and not any(c[0] in near for c in chosen)}
-    reason = _hca_reason(left_out, down_gpus)
-    if not chosen:
+    up = [c for c in chosen if f"{c[0]}:{c[1]}" not in faults]
+    down_gpus = {g: near for g, (near, _) in per_gpu.items() if near and not any(c[0] in near for c in up)}
+    reason = _hca_reason(left_out, {})
+    if faults:
+        reason += ("; kept although down on this node: " + ", ".join(sorted(faults, key=natural_key)) +
+                   " (NCCL skips an inactive port by itself, and these settings are meant for every node of this kind)")
+    if not up:
         return Knob(var, DEFAULT, None, "no usable RDMA port: " + reason, tuple(ev), HIGH,
-                    {"left_out": left_out}), []
+                    {"left_out": left_out, "node_faults": faults}), []
     previous = env.get(var)
     if previous is not None and previous.strip() != exact_list(chosen):
         reason += f" (replaces {var}={previous} from {env_source})"
-    return Knob(var, SET, exact_list(chosen), reason, tuple(ev), HIGH if not down_gpus else MEDIUM,
-                {"rails": {n: served[n] for n in rails}, "left_out": left_out,
-                 "gpus_without_own_rail": sorted(down_gpus, key=natural_key)}), chosen
+    return Knob(var, SET, exact_list(chosen), reason, tuple(ev), HIGH,
+                {"rails": {n: served[n] for n in rails}, "left_out": left_out, "node_faults": faults,
+                 "gpus_without_own_rail": sorted(down_gpus, key=natural_key)}), up
+
+
+def node_faults(hca: Knob) -> list[Knob]:
+    """A rail down on this node is a finding for this node (drain it), never an edit of the shared settings."""
+    faults = hca.details.get("node_faults") or {}
+    if not faults:
+        return []
+    gpus = hca.details.get("gpus_without_own_rail") or []
+    lose = (f"; {', '.join(gpus)} " + ("loses its" if len(gpus) == 1 else "lose their") + " own rail and send "
+            "through another NIC until then") if gpus else ""
+    return [Knob("node fault", INFO, ", ".join(sorted(faults, key=natural_key)),
+                 f"{'; '.join(f'{k}: {v}' for k, v in sorted(faults.items()))} on this node: drain it until the rail is "
+                 f"fixed (the shared NCCL_IB_HCA keeps the rail; NCCL skips an inactive port){lose}",
+                 confidence=HIGH, details={"drain": True, "ports": sorted(faults, key=natural_key)})]
 
 
 # ---------------------------------------------------------------- sockets
@@ -435,7 +457,7 @@ def _recommend(layout: Layout, env: Mapping[str, str], env_source: str, results:
     vendor_env = dict(env)
     env = {k: v for k, v in env.items() if k.startswith("NCCL_")}
     hca, chosen = _ib_hca(layout, env, env_source)
-    knobs = [hca, _socket_ifname(layout, env, env_source, results)]
+    knobs = [hca, *node_faults(hca), _socket_ifname(layout, env, env_source, results)]
     knobs += _gid(layout, chosen)
     knobs.append(_cross_nic(layout, chosen))
     topo, files = _topo_file(layout, env, xml, plat)
