@@ -188,3 +188,26 @@ def test_real_log_gives_its_threads_key_fact(name):
     diffs = compare(log, None)
     fact, predicate = CASES[name]
     assert predicate(log, diffs), f"{name}: {fact}\n" + "\n".join(diffs)
+
+
+def test_streamed_file_and_pasted_text_read_the_same(tmp_path):
+    from ccdiag.nccl.logread import parse_nccl_log
+
+    text = "\n".join((LOGS / n).read_text() for n in sorted(CASES))
+    path = tmp_path / "all.log"
+    path.write_text(text)
+    a, b = read_nccl_log(str(path)), parse_nccl_log(text)
+    assert a.to_json() == b.to_json() and a.lines == b.lines == len(text.splitlines())
+
+
+def test_a_line_longer_than_a_chunk_is_cut_and_the_lines_after_it_are_read(tmp_path, monkeypatch):
+    """SYNTHESIZED junk line (no NCCL text) between two real lines, longer than the reader's chunk."""
+    from ccdiag.nccl import logread
+
+    monkeypatch.setattr(logread, "CHUNK", 1 << 12)
+    real = (LOGS / "nccl-447-gcp-slurm-socket-eth0-hang.log").read_text().splitlines()
+    lines = [l for l in real if not l.startswith("#")]
+    path = tmp_path / "long.log"
+    path.write_text(lines[0] + "\n" + "x" * (1 << 16) + "\n" + "\n".join(lines[1:]) + "\n")
+    log = read_nccl_log(str(path))
+    assert log.network == "Socket" and log.bootstrap == {"eth0": {"10.0.0.33", "10.0.0.34"}}

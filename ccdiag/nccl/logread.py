@@ -132,6 +132,9 @@ class _Reader:
         self.failure_by_root: dict[str, Failure] = {}
         self.seen: set[tuple[str, str | None]] = set()  # bounded; cleared when full
         self.norm_cache: dict[str, str] = {}
+        self.warning_texts: set[str] = set()
+        self.seen_raw: set[bytes] = set()  # INFO lines already read (bounded; cleared when full)
+        self.prefix_host_raw: dict[bytes, str | None] = {}
 
     def feed(self, line: str) -> None:
         """One line, counted (the line-by-line path)."""
@@ -253,7 +256,8 @@ class _Reader:
         log = self.log
         log.warning_count += 1
         text = body.strip()
-        if len(log.warnings) < MAX_KEPT and all(t != text for _, t in log.warnings):
+        if len(log.warnings) < MAX_KEPT and text not in self.warning_texts:
+            self.warning_texts.add(text)
             log.warnings.append((log.lines, text))
         if "libibverbs" in text:
             log.ibverbs_missing = True
@@ -452,8 +456,9 @@ _TOKENS = {"Bootstrap": _h_using, "Bootstrap:": _h_using, "NET/IB": _h_net_ib, "
 #: what makes a line worth reading in Python: an INFO line whose first word has a handler (see
 #: ``_TOKENS``), any WARN line, a version line, libfabric's provider report. Every other line is only
 #: counted, at C speed, by :func:`_scan`.
-_INTEREST = re.compile(rb"NCCL (?:WARN |version|INFO (?:Channel|Ring|Bootstrap|NET(?:/IB|/Socket|/OFI| :)|Using network|"
-                       rb"comm|ncclComm|\[Rank|NVLS|Plugin Path|P2P plugin|NCCL_|[\w/.\-]+\.(?:cc|cu|c|h|cpp):\d+ -> ))")
+_INTEREST = re.compile(rb"NCCL (?:(?P<warn>WARN )|version|INFO (?:(?P<ch>Channel|Ring) |Bootstrap|NET(?:/IB|/Socket|/OFI| :)|"
+                       rb"Using network|comm|ncclComm|\[Rank|NVLS|Plugin Path|P2P plugin|NCCL_|"
+                       rb"(?P<frame>[\w/.\-]+\.(?:cc|cu|c|h|cpp):\d+ -> )))")
 #: lines of interest that carry no NCCL marker, found by a plain substring search
 _OTHER_NEEDLES = (b"RCCL version", b"fi_getinfo")
 
@@ -470,6 +475,7 @@ def _scan(r: _Reader, data: bytes) -> None:
     log.nccl_lines += data.count(b"NCCL INFO ") + data.count(b"NCCL WARN ")
     last_start, last_no, done_to = 0, base + 1, -1
     find, rfind, count, line = data.find, data.rfind, data.count, r.line
+    seen = r.seen_raw
     for m in _INTEREST.finditer(data):
         pos = m.start()
         if pos <= done_to:
@@ -478,10 +484,22 @@ def _scan(r: _Reader, data: bytes) -> None:
         end = find(b"\n", pos)
         if end < 0:
             end = len(data)
+        done_to = end
+        kind = m.lastgroup
+        if kind == "ch":
+            _channel_bytes(r, data, start, pos, m.end(), end)
+            continue
+        raw = data[start:min(end, start + MAX_LINE)]
+        if kind is None:
+            if raw in seen:
+                continue  # the same INFO line again: its handler is idempotent, it adds nothing
+            if len(seen) >= 1 << 16:
+                seen.clear()
+            seen.add(raw)
         last_no += count(b"\n", last_start, start)
-        last_start, done_to = start, end
+        last_start = start
         log.lines = last_no
-        line(_decode(data[start:min(end, start + MAX_LINE)]))
+        line(_decode(raw))
     for needle in _OTHER_NEEDLES:
         pos, last_start, last_no = find(needle), 0, base + 1
         while pos >= 0:
@@ -496,6 +514,39 @@ def _scan(r: _Reader, data: bytes) -> None:
     log.lines = base + count(b"\n") + (0 if not data or data.endswith(b"\n") else 1)
     if r.first_other is None and log.nccl_lines == 0:
         _first_other(r, data, base)
+
+
+def _channel_bytes(r: _Reader, data: bytes, start: int, pos: int, after: int, end: int) -> None:
+    """A ``Channel``/``Ring`` line read straight from the bytes: the transport after `` via `` (cached by
+    its text, which repeats across ranks and channels), the channel count, the host of its prefix."""
+    log = r.log
+    prefix = data[start:pos]
+    if prefix not in r.prefix_host_raw:
+        if len(r.prefix_host_raw) > 4096:
+            r.prefix_host_raw.clear()
+        r.prefix_host_raw[prefix] = r._host(_decode(prefix))
+    slash = data.find(b"/", after, after + 6)
+    if slash > 0:
+        sp = data.find(b" ", slash, slash + 8)
+        total = data[slash + 1:sp] if sp > 0 else b""
+        if total.isdigit() and int(total) > (log.channels or 0):
+            log.channels = int(total)
+    j = data.find(b" via ", after, end)
+    if j < 0:
+        return
+    tail = data[j:min(end, j + 256)]
+    label = r.via_cache.get(tail, "")
+    if label == "":
+        text = _decode(tail)
+        if "repeated" in text:
+            text = _REPEAT.sub("", text)
+        m = _VIA.match(text)
+        label = transport_label(m.group(1)) if m else None
+        if len(r.via_cache) > 4096:
+            r.via_cache.clear()
+        r.via_cache[tail] = label
+    if label is not None:
+        log.transports[label] = log.transports.get(label, 0) + 1
 
 
 def _first_other(r: _Reader, data: bytes, base: int) -> None:
