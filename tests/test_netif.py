@@ -136,3 +136,19 @@ def test_check_and_nccl_commands_agree_on_the_sample(tmp_path, value, why):
     code, out, _ = run("nccl", "--replay", sample, "--env-file", str(env), "--json")
     knob = next(k for k in json.loads(out)["nccl"]["knobs"] if k["name"] == "NCCL_SOCKET_IFNAME")
     assert code == 0 and knob["value"] != value and why in knob["reason"]
+
+
+@pytest.mark.parametrize("value,entries", [
+    ("=mlx5_0, mlx5_1", [("mlx5_0", None), (" mlx5_1", None)]),   # NCCL strips nothing
+    ("mlx5_0:x,mlx5_1:1x,mlx5_2::0:1", [("mlx5_0", 0), ("mlx5_1", 1), ("mlx5_2", None)]),  # atoi; empty port: any
+    ("^=a,,b", [("a", None), ("b", None)]),                          # empty entries dropped (strtok)
+])
+def test_lists_are_read_the_way_nccl_parses_them(value, entries):
+    from ccdiag.nccl.lists import parse_nccl_list
+
+    assert [(e.name, e.port) for e in parse_nccl_list(value).entries] == entries
+
+
+def test_a_space_after_a_comma_is_a_failure_the_check_names():
+    f = _check("=eth0, ib0")
+    assert f.status == "fail" and "' ib0' matches no interface" in f.summary and "strips no spaces" in f.summary

@@ -127,7 +127,8 @@ def _hca_entry(spec: Any, e: Any, devices: list) -> tuple[str | None, list]:
     """(problem, active (device, port) pairs) of one NCCL_IB_HCA entry."""
     matched = [d for d in devices if nccl_match(spec, e, d.name)]
     if not matched:
-        return f"'{e.raw}': no such HCA" + ("" if spec.exact else " (as a prefix)"), []
+        spaces = " (NCCL strips no spaces from list entries)" if e.name != e.name.strip() else ""
+        return f"'{e.raw}': no such HCA" + ("" if spec.exact else " (as a prefix)") + spaces, []
     ports = [(d, p) for d in matched for p in d.ports if e.port is None or p.port == e.port]
     if not ports:
         return f"'{e.raw}': {', '.join(d.name for d in matched)} has no port {e.port}", []

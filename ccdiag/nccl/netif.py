@@ -112,7 +112,8 @@ class ListVerdict:
 
 def _entry_problem(entry_name: str, matched: list[Iface], exact: bool) -> str | None:
     if not matched:
-        return f"'{entry_name}' matches no interface" + ("" if exact else " (as a prefix)")
+        spaces = " (NCCL strips no spaces from list entries)" if entry_name != entry_name.strip() else ""
+        return f"'{entry_name}' matches no interface" + ("" if exact else " (as a prefix)") + spaces
     if usable(matched):
         return None
     return "; ".join(f"{i.name}: {problem(i)}" for i in matched)
