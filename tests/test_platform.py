@@ -182,3 +182,14 @@ def test_topo_file_pairing_is_compared_with_the_node_tree():
     nearest = {g.label: (topo.nics()[i].label,) for i, g in enumerate(topo.gpus())}
     res = platforms.check_topo_file("x.xml", swapped, labels_g, labels_n, nearest)
     assert res.readable and not res.gpus_missing and len(res.disagree) == len(gpus)
+
+
+def test_nccl_command_names_conf_lines_nccl_reads_differently(tmp_path):
+    import json
+
+    from cli_runner import run
+
+    _tree(tmp_path, {"/etc/nccl.conf": 'export NCCL_IB_HCA=mlx5_0\nNCCL_SOCKET_IFNAME="eth0"\n'})
+    code, out, _ = run("nccl", "--root", str(tmp_path), "--json")
+    notes = "\n".join(json.loads(out)["nccl"]["notes"])
+    assert code == 0 and "'export NCCL_IB_HCA'" in notes and "with its quotes" in notes

@@ -46,6 +46,18 @@ def _settings_present(host, env_file: str | None) -> tuple[dict[str, str], str]:
     return env, "environment and /etc/nccl.conf" if conf else "environment"
 
 
+def _conf_notes(host) -> list[str]:
+    """/etc/nccl.conf lines that NCCL reads differently from what a shell would (``export``, quotes)."""
+    from ccdiag.host import HostReadError
+    from ccdiag.probes._ncclconf import conf_problems
+
+    try:
+        text = host.read_text("/etc/nccl.conf") if host.exists("/etc/nccl.conf") else ""
+    except (HostReadError, OSError):
+        return []
+    return [f"/etc/nccl.conf {p}" for p in conf_problems(text)]
+
+
 def _nccl_conf(host) -> dict[str, str]:
     from ccdiag.host import HostReadError
     from ccdiag.probes._ncclconf import parse_nccl_conf
@@ -147,8 +159,13 @@ def _from_node(replay, root, env_file, timeout):
         env, env_source = _settings_present(host, env_file)
         rec, runs, topo = node_recommendation(host, env, env_source, timeout)
         meta = host.meta()
+        conf_notes = [] if env_file else _conf_notes(host)
     finally:
         host.close()
+    if conf_notes:
+        import dataclasses
+
+        rec = dataclasses.replace(rec, notes=rec.notes + tuple(conf_notes))
     if not topo.gpus() and not topo.nics() and not any(r.usable for r in runs.values()):
         raise NotEvaluated("nothing could be read from this node: " +
                            "; ".join(f"{n}: {r.status}" for n, r in runs.items()))
