@@ -133,6 +133,10 @@ class _Reader:
         self.seen: set[tuple[str, str | None]] = set()  # bounded; cleared when full
         self.norm_cache: dict[str, str] = {}
         self.warning_texts: set[str] = set()
+        self.warn_cache: dict[bytes, tuple[str, Failure]] = {}
+        self.frame_cache: dict[bytes, tuple[str, str, str]] = {}
+        self.last_warn: tuple[str, Failure] | None = None
+        self.last_frame: tuple[str, str, str] | None = None
         self.seen_raw: set[bytes] = set()  # INFO lines already read (bounded; cleared when full)
         self.prefix_host_raw: dict[bytes, str | None] = {}
 
@@ -264,9 +268,16 @@ class _Reader:
         if "tcpx" in (prefix + text).lower():
             log.plugins.setdefault("GPUDirect-TCPX", "tcpx messages in WARN lines")
         key = _thread_key(prefix)
-        self.open_chains[key] = self._failure(text, None)
+        self.open_chains[key] = failure = self._failure(text, None)
+        self.last_warn = (key, failure)
         if len(self.open_chains) > 4096:
             self.open_chains.clear()
+
+    def warn_again(self, key: str, failure: Failure) -> None:
+        """The same WARN line as one already read: count it, reopen its chain."""
+        self.log.warning_count += 1
+        failure.count += 1
+        self.open_chains[key] = failure
 
     def _failure(self, root: str, frame: str | None) -> Failure:
         norm = self.norm_cache.get(root)
@@ -286,15 +297,19 @@ class _Reader:
         return f
 
     def _frame(self, m: re.Match, prefix: str) -> None:
-        key = _thread_key(prefix)
+        self.last_frame = (_thread_key(prefix), m.group(1), m.group(2))
+        self.frame(*self.last_frame)
+
+    def frame(self, key: str, where: str, code: str) -> None:
+        """An error return (``misc/socket.cc:564 -> 2``) climbing the chain its thread's WARN opened."""
         chain = self.open_chains.get(key)
         if chain is None:
-            chain = self._failure(f"error {m.group(2)} returned from {m.group(1)} (no WARN pasted before it)", None)
+            chain = self._failure(f"error {code} returned from {where} (no WARN pasted before it)", None)
             self.open_chains[key] = chain
             if len(self.open_chains) > 4096:
                 self.open_chains.clear()
         chain.frames += 1
-        chain.last_frame = m.group(1)
+        chain.last_frame = where
 
 
 def _thread_key(prefix: str) -> str:
@@ -489,17 +504,25 @@ def _scan(r: _Reader, data: bytes) -> None:
         if kind == "ch":
             _channel_bytes(r, data, start, pos, m.end(), end)
             continue
-        raw = data[start:min(end, start + MAX_LINE)]
+        raw = data[start:end] if end - start <= MAX_LINE else data[start:start + MAX_LINE]
         if kind is None:
             if raw in seen:
                 continue  # the same INFO line again: its handler is idempotent, it adds nothing
             if len(seen) >= 1 << 16:
                 seen.clear()
             seen.add(raw)
+        elif kind == "warn" and raw in r.warn_cache:
+            r.warn_again(*r.warn_cache[raw])
+            continue
+        elif kind == "frame" and raw in r.frame_cache:
+            r.frame(*r.frame_cache[raw])
+            continue
         last_no += count(b"\n", last_start, start)
         last_start = start
         log.lines = last_no
+        r.last_warn = r.last_frame = None
         line(_decode(raw))
+        _remember(r, kind, raw)
     for needle in _OTHER_NEEDLES:
         pos, last_start, last_no = find(needle), 0, base + 1
         while pos >= 0:
@@ -514,6 +537,16 @@ def _scan(r: _Reader, data: bytes) -> None:
     log.lines = base + count(b"\n") + (0 if not data or data.endswith(b"\n") else 1)
     if r.first_other is None and log.nccl_lines == 0:
         _first_other(r, data, base)
+
+
+def _remember(r: _Reader, kind: str | None, raw: bytes) -> None:
+    """Keep what a WARN or error-return line did, so the same line again costs a lookup (bounded)."""
+    cache, done = (r.warn_cache, r.last_warn) if kind == "warn" else (r.frame_cache, r.last_frame)
+    if kind is None or done is None:
+        return
+    if len(cache) >= 4096:
+        cache.clear()
+    cache[raw] = done
 
 
 def _channel_bytes(r: _Reader, data: bytes, start: int, pos: int, after: int, end: int) -> None:
