@@ -211,3 +211,16 @@ def test_a_line_longer_than_a_chunk_is_cut_and_the_lines_after_it_are_read(tmp_p
     path.write_text(lines[0] + "\n" + "x" * (1 << 16) + "\n" + "\n".join(lines[1:]) + "\n")
     log = read_nccl_log(str(path))
     assert log.network == "Socket" and log.bootstrap == {"eth0": {"10.0.0.33", "10.0.0.34"}}
+
+
+def test_ib_hca_prefix_names_the_hcas_it_also_catches_on_the_node():
+    """The real log's NCCL_IB_HCA=mlx5_2:1,mlx5_0:1 against a node (SYNTHESIZED rails) that has mlx5_20."""
+    from ccdiag.nccl.knobs import SET, Knob, Recommendation
+
+    rails = {f"mlx5_{i}": [f"GPU{i}"] for i in (0, 1, 2, 20)}
+    rec = Recommendation((Knob("NCCL_IB_HCA", SET, "=mlx5_0:1,mlx5_1:1,mlx5_2:1,mlx5_20:1", "rails", (),
+                               details={"rails": rails, "left_out": {}}),), "node")
+    log = read_nccl_log(str(LOGS / "nccl-tests-228-ib-hca-set-to-prefix-list.log"))
+    diffs = compare(log, rec)
+    assert any("mlx5_2 also selects mlx5_20" in d for d in diffs)
+    assert any("rails present on the node but unused by NCCL: mlx5_1, mlx5_20" in d for d in diffs)

@@ -787,9 +787,11 @@ def _d_ib_hca(log: NcclLog, rec: object | None) -> list[str]:
         spec = parse_nccl_list(log.ib_hca)
         if not spec.exact:
             names = ", ".join(e.name for e in spec.entries)
+            caught = _caught_by_prefix(spec, _node_nics(rec))
+            here = (f"; on this node: {'; '.join(caught)}" if caught else
+                    " (mlx5_1 selects mlx5_10..mlx5_19)")
             out.append(f"NCCL_IB_HCA={log.ib_hca}: entries are prefixes ({names}): each also selects every HCA "
-                       "whose name starts with it (mlx5_1 selects mlx5_10..mlx5_19); write the list with '=' for "
-                       "exact names")
+                       f"whose name starts with it{here}; write the list with '=' for exact names")
     soft = sorted(d.split(":")[0] for d in log.net_devices if d.startswith(("rxe", "siw")))
     if soft:
         out.append(f"{', '.join(soft)}: software RDMA (soft-RoCE/iWARP in the kernel, no NIC offload, no GPUDirect "
@@ -810,6 +812,24 @@ def _d_ib_hca(log: NcclLog, rec: object | None) -> list[str]:
     kinds = set(log.net_devices.values())
     if {"IB", "RoCE"} <= kinds:
         out.append("NCCL uses InfiniBand and RoCE ports together: " + ", ".join(sorted(log.net_devices)))
+    return out
+
+
+def _node_nics(rec: object | None) -> list[str]:
+    k = rec.get("NCCL_IB_HCA") if rec is not None and hasattr(rec, "get") else None
+    if k is None:
+        return []
+    details = k.details or {}
+    names = set(details.get("rails") or {}) | {x.split(":")[0] for x in details.get("left_out") or {}}
+    return sorted(names)
+
+
+def _caught_by_prefix(spec: object, nics: list[str]) -> list[str]:
+    out = []
+    for e in getattr(spec, "entries", ()):
+        extra = [n for n in nics if n != e.name and n.startswith(e.name)]
+        if extra:
+            out.append(f"{e.name} also selects {', '.join(extra)}")
     return out
 
 
