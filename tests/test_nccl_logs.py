@@ -79,6 +79,7 @@ CASES = {
         "failure rooted in the connect to 10.0.0.2; SHM inside the node",
         lambda L, D: L.transports == {"SHM/direct/direct": 2}
         and D[-4].startswith("WARN (line 4)") and "Connect to 10.0.0.2" in L.failures[0].root
+        and not _has(D, "link-local or loopback")
         and L.failures[0].frames == 6),
     "ray-46795-megatron-actor-prefix-p2p-ipc-read.log": (
         "P2P/IPC/read through the Ray prefix",
@@ -115,7 +116,7 @@ CASES = {
     "nccl-975-bootstrap-connect-link-local-ib1.log": (
         "bootstrap connect to a link-local address on ib1 is the one cause",
         lambda L, D: D[0].startswith("WARN (line 20)") and "fe80::966d:ae03:a2:8cf0%ib1" in D[0]
-        and _has(D, "further error returns without their WARN")),
+        and _has(D, "further error returns without their WARN") and _has(D, "link-local or loopback address")),
     "nccl-1053-socket-ifname-lo-bgp-unnumbered.log": (
         "NCCL_SOCKET_IFNAME=lo -> 127.0.0.1",
         lambda L, D: L.net_devices == {"lo": "Socket"} and _has(D, "lo is a loopback")

@@ -236,6 +236,7 @@ def _print_text(rec, subject: str, log, log_file: str | None, diffs: list[str] |
         devs = ", ".join(f"{d} ({k})" for d, k in log.net_devices.items()) or "-"
         out.print(f"{log_file}: {log.flavour} {log.version or '(version not in the log)'}, network "
                   f"{log.network or '?'} [{devs}], transports {dict(log.transports) or '-'}, "
-                  f"{len(log.warnings)} WARN line(s)")
+                  f"{log.warning_count} WARN line(s), {len(log.comms) or '?'} communicator(s), "
+                  f"{log.lines} lines read", soft_wrap=True)
         for d in diffs or []:
             out.print(f"  - {d}", soft_wrap=True)

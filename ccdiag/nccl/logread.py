@@ -857,6 +857,22 @@ def _d_comms_nvls(log: NcclLog, rec: object | None) -> list[str]:
     return out
 
 
+_CONNECT_TO = re.compile(r"[Cc]onnect to ([0-9A-Fa-f:.%\w\-]+?)<\d+>")
+
+
+def _unreachable_targets(failures: list[Failure]) -> list[str]:
+    """A failed connect whose target address no other host can reach (link-local, loopback)."""
+    from ccdiag.nccl import netif
+
+    out = []
+    for f in failures:
+        m = _CONNECT_TO.search(f.root)
+        if m and _is_ip(m.group(1)) and not netif.routable(m.group(1)):
+            out.append(f"the failed connection went to {m.group(1)}, a link-local or loopback address: the interface "
+                       "NCCL picked has no address other hosts can reach; set NCCL_SOCKET_IFNAME to the fabric network")
+    return out
+
+
 def _d_failures(log: NcclLog, rec: object | None) -> list[str]:
     out = []
     rooted = [f for f in log.failures if "no WARN pasted" not in f.root]
@@ -865,6 +881,7 @@ def _d_failures(log: NcclLog, rec: object | None) -> list[str]:
         times = f" (x{f.count})" if f.count > 1 else ""
         climb = f", returned through {f.frames} frames up to {f.last_frame}" if f.frames else ""
         out.append(f"WARN (line {f.line}){times}: {f.root[:200]}{climb}")
+    out += _unreachable_targets(rooted)
     if bare and rooted:
         out.append(f"{sum(f.frames for f in bare)} further error returns without their WARN in the paste: the same "
                    f"failure climbing other threads (first cause above: {rooted[0].root[:120]})")
