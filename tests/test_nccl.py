@@ -424,3 +424,17 @@ def test_ring_order_advice_only_where_it_changes_the_slowest_hops():
     assert k is not None and k.value == "GPU0,GPU2,GPU1,GPU3" and "index order would hop SYS, SYS, SYS, SYS" in k.reason
     chain = {(a, b): ("PIX" if gpus.index(b) - gpus.index(a) == 1 else "SYS") for (a, b) in levels}
     assert _ring_order(Layout(gpus, (), chain, "smi", "test")) is None  # index order is already the best ring
+
+
+def test_the_degraded_node_writes_the_same_shared_settings_as_a_healthy_one():
+    """The degraded sample's own fault (mlx5_4/ib4 down) is a drain finding, not an edit of the env file
+    that every rank sources."""
+    def exports(sample):
+        code, out, _ = run("nccl", "--replay", str(sample), "--format", "env")
+        assert code == 0
+        return [l for l in out.splitlines() if l.startswith("export ")]
+
+    assert exports(DEGRADED) == exports(HEALTHY)
+    code, out, _ = run("nccl", "--replay", str(DEGRADED), "--json")
+    drain = next(k for k in json.loads(out)["nccl"]["knobs"] if k["name"] == "node fault")
+    assert "mlx5_4:1" in drain["value"] and "drain" in drain["reason"]

@@ -220,13 +220,25 @@ def _socket_ifname(layout: Layout, env: Mapping[str, str], env_source: str, resu
                     "fix the network first", ev, HIGH)
     best = max((i.speed_mbps or 0) for i in good)
     top = [i for i in good if (i.speed_mbps or 0) == best]
-    value = exact_list((i.name, None) for i in top)
+    down_rails = _down_rail_ifaces(layout, ifaces, problems, top)
+    value = exact_list((i.name, None) for i in sorted(top + down_rails, key=lambda i: natural_key(i.name)))
     reason = (f"the fastest interface(s) that are up and addressed ({best / 1000:g} Gb/s)" if best else
               "the interface(s) up and addressed (speed not reported)")
     reason += "; exact names, so docker0, bridges and look-alike prefixes are never picked"
+    if down_rails:
+        reason += (f"; kept although down on this node: {', '.join(i.name for i in down_rails)} (NCCL skips an "
+                   "interface that is not running, and these settings are meant for every node of this kind)")
     reason += _previous_socket(var, env.get(var), value, facts, env_source)
     return Knob(var, SET, value, reason, ev, HIGH if len(top) == 1 or reachable is not None else MEDIUM,
-                {"candidates": [i.name for i in good]})
+                {"candidates": [i.name for i in good], "node_faults": {i.name: netif.DOWN for i in down_rails}})
+
+
+def _down_rail_ifaces(layout: Layout, ifaces: list, problems: list, top: list) -> list:
+    """IPoIB/RoCE interfaces of this node's rail NICs that are down here while their siblings were chosen:
+    a node fault, so the shared list keeps them (the same choice as NCCL_IB_HCA makes for their ports)."""
+    if not top or not all(getattr(i, "ib_device", None) in layout.nics for i in top):
+        return []
+    return [i for i, p in zip(ifaces, problems) if p == netif.DOWN and getattr(i, "ib_device", None) in layout.nics]
 
 
 # ---------------------------------------------------------------- RoCE GIDs
