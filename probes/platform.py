@@ -22,9 +22,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from ccdiag.probes._sysfs import attr, listing, read_error
+
 from ccdiag.host import HostReadError
 from ccdiag.model import ReadError
-from ccdiag.probes._sysfs import attr, listing, read_error
 
 NAME = "platform"
 TIMEOUT_S = 3.0

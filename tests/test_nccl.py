@@ -15,7 +15,7 @@ import pytest
 
 from ccdiag.checkrun import evaluate
 from ccdiag.host import ReplayHost
-from ccdiag.nccl.knobs import DEFAULT, EXPERIMENT, INFO, REMOVE, SET
+from ccdiag.nccl.knobs import DEFAULT, INFO, REMOVE, SET
 from ccdiag.nccl.logread import LogError, compare, parse_nccl_log
 from ccdiag.nccl.recommend import recommend, recommend_from_matrix
 from ccdiag.probes.netdev import Address, NetInterface

@@ -9,15 +9,14 @@ is asserted is that the three users agree, and that the verdicts are the rule's.
 from __future__ import annotations
 
 import pytest
+import scenarios_fabric as S
+from ccdiag.probes.netdev import Address, NetdevObservation, NetInterface
 
 from ccdiag.checks.environment import socket_ifname
 from ccdiag.cluster import ifaces as cluster_ifaces
 from ccdiag.nccl import netif
 from ccdiag.nccl.layout import Layout
 from ccdiag.nccl.recommend import _socket_ifname
-from ccdiag.probes.netdev import Address, NetdevObservation, NetInterface
-
-import scenarios_fabric as S
 
 
 def _if(name, up=True, addrs=("10.0.0.5",), virtual=False, speed=25000):

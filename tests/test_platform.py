@@ -11,14 +11,14 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-
 import scenarios_fabric as S
+from ccdiag.probes import platform as P
+from ccdiag.probes._ncclconf import conf_problems, parse_nccl_conf
+
 from ccdiag.host import LiveHost
 from ccdiag.nccl import platforms
 from ccdiag.nccl.knobs import REMOVE, SET
 from ccdiag.nccl.recommend import recommend
-from ccdiag.probes import platform as P
-from ccdiag.probes._ncclconf import conf_problems, parse_nccl_conf
 from ccdiag.probing import ProbeRun
 from ccdiag.topology import build_topology
 
@@ -90,7 +90,7 @@ def test_nccl_conf_is_not_a_shell_file():
 
 # -- vendor-required settings, one test per platform in the table ---------------------------------------
 def _obs(**kw):
-    base = dict(dmi={}, provider=None, instance_type=None, container=None, net_plugin_env=None)
+    base = {"dmi": {}, "provider": None, "instance_type": None, "container": None, "net_plugin_env": None}
     base.update(kw)
     return P.PlatformObservation(**base)
 

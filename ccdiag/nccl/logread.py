@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator
 
 MAX_BYTES = 64 << 20  # for text handed over whole; files are streamed without a size limit
 MAX_LINE = 64 << 10
@@ -350,14 +350,14 @@ def _h_using(r: _Reader, body: str, host: str | None) -> None:
         if found and host and (host in log.bootstrap_by_host or len(log.bootstrap_by_host) < MAX_KEPT * 16):
             log.bootstrap_by_host.setdefault(host, found[0][0])
         return
-    if body.startswith("NET/IB : Using") or body.startswith("NET/IB: Using"):
+    if body.startswith(("NET/IB : Using", "NET/IB: Using")):
         head, _, oob = body.partition("; OOB ")
         for d in _DEV.finditer(head):
             log.net_devices[d.group(2) + (f":{d.group(3)}" if d.group(3) else "")] = d.group(4)
         for name, addr in _IFADDR.findall(oob):
             _add(log.oob, name, addr)
         return
-    if body.startswith("NET/Socket : Using") or body.startswith("NET : Using interface"):
+    if body.startswith(("NET/Socket : Using", "NET : Using interface")):
         for d in _SOCK_DEV.finditer(body) if body.startswith("NET/Socket") else _IFADDR.finditer(body):
             name, addr = (d.group(2), d.group(3)) if body.startswith("NET/Socket") else (d.group(1), d.group(2))
             log.net_devices[name] = "Socket"
@@ -672,7 +672,7 @@ def read_nccl_log(path: str) -> NcclLog:
 
 # -- what differs from the node's facts -------------------------------------------------------------------
 def _rails_of(rec: object | None) -> str | None:
-    return getattr(rec, "settings", lambda: {})().get("NCCL_IB_HCA") if rec is not None else None
+    return getattr(rec, "settings", dict)().get("NCCL_IB_HCA") if rec is not None else None
 
 
 def _d_sockets(log: NcclLog, rec: object | None) -> list[str]:

@@ -21,8 +21,9 @@ interfaces of a node and says which usable interfaces NCCL would use and what is
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 from ccdiag.nccl.lists import nccl_match, parse_nccl_list
 
@@ -139,5 +140,15 @@ def judge_list(value: str, ifaces: Iterable[Iface]) -> ListVerdict:
     return ListVerdict(tuple(chosen), tuple(problems), good)
 
 
-__all__ = ["Iface", "from_netdev", "name_problem", "problem", "usable", "routable", "judge_list", "ListVerdict",
-           "NOT_FABRIC", "VIRTUAL_BUT_FABRIC"]
+__all__ = [
+    "NOT_FABRIC",
+    "VIRTUAL_BUT_FABRIC",
+    "Iface",
+    "ListVerdict",
+    "from_netdev",
+    "judge_list",
+    "name_problem",
+    "problem",
+    "routable",
+    "usable",
+]

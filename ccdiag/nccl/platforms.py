@@ -33,8 +33,9 @@ Sources (facts carried over, not text):
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 from xml.etree import ElementTree as ET
 
 
@@ -181,4 +182,4 @@ def check_topo_file(path: str, text: str | None, gpu_bdfs: Mapping[str, str], ni
     return TopoFileCheck(path, True, gm, nm, pairs, tuple(disagree))
 
 
-__all__ = ["Platform", "PLATFORMS", "detect", "required_here", "check_topo_file", "TopoFileCheck", "file_pairs"]
+__all__ = ["PLATFORMS", "Platform", "TopoFileCheck", "check_topo_file", "detect", "file_pairs", "required_here"]
