@@ -225,3 +225,20 @@ def test_ib_hca_prefix_names_the_hcas_it_also_catches_on_the_node():
     diffs = compare(log, rec)
     assert any("mlx5_2 also selects mlx5_20" in d for d in diffs)
     assert any("rails present on the node but unused by NCCL: mlx5_1, mlx5_20" in d for d in diffs)
+
+
+def test_log_json_report_validates_against_the_schema():
+    import json
+
+    import jsonschema
+
+    from cli_runner import run
+
+    repo = pathlib.Path(__file__).resolve().parent.parent
+    schema = json.loads((repo / "ccdiag" / "schema" / "report.schema.json").read_text())
+    code, out, _ = run("nccl", "--log", str(LOGS / "nccl-975-bootstrap-connect-link-local-ib1.log"),
+                       "--replay", str(repo / "samples" / "hgx-h100-8gpu-healthy.snap.tar.gz"), "--json")
+    doc = json.loads(out)
+    jsonschema.validate(doc, schema)
+    assert code == 0 and doc["nccl_log"]["failures"][0]["root"].startswith("error 2 returned")
+    assert any("link-local" in d for d in doc["nccl_log"]["differences"])
