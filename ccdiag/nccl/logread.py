@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
@@ -474,24 +475,58 @@ _TOKENS = {"Bootstrap": _h_using, "Bootstrap:": _h_using, "NET/IB": _h_net_ib, "
 _INTEREST = re.compile(rb"NCCL (?:(?P<warn>WARN )|version|INFO (?:(?P<ch>Channel|Ring) |Bootstrap|NET(?:/IB|/Socket|/OFI| :)|"
                        rb"Using network|comm|ncclComm|\[Rank|NVLS|Plugin Path|P2P plugin|NCCL_|"
                        rb"(?P<frame>[\w/.\-]+\.(?:cc|cu|c|h|cpp):\d+ -> )))")
-#: lines of interest that carry no NCCL marker, found by a plain substring search
-_OTHER_NEEDLES = (b"RCCL version", b"fi_getinfo")
 
 
 def _decode(raw: bytes) -> str:
     return raw.decode("utf-8", "replace").rstrip("\r")
 
 
+_ORDERED = re.compile(rb"NCCL (?:(?P<warn>WARN )|INFO (?P<frame>[\w/.\-]+\.(?:cc|cu|c|h|cpp):\d+ -> ))")
+
+
 def _scan(r: _Reader, data: bytes) -> None:
-    """A block of whole lines (``data`` ends at a line end or at the end of input), as bytes: the
-    search runs over bytes at C speed and only the lines of interest are decoded."""
+    """A block of whole lines (``data`` ends at a line end or at the end of input), as bytes.
+
+    Two passes, both driven from C: the block's distinct lines with their multiplicity (a channel
+    line counts as often as it occurs; an INFO line's handler is idempotent, so it runs once), then
+    the lines whose order matters (a ``WARN`` and the error returns climbing after it), in order and
+    with their line numbers. Only lines of interest are decoded."""
     log = r.log
     base = log.lines
     log.nccl_lines += data.count(b"NCCL INFO ") + data.count(b"NCCL WARN ")
+    lines = data.split(b"\n")
+    if lines and not lines[-1]:
+        lines.pop()
+    for raw, n in Counter(lines).items():
+        _distinct_line(r, raw, n)
+    _ordered_lines(r, data, base)
+    log.lines = base + data.count(b"\n") + (0 if not data or data.endswith(b"\n") else 1)
+    if r.first_other is None and log.nccl_lines == 0:
+        _first_other(r, data, base)
+
+
+def _distinct_line(r: _Reader, raw: bytes, n: int) -> None:
+    m = _INTEREST.search(raw)
+    if m is None:
+        if b"RCCL version" in raw or b"fi_getinfo" in raw:
+            r._other(_decode(raw[:MAX_LINE]))
+        return
+    kind = m.lastgroup
+    if kind == "ch":
+        _channel_bytes(r, raw, 0, m.start(), m.end(), len(raw), n)
+    elif kind is None and raw not in r.seen_raw:
+        if len(r.seen_raw) >= 1 << 16:
+            r.seen_raw.clear()
+        r.seen_raw.add(raw)
+        r.line(_decode(raw[:MAX_LINE]))
+
+
+def _ordered_lines(r: _Reader, data: bytes, base: int) -> None:
+    """WARN lines and error returns, in order: a chain is the WARN of a thread and the returns after it."""
+    log = r.log
     last_start, last_no, done_to = 0, base + 1, -1
-    find, rfind, count, line = data.find, data.rfind, data.count, r.line
-    seen = r.seen_raw
-    for m in _INTEREST.finditer(data):
+    find, rfind, count = data.find, data.rfind, data.count
+    for m in _ORDERED.finditer(data):
         pos = m.start()
         if pos <= done_to:
             continue  # a second marker on a line already read
@@ -500,43 +535,20 @@ def _scan(r: _Reader, data: bytes) -> None:
         if end < 0:
             end = len(data)
         done_to = end
-        kind = m.lastgroup
-        if kind == "ch":
-            _channel_bytes(r, data, start, pos, m.end(), end)
-            continue
         raw = data[start:end] if end - start <= MAX_LINE else data[start:start + MAX_LINE]
-        if kind is None:
-            if raw in seen:
-                continue  # the same INFO line again: its handler is idempotent, it adds nothing
-            if len(seen) >= 1 << 16:
-                seen.clear()
-            seen.add(raw)
-        elif kind == "warn" and raw in r.warn_cache:
+        kind = m.lastgroup
+        if kind == "warn" and raw in r.warn_cache:
             r.warn_again(*r.warn_cache[raw])
             continue
-        elif kind == "frame" and raw in r.frame_cache:
+        if kind == "frame" and raw in r.frame_cache:
             r.frame(*r.frame_cache[raw])
             continue
         last_no += count(b"\n", last_start, start)
         last_start = start
         log.lines = last_no
         r.last_warn = r.last_frame = None
-        line(_decode(raw))
+        r.line(_decode(raw))
         _remember(r, kind, raw)
-    for needle in _OTHER_NEEDLES:
-        pos, last_start, last_no = find(needle), 0, base + 1
-        while pos >= 0:
-            start = rfind(b"\n", 0, pos) + 1
-            end = find(b"\n", pos)
-            end = len(data) if end < 0 else end
-            last_no += count(b"\n", last_start, start)
-            last_start = start
-            log.lines = last_no
-            r._other(_decode(data[start:min(end, start + MAX_LINE)]))
-            pos = find(needle, end)
-    log.lines = base + count(b"\n") + (0 if not data or data.endswith(b"\n") else 1)
-    if r.first_other is None and log.nccl_lines == 0:
-        _first_other(r, data, base)
 
 
 def _remember(r: _Reader, kind: str | None, raw: bytes) -> None:
@@ -549,7 +561,7 @@ def _remember(r: _Reader, kind: str | None, raw: bytes) -> None:
     cache[raw] = done
 
 
-def _channel_bytes(r: _Reader, data: bytes, start: int, pos: int, after: int, end: int) -> None:
+def _channel_bytes(r: _Reader, data: bytes, start: int, pos: int, after: int, end: int, times: int = 1) -> None:
     """A ``Channel``/``Ring`` line read straight from the bytes: the transport after `` via `` (cached by
     its text, which repeats across ranks and channels), the channel count, the host of its prefix."""
     log = r.log
@@ -579,7 +591,7 @@ def _channel_bytes(r: _Reader, data: bytes, start: int, pos: int, after: int, en
             r.via_cache.clear()
         r.via_cache[tail] = label
     if label is not None:
-        log.transports[label] = log.transports.get(label, 0) + 1
+        log.transports[label] = log.transports.get(label, 0) + times
 
 
 def _first_other(r: _Reader, data: bytes, base: int) -> None:
