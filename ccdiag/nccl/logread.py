@@ -481,36 +481,37 @@ def _decode(raw: bytes) -> str:
     return raw.decode("utf-8", "replace").rstrip("\r")
 
 
-_ORDERED = re.compile(rb"NCCL (?:(?P<warn>WARN )|INFO (?P<frame>[\w/.\-]+\.(?:cc|cu|c|h|cpp):\d+ -> ))")
-
-
 def _scan(r: _Reader, data: bytes) -> None:
     """A block of whole lines (``data`` ends at a line end or at the end of input), as bytes.
 
     Two passes, both driven from C: the block's distinct lines with their multiplicity (a channel
     line counts as often as it occurs; an INFO line's handler is idempotent, so it runs once), then
     the lines whose order matters (a ``WARN`` and the error returns climbing after it), in order and
-    with their line numbers. Only lines of interest are decoded."""
+    with their line numbers, in blocks that have any. Only lines of interest are decoded."""
     log = r.log
     base = log.lines
-    log.nccl_lines += data.count(b"NCCL INFO ") + data.count(b"NCCL WARN ")
     lines = data.split(b"\n")
     if lines and not lines[-1]:
         lines.pop()
+    ordered = False
     for raw, n in Counter(lines).items():
-        _distinct_line(r, raw, n)
-    _ordered_lines(r, data, base)
-    log.lines = base + data.count(b"\n") + (0 if not data or data.endswith(b"\n") else 1)
+        if b"NCCL INFO " in raw or b"NCCL WARN " in raw:
+            log.nccl_lines += n
+        ordered = _distinct_line(r, raw, n) or ordered
+    if ordered:  # only a block with a WARN or an error return needs the ordered pass
+        _ordered_lines(r, data, base)
+    log.lines = base + len(lines)
     if r.first_other is None and log.nccl_lines == 0:
         _first_other(r, data, base)
 
 
-def _distinct_line(r: _Reader, raw: bytes, n: int) -> None:
+def _distinct_line(r: _Reader, raw: bytes, n: int) -> bool:
+    """Read one distinct line; True when it must be read in order instead (a WARN, an error return)."""
     m = _INTEREST.search(raw)
     if m is None:
         if b"RCCL version" in raw or b"fi_getinfo" in raw:
             r._other(_decode(raw[:MAX_LINE]))
-        return
+        return False
     kind = m.lastgroup
     if kind == "ch":
         _channel_bytes(r, raw, 0, m.start(), m.end(), len(raw), n)
@@ -519,6 +520,10 @@ def _distinct_line(r: _Reader, raw: bytes, n: int) -> None:
             r.seen_raw.clear()
         r.seen_raw.add(raw)
         r.line(_decode(raw[:MAX_LINE]))
+    return kind in ("warn", "frame")
+
+
+_ORDERED = re.compile(rb"NCCL (?:(?P<warn>WARN )|INFO (?P<frame>[\w/.\-]+\.(?:cc|cu|c|h|cpp):\d+ -> ))")
 
 
 def _ordered_lines(r: _Reader, data: bytes, base: int) -> None:
