@@ -138,7 +138,7 @@ SLOW_TESTS: dict[str, tuple[str, ...]] = {
         "test_docker0_and_container_interfaces_are_never_chosen",
         "test_env_output_sources_in_a_shell_and_passes_ccdiags_own_environment_check",
         "test_json_output_validates_and_nccl_conf_is_key_value",
-        "test_pcie_only_nodes_get_a_ring_order_and_nvlink_nodes_do_not_need_one",
+        "test_nvlink_nodes_get_no_ring_order_advice",
         "test_rccl_in_a_container_fell_back_to_sockets_and_says_why",
        
     ),
