@@ -80,8 +80,10 @@ class IbWrite(Benchmark):
     def engine_choice(self) -> tuple[str | None, str | None]:
         if shutil.which("ib_write_bw"):
             return "perftest", None
+        from ccdiag.bench.sysverbs import system_pyverbs_dirs
+
         missing = module_missing("pyverbs", "rdma-core's python3-pyverbs")
-        if missing is None:
+        if missing is None or system_pyverbs_dirs():
             return "pyverbs", None
         return None, f"neither ib_write_bw (perftest) nor pyverbs is installed ({missing})"
 
