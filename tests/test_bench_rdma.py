@@ -102,8 +102,23 @@ def test_without_perftest_or_pyverbs_it_says_so(healthy, tmp_path, monkeypatch):
     runs, topo = healthy
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.setattr(ib_write, "module_missing", lambda *a, **k: "pyverbs is not installed (rdma-core)")
+    from ccdiag.bench import sysverbs
+
+    monkeypatch.setattr(sysverbs, "system_pyverbs_dirs", lambda: [])
     why = ib_write.IbWrite().applicable(context(runs, topo, env=None))
     assert "neither ib_write_bw (perftest) nor pyverbs" in why
+
+
+def test_a_system_pyverbs_outside_the_environment_is_used(healthy, tmp_path, monkeypatch):
+    """rdma-core's python3-pyverbs in the system's site directory, ccdiag in a venv: the engine is
+    available (the worker appends that directory to its path)."""
+    runs, topo = healthy
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr(ib_write, "module_missing", lambda *a, **k: "pyverbs is not installed (rdma-core)")
+    from ccdiag.bench import sysverbs
+
+    monkeypatch.setattr(sysverbs, "system_pyverbs_dirs", lambda: ["/usr/lib/python3/dist-packages"])
+    assert ib_write.IbWrite().engine_choice() == ("pyverbs", None)
 
 
 def test_no_active_port_and_replay_skip_with_reasons(healthy):
