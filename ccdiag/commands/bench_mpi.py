@@ -78,13 +78,18 @@ def allreduce(sizes, begin, end, factor, iters, warmup, budget, as_json, hostfil
 @click.option("--iface", "only_ifaces", multiple=True, metavar="NAME",
               help="Measure the per-interface TCP matrix only over this interface (repeatable); "
                    "default: every interface that is up, IPv4-addressed and not loopback/container/bridge.")
-def pairs(sizes, begin, end, factor, iters, warmup, budget, as_json, hostfile_out, margin, only_ifaces):
+@click.option("--line-rate-gbit-s", "line_rate_gbit_s", type=click.FloatRange(0.001, 100000), default=None,
+              metavar="GBIT", help="Line rate of interfaces that report none (virtual NICs, containers): every "
+                                   "pair is held to it as well as to the fleet.")
+def pairs(sizes, begin, end, factor, iters, warmup, budget, as_json, hostfile_out, margin, only_ifaces,
+          line_rate_gbit_s):
     """Every host pair in N-1 rounds of disjoint pairs, over MPI and over TCP on each candidate
     interface: slow host vs slow link per interface, best ring order."""
     from ccdiag.cluster import pairs as pairmod
 
     size_list = _sizes(sizes, begin, end, factor)
-    return pairmod.run(size_list[-1], iters, warmup, budget, as_json, hostfile_out, margin, list(only_ifaces))
+    return pairmod.run(size_list[-1], iters, warmup, budget, as_json, hostfile_out, margin, list(only_ifaces),
+                       line_rate_gbit_s)
 
 
 def _emit(doc: dict) -> None:
