@@ -240,3 +240,66 @@ def test_pairs_per_interface_names_the_slow_host_on_its_second_network_only():
     finally:
         c.close()
     assert c.prefix not in open("/etc/hosts").read()
+
+
+def test_two_hosts_over_a_link_at_5_percent_of_line_rate_fail_naming_it():
+    """Two hosts have no fleet to compare with: the median is the one slow link. Held to the line
+    rate of its path (1 Gbit/s here, given since veth interfaces report none), it fails."""
+    c = NetnsCluster(2)
+    try:
+        c.up()
+        c.line_rate("1gbit")
+        c.slow_host(1, "50mbit")
+        rc, out, err, dt = c.run(c.mpirun_argv() + python_argv("bench", "pairs", *PAIRS, "--budget", "40",
+                                                              "--line-rate-gbit-s", "1", "--json"), 90)
+        assert rc == 1, out[-3000:] + err[-2000:]
+        doc = _json(out)
+        failed = [f for f in doc["findings"] if f["status"] == "fail" and f["check"] == "cluster.link_capability"]
+        assert len(failed) == 1, doc["findings"]
+        assert c.hosts[0] in failed[0]["summary"] and c.hosts[1] in failed[0]["summary"]
+        assert "eth0" in failed[0]["summary"] and failed[0]["details"]["fraction"] < 0.1
+        # the same link without a known line rate: nothing to judge it by, said so (exit 3, never 0)
+        rc, out, err, dt = c.run(c.mpirun_argv() + python_argv("bench", "pairs", *PAIRS, "--budget", "40", "--json"),
+                                 90)
+        assert rc == 3, out[-3000:] + err[-2000:]
+        assert any(f["status"] == "unknown" and f["check"] == "cluster.link_capability" for f in _json(out)["findings"])
+    finally:
+        c.close()
+
+
+def test_pairs_with_its_defaults_prints_the_whole_matrix_of_six_hosts_within_its_budget():
+    """The defaults (64 MiB, 20 iterations, 120 s) on six 1 Gbit/s hosts: the work is planned to the
+    budget, so the report comes in time with every pair measured and nothing failing."""
+    c = NetnsCluster(6)
+    try:
+        c.up()
+        c.line_rate("1gbit")
+        rc, out, err, dt = c.run(c.mpirun_argv() + python_argv("bench", "pairs", "--line-rate-gbit-s", "1", "--json"),
+                                 200)
+        assert rc == 0, out[-3000:] + err[-2000:]
+        assert dt < 120 + 30
+        doc = _json(out)
+        assert doc["missing_pairs"] == [] and len(doc["hosts"]) == 6
+        m = doc["matrix_gbyte_s"]
+        assert all(m[i][j] for i in range(6) for j in range(6) if i != j)
+        assert not [f for f in doc["findings"] if f["status"] == "fail"]
+    finally:
+        c.close()
+
+
+def test_a_budget_too_short_still_prints_the_partial_matrix_and_what_is_missing():
+    """A budget that cannot hold the rounds: rank 0 prints the pairs it has, names the ones it has
+    not, exits 3; no rank crashes on a buffer MPI still uses (no `Bad address`)."""
+    c = NetnsCluster(4)
+    try:
+        c.up()
+        c.line_rate("1gbit")
+        c.slow_host(3, "10mbit")
+        rc, out, err, dt = c.run(c.mpirun_argv() + python_argv("bench", "pairs", "--sizes", "64M", "--budget", "8",
+                                                              "--json"), 60)
+        assert rc == 3, out[-3000:] + err[-2000:]
+        doc = _json(out)
+        assert doc["matrix_gbyte_s"] and doc["missing_pairs"], doc.get("faults")
+        assert "Bad address" not in err
+    finally:
+        c.close()

@@ -16,7 +16,7 @@ from ccdiag.cluster import capability
 from ccdiag.cluster import order as ordermod
 from ccdiag.cluster import pairs as pm
 from ccdiag.exitcodes import ExitCode
-from ccdiag.findings import FAIL, PASS, SKIP, UNKNOWN, Component, Finding
+from ccdiag.findings import FAIL, PASS, SKIP, UNKNOWN, WARN, Component, Finding
 
 
 def missing_pairs(m, hosts: list[str]) -> list[str]:
@@ -69,7 +69,9 @@ class PairsReport:
     def _verdict(found: list[Finding], outcome, incomplete) -> int:
         if any(f.status == FAIL for f in found):
             return int(ExitCode.FAIL)
-        if outcome.missing or outcome.errors or incomplete or any(f.status in (UNKNOWN, SKIP) for f in found):
+        # judged: MPI's matrix held to something (the per-interface matrices only add to it)
+        judged = any(f.status in (PASS, WARN) and not f.check.startswith("cluster.iface_") for f in found)
+        if outcome.missing or outcome.errors or incomplete or not judged:
             return int(ExitCode.UNEVALUATED)
         return int(ExitCode.OK)
 
@@ -134,7 +136,8 @@ class PairsReport:
         found, nets = [], []
         for mat in pm.iface_matrices(results, hosts):
             icls, ifs = pm.iface_findings(mat, self.margin)
-            found += ifs
+            # two hosts on a subnet have no fleet to compare with: their "within the median" is no verdict
+            found += [f for f in ifs if not (f.status == PASS and len(mat["hosts"]) < 3)]
             nets.append({"net": mat["net"], "iface": mat["label"], "hosts": mat["hosts"], "ifaces": mat["ifaces"],
                          "matrix_mbyte_s": [[None if v is None else round(v * 1000, 3) for v in row]
                                             for row in mat["matrix_gbyte_s"]],
