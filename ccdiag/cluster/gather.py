@@ -203,7 +203,10 @@ def cluster_findings(summaries: dict[int, dict], missing: list[int], idents: dic
         if not s or not s.get("leader"):
             continue
         h = s.get("host", f"rank {rank}")
-        facts[h] = s.get("facts", {})
+        if s.get("facts"):
+            # a host with no facts (its check could not run) is that host's one finding below,
+            # not a difference on every fact the others agree on
+            facts[h] = s["facts"]
         code = s.get("exit_code", 3)
         status = PASS if code == 0 else FAIL if code == 1 else "unknown"
         why = s.get("error") or s.get("reason") or ("; ".join(s.get("failures", [])[:3]))
