@@ -80,29 +80,19 @@ class Deadline:
         return Deadline(min(self.end, time.monotonic() + seconds), self.budget_s)
 
 
-#: requests that neither completed nor could be cancelled by their deadline, with the buffers they
-#: reference (mpi4py's request holds its buffer): kept for the life of the process, since MPI may
-#: still write into (or read from) that memory; freeing it is what made OpenMPI report
-#: ``readv ... Bad address`` after a deadline
+#: requests still pending when their deadline passed, with the buffers they reference (mpi4py's
+#: request holds its buffer): kept for the life of the process, since MPI may still write into (or
+#: read from) that memory. Freeing it is what made OpenMPI report ``readv ... Bad address`` after a
+#: deadline. They are not cancelled: OpenMPI cannot cancel a send, and MPI_Cancel on a request to a
+#: stopped peer was seen to block inside the library (holding the interpreter, so no watchdog ran).
 _ABANDONED: list = []
-CANCEL_GRACE_S = 0.05
 
 
 def cancel_all(reqs: list) -> int:
-    """Cancel every request of ``reqs`` still pending and let the cancellations complete; those that
-    still do not complete are kept alive (:data:`_ABANDONED`) with their buffers. Returns how many
-    were kept. Call before raising out of a function whose buffers would otherwise go."""
+    """Keep every request of ``reqs`` that has not completed (and so its buffer) alive until the
+    process ends; returns how many. Call before leaving a function whose buffers would otherwise go
+    while MPI still uses them."""
     pending = [r for r in reqs if r is not None and not _done(r)]
-    for r in pending:
-        try:
-            r.Cancel()
-        except Exception:  # noqa: BLE001 - a request MPI cannot cancel stays pending; kept below
-            pass
-    end = time.monotonic() + CANCEL_GRACE_S
-    while pending and time.monotonic() < end:
-        pending = [r for r in pending if not _done(r)]
-        if pending:
-            time.sleep(0.001)
     _ABANDONED.extend(pending)
     return len(pending)
 
@@ -115,8 +105,8 @@ def _done(req) -> bool:
 
 
 class Outstanding:
-    """Every request a function posts, so that leaving it by an exception (a deadline) cancels the
-    pending ones or keeps them alive with their buffers (:func:`cancel_all`), never abandons them."""
+    """Every request a function posts, so that leaving it by an exception (a deadline) keeps the
+    pending ones alive with their buffers (:func:`cancel_all`) instead of letting them go."""
 
     def __init__(self) -> None:
         self.reqs: list = []
@@ -135,8 +125,8 @@ class Outstanding:
 
 
 def wait_all(reqs: list, peers: list[int], deadline: Deadline, stage: str) -> None:
-    """Complete every request in ``reqs`` (``peers[i]`` is the rank ``reqs[i]`` talks to) or cancel
-    them and raise DeadlineExpired naming the peers still outstanding. Polls; yields the CPU while
+    """Complete every request in ``reqs`` (``peers[i]`` is the rank ``reqs[i]`` talks to) or keep
+    them (:func:`cancel_all`) and raise DeadlineExpired naming the peers still outstanding. Polls; yields the CPU while
     idle, which matters when ranks outnumber cores."""
     if not reqs:
         return
@@ -158,9 +148,8 @@ def wait_all(reqs: list, peers: list[int], deadline: Deadline, stage: str) -> No
 
 
 def wait_one(req, peer: int, deadline: Deadline, stage: str, keep: Any = None) -> None:
-    """Complete one request or cancel it and raise DeadlineExpired naming ``peer``. ``keep``: a
-    collective's request (MPI cannot cancel those) is kept alive instead, with ``keep`` (its
-    buffer)."""
+    """Complete one request or keep it (:func:`cancel_all`) and raise DeadlineExpired naming
+    ``peer``. ``keep``: what else must outlive the request (a collective's buffer)."""
     if req.Test():
         return
     spins = 0
