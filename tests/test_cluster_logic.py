@@ -319,3 +319,18 @@ def test_iface_matrices_and_findings_name_the_interface():
     assert [f.check for f in f1] == ["cluster.iface_host_slow"]
     assert f1[0].details["iface"] == "eth1" and "h2" in f1[0].summary and "eth1" in f1[0].summary
     assert "timed out" in pairs.format_iface_rows(mats[1]["rows"])
+
+
+def test_ring_hops_between_two_hosts_are_held_to_the_senders_line_rate():
+    from ccdiag.cluster import capability
+
+    rows = [{"src_rank": 0, "dst_rank": 1, "src_host": "a", "dst_host": "b", "iface": "eth0", "gbyte_s": 0.00625},
+            {"src_rank": 1, "dst_rank": 0, "src_host": "b", "dst_host": "a", "iface": "eth0", "gbyte_s": 0.12}]
+    speeds = {0: {"eth0": 1000}, 1: {"eth0": 1000}}
+    fs = capability.judge_hops(rows, speeds)
+    assert [(f.status, f.details["src_rank"]) for f in fs] == [("fail", 0)]
+    assert "rank 0 -> rank 1" in fs[0].summary and "a <-> b" in fs[0].summary
+    assert capability.judge_hops(rows, {}) == []  # no rate known: not judged this way
+    assert len(capability.judge_hops(rows, {}, line_rate_gbit_s=1.0)) == 1
+    same = [dict(rows[0], dst_host="a")]
+    assert capability.judge_hops(same, speeds) == []  # shared memory is never a network finding

@@ -263,6 +263,15 @@ def test_two_hosts_over_a_link_at_5_percent_of_line_rate_fail_naming_it():
         assert len(failed) == 1, doc["findings"]
         assert c.hosts[0] in failed[0]["summary"] and c.hosts[1] in failed[0]["summary"]
         assert "eth0" in failed[0]["summary"] and failed[0]["details"]["fraction"] < 0.1
+        # the ring's hops over the same link, held to the same line rate
+        rc, out, err, dt = c.run(c.mpirun_argv() + python_argv("bench", "allreduce", *SMALL, "--budget", "40",
+                                                              "--line-rate-gbit-s", "1", "--json"), 90)
+        assert rc == 1, out[-3000:] + err[-2000:]
+        hop = [f for f in _json(out)["findings"] if f["status"] == "fail"]
+        assert {f["check"] for f in hop} == {"cluster.ring_hop_capability"}, hop
+        # the hop into the shaped host; the one out of it may fail too (its acknowledgements queue
+        # behind the incoming data on the shaped link)
+        assert (0, 1) in {(f["details"]["src_rank"], f["details"]["dst_rank"]) for f in hop}
         # the same link without a known line rate: nothing to judge it by, said so (exit 3, never 0)
         rc, out, err, dt = c.run(c.mpirun_argv() + python_argv("bench", "pairs", *PAIRS, "--budget", "40", "--json"),
                                  90)

@@ -44,8 +44,19 @@ def _fault_text(outcome: RankOutcome) -> str:
     return "\n".join(f"ccdiag: {ln}" for ln in lines)
 
 
+def _absolute_hops(trows: list[dict], relative: list[Finding], outcome: RankOutcome,
+                   line_rate_gbit_s: float | None) -> list[Finding]:
+    from ccdiag.cluster.capability import judge_hops
+
+    failed = {(f.details.get("src_rank"), f.details.get("dst_rank")) for f in relative if f.status == FAIL}
+    rows = [dict(r, relative_fail=(r["src_rank"], r["dst_rank"]) in failed) for r in trows]
+    speeds = {r: i.get("speeds") or {} for r, i in outcome.idents().items()}
+    return judge_hops(rows, speeds, line_rate_gbit_s)
+
+
 def allreduce(sizes: list[int], iters: int, warmup: int, budget_s: float, as_json: bool,
-              hostfile_out: str | None, margin: float, device: str, segment_bytes: int) -> int:
+              hostfile_out: str | None, margin: float, device: str, segment_bytes: int,
+              line_rate_gbit_s: float | None = None) -> int:
     from ccdiag.cluster.sweep import SweepConfig, format_table, hop_records, merge, run_sweep
 
     cfg = SweepConfig(sizes_bytes=sizes, iters=iters, warmup=warmup, device=device, segment_bytes=segment_bytes)
@@ -73,6 +84,7 @@ def allreduce(sizes: list[int], iters: int, warmup: int, budget_s: float, as_jso
             links = {r: res.get("link_right") or "unknown" for r, res in results.items()}
             trows = hopmod.hop_table(recs, outcome.idents(), n, lambda s, d: links.get(s.get("rank"), "unknown"))
             median, findings = hopmod.slow_hops(trows, margin)
+            findings += _absolute_hops(trows, findings, outcome, line_rate_gbit_s)
             hop_doc = {"size_bytes": size, "median_gbyte_s": median, "margin": margin, "rows": trows}
             hop_text = hopmod.format_hops(trows, median, margin)
         code = _verdict(findings, outcome)

@@ -116,3 +116,28 @@ def _unknown(n: int, label: str) -> Finding:
                  f"interfaces report none, or MPI's transport is not an IP interface): figures were only "
                  f"compared with each other"),
         remedy="give the line rate with --line-rate-gbit-s to hold every pair to it")
+
+
+def judge_hops(rows: list[dict], speeds_by_rank: Mapping[int, Mapping[str, int]],
+               line_rate_gbit_s: float | None = None) -> list[Finding]:
+    """The ring's hops between hosts held to their sender's line rate (the interface the hop leaves
+    by; ``line_rate_gbit_s`` where it reports none). Hops already failed by the ring's own median
+    (``relative_fail``) are not named twice. Two hosts, whose ring median is their one link, are
+    judged this way only."""
+    out = []
+    for r in rows:
+        if r["src_host"] == r["dst_host"] or r.get("relative_fail"):
+            continue
+        mbit = (speeds_by_rank.get(r["src_rank"]) or {}).get(r["iface"])
+        cap_gbit = mbit / 1000.0 if mbit else line_rate_gbit_s
+        if not cap_gbit:
+            continue
+        c = cap_gbit / 8.0
+        if r["gbyte_s"] < WARN_FRACTION * c:
+            f = _pair(r["src_host"], r["dst_host"], r["gbyte_s"], c, r["iface"])
+            out.append(Finding(check="cluster.ring_hop_capability", status=f.status, component=f.component,
+                               summary=f"ring hop rank {r['src_rank']} -> rank {r['dst_rank']}: " + f.summary,
+                               evidence=f.evidence, expected=f.expected, expected_source="the sender's line rate",
+                               remedy=f.remedy, details={**f.details, "src_rank": r["src_rank"],
+                                                         "dst_rank": r["dst_rank"]}))
+    return out
