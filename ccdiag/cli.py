@@ -116,6 +116,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         rv = cli.main(args=argv, prog_name="ccdiag", standalone_mode=False)
     except CcdiagError as exc:
+        # UserInputError (every parse and file error a user can cause) is one: exit 2, one line
         _say(f"ccdiag: {exc}")
         sys.exit(int(exc.exit_code))
     except click.exceptions.Exit as exc:
@@ -143,12 +144,8 @@ def main(argv: list[str] | None = None) -> None:
         if broken:
             _say(f"ccdiag: {broken}")
             sys.exit(int(ExitCode.INTERNAL))
-        from ccdiag.snapshot import SnapshotError
         from ccdiag.stages import StageError
 
-        if isinstance(exc, SnapshotError):
-            _say(f"ccdiag: {exc}")
-            sys.exit(int(ExitCode.USAGE))
         where, cause = "", exc
         if isinstance(exc, StageError):
             where, cause = f" in the {exc.stage} stage", exc.cause

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ccdiag.checkrun import CheckResult, close_host, evaluate
+from ccdiag.errors import UserInputError
 from ccdiag.exporters import isolation, sanity, sdnotify
 from ccdiag.exporters.collector import CycleCollector
 from ccdiag.exporters.cycle import DEFAULT_MAX_STALE_S, CycleState
@@ -77,7 +78,7 @@ class CycleError(RuntimeError):
     """The evaluation of a cycle raised (in the collection child); the message is its error."""
 
 
-class ConfigError(ValueError):
+class ConfigError(UserInputError, ValueError):
     """A daemon configuration that cannot be used; the message names the file and key."""
 
 

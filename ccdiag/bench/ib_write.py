@@ -23,13 +23,17 @@ import socket
 import statistics
 import subprocess
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ccdiag.bench import expected as exp
 from ccdiag.bench.judge import judge
 from ccdiag.bench.registry import Benchmark, BenchContext, module_missing, register
 from ccdiag.bench.result import ERROR, PARTIAL, RAN, TIMEOUT, BenchResult, Measurement
 from ccdiag.findings import FAIL, PASS, UNKNOWN, WARN, Component, Evidence, Finding
+from ccdiag.probenames import PROBE_INFINIBAND
+
+if TYPE_CHECKING:
+    from ccdiag.topology.model import Topology
 
 #: message size of the bandwidth test: large enough that per-message costs vanish (the production
 #: GPUDirect check uses 8 MiB messages)
@@ -164,7 +168,7 @@ def _gid_index(ctx: BenchContext, nic: str, port: int) -> int | None:
     infiniband probe, read the way `ccdiag nccl` reads it."""
     from ccdiag.nccl.layout import gid_facts
 
-    ib = ctx.runs.get("infiniband") if ctx.runs else None
+    ib = ctx.runs.get(PROBE_INFINIBAND) if ctx.runs else None
     for dev in getattr(getattr(ib, "data", None), "devices", ()) or ():
         if dev.name != nic:
             continue
@@ -297,7 +301,7 @@ def _error_lines(text: str) -> str:
     return "; ".join(lines[:3])[:400]
 
 
-def findings(ms: list[Measurement], topology: Any) -> list[Finding]:
+def findings(ms: list[Measurement], topology: Topology) -> list[Finding]:
     """GPU figure against host figure per port: which side of the port is at fault."""
     out: list[Finding] = []
     by_port: dict[str, dict[str, Measurement]] = {}

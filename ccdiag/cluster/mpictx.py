@@ -118,10 +118,9 @@ class Outstanding:
     def __enter__(self) -> "Outstanding":
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is not None:
             cancel_all(self.reqs)
-        return False
 
 
 def wait_all(reqs: list, peers: list[int], deadline: Deadline, stage: str) -> None:

@@ -78,6 +78,7 @@ def _agree_plan(comm, ident: dict, work: Deadline) -> dict:
     got = gather_to_root(comm, slim, work.sooner(max(1.0, work.left_s() / 4)))
     the_plan = None
     if comm.rank == 0:
+        assert got is not None  # the root holds every rank's answer
         if got.missing:
             raise DeadlineExpired("pairs set-up", got.missing, work.budget_s)
         the_plan = plan({r: o.get("host", "?") for r, o in got.objs.items()})
@@ -429,7 +430,12 @@ def classify(m, hosts: list[str], margin: float) -> dict:
         return min(vals) if vals else None
 
     # pairs never measured (a run cut short) are left out, never taken for slow ones
-    got = {(a, b): pair(a, b) for a in range(n) for b in range(n) if a != b and pair(a, b) is not None}
+    got: dict[tuple[int, int], float] = {}
+    for a in range(n):
+        for b in range(n):
+            v = pair(a, b) if a != b else None
+            if v is not None:
+                got[(a, b)] = v
     per_host = {hosts[a]: statistics.median([v for (x, _), v in got.items() if x == a])
                 for a in range(n) if any(x == a for x, _ in got)}
     ref = statistics.median(per_host.values()) if per_host else 0.0

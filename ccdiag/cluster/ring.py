@@ -162,12 +162,13 @@ def ring_first_step(comm, buf, tmp, deadline: Deadline, seg_elems: int) -> float
     nseg = max(1, -(-maxchunk // max(1, seg_elems)))
     cr = (r - 1) % n
     base = bounds[cr][0]
+    (recv_lo, recv_hi), (send_lo, send_hi) = bounds[cr], bounds[r]
     with Outstanding() as live:
         t0 = time.perf_counter()
         recvs = [live.add(comm.Irecv(tmp[a - base:b - base], source=left, tag=TAG_RING + j))
-                 for j, (a, b) in enumerate(seg_bounds(*bounds[cr], nseg))]
+                 for j, (a, b) in enumerate(seg_bounds(recv_lo, recv_hi, nseg))]
         sends = [live.add(comm.Isend(buf[a:b], dest=right, tag=TAG_RING + j))
-                 for j, (a, b) in enumerate(seg_bounds(*bounds[r], nseg))]
+                 for j, (a, b) in enumerate(seg_bounds(send_lo, send_hi, nseg))]
         wait_all(recvs, [left] * len(recvs), deadline, "ring hop timing")
         took = time.perf_counter() - t0
         wait_all(sends, [right] * len(sends), deadline, "ring hop timing")
