@@ -303,7 +303,7 @@ def test_pairs_with_its_defaults_prints_the_whole_matrix_of_six_hosts_within_its
 
 def test_a_budget_too_short_still_prints_the_partial_matrix_and_what_is_missing():
     """A budget that cannot hold the rounds: rank 0 prints the pairs it has, names the ones it has
-    not, exits 3; no rank crashes on a buffer MPI still uses (no `Bad address`)."""
+    not, exits 3 (or 1 for a failure already found); no rank crashes on a buffer MPI still uses (no `Bad address`)."""
     c = NetnsCluster(4)
     try:
         c.up()
@@ -311,9 +311,11 @@ def test_a_budget_too_short_still_prints_the_partial_matrix_and_what_is_missing(
         c.slow_host(3, "10mbit")
         rc, out, err, dt = c.run(c.mpirun_argv() + python_argv("bench", "pairs", "--sizes", "64M", "--budget", "8",
                                                               "--json"), 60)
-        assert rc == 3, out[-3000:] + err[-2000:]
+        # 3: not everything measured; 1 when what was measured already shows the slowed host (a
+        # failure found is never lost to the budget)
+        assert rc in (1, 3), out[-3000:] + err[-2000:]
         doc = _json(out)
-        assert doc["matrix_gbyte_s"] and doc["missing_pairs"], doc.get("faults")
+        assert doc["matrix_gbyte_s"] and doc["missing_pairs"] and doc["incomplete"], doc.get("faults")
         assert "Bad address" not in err
     finally:
         c.close()
