@@ -1,18 +1,27 @@
 """Which findings are consequences of another, so a verdict reads root cause first.
 
 A GPU that fell off the bus makes every other GPU check on it "unknown" and the node's GPU count
-fail; printed side by side, the consequences drown the cause. The rules are declarative (a table
-of which check is caused by which, and how their components must match) and applied once after
-the checks ran, so the text report folds consequences under their cause, the JSON report links
-them (``caused_by`` names the cause's ``key``), and the Slurm drain reason names the root.
+fail; one NVSwitch down makes every GPU's link to it fail; a fabric manager that is down leaves
+every GPU unregistered. Printed side by side, the consequences drown the cause, and each tells the
+operator to reset or RMA a part that is fine. The rules live here as data, one :class:`CauseRule`
+per "this explains that", applied once after the checks ran: a new cause is one entry in
+:data:`RULES`. Chains are followed to their root (XID 79 -> GPU lost -> its other checks), so the
+text report folds every consequence once, under the root it follows from; the JSON report links
+them (``caused_by`` names the root's ``key``), and the Slurm drain reason names the root.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
+from dataclasses import dataclass
 from typing import Callable
 
-from ccdiag.findings import FAIL, UNKNOWN, Finding
+from ccdiag.findings import FAIL, SKIP, STATUS_RANK, UNKNOWN, WARN, Finding
+
+Match = Callable[[Finding, Finding], bool]
+FALLEN_OFF_BUS = 79  # ccdiag.checks.xid.FALLEN_OFF_BUS
+RM_INIT_FAILED = -1  # ccdiag.checks.xid.RM_INIT_FAILED: "RmInitAdapter failed!" has no XID number
 
 
 def key(f: Finding) -> str:
@@ -20,37 +29,164 @@ def key(f: Finding) -> str:
     return f"{f.check}|{f.component.name}"
 
 
-def _same_gpu(cause: Finding, effect: Finding) -> bool:
-    return cause.component.gpu is not None and effect.component.gpu == cause.component.gpu
+# ------------------------------------------------------------------ how a cause meets its effect
+
+def same_gpu(cause: Finding, effect: Finding) -> bool:
+    """The same GPU, by index or (for a GPU NVML lost, named by its PCI address) by bus id."""
+    c, e = cause.component, effect.component
+    if c.gpu is not None and e.gpu == c.gpu:
+        return True
+    return c.bdf is not None and e.bdf == c.bdf and e.kind in ("gpu", "nvlink", "pcie_link")
 
 
-def _count_explained(cause: Finding, effect: Finding) -> bool:
-    return effect.component.kind == "node"
+def count_of(cause: Finding, effect: Finding) -> bool:
+    """The node's GPU count, or its finding on the very GPU PCI sees and NVML does not."""
+    e = effect.component
+    return e.kind == "node" or (e.bdf is not None and e.bdf == cause.component.bdf)
 
 
-#: (cause check, cause status, effect statuses, effect check prefixes or "*" for any, match rule)
-RULES: tuple[tuple[str, str, tuple[str, ...], tuple[str, ...], Callable[[Finding, Finding], bool]], ...] = (
-    # a lost GPU answers nothing: its other GPU, NVLink and PCIe-replay checks cannot be judged
-    ("gpu.lost", FAIL, (UNKNOWN,), ("gpu.", "nvlink.", "pcie.replay"), _same_gpu),
-    # ... and the node has one usable GPU fewer than expected
-    ("gpu.lost", FAIL, (FAIL, UNKNOWN), ("gpu.count",), _count_explained),
+def anything(cause: Finding, effect: Finding) -> bool:
+    return True
+
+
+def same_port(cause: Finding, effect: Finding) -> bool:
+    c, e = cause.component, effect.component
+    return c.device is not None and e.device == c.device and (e.port is None or e.port == c.port)
+
+
+def nic_of_gpu_down(cause: Finding, effect: Finding) -> bool:
+    """ib.gpudirect's "closer NIC has no active port": the closer NIC is the one that is down."""
+    return effect.details.get("inactive_nic") == cause.component.device
+
+
+def same_switch(cause: Finding, effect: Finding) -> bool:
+    sw = cause.details.get("switch_bdf")
+    return sw is not None and effect.details.get("switch_bdf") == sw
+
+
+def link_behind_switch(cause: Finding, effect: Finding) -> bool:
+    """An NVLink finding the switch finding lists: one link (``GPU3 NVLink 7``), or a GPU's links
+    summarised (``GPU3 NVLinks``) when that GPU is among those that lost links to the switch."""
+    name = effect.component.name
+    if name in cause.details.get("links", ()):
+        return True
+    return name.endswith(" NVLinks") and effect.component.gpu in cause.details.get("gpus", ())
+
+
+def acs_bridge(cause: Finding, effect: Finding) -> bool:
+    return effect.component.kind == "bridge" and effect.component.bdf in cause.details.get("bridges", ())
+
+
+def init_port(cause: Finding, effect: Finding) -> bool:
+    return f"{effect.component.device}/{effect.component.port}" in cause.details.get("ports", ())
+
+
+def gpu_without_nic(cause: Finding, effect: Finding) -> bool:
+    return effect.component.name in cause.details.get("gpus_without_nic", ())
+
+
+def is_xid(*codes: int) -> Match:
+    return lambda cause, effect: effect.details.get("xid") in codes
+
+
+def has_xid(*codes: int) -> Callable[[Finding], bool]:
+    return lambda f: f.details.get("xid") in codes
+
+
+def is_root_kind(*kinds: str) -> Callable[[Finding], bool]:
+    return lambda f: f.details.get("root") in kinds
+
+
+def always(f: Finding) -> bool:
+    return True
+
+
+@dataclass(frozen=True)
+class CauseRule:
+    """``cause`` (a check id, with a status in ``cause_statuses`` and ``cause_when`` true) explains
+    every finding whose check starts with one of ``effects``, whose status is in ``effect_statuses``
+    and for which ``match(cause, effect)`` holds. ``why`` says it for the reader of this table."""
+
+    name: str
+    cause: str
+    effects: tuple[str, ...]
+    match: Match
+    why: str
+    cause_statuses: tuple[str, ...] = (FAIL,)
+    effect_statuses: tuple[str, ...] = (FAIL, UNKNOWN, WARN)
+    cause_when: Callable[[Finding], bool] = always
+
+
+#: every "this explains that" ccdiag knows; earlier entries win when two rules claim one finding
+RULES: tuple[CauseRule, ...] = (
+    CauseRule("xid79-lost", "xid.recent", ("gpu.lost",), same_gpu,
+              "XID 79 (or RmInitAdapter failing) in the kernel log is why NVML lost the GPU",
+              cause_when=has_xid(FALLEN_OFF_BUS, RM_INIT_FAILED)),
+    CauseRule("xid79-count", "xid.recent", ("gpu.count",), count_of,
+              "a GPU that fell off the bus (or never initialised) is one GPU fewer",
+              cause_when=has_xid(FALLEN_OFF_BUS, RM_INIT_FAILED)),
+    CauseRule("lost-answers-nothing", "gpu.lost", ("gpu.", "nvlink.", "pcie.replay", "gpu.fabric"), same_gpu,
+              "a lost GPU answers nothing: its other GPU, NVLink and PCIe-replay checks cannot be judged",
+              effect_statuses=(UNKNOWN, WARN, FAIL, SKIP)),
+    CauseRule("lost-count", "gpu.lost", ("gpu.count",), count_of,
+              "the node has one usable GPU fewer than expected"),
+    CauseRule("switch-sxid-links", "nvswitch.sxid", ("nvswitch.links_down",), same_switch,
+              "a fatal SXid on an NVSwitch takes the GPU links behind it down"),
+    CauseRule("switch-sxid-xid74", "nvswitch.sxid", ("xid.recent",), is_xid(74),
+              "the Fabric Manager guide: a fatal SXid is propagated to the GPUs on that switch port as XID 74"),
+    CauseRule("switch-links", "nvswitch.links_down", ("nvlink.down",), link_behind_switch,
+              "GPUs lost their links to one NVSwitch: the switch, not the GPUs"),
+    CauseRule("fm-down-fabric", "gpu.fabric_manager", ("gpu.fabric", "nvlink.down", "nvswitch.links_down"),
+              anything, "a fabric manager that is not running registers no GPU with the NVSwitch fabric",
+              cause_when=is_root_kind("fabric_manager_down")),
+    CauseRule("port-down-flaps", "ib.port_state", ("ib.link_flaps", "ib.rate", "ib.counters"), same_port,
+              "the link-down lines in the kernel log and the low rate are the port that is down"),
+    CauseRule("port-down-gpudirect", "ib.port_state", ("ib.gpudirect",), nic_of_gpu_down,
+              "a GPU's own NIC is down, so its nearest usable NIC is farther away"),
+    CauseRule("rail-nic-gpudirect", "ib.rail_socket", ("ib.gpudirect",), gpu_without_nic,
+              "a GPU whose rail NIC was put on the other socket reaches a NIC across the CPU"),
+    CauseRule("no-sm-init", "ib.subnet_manager", ("ib.port_state", "ib.rate"), init_port,
+              "ports with a physical link stay INIT until a subnet manager configures them"),
+    CauseRule("iommu-acs", "platform.iommu", ("pcie.acs",), anything,
+              "the kernel turns ACS redirection on for the IOMMU's isolation groups",
+              cause_statuses=(FAIL, WARN), effect_statuses=(FAIL, WARN)),
+    CauseRule("acs-platform", "pcie.acs", ("pcie.acs",), acs_bridge,
+              "ACS on many bridges at once is one platform setting (BIOS or kernel), not many faults",
+              cause_when=is_root_kind("acs_platform")),
 )
 
 
+def _direct_cause(f: Finding, by_check: dict[str, list[Finding]]) -> Finding | None:
+    for rule in RULES:
+        if f.status not in rule.effect_statuses or not f.check.startswith(rule.effects):
+            continue
+        for c in by_check.get(rule.cause, ()):
+            if c is f or c.status not in rule.cause_statuses or not rule.cause_when(c):
+                continue
+            if f.check == rule.cause and f.details.get("root"):
+                continue  # a root finding is never folded under its own kind
+            if rule.match(c, f):
+                return c
+    return None
+
+
 def link_causes(findings: list[Finding]) -> list[Finding]:
-    """The same findings, each consequence carrying ``caused_by`` = its cause's key."""
-    causes = {rule[0]: [f for f in findings if f.check == rule[0] and f.status == rule[1]] for rule in RULES}
+    """The same findings, each consequence carrying ``caused_by`` = the key of its root cause
+    (chains followed to the end; a cycle stops where it would repeat)."""
+    by_check: dict[str, list[Finding]] = {}
+    for f in findings:
+        by_check.setdefault(f.check, []).append(f)
+    direct = {id(f): _direct_cause(f, by_check) for f in findings}
     out = []
     for f in findings:
-        linked = None
-        for cause_id, _status, effect_statuses, prefixes, match in RULES:
-            if f.check == cause_id or f.status not in effect_statuses or not f.check.startswith(prefixes):
-                continue
-            cause = next((c for c in causes[cause_id] if match(c, f)), None)
-            if cause is not None:
-                linked = key(cause)
+        cause, seen = direct[id(f)], {id(f)}
+        while cause is not None and id(cause) not in seen:
+            seen.add(id(cause))
+            nxt = direct.get(id(cause))
+            if nxt is None or id(nxt) in seen:
                 break
-        out.append(dataclasses.replace(f, caused_by=linked) if linked else f)
+            cause = nxt
+        out.append(dataclasses.replace(f, caused_by=key(cause)) if cause is not None else f)
     return out
 
 
@@ -58,7 +194,7 @@ def drain_reason(findings: list[Finding], limit: int = 60) -> str | None:
     """``ccdiag: gpu.lost GPU6 (+8)``: the first root-cause failure and how many other root
     failures there are, at most ``limit`` characters (Slurm shows reasons in narrow columns).
     None when nothing failed."""
-    fails = [f for f in findings if f.status == FAIL and not f.caused_by]
+    fails = [f for f in ordered_roots(findings) if f.status == FAIL]
     if not fails:
         return None
     f = fails[0]
@@ -69,6 +205,13 @@ def drain_reason(findings: list[Finding], limit: int = 60) -> str | None:
 
 def roots(findings: list[Finding]) -> list[Finding]:
     return [f for f in findings if not f.caused_by]
+
+
+def ordered_roots(findings: list[Finding]) -> list[Finding]:
+    """The root findings, worst first and, within a status, those that explain the most first (an
+    XID 79 that explains a lost GPU and a short GPU count comes before a lone failure)."""
+    explained = Counter(f.caused_by for f in findings if f.caused_by)
+    return sorted(roots(findings), key=lambda f: (STATUS_RANK.get(f.status, 9), -explained.get(key(f), 0)))
 
 
 def effects_of(cause: Finding, findings: list[Finding]) -> list[Finding]:

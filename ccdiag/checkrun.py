@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from ccdiag.exitcodes import ExitCode
-from ccdiag.findings import FAIL, STATUSES, UNKNOWN, WARN, Component, Evidence, Finding, worst
+from ccdiag.findings import FAIL, STATUSES, UNKNOWN, WARN, Component, Evidence, Finding, verdict_status
 from ccdiag.host import Host
 from ccdiag.observe import Observation, observe
 from ccdiag.observe import close_host as observe_close_host
@@ -74,8 +74,8 @@ class CheckResult:
 
     @property
     def status(self) -> str:
-        """The worst finding status (``pass`` when there are none)."""
-        return worst(self.findings)
+        """The verdict: the worst finding status, skips not counted (:func:`verdict_status`)."""
+        return verdict_status(self.findings)
 
     @property
     def counts(self) -> dict[str, int]:

@@ -80,3 +80,15 @@ def worst(findings) -> str:
         if STATUS_RANK[f.status] < STATUS_RANK[best]:
             best = f.status
     return best
+
+
+def verdict_status(findings) -> str:
+    """The node's verdict: the worst status, where a skipped check counts as nothing. A skip says a
+    check does not apply here (no IB port, no NVLink, nothing in the policy to compare with), so a
+    node whose other checks all pass is healthy: ``pass``, never ``skip``. Only when nothing at all
+    was judged is the verdict ``skip``."""
+    findings = list(findings)
+    judged = [f for f in findings if f.status != SKIP]
+    if not judged:
+        return SKIP if findings else PASS
+    return worst(judged)

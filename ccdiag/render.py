@@ -116,6 +116,10 @@ def detail_lines(f: Finding) -> list[str]:
     return out
 
 
+#: components named on a folded line before "and N more"
+FOLDED_NAMES = 6
+
+
 def _folded_line(cause: Finding, problems: list[Finding]) -> str | None:
     """``  + 9 follow from it: gpu.clocks, gpu.ecc, ... GPU6 (unknown); gpu.count node (fail)``."""
     effects = [f for f in problems if f.caused_by == cause.key]
@@ -124,7 +128,15 @@ def _folded_line(cause: Finding, problems: list[Finding]) -> str | None:
     groups: dict[tuple[str, str], list[str]] = {}
     for f in effects:
         groups.setdefault((f.component.name, f.status), []).append(f.check)
-    parts = [f"{', '.join(checks)} {name} ({status})" for (name, status), checks in groups.items()]
+    # the same checks on many components (32 links behind one switch) read as one part
+    by_checks: dict[tuple[tuple[str, ...], str], list[str]] = {}
+    for (name, status), checks in groups.items():
+        by_checks.setdefault((tuple(checks), status), []).append(name)
+    parts = []
+    for (check_ids, status), names in by_checks.items():
+        shown = ", ".join(names[:FOLDED_NAMES]) + (f" and {len(names) - FOLDED_NAMES} more" if len(names) > FOLDED_NAMES
+                                                  else "")
+        parts.append(f"{', '.join(check_ids)} {shown} ({status})")
     return f"  + {len(effects)} follow{'s' if len(effects) == 1 else ''} from it: " + "; ".join(parts)
 
 
@@ -133,7 +145,7 @@ def skip_lines(findings: Iterable[Finding]) -> list[str]:
     for the same reason, and one line says so."""
     groups: dict[tuple[str, str], list[str]] = {}
     for f in findings:
-        if f.status == SKIP:
+        if f.status == SKIP and not f.caused_by:  # a skip that follows from a root is folded under it
             groups.setdefault((f.component.label(), f.summary), []).append(f.check)
     out = []
     for (label, summary), checks in groups.items():
@@ -159,12 +171,15 @@ def render_lines(findings: list[Finding], exit_code: int, hostname: str | None, 
     lines: list[tuple[str, str | None]] = [
         (verdict_line(findings, exit_code, hostname, timed_out, strict), STYLE.get(_verdict_status(exit_code, findings)))]
     problems = [f for f in findings if f.status in (FAIL, UNKNOWN, WARN)]  # findings come sorted: fail first
-    roots = [f for f in problems if not f.caused_by]
+    folded = problems + [f for f in findings if f.status == SKIP and f.caused_by]
+    from ccdiag.causes import ordered_roots
+
+    roots = ordered_roots(problems)
     for f in roots:
         lines.append((one_line(f), STYLE[f.status]))
-        folded = _folded_line(f, problems)
-        if folded:
-            lines.append((folded, None))
+        beneath = _folded_line(f, folded)
+        if beneath:
+            lines.append((beneath, None))
     if quiet:
         return lines
     if roots:

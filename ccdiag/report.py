@@ -15,7 +15,7 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from ccdiag import __version__
-from ccdiag.findings import STATUSES, Finding, worst
+from ccdiag.findings import STATUSES, Finding, verdict_status
 from ccdiag.readings import to_jsonable
 from ccdiag.probing import ProbeRun
 
@@ -46,7 +46,7 @@ def verdict_section(findings: list[Finding], exit_code: int) -> dict:
         counts[f.status] += 1
     from ccdiag.causes import drain_reason
 
-    return {"status": worst(findings), "counts": counts, "exit_code": int(exit_code),
+    return {"status": verdict_status(findings), "counts": counts, "exit_code": int(exit_code),
             "reason": drain_reason(findings)}
 
 

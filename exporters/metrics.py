@@ -17,7 +17,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from ccdiag import __version__
 from ccdiag.exporters import spec as S
 from ccdiag.exporters.cycle import Cycle, xid_keys
-from ccdiag.findings import STATUSES, Finding
+from ccdiag.findings import STATUSES, Finding, verdict_status
 from ccdiag.readings import normalize_bdf
 from ccdiag.probing import OK, PARTIAL, UNAVAILABLE
 from ccdiag.topology.levels import UNKNOWN
@@ -372,7 +372,7 @@ def _checks(out: _Families, findings: tuple[Finding, ...] | None) -> None:
         counts[f.status] = counts.get(f.status, 0) + 1
     for status in sorted(counts):
         out.add("findings", (status,), counts[status])
-    out.add("verdict_severity", (), max((S.SEVERITY[f.status] for f in findings), default=0))
+    out.add("verdict_severity", (), S.SEVERITY[verdict_status(findings)])
 
 
 def families(cycle: Cycle, *, interval_s: float | None = None, cycles_total: int | None = None,

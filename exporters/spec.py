@@ -172,7 +172,8 @@ SPECS: tuple[MetricSpec, ...] = (
     # -- checks -----------------------------------------------------------------------------------
     _g("check_severity", f"Status of one check on one component as a number ({SEVERITY_HELP}).", CHECK),
     _g("findings", "Findings of the served cycle, by status.", ("status",)),
-    _g("verdict_severity", f"Worst status among the served cycle's findings ({SEVERITY_HELP})."),
+    _g("verdict_severity", f"The served cycle's verdict: its worst finding status, skipped checks not counted "
+       f"(a healthy node is 0) ({SEVERITY_HELP})."),
 )
 
 BY_NAME = {s.name: s for s in SPECS}

@@ -14,7 +14,11 @@ Message formats vary across driver generations and are matched loosely:
 * ``NVRM: GPU 0000:18:00.0: GPU has fallen off the bus.`` and the multi-line
   ``NVRM: The NVIDIA GPU 0000:b3:00.0`` / ``... fallen off the bus and is not responding``;
 * ``NVRM: GPU at PCI:0000:18:00: GPU-<uuid>`` (maps the address to the UUID);
-* ``nvidia-nvswitch3: SXid (PCI:0000:c8:00.0): 20034, ...`` (NVSwitch errors);
+* ``NVRM: GPU 0000:00:06.0: RmInitAdapter failed! (0x11:0x45:2540)`` (the driver could not
+  initialise the GPU; older drivers leave the address out);
+* ``nvidia-nvswitch3: SXid (PCI:0000:c8:00.0): 20034, Fatal, Link 50 LTSSM Fault Up`` (NVSwitch
+  errors, with the driver's severity word and the switch port; the ``nvidia-nvswitchN:`` prefix is
+  missing from some pasted logs, and continuation lines carry ``Severity ...`` or ``Data {...}``);
 * ``mlx5_core 0000:0c:00.0 ib0: Link down`` / ``mlx5_core 0000:ab:00.0 mlx5_5: Port: 1 Link ACTIVE``;
 * ``pcieport 0000:00:01.0: AER: Corrected error received: 0000:01:00.0``.
 """
@@ -39,7 +43,8 @@ COMMAND_TIMEOUT_S = 3.0
 
 @dataclass(frozen=True)
 class KernelEvent:
-    # "xid" | "sxid" | "fallen_off_bus" | "gpu_uuid" | "ib_link_down" | "ib_link_up" | "aer" | "nvlink"
+    # "xid" | "sxid" | "fallen_off_bus" | "rm_init_failed" | "gpu_uuid" | "ib_link_down" | "ib_link_up" |
+    # "aer" | "nvlink"
     kind: str
     message: str
     time_s: float | None = None  # seconds since boot, as the kernel stamps it
@@ -48,6 +53,8 @@ class KernelEvent:
     device: str | None = None  # "mlx5_0", "ib0", "GPU-<uuid>", the reporting port of an AER event
     pid: int | None = None
     port: int | None = None  # the RDMA port number of an mlx5 port event
+    link: int | None = None  # the NVSwitch port ("Link 48") an SXid names
+    severity: str | None = None  # the driver's own word in an SXid: "Fatal", "Non-fatal"
 
 
 @dataclass(frozen=True)
@@ -96,11 +103,14 @@ def split_line(line: str) -> tuple[float | None, str] | None:
 
 # -- event matching --------------------------------------------------------------------------------
 _XID = re.compile(rf"NVRM: Xid \((?:PCI:)?({_BDF})\): ([0-9]{{1,9}})\b(.*)$")
-_SXID = re.compile(rf"(nvidia-nvswitch[0-9]*): SXid \((?:PCI:)?({_BDF})\): ([0-9]{{1,9}})\b(.*)$")
+_SXID = re.compile(rf"(?:(nvidia-nvswitch[0-9]{{0,4}}): )?SXid \((?:PCI:)?({_BDF})\): ([0-9]{{1,9}})\b(.*)$")
+_SXID_SEVERITY = re.compile(r"^,\s*(Fatal|Non-fatal|Nonfatal)\b", re.IGNORECASE)
+_SXID_LINK = re.compile(r"\bLink ([0-9]{1,4})\b")
 _PID = re.compile(r"\bpid='?([0-9]{1,12})'?")
 _FALLEN = re.compile(rf"NVRM: GPU ({_BDF}): GPU has fallen off the bus")
 _FALLEN_HEAD = re.compile(rf"NVRM: The NVIDIA GPU ({_BDF})")
 _FALLEN_TAIL = re.compile(r"fallen off the bus and is not responding")
+_RM_INIT = re.compile(rf"NVRM: (?:GPU ({_BDF}): )?RmInitAdapter failed!")
 _GPU_UUID = re.compile(rf"NVRM: GPU at (?:PCI:)?({_BDF}): (GPU-[0-9a-fA-F-]+)")
 _NETDEV_LINK = re.compile(rf"^(mlx\w*?)(?: ({_BDF}))?:? (\S+?):? [Ll]ink (up|down|Up|Down)\b")
 _PORT_LINK = re.compile(rf"^(?:mlx\w* ({_BDF}) )?(\S+?):? ?[Pp]ort:? ?([0-9]{{1,9}}) (?:.*?)?[Ll]ink (\w+)")
@@ -125,7 +135,9 @@ def match_event(message: str, time_s: float | None, context: dict | None = None)
                            None, int(pid.group(1)) if pid else None)
     m = _SXID.search(message)
     if m:
-        return KernelEvent("sxid", message, time_s, normalize_bdf(m.group(2)), int(m.group(3)), m.group(1))
+        sev, link = _SXID_SEVERITY.match(m.group(4)), _SXID_LINK.search(m.group(4))
+        return KernelEvent("sxid", message, time_s, normalize_bdf(m.group(2)), int(m.group(3)), m.group(1),
+                           link=int(link.group(1)) if link else None, severity=sev.group(1) if sev else None)
     m = _FALLEN.search(message)
     if m:
         return KernelEvent("fallen_off_bus", message, time_s, normalize_bdf(m.group(1)))
@@ -136,6 +148,9 @@ def match_event(message: str, time_s: float | None, context: dict | None = None)
             return None
     if _FALLEN_TAIL.search(message) and ctx.get("fallen_bdf"):
         return KernelEvent("fallen_off_bus", message, time_s, ctx.pop("fallen_bdf"))
+    m = _RM_INIT.search(message)
+    if m:
+        return KernelEvent("rm_init_failed", message, time_s, normalize_bdf(m.group(1)) if m.group(1) else None)
     m = _GPU_UUID.search(message)
     if m:
         return KernelEvent("gpu_uuid", message, time_s, normalize_bdf(m.group(1)), None, m.group(2))

@@ -83,6 +83,8 @@ AGGREGATE_ECC = 1
 PAGE_RETIREMENT_MULTIPLE_SBE = 0
 PAGE_RETIREMENT_DBE = 1
 TEMPERATURE_GPU = 0
+#: nvmlClockType_t NVML_CLOCK_SM
+CLOCK_SM = 1
 #: nvmlTemperatureThresholds_t: the GPU's own limits (nvml.h)
 TEMP_THRESHOLD_SHUTDOWN, TEMP_THRESHOLD_SLOWDOWN, TEMP_THRESHOLD_MEM_MAX, TEMP_THRESHOLD_GPU_MAX = 0, 1, 2, 3
 #: NVML_FI_DEV_MEMORY_TEMP: HBM temperature, where the GPU reports it (nvml.h field id)
@@ -224,6 +226,8 @@ class Gpu:
     memory_temperature_c: float | None = None
     power_w: float | None = None
     power_limit_w: float | None = None
+    clock_sm_max_mhz: int | None = None  # nvmlDeviceGetMaxClockInfo(SM): what the GPU can run at
+    clock_sm_app_mhz: int | None = None  # nvmlDeviceGetApplicationsClock(SM): what it is set to run at
     pcie_gen_current: int | None = None
     pcie_gen_max: int | None = None  # of the link (GPU and host side together)
     pcie_gen_device_max: int | None = None  # of the GPU alone
@@ -239,6 +243,8 @@ class Gpu:
     errors: tuple[ReadError, ...] = ()
     ecc_mode_pending: bool | None = None
     fabric_health_mask: int | None = None  # nvmlGpuFabricInfo_v2 healthMask, raw
+    fabric_clique_id: int | None = None  # nvmlGpuFabricInfo cliqueId: GPUs of one NVLink domain share it
+    fabric_cluster_uuid: str | None = None  # nvmlGpuFabricInfo clusterUuid (None when all zero)
 
 
 @dataclass(frozen=True)
@@ -437,6 +443,58 @@ def milliwatts(value: Any) -> float:
 
 
 # ---------------------------------------------------------------------------------------------
+def parse_fabric_identity(info: Any) -> tuple[int | None, str | None]:
+    """(clique id, cluster UUID) of a registered GPU from an nvmlGpuFabricInfo(_v2)_t as JSON.
+    Both mean something only once registration completed; an all-zero UUID is no cluster."""
+    if not isinstance(info, dict) or FABRIC_STATE.get(_int(info.get("state"))) != "completed":
+        return None, None
+    clique = info.get("cliqueId")
+    raw = info.get("clusterUuid")
+    uuid = None
+    if isinstance(raw, (list, tuple)) and len(raw) == 16:
+        data = bytes(_int(b) & 0xFF for b in raw)
+        if any(data):
+            h = data.hex()
+            uuid = f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+    elif isinstance(raw, str) and raw.strip("0-"):
+        uuid = raw.strip().lower()
+    return (_int(clique) if clique is not None else None), uuid
+
+
+#: nvml.h NVML_GPU_FABRIC_HEALTH_MASK_*: field -> (shift, width mask, value meaning "unhealthy")
+FABRIC_HEALTH_FIELDS = {
+    "degraded_bandwidth": (0, 0x3, 1),  # DEGRADED_BW_TRUE
+    "route_recovery": (2, 0x3, 1),  # ROUTE_RECOVERY_TRUE: a route is being recovered
+    "route_unhealthy": (4, 0x3, 1),  # ROUTE_UNHEALTHY_TRUE
+    "access_timeout_recovery": (6, 0x3, 1),  # ACCESS_TIMEOUT_RECOVERY_TRUE
+}
+#: nvml.h NVML_GPU_FABRIC_HEALTH_MASK_INCORRECT_CONFIGURATION_* (shift 8, width 0xF)
+FABRIC_CONFIG = {0: None, 1: None, 2: "incorrect system GUID", 3: "incorrect chassis serial number",
+                 4: "no partition", 5: "insufficient NVLinks"}
+
+
+def decode_fabric_health(mask: int | None) -> dict[str, Any]:
+    """The problems a fabric health mask reports: ``{"degraded_bandwidth": True, ...,
+    "incorrect_configuration": "insufficient NVLinks"}``; empty when healthy or unsupported."""
+    if not mask:
+        return {}
+    out: dict[str, Any] = {}
+    for name, (shift, width, bad) in FABRIC_HEALTH_FIELDS.items():
+        if (mask >> shift) & width == bad:
+            out[name] = True
+    config = (mask >> 8) & 0xF
+    reason = FABRIC_CONFIG.get(config, f"configuration error {config}")
+    if reason:
+        out["incorrect_configuration"] = reason
+    return out
+
+
+#: the remote address NVML gives for a link with no far end it can name (down, or the far end is
+#: outside this node, as on a GB200 NVL72 tray): not a device
+def is_placeholder_bdf(bdf: str | None) -> bool:
+    return bdf is None or bdf.startswith("ffffffff:") or bdf in ("0000:00:00.0", "ffff:ff:ff.0")
+
+
 # reading
 # ---------------------------------------------------------------------------------------------
 class _GpuFailed(Exception):
@@ -490,11 +548,25 @@ class _Reader:
             return None
 
 
+def _remote_bdf(info: Any) -> str | None:
+    """The far end's address, None for NVML's placeholders (all zero, ``FFFFFFFF:FF:FF.0``)."""
+    if isinstance(info, dict):
+        ids = [v for v in (info.get("busId"), info.get("busIdLegacy")) if isinstance(v, str)]
+        if not any(v.strip("0:.") for v in ids):
+            return None  # an all-zero structure: no far end
+    bdf = parse_pci_bus_id(info)
+    return None if is_placeholder_bdf(bdf) else bdf
+
+
 def _read_link(r: _Reader, i: int, k: int, active: bool | None) -> NvLink:
     lr = _Reader(r.host)
     raw_version = lr.get("nvmlDeviceGetNvLinkVersion", i, k, parse=_int)
-    remote = lr.get("nvmlDeviceGetNvLinkRemotePciInfo", i, k, parse=parse_pci_bus_id)
-    rtype = lr.get("nvmlDeviceGetNvLinkRemoteDeviceType", i, k, parse=nvlink_device_type)
+    # an inactive link has no far end: what NVML answers about it is a state, not a read error
+    far = lr if active is not False else _Reader(r.host)
+    remote = far.get("nvmlDeviceGetNvLinkRemotePciInfo", i, k, parse=_remote_bdf)
+    rtype = far.get("nvmlDeviceGetNvLinkRemoteDeviceType", i, k, parse=nvlink_device_type)
+    if active is False and far.errors:
+        remote, rtype = None, None
     counters = {}
     for name, counter in (("crc_flit_errors", NVLINK_ERROR_DL_CRC_FLIT),
                           ("crc_data_errors", NVLINK_ERROR_DL_CRC_DATA),
@@ -586,111 +658,152 @@ def _mig_remapped_rows(r: "_Reader", i: int) -> tuple[tuple[int, int, bool, bool
     return (tuple(totals) if slots else None), tuple(slots)  # type: ignore[return-value]
 
 
+def _read_identity(r: _Reader, i: int, f: dict) -> None:
+    f["uuid"] = r.get("nvmlDeviceGetUUID", i, parse=_text)
+    f["name"] = r.get("nvmlDeviceGetName", i, parse=_text)
+    f["serial"] = r.get("nvmlDeviceGetSerial", i, parse=_text)
+    f["bus_id"] = r.get("nvmlDeviceGetPciInfo_v3", i, parse=parse_pci_bus_id)
+    numa = r.get("nvmlDeviceGetNumaNodeId", i, parse=_int)
+    f["numa_node"] = numa if numa is not None and numa >= 0 else None
+    mem = r.get("nvmlDeviceGetMemoryInfo", i, parse=lambda v: (_int(v["total"]), _int(v["used"])))
+    if mem is not None:
+        f["memory_total_bytes"], f["memory_used_bytes"] = mem
+    pm = r.get("nvmlDeviceGetPersistenceMode", i, parse=_int)
+    f["persistence_mode"] = bool(pm) if pm is not None else None
+    mig = r.get("nvmlDeviceGetMigMode", i, parse=parse_bool_pair)
+    if mig is not None:
+        f["mig_mode_current"], f["mig_mode_pending"] = mig
+
+
+def _read_ecc(r: _Reader, i: int, f: dict) -> None:
+    ecc = r.get("nvmlDeviceGetEccMode", i, parse=parse_bool_pair)
+    if ecc is not None:
+        f["ecc_mode_current"], f["ecc_mode_pending"] = ecc
+    for field, etype, ctype in (("ecc_volatile_corrected", MEMORY_ERROR_CORRECTED, VOLATILE_ECC),
+                                ("ecc_volatile_uncorrected", MEMORY_ERROR_UNCORRECTED, VOLATILE_ECC),
+                                ("ecc_aggregate_corrected", MEMORY_ERROR_CORRECTED, AGGREGATE_ECC),
+                                ("ecc_aggregate_uncorrected", MEMORY_ERROR_UNCORRECTED, AGGREGATE_ECC)):
+        f[field] = r.get("nvmlDeviceGetTotalEccErrors", i, etype, ctype, parse=_int)
+    # page retirement is pre-Ampere; Ampere and later remap rows instead and say not supported
+    value, exc = r.raw("nvmlDeviceGetRetiredPages", i, PAGE_RETIREMENT_MULTIPLE_SBE)
+    if exc is not None:
+        r.note("nvmlDeviceGetRetiredPages", (i, PAGE_RETIREMENT_MULTIPLE_SBE), exc)
+    else:
+        f["retired_pages_sbe"] = r.parse("nvmlDeviceGetRetiredPages", (i, 0), value, lambda v: len(list(v)))
+        f["retired_pages_dbe"] = r.get("nvmlDeviceGetRetiredPages", i, PAGE_RETIREMENT_DBE,
+                                       parse=lambda v: len(list(v)))
+        pend = r.get("nvmlDeviceGetRetiredPagesPendingStatus", i, parse=_int)
+        f["retired_pages_pending"] = bool(pend) if pend is not None else None
+    rows = r.get("nvmlDeviceGetRemappedRows", i, parse=parse_remapped_rows)
+    if rows is None and f.get("mig_mode_current"):
+        rows, slots = _mig_remapped_rows(r, i)
+        if slots:
+            f["remapped_rows_mig"] = slots
+    if rows is not None:
+        (f["remapped_rows_correctable"], f["remapped_rows_uncorrectable"],
+         f["remapped_rows_pending"], f["remapped_rows_failure"]) = rows
+
+
+def _read_clocks_and_thermal(r: _Reader, i: int, f: dict) -> None:
+    value, exc = r.raw("nvmlDeviceGetCurrentClocksEventReasons", i)
+    if exc is not None and exc.error_class in NOT_APPLICABLE_CLASSES:
+        mask = r.get("nvmlDeviceGetCurrentClocksThrottleReasons", i, parse=_int)
+    elif exc is not None:
+        r.note("nvmlDeviceGetCurrentClocksEventReasons", (i,), exc)
+        mask = None
+    else:
+        mask = r.parse("nvmlDeviceGetCurrentClocksEventReasons", (i,), value, _int)
+    if mask is not None:
+        mask &= CLOCK_EVENT_MASK_64  # an unsigned long long: -1 is 0xffffffffffffffff
+        f["clock_event_reasons"] = mask
+        f["clock_event_names"] = clock_event_names(mask)
+    temp = r.get("nvmlDeviceGetTemperature", i, TEMPERATURE_GPU, parse=_int)
+    f["temperature_c"] = float(temp) if temp is not None else None
+    for field, kind in (("temp_slowdown_c", TEMP_THRESHOLD_SLOWDOWN), ("temp_shutdown_c", TEMP_THRESHOLD_SHUTDOWN),
+                        ("temp_gpu_max_c", TEMP_THRESHOLD_GPU_MAX), ("temp_mem_max_c", TEMP_THRESHOLD_MEM_MAX)):
+        value, exc = r.raw("nvmlDeviceGetTemperatureThreshold", i, kind)
+        if exc is None:
+            limit = r.parse("nvmlDeviceGetTemperatureThreshold", (i, kind), value, _int)
+            f[field] = float(limit) if limit else None  # 0: the GPU has no such limit
+        elif exc.error_class != NOT_RECORDED:  # a snapshot from before these were read: absent
+            r.note("nvmlDeviceGetTemperatureThreshold", (i, kind), exc)
+
+
+def _read_power_pcie(r: _Reader, i: int, f: dict) -> None:
+    f["power_w"] = r.get("nvmlDeviceGetPowerUsage", i, parse=milliwatts)
+    f["power_limit_w"] = r.get("nvmlDeviceGetEnforcedPowerLimit", i, parse=milliwatts)
+    for field, fn in (("clock_sm_max_mhz", "nvmlDeviceGetMaxClockInfo"),
+                      ("clock_sm_app_mhz", "nvmlDeviceGetApplicationsClock")):
+        value, exc = r.raw(fn, i, CLOCK_SM)
+        if exc is None:
+            f[field] = r.parse(fn, (i, CLOCK_SM), value, _int) or None  # 0: not reported
+        elif exc.error_class != NOT_RECORDED:  # a snapshot from before these were read: absent
+            r.note(fn, (i, CLOCK_SM), exc)
+    f["pcie_gen_current"] = r.get("nvmlDeviceGetCurrPcieLinkGeneration", i, parse=_int)
+    f["pcie_gen_max"] = r.get("nvmlDeviceGetMaxPcieLinkGeneration", i, parse=_int)
+    f["pcie_gen_device_max"] = r.get("nvmlDeviceGetGpuMaxPcieLinkGeneration", i, parse=_int)
+    f["pcie_width_current"] = r.get("nvmlDeviceGetCurrPcieLinkWidth", i, parse=_int)
+    f["pcie_width_max"] = r.get("nvmlDeviceGetMaxPcieLinkWidth", i, parse=_int)
+    f["pcie_replay_counter"] = r.get("nvmlDeviceGetPcieReplayCounter", i, parse=_int)
+    procs = r.get("nvmlDeviceGetComputeRunningProcesses", i, parse=parse_processes)
+    f["compute_processes"] = procs or ()
+
+
+def _read_fabric(r: _Reader, i: int, f: dict) -> None:
+    """Fabric registration (state, status, health mask, clique id, cluster UUID), from the V form
+    of the call where the installed NVML has it."""
+    value, exc = r.raw("nvmlDeviceGetGpuFabricInfoV", i)
+    fabric_fn = "nvmlDeviceGetGpuFabricInfoV"
+    if exc is not None and exc.code == 13:  # the installed NVML predates the V form
+        fabric_fn = "nvmlDeviceGetGpuFabricInfo"
+        value, exc = r.raw(fabric_fn, i)
+    if exc is not None:
+        r.note(fabric_fn, (i,), exc)
+        return
+    fabric = r.parse(fabric_fn, (i,), value, parse_fabric_info)
+    if fabric is not None:
+        f["fabric_state"], f["fabric_status"], f["fabric_health_mask"] = fabric
+        ident = r.parse(fabric_fn, (i,), value, parse_fabric_identity)
+        if ident is not None:
+            f["fabric_clique_id"], f["fabric_cluster_uuid"] = ident
+
+
+def _read_memory_temperature(r: _Reader, i: int, f: dict) -> None:
+    mem_temp, exc = r.raw("nvmlDeviceGetFieldValues", i, [FI_DEV_MEMORY_TEMP])
+    if exc is None:
+        mt = r.parse("nvmlDeviceGetFieldValues", (i, [FI_DEV_MEMORY_TEMP]), mem_temp, parse_field_values)
+        if mt and FI_DEV_MEMORY_TEMP in mt and mt[FI_DEV_MEMORY_TEMP][0] == 0 and mt[FI_DEV_MEMORY_TEMP][1]:
+            f["memory_temperature_c"] = float(mt[FI_DEV_MEMORY_TEMP][1])
+    elif exc.error_class != NOT_RECORDED:
+        r.note("nvmlDeviceGetFieldValues", (i, [FI_DEV_MEMORY_TEMP]), exc)
+
+
+def _read_recovery_action(r: _Reader, i: int, f: dict) -> None:
+    fields = r.get("nvmlDeviceGetFieldValues", i, [FI_DEV_GET_GPU_RECOVERY_ACTION], parse=parse_field_values)
+    if not fields or FI_DEV_GET_GPU_RECOVERY_ACTION not in fields:
+        return
+    ret, val = fields[FI_DEV_GET_GPU_RECOVERY_ACTION]
+    if ret == 0:
+        f["recovery_action"] = r.parse("nvmlDeviceGetFieldValues", (i, [FI_DEV_GET_GPU_RECOVERY_ACTION]),
+                                       val, recovery_action_name)
+    elif ret not in FIELD_NOT_APPLICABLE:
+        # not supported / not found / a driver that does not know the field id: absent
+        r.errors.append(ReadError(call_name("nvmlDeviceGetFieldValues", (i, [FI_DEV_GET_GPU_RECOVERY_ACTION])),
+                                  "field_error", f"recovery action field: {nvml_return_name(ret)}"))
+
+
+#: the parts of one GPU read in order; a lost GPU stops the walk where it was lost
+_GPU_PARTS = (_read_identity, _read_ecc, _read_clocks_and_thermal, _read_power_pcie, _read_fabric,
+              _read_memory_temperature, _read_recovery_action)
+
+
 def _read_gpu(host: Any, i: int) -> Gpu:
     r = _Reader(host)
     f: dict[str, Any] = {"index": i}
     links: list[NvLink] = []
     try:
-        f["uuid"] = r.get("nvmlDeviceGetUUID", i, parse=_text)
-        f["name"] = r.get("nvmlDeviceGetName", i, parse=_text)
-        f["serial"] = r.get("nvmlDeviceGetSerial", i, parse=_text)
-        f["bus_id"] = r.get("nvmlDeviceGetPciInfo_v3", i, parse=parse_pci_bus_id)
-        numa = r.get("nvmlDeviceGetNumaNodeId", i, parse=_int)
-        f["numa_node"] = numa if numa is not None and numa >= 0 else None
-        mem = r.get("nvmlDeviceGetMemoryInfo", i, parse=lambda v: (_int(v["total"]), _int(v["used"])))
-        if mem is not None:
-            f["memory_total_bytes"], f["memory_used_bytes"] = mem
-        pm = r.get("nvmlDeviceGetPersistenceMode", i, parse=_int)
-        f["persistence_mode"] = bool(pm) if pm is not None else None
-        mig = r.get("nvmlDeviceGetMigMode", i, parse=parse_bool_pair)
-        if mig is not None:
-            f["mig_mode_current"], f["mig_mode_pending"] = mig
-        ecc = r.get("nvmlDeviceGetEccMode", i, parse=parse_bool_pair)
-        if ecc is not None:
-            f["ecc_mode_current"], f["ecc_mode_pending"] = ecc
-        for field, etype, ctype in (("ecc_volatile_corrected", MEMORY_ERROR_CORRECTED, VOLATILE_ECC),
-                                    ("ecc_volatile_uncorrected", MEMORY_ERROR_UNCORRECTED, VOLATILE_ECC),
-                                    ("ecc_aggregate_corrected", MEMORY_ERROR_CORRECTED, AGGREGATE_ECC),
-                                    ("ecc_aggregate_uncorrected", MEMORY_ERROR_UNCORRECTED, AGGREGATE_ECC)):
-            f[field] = r.get("nvmlDeviceGetTotalEccErrors", i, etype, ctype, parse=_int)
-        # page retirement is pre-Ampere; Ampere and later remap rows instead and say not supported
-        value, exc = r.raw("nvmlDeviceGetRetiredPages", i, PAGE_RETIREMENT_MULTIPLE_SBE)
-        if exc is not None:
-            r.note("nvmlDeviceGetRetiredPages", (i, PAGE_RETIREMENT_MULTIPLE_SBE), exc)
-        else:
-            f["retired_pages_sbe"] = r.parse("nvmlDeviceGetRetiredPages", (i, 0), value, lambda v: len(list(v)))
-            f["retired_pages_dbe"] = r.get("nvmlDeviceGetRetiredPages", i, PAGE_RETIREMENT_DBE,
-                                           parse=lambda v: len(list(v)))
-            pend = r.get("nvmlDeviceGetRetiredPagesPendingStatus", i, parse=_int)
-            f["retired_pages_pending"] = bool(pend) if pend is not None else None
-        rows = r.get("nvmlDeviceGetRemappedRows", i, parse=parse_remapped_rows)
-        if rows is None and f.get("mig_mode_current"):
-            rows, slots = _mig_remapped_rows(r, i)
-            if slots:
-                f["remapped_rows_mig"] = slots
-        if rows is not None:
-            (f["remapped_rows_correctable"], f["remapped_rows_uncorrectable"],
-             f["remapped_rows_pending"], f["remapped_rows_failure"]) = rows
-        value, exc = r.raw("nvmlDeviceGetCurrentClocksEventReasons", i)
-        if exc is not None and exc.error_class in NOT_APPLICABLE_CLASSES:
-            mask = r.get("nvmlDeviceGetCurrentClocksThrottleReasons", i, parse=_int)
-        elif exc is not None:
-            r.note("nvmlDeviceGetCurrentClocksEventReasons", (i,), exc)
-            mask = None
-        else:
-            mask = r.parse("nvmlDeviceGetCurrentClocksEventReasons", (i,), value, _int)
-        if mask is not None:
-            mask &= CLOCK_EVENT_MASK_64  # an unsigned long long: -1 is 0xffffffffffffffff
-            f["clock_event_reasons"] = mask
-            f["clock_event_names"] = clock_event_names(mask)
-        temp = r.get("nvmlDeviceGetTemperature", i, TEMPERATURE_GPU, parse=_int)
-        f["temperature_c"] = float(temp) if temp is not None else None
-        for field, kind in (("temp_slowdown_c", TEMP_THRESHOLD_SLOWDOWN), ("temp_shutdown_c", TEMP_THRESHOLD_SHUTDOWN),
-                            ("temp_gpu_max_c", TEMP_THRESHOLD_GPU_MAX), ("temp_mem_max_c", TEMP_THRESHOLD_MEM_MAX)):
-            value, exc = r.raw("nvmlDeviceGetTemperatureThreshold", i, kind)
-            if exc is None:
-                limit = r.parse("nvmlDeviceGetTemperatureThreshold", (i, kind), value, _int)
-                f[field] = float(limit) if limit else None  # 0: the GPU has no such limit
-            elif exc.error_class != NOT_RECORDED:  # a snapshot from before these were read: absent
-                r.note("nvmlDeviceGetTemperatureThreshold", (i, kind), exc)
-        f["power_w"] = r.get("nvmlDeviceGetPowerUsage", i, parse=milliwatts)
-        f["power_limit_w"] = r.get("nvmlDeviceGetEnforcedPowerLimit", i, parse=milliwatts)
-        f["pcie_gen_current"] = r.get("nvmlDeviceGetCurrPcieLinkGeneration", i, parse=_int)
-        f["pcie_gen_max"] = r.get("nvmlDeviceGetMaxPcieLinkGeneration", i, parse=_int)
-        f["pcie_gen_device_max"] = r.get("nvmlDeviceGetGpuMaxPcieLinkGeneration", i, parse=_int)
-        f["pcie_width_current"] = r.get("nvmlDeviceGetCurrPcieLinkWidth", i, parse=_int)
-        f["pcie_width_max"] = r.get("nvmlDeviceGetMaxPcieLinkWidth", i, parse=_int)
-        f["pcie_replay_counter"] = r.get("nvmlDeviceGetPcieReplayCounter", i, parse=_int)
-        procs = r.get("nvmlDeviceGetComputeRunningProcesses", i, parse=parse_processes)
-        f["compute_processes"] = procs or ()
-        value, exc = r.raw("nvmlDeviceGetGpuFabricInfoV", i)
-        fabric_fn = "nvmlDeviceGetGpuFabricInfoV"
-        if exc is not None and exc.code == 13:  # the installed NVML predates the V form
-            fabric_fn = "nvmlDeviceGetGpuFabricInfo"
-            value, exc = r.raw(fabric_fn, i)
-        if exc is not None:
-            r.note(fabric_fn, (i,), exc)
-        else:
-            fabric = r.parse(fabric_fn, (i,), value, parse_fabric_info)
-            if fabric is not None:
-                f["fabric_state"], f["fabric_status"], f["fabric_health_mask"] = fabric
-        mem_temp, exc = r.raw("nvmlDeviceGetFieldValues", i, [FI_DEV_MEMORY_TEMP])
-        if exc is None:
-            mt = r.parse("nvmlDeviceGetFieldValues", (i, [FI_DEV_MEMORY_TEMP]), mem_temp, parse_field_values)
-            if mt and FI_DEV_MEMORY_TEMP in mt and mt[FI_DEV_MEMORY_TEMP][0] == 0 and mt[FI_DEV_MEMORY_TEMP][1]:
-                f["memory_temperature_c"] = float(mt[FI_DEV_MEMORY_TEMP][1])
-        elif exc.error_class != NOT_RECORDED:
-            r.note("nvmlDeviceGetFieldValues", (i, [FI_DEV_MEMORY_TEMP]), exc)
-        fields = r.get("nvmlDeviceGetFieldValues", i, [FI_DEV_GET_GPU_RECOVERY_ACTION], parse=parse_field_values)
-        if fields and FI_DEV_GET_GPU_RECOVERY_ACTION in fields:
-            ret, val = fields[FI_DEV_GET_GPU_RECOVERY_ACTION]
-            if ret == 0:
-                f["recovery_action"] = r.parse("nvmlDeviceGetFieldValues", (i, [FI_DEV_GET_GPU_RECOVERY_ACTION]),
-                                               val, recovery_action_name)
-            elif ret not in FIELD_NOT_APPLICABLE:
-                # not supported / not found / a driver that does not know the field id: absent
-                r.errors.append(ReadError(call_name("nvmlDeviceGetFieldValues", (i, [FI_DEV_GET_GPU_RECOVERY_ACTION])),
-                                          "field_error", f"recovery action field: {nvml_return_name(ret)}"))
+        for part in _GPU_PARTS:
+            part(r, i, f)
         _read_nvlinks(r, i, links)
         _read_nvlink_throughput(r, i, links)
     except _GpuFailed as failed:

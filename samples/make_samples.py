@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
+from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # the synthesizers live with the tests (they are not part of the installed package)
@@ -65,7 +66,7 @@ SOURCES = [
 ACS_ISOLATION = ssf.ACS_SV | ssf.ACS_RR | ssf.ACS_CR | ssf.ACS_UF
 
 
-def layout(i: int) -> dict:
+def layout(i: int, variant: "Variant | None" = None) -> dict:
     """Bus numbers around GPU ``i``: its own host bridge and root port, one Gen5 switch whose
     downstream port 0 leads to the GPU and port 1 to the GPU's NIC (the PIX pair)."""
     b = GPU_BUSES[i]
@@ -74,8 +75,11 @@ def layout(i: int) -> dict:
     up = f"0000:{b - 2:02x}:00.0"
     down_gpu = f"0000:{b - 1:02x}:00.0"
     down_nic = f"0000:{b - 1:02x}:01.0"
+    nic = f"0000:{b + 1:02x}:00.0"
+    if variant is not None and i in variant.nic_at:
+        nic = variant.nic_at[i][2]
     return {"numa": 0 if i < 4 else 1, "rc": rc, "rp": rp, "up": up, "down_gpu": down_gpu,
-            "down_nic": down_nic, "gpu": f"0000:{b:02x}:00.0", "nic": f"0000:{b + 1:02x}:00.0"}
+            "down_nic": down_nic, "gpu": f"0000:{b:02x}:00.0", "nic": nic}
 
 
 def _guid(g: str) -> str:
@@ -161,8 +165,30 @@ def _nvlink_traffic(i: int, epoch: int, idle_links: tuple[int, ...] = ()) -> dic
     return out
 
 
-def build(degraded: bool) -> SnapshotData:
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    """What a fault scenario changes on top of the healthy (or degraded) node; every hook is
+    optional. Used by the scenario tests (tests/scenarios_node.py) to build one snapshot per fault
+    with this same builder. ``gpus(gpus, epoch)`` edits the NVML GPUs of each epoch;
+    ``ib_port(i, spec)`` edits mlx5_i's port; ``gpu_link(i)`` gives GPU i's PCIe link (None: as
+    built); ``acs`` the GPUs whose switch port has ACS on; ``system`` overrides add_system's
+    arguments; ``kmsg`` adds kernel-log lines (seconds since boot, message, priority)."""
+
+    name: str = "variant"
+    description: str = ""
+    gpus: Any = None
+    ib_port: Any = None
+    gpu_link: Any = None
+    acs: tuple[int, ...] = ()
+    system: dict = dataclasses.field(default_factory=dict)
+    kmsg: tuple = ()
+    nic_at: dict = dataclasses.field(default_factory=dict)  # i -> (root complex, root port, NIC bdf, NUMA node)
+    ib_later: dict = dataclasses.field(default_factory=dict)  # i -> {port attribute: value in the second sample}
+
+
+def build(degraded: bool, variant: Variant | None = None) -> SnapshotData:
     kind = "degraded" if degraded else "healthy"
+    v = variant or Variant()
     faults = ("GPU3 PCIe trained x8 (max x16); GPU5 NVLink 7 inactive; mlx5_4 port 1 DOWN/Polling; "
               "XID 79 and GPU6 lost to NVML; GPU2 remapped rows pending; nvidia_peermem not loaded; "
               "mlx5_1 symbol_error rising between epochs; ACS enabled on the switch port above GPU1")
@@ -170,6 +196,9 @@ def build(degraded: bool) -> SnapshotData:
         f"SYNTHESIZED {kind} 8x H100 SXM / 8x ConnectX-7 NDR400 HGX-class node, built by "
         "samples/make_samples.py with tests/synth from facts in real outputs (see sources); "
         "no value was read from a machine." + (f" Faults: {faults}." if degraded else ""))
+    if variant is not None:
+        kind = f"{kind}-{v.name}"
+        description += f" Scenario {v.name}: {v.description}"
     snap = ssf.new_snapshot(f"hgx-h100-synth-{kind}", kernel="5.15.0-131-generic", description=description,
                             time_epoch=TIME_EPOCH)
     snap.meta.update(window_s=WINDOW_S, sources=list(SOURCES), sample=kind)
@@ -183,14 +212,22 @@ def build(degraded: bool) -> SnapshotData:
         ssf.add_pci_bridge(snap, [L["rc"], L["rp"]], link=full, numa=numa)
         ssf.add_pci_bridge(snap, [L["rc"], L["rp"], L["up"]], link=full, numa=numa)
         gpu_link = x8 if (degraded and i == 3) else full
-        acs = ACS_ISOLATION if (degraded and i == 1) else 0
+        if v.gpu_link is not None and v.gpu_link(i) is not None:
+            gpu_link = v.gpu_link(i)
+        acs = ACS_ISOLATION if (degraded and i == 1) or i in v.acs else 0
         # a downstream port reports the link below it: the GPU's link
         ssf.add_pci_bridge(snap, [L["rc"], L["rp"], L["up"], L["down_gpu"]], link=gpu_link, numa=numa, acs_ctrl=acs)
         ssf.add_pci_bridge(snap, [L["rc"], L["rp"], L["up"], L["down_nic"]], link=full, numa=numa)
         ssf.add_pci_device(snap, [L["rc"], L["rp"], L["up"], L["down_gpu"], L["gpu"]], **ssf.H100_SXM,
                            numa=numa, link=gpu_link, local_cpulist=cpus)
-        ssf.add_pci_device(snap, [L["rc"], L["rp"], L["up"], L["down_nic"], L["nic"]], **ssf.CONNECTX7_IB,
-                           numa=numa, link=full, local_cpulist=cpus)
+        if i in v.nic_at:  # the NIC moved to a slot of its own under another root complex
+            rc, rp, bdf, nic_numa = v.nic_at[i]
+            ssf.add_pci_bridge(snap, [rc, rp], link=full, numa=nic_numa)
+            ssf.add_pci_device(snap, [rc, rp, bdf], **ssf.CONNECTX7_IB, numa=nic_numa, link=full,
+                               local_cpulist=NUMA_CPUS[nic_numa])
+        else:
+            ssf.add_pci_device(snap, [L["rc"], L["rp"], L["up"], L["down_nic"], L["nic"]], **ssf.CONNECTX7_IB,
+                               numa=numa, link=full, local_cpulist=cpus)
     # NVSwitches: one more host bridge and switch (link values illustrative)
     nvs_rc, nvs_rp, nvs_up = "pci0000:02", "0000:02:01.0", "0000:03:00.0"
     ssf.add_pci_bridge(snap, [nvs_rc, nvs_rp], numa=0)
@@ -206,7 +243,7 @@ def build(degraded: bool) -> SnapshotData:
 
     # -- InfiniBand and netdevs ----------------------------------------------------------------------
     for i in range(8):
-        L = layout(i)
+        L = layout(i, v)
         down = degraded and i == 4
         counters0 = _traffic(i, 0)
         if degraded and i == 1:
@@ -216,8 +253,12 @@ def build(degraded: bool) -> SnapshotData:
             rate="10 Gb/sec (4X SDR)" if down else "400 Gb/sec (4X NDR)",
             lid="0xffff" if down else hex(IB_LIDS[i]), sm_lid="0x0" if down else "0x1",
             counters=counters0, netdev=f"ib{i}")
+        if v.ib_port is not None:
+            port = v.ib_port(i, port)
         real = ssf.add_ib_device(snap, f"mlx5_{i}", L["nic"], ports=[port], fw_ver=CX7_FW, hca_type="MT4129",
                                  node_guid=_guid(IB_GUIDS[i]))
+        for attr, value in v.ib_later.get(i, {}).items():
+            ssf.put_attr(snap, f"{real}/ports/1/{attr}", value, epoch=1)
         counters1 = _traffic(i, 0 if down else 1)
         if degraded and i == 1:
             counters1.update(symbol_error=57, link_error_recovery=2)
@@ -234,15 +275,17 @@ def build(degraded: bool) -> SnapshotData:
 
     # -- the node -----------------------------------------------------------------------------------------
     modules = tuple(m for m in ssf.DEFAULT_MODULES if not (degraded and m == "nvidia_peermem"))
-    ssf.add_system(snap, numa_cpulists=NUMA_CPUS, modules=modules, nvidia_version=DRIVER,
-                   fabric_manager="active", shm_bytes=1 << 40, memlock=("unlimited", "unlimited"))
+    system = dict(numa_cpulists=NUMA_CPUS, modules=modules, nvidia_version=DRIVER,
+                  fabric_manager="active", shm_bytes=1 << 40, memlock=("unlimited", "unlimited"))
+    system.update(v.system)
+    ssf.add_system(snap, **system)
 
     # -- kernel log: a clean boot (and, degraded, the faults) --------------------------------------------------
     boot = [
         (0.0, "Linux version 5.15.0-131-generic (buildd@lcy02-amd64-079) (gcc (Ubuntu 11.4.0-1ubuntu1~22.04) 11.4.0)", 5),
         (21.412881, "nvidia: module license 'NVIDIA' taints kernel.", 4),
         (21.904512, f"NVRM: loading NVIDIA UNIX x86_64 Kernel Module  {DRIVER}  Fri Feb 21 20:16:41 UTC 2025", 6),
-    ] + [(14.2 + 0.31 * i, f"mlx5_core {layout(i)['nic']}: firmware version: {CX7_FW}", 6) for i in range(8)]
+    ] + [(14.2 + 0.31 * i, f"mlx5_core {layout(i, v)['nic']}: firmware version: {CX7_FW}", 6) for i in range(8)]
     if degraded:
         g6 = layout(6)["gpu"]
         boot += [
@@ -250,6 +293,7 @@ def build(degraded: bool) -> SnapshotData:
             (52873.613208, f"NVRM: Xid (PCI:{g6[:-2]}): 79, pid=48211, name=python3, GPU has fallen off the bus.", 4),
             (52873.613245, f"NVRM: GPU {g6}: GPU has fallen off the bus.", 3),
         ]
+    boot += list(v.kmsg)
     ssf.add_kmsg(snap, boot, uptime_s=52990.0)
     ssf.add_kmsg(snap, [], epoch=1, uptime_s=52990.0 + WINDOW_S)
 
@@ -265,6 +309,8 @@ def build(degraded: bool) -> SnapshotData:
               for i, g in enumerate(gpus)]
     after = [dataclasses.replace(g, nvlink_traffic_kib=_nvlink_traffic(i, 1, idle.get(i, ())))
              for i, g in enumerate(gpus)]
+    if v.gpus is not None:
+        before, after = v.gpus(before, 0), v.gpus(after, 1)
     snap.nvml = snv.nvml_window_records(before, after, driver=DRIVER)
 
     # -- nvidia-smi (healthy only: with a GPU lost the tool's answer would not be a matrix) ------------------

@@ -210,6 +210,8 @@ class NvmlAbi:
            else NVML_ERROR_NOT_SUPPORTED)
         g_("nvmlDeviceGetPowerUsage", (P,), lambda i, g, out: self._put(c_uint, out, 71500))
         g_("nvmlDeviceGetEnforcedPowerLimit", (P,), lambda i, g, out: self._put(c_uint, out, 700000))
+        g_("nvmlDeviceGetMaxClockInfo", (ENUM, P), lambda i, g, kind, out: self._put(c_uint, out, 1980))
+        g_("nvmlDeviceGetApplicationsClock", (ENUM, P), lambda i, g, kind, out: self._put(c_uint, out, 1980))
         g_("nvmlDeviceGetCurrPcieLinkGeneration", (P,), lambda i, g, out: self._put(c_uint, out, 5))
         g_("nvmlDeviceGetMaxPcieLinkGeneration", (P,), lambda i, g, out: self._put(c_uint, out, 5))
         g_("nvmlDeviceGetGpuMaxPcieLinkGeneration", (P,), lambda i, g, out: self._put(c_uint, out, 5))

@@ -113,7 +113,7 @@ def test_degraded_sample_fails_with_failures_first():
     one_liners = [line for line in lines[1:] if line and not line.startswith("  + ")]
     statuses = [line.split()[0] for line in one_liners[:n_fail] if line.split()[0] in ("FAIL", "WARN", "UNKNOWN")]
     assert statuses[:statuses.count("FAIL")] == ["FAIL"] * statuses.count("FAIL") and statuses.count("FAIL") >= 3
-    assert any(line.startswith("FAIL gpu.lost GPU6") and " -> " in line for line in lines)
+    assert any(line.startswith("FAIL xid.recent GPU6") and " -> " in line for line in lines)
     assert "    remedy:   " in out and "    evidence: " in out and "Traceback" not in err
 
 

@@ -182,10 +182,15 @@ def test_volatile_uncorrected_ecc_fails():
     assert any(e.source == "nvmlDeviceGetTotalEccErrors(4, 1, 0)" and e.value == 2 for e in f.evidence)
 
 
-def test_aggregate_only_ecc_warns_not_fails():
-    ctx = S.context(S.with_gpu(S.healthy_runs(), 4, ecc_aggregate_uncorrected=3))
+def test_aggregate_only_ecc_with_nothing_pending_passes_with_a_note():
+    """Lifetime-only uncorrectable errors, repaired (no remap pending): history, so `--strict` does
+    not fail the GPU for the rest of its life; a repair still pending warns."""
+    ctx = S.context(S.with_gpu(S.healthy_runs(), 4, ecc_aggregate_uncorrected=2))
+    f = next(f for f in run(ctx, "gpu.ecc") if f.component.gpu == 4)
+    assert f.status == "pass" and "2 in its lifetime" in f.summary and f.details == {"lifetime_uncorrected": 2}
+    ctx = S.context(S.with_gpu(S.healthy_runs(), 4, ecc_aggregate_uncorrected=2, remapped_rows_pending=True))
     f = one(run(ctx, "gpu.ecc"), "warn")
-    assert f.component.gpu == 4 and "lifetime" in f.summary
+    assert f.component.gpu == 4 and "row remap pending" in f.summary
 
 
 def test_ecc_rising_during_window_fails():
@@ -293,11 +298,19 @@ def test_slowdown_persisting_over_window_is_said():
 
 
 def test_temperature_above_policy_warns():
-    ctx = S.context(S.with_gpu(S.healthy_runs(), 0, temperature_c=88.0))
+    """A model neither NVML nor ccdiag's thermal table has limits for: the policy's limit."""
+    ctx = S.context(S.with_gpu(S.healthy_runs(), 0, temperature_c=88.0, name="NVIDIA L40S"))
     f = one(run(ctx, "gpu.temperature"), "warn")
     assert f.component.gpu == 0 and f.expected == "<= 85 C"
-    ctx = S.context(S.with_gpu(S.healthy_runs(), 0, temperature_c=88.0), policy=Policy(temperature_warn_c=90.0))
+    ctx = S.context(S.with_gpu(S.healthy_runs(), 0, temperature_c=88.0, name="NVIDIA L40S"),
+                    policy=Policy(temperature_warn_c=90.0))
     assert only(run(ctx, "gpu.temperature"), "warn") == []
+
+
+def test_temperature_without_nvml_limits_uses_the_models_table_limits():
+    ctx = S.context(S.with_gpu(S.healthy_runs(), 0, temperature_c=88.0), policy=Policy(temperature_warn_c=90.0))
+    f = one(run(ctx, "gpu.temperature"), "warn")  # within 5 C of the H100's slowdown (89 C)
+    assert "slowdown limit (89 C)" in f.summary and "gpu_thermal_limits.json" in f.expected_source
 
 
 # the GPU's own limits, as a Hopper GPU reports them (shutdown 92, slowdown 89, max operating 87,

@@ -15,7 +15,8 @@ from ccdiag.probes.infiniband import Gid
 from ccdiag.probes.kmsg import KernelEvent
 from ccdiag.probing import ProbeRun
 
-IB_CHECKS = ("ib.port_state", "ib.rate", "ib.counters", "ib.link_flaps", "ib.roce_gid", "ib.gpudirect")
+IB_CHECKS = ("ib.port_state", "ib.rate", "ib.counters", "ib.link_flaps", "ib.roce_gid", "ib.gpudirect",
+             "ib.subnet_manager", "ib.rail_socket")
 
 
 def bad(findings):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import sys
 import json
 
 import pytest
@@ -34,8 +35,9 @@ def degraded():
 def _generator():
     spec = importlib.util.spec_from_file_location("make_samples", SAMPLES / "make_samples.py")
     mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    sys.modules.setdefault("make_samples", mod)  # its dataclasses resolve their annotations there
+    spec.loader.exec_module(sys.modules["make_samples"])
+    return sys.modules["make_samples"]
 
 
 @pytest.mark.parametrize("path", [HEALTHY, DEGRADED])

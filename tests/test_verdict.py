@@ -19,17 +19,21 @@ from conftest import REPO
 DEGRADED = REPO / "samples" / "hgx-h100-8gpu-degraded.snap.tar.gz"
 
 
-def test_a_lost_gpus_unknowns_and_the_gpu_count_are_folded_under_it():
+def test_xid79_is_the_root_of_the_lost_gpu_its_unknowns_and_the_gpu_count():
     code, out, err = run("check", "--replay", str(DEGRADED))
     lines = out.splitlines()
     assert code == 1 and lines[0].startswith("FAIL: 10 failed")  # the counts still count everything
-    lost = next(i for i, l in enumerate(lines) if l.startswith("FAIL gpu.lost GPU6"))
-    folded = lines[lost + 1]
-    assert folded.startswith("  + 10 follow from it: gpu.count node (fail); ")
+    xid = next(i for i, l in enumerate(lines) if l.startswith("FAIL xid.recent GPU6"))
+    folded = lines[xid + 1]
+    assert folded.startswith("  + 11 follow from it: gpu.count node (fail); gpu.lost GPU6 (fail); ")
     assert "gpu.ecc" in folded and "nvlink.down GPU6 (unknown)" in folded
     one_liners = [l for l in lines if re.match(r"^(FAIL|WARN|UNKNOWN) \S+ ", l)]
-    assert not [l for l in one_liners if l.startswith(("FAIL gpu.count", "UNKNOWN gpu."))]
-    assert one_liners[0].startswith("FAIL gpu.lost GPU6")  # the root comes first
+    assert not [l for l in one_liners if l.startswith(("FAIL gpu.count", "FAIL gpu.lost", "UNKNOWN gpu."))]
+    assert one_liners[0].startswith("FAIL xid.recent GPU6")  # the root comes first
+    # the port that is down explains its kernel-log flap and GPU4's detour to another NIC
+    port = next(i for i, l in enumerate(lines) if l.startswith("FAIL ib.port_state mlx5_4 port 1"))
+    assert lines[port + 1] == "  + 2 follow from it: ib.gpudirect GPU4 (warn); ib.link_flaps mlx5_4 port 1 (warn)"
+    assert sum(1 for l in lines if "ib.link_flaps" in l) == 1  # nothing twice
 
 
 def test_json_links_each_consequence_to_its_cause():
@@ -38,10 +42,10 @@ def test_json_links_each_consequence_to_its_cause():
     jsonschema.validate(doc, json.loads((REPO / "ccdiag" / "schema" / "report.schema.json").read_text()))
     by_key = {f["key"]: f for f in doc["findings"]}
     count = by_key["gpu.count|node"]
-    assert count["caused_by"] == "gpu.lost|GPU6" and by_key[count["caused_by"]]["status"] == "fail"
-    caused = sorted(f["check"] for f in doc["findings"] if f["caused_by"] == "gpu.lost|GPU6")
-    assert len(caused) == 10 and "xid.recent" not in caused  # XID 79 is evidence, not a consequence
-    assert by_key["gpu.lost|GPU6"]["caused_by"] is None
+    assert count["caused_by"] == "xid.recent|GPU6" and by_key[count["caused_by"]]["status"] == "fail"
+    caused = sorted(f["check"] for f in doc["findings"] if f["caused_by"] == "xid.recent|GPU6")
+    assert len(caused) == 11 and "gpu.lost" in caused  # chains end at the root: XID 79 -> lost -> unknowns
+    assert by_key["xid.recent|GPU6"]["caused_by"] is None
 
 
 def test_the_slurm_drain_reason_names_the_root_cause(tmp_path):
@@ -52,7 +56,7 @@ def test_the_slurm_drain_reason_names_the_root_cause(tmp_path):
     snippet = re.search(r'reason_from_report\(\) \{\n\s*"\$PYTHON" -c \'(.*?)\' "\$1"', script, re.S).group(1)
     reason = subprocess.run([sys.executable, "-c", snippet, str(report)], capture_output=True, text=True,
                             timeout=30).stdout.strip()
-    assert reason == "ccdiag: gpu.lost GPU6 (+8)"
+    assert reason == "ccdiag: xid.recent GPU6 (+7)"
 
 
 def test_evidence_reads_as_values_and_remedies_are_whole_sentences():
@@ -129,6 +133,18 @@ def test_prolog_and_epilog_drain_with_ccdiags_reason(tmp_path, script):
     proc = subprocess.run(["/bin/bash", str(REPO / "slurm" / script)], env=env, capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 1, proc.stderr
-    assert calls.read_text().split("\n")[0] == "update nodename=gpu-node-7 state=drain reason=ccdiag: gpu.lost GPU6 (+8)"
-    assert "drained: ccdiag: gpu.lost GPU6 (+8)" in proc.stderr
+    assert calls.read_text().split("\n")[0] == "update nodename=gpu-node-7 state=drain reason=ccdiag: xid.recent GPU6 (+7)"
+    assert "drained: ccdiag: xid.recent GPU6 (+7)" in proc.stderr
     assert ("after the job" in proc.stderr) == (script == "ccdiag-epilog.sh")
+
+
+def test_skipped_checks_never_lower_a_healthy_verdict():
+    healthy = REPO / "samples" / "hgx-h100-8gpu-healthy.snap.tar.gz"
+    code, out, err = run("check", "--replay", str(healthy), "--json")
+    verdict = json.loads(out)["verdict"]
+    assert code == 0 and verdict["counts"]["skip"] > 0 and verdict["counts"]["warn"] == 0
+    assert verdict["status"] == "pass"
+    from ccdiag.findings import SKIP, verdict_status
+    skipped = Finding("ib.roce_gid", SKIP, Component("node", "node"), "no RoCE port")
+    assert verdict_status([skipped]) == SKIP  # nothing judged at all is not a pass
+    assert verdict_status([]) == "pass"

@@ -10,6 +10,14 @@ bus order). The two agree when the tool ran with ``CUDA_DEVICE_ORDER=PCI_BUS_ID`
 ``CUDA_VISIBLE_DEVICES``; where a file names each GPU's PCI address (p2pBandwidthLatencyTest,
 nccl-tests) that address is used instead.
 
+What a figure is held to, in order of trust: the node's topology (this node, or ``--replay
+SNAPSHOT``) when the file's GPUs are that node's; else the hardware catalogue, picked by the GPU
+names the file prints, with levels from ``--from-smi`` when given (:mod:`.filetopo`). A file whose
+GPU models or hosts differ from the snapshot given is said to be so and never held to that node's
+links. Whatever the topology, the file's own figures are compared with each other
+(:mod:`.filerules`), and when no figure could be judged the result says UNKNOWN, why, and what
+would make it judgeable.
+
 Ring bus bandwidth (nccl-tests) is judged only for what a ring can carry: with NVLink SHARP
 (NVLS), CollNet or a tree the busbw formula no longer counts bytes on one link and can exceed the
 link's rate (nccl-tests issues #153 and #212), so such figures are reported, never judged.
@@ -18,70 +26,134 @@ link's rate (nccl-tests issues #153 and #212), so such figures are reported, nev
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
 
 from ccdiag.bench import expected as exp
+from ccdiag.bench import filerules
+from ccdiag.bench.filetopo import FileTopology, MatrixTopology, OtherNode
 from ccdiag.bench.judge import judge, judge_against_peers
 from ccdiag.bench.localize import localize
 from ccdiag.bench.result import RAN, BenchResult, Expected, Measurement
-from ccdiag.findings import FAIL, UNKNOWN, Component, Evidence, Finding
+from ccdiag.findings import FAIL, UNKNOWN, WARN, Component, Evidence, Finding
+from ccdiag.topology.catalogue import gpu_by_name, normalize_name
 
-if TYPE_CHECKING:
-    from ccdiag.topology.model import Topology
+__all__ = ["MatrixTopology", "NodeInfo", "import_file"]
 
 #: text that shows NCCL was set to, or chose, an algorithm whose busbw is not a link's rate (a
 #: plugin probe such as "Failed to find ncclCollNetPlugin_v10 symbol" says nothing of the kind)
 IN_NETWORK = re.compile(r"NCCL_ALGO=[^\s]*(?:NVLS|Tree|CollNet)|NCCL_COLLNET_ENABLE=1|NCCL_SHARP_ENABLE=1"
-                        r"|\bAlgo (?:NVLS|NVLSTree|CollNet\w*|Tree)\b|NVLS multicast support is available", re.I)
+                        r"|\bAlgo (?:NVLS|NVLSTree|CollNet\w*|Tree)\b|NVLS multicast support is available", re.IGNORECASE)
 
 
-class MatrixTopology:
-    """The levels of a pasted ``nvidia-smi topo -m`` standing in for a topology: it names paths
-    (NV18, PIX, SYS) but carries no link rates, so measurements read against it are placed and
-    explained, not given a ratio."""
-
-    def __init__(self, matrix: Any):
-        self.m = matrix
-        self._labels = set(matrix.gpus()) | set(matrix.nics()) | {matrix.nic_name(n) for n in matrix.nics()}
-
-    def has_device(self, name: str) -> bool:
-        return name in self._labels
-
-    def level(self, a: str, b: str) -> str | None:
-        a = self.m.label_of(a) or a
-        b = self.m.label_of(b) or b
-        return self.m.level(a, b)
-
-    def gpus(self) -> list:
-        return []
+#: NCCL transport lines: a channel "via SHM" between ranks of one node means no peer access
+_VIA = re.compile(r"\bvia (P2P|SHM|NET)\b")
+Why = "tuple[Expected | None, str | None]"
 
 
-def _expected(topology: Topology, kind: str, *names: str) -> Expected | None:
-    if isinstance(topology, MatrixTopology):
-        level = topology.level(names[0], names[-1]) if len(names) == 2 and all(map(topology.has_device, names)) else None
-        return Expected(None, level=level, kind="pcie" if kind != "p2p" else "nvlink",
-                        source="pasted nvidia-smi topo -m: levels only, no link rates")
-    if kind == "h2d":
-        return exp.host_device(topology, names[0])
-    if kind == "h2d_bidir":
-        return exp.host_device(topology, names[0], bidir=True)
-    if kind == "p2p":
-        return exp.peer(topology, *names)
-    if kind == "staged":
-        return exp.staged(topology, *names)
-    if kind == "gpu_nic":
-        return exp.gpu_nic(topology, *names)
-    if kind == "host_nic":
-        return exp.host_nic(topology, names[0])
+@dataclass(frozen=True)
+class NodeInfo:
+    """The node a topology describes: its host name, and whether the user named it (``--replay``)."""
+
+    hostname: str | None = None
+    replayed: bool = False
+
+
+class NodeExpect:
+    """Expected values from a node's topology (the live node, or a snapshot)."""
+
+    def __init__(self, topology: Any):
+        self.t = topology
+
+    def _why(self, *names: str) -> str:
+        return f"{' or '.join(names)} is not in the node's topology (or NVML lost it)"
+
+    def peer(self, a: str, b: str, peer_access: bool = True) -> tuple[Expected | None, str | None]:
+        e = exp.peer(self.t, a, b) if peer_access else exp.staged(self.t, a, b)
+        return e, None if e is not None else self._why(a, b)
+
+    def host_device(self, gpu: str, bidir: bool = False) -> tuple[Expected | None, str | None]:
+        e = exp.host_device(self.t, gpu, bidir=bidir)
+        return e, None if e is not None else self._why(gpu)
+
+    def ring(self, gpus: Iterable[str], nodes: int, peer_access: bool = True,
+             figure: float | None = None) -> tuple[Expected | None, str | None]:
+        local = [g for g in gpus if self.t.has_device(g)]
+        if not peer_access and len(local) >= 2:
+            e = exp.staged(self.t, local[0], local[1])
+            if e is not None:
+                e = Expected(e.gbyte_s, e.current_gbyte_s, e.bottleneck, e.current_bottleneck, e.bottleneck_desc,
+                             e.current_desc, e.level, "staged", e.source, e.links)
+            return e, None if e is not None else self._why(*local[:2])
+        rails = sorted({self.t.nearest_nics(g)[0][0] for g in local if self.t.nearest_nics(g)})
+        e = exp.ring(self.t, local, nodes, rails)
+        return e, None if e is not None else "the ring's GPUs are not in the node's topology"
+
+    def nic(self, gpu: str | None, dev: str) -> tuple[Expected | None, str | None]:
+        if gpu is not None and self.t.has_device(gpu) and self.t.has_device(dev):
+            return exp.gpu_nic(self.t, gpu, dev), None
+        if self.t.has_device(dev):
+            return exp.host_nic(self.t, dev), None
+        return None, (f"{dev} is not in this node's topology, and perftest does not print the port rate: give "
+                      "--replay with a snapshot of the node the run was on")
+
+    def uniform_peers(self, labels: Iterable[str]) -> bool:
+        return True  # path levels are known: the peer rule compares pairs of one level only
+
+
+def _model_key(name: str | None) -> str:
+    m = gpu_by_name(name)
+    return m.key if m is not None else normalize_name(name or "")
+
+
+def _short(host: str) -> str:
+    return host.split(".")[0].lower()
+
+
+def _mismatch(topology: Any, names: dict[str, str], hosts: list[str], node: NodeInfo) -> str | None:
+    """Why the file did not run on the node the topology describes, or None."""
+    node_models = Counter(_model_key(g.name) for g in topology.gpus() if g.name)
+    file_models = Counter(_model_key(n) for n in names.values())
+    if file_models and node_models:
+        extra = [k for k, c in file_models.items() if node_models.get(k, 0) < c]
+        if extra:
+            have = ", ".join(f"{c} x {k}" for k, c in node_models.items())
+            want = ", ".join(f"{c} x {k}" for k, c in file_models.items())
+            return f"the file's GPUs ({want}) are not the node's ({have})"
+    if node.replayed and hosts and node.hostname and _short(node.hostname) not in {_short(h) for h in hosts}:
+        return f"the file ran on {', '.join(sorted(set(hosts))[:4])}, the snapshot is of {node.hostname}"
     return None
 
 
-def _judge(m: Measurement, policy: Any) -> Measurement:
-    if m.expected is not None and m.expected.gbyte_s is None and m.expected.level:
+def choose(topology: Any, names: dict[str, str], hosts: list[str], node: NodeInfo,
+           gpu_file: bool = True) -> tuple[Any, str | None]:
+    """What the file's figures are held to, and a note saying so when it is not the node itself."""
+    if isinstance(topology, MatrixTopology):
+        return FileTopology(names, levels=topology), None
+    has_gpus = topology is not None and bool(topology.gpus())
+    if not has_gpus and (names or gpu_file):
+        return FileTopology(names), None
+    if topology is None:
+        return FileTopology(names), None
+    why = _mismatch(topology, names, hosts, node)
+    if why is None:
+        return NodeExpect(topology), None
+    if node.replayed:
+        return OtherNode(names, f"not judged against the snapshot: {why}"), why
+    return FileTopology(names), f"{why}: expected values come from the hardware catalogue"
+
+
+def _judge(m: Measurement, ex: tuple[Expected | None, str | None], policy: Any) -> Measurement:
+    m.expected, why = ex
+    if m.expected is None:
         m.status = UNKNOWN
-        m.note = (m.note + "; " if m.note else "") + f"path {m.expected.level}; {m.expected.source}"
+        m.note = (m.note + "; " if m.note else "") + (why or "no expected value")
         return m
-    return judge(m, policy)
+    # each direction of a bidirectional NVLink copy is held to its own, looser fractions
+    bidir_nvlink = m.direction == "bidir" and m.expected.kind == "nvlink"
+    return judge(m, policy, "nvlink_bidir" if bidir_nvlink else None)
 
 
 def _gpu(i: Any) -> str:
@@ -89,42 +161,65 @@ def _gpu(i: Any) -> str:
 
 
 # -- nvbandwidth --------------------------------------------------------------------------------
-def from_nvbandwidth(parsed: Any, topology: Topology | None, policy: Any, source: str) -> list[Measurement]:
+def _nvb_end(label: str, device: str | None) -> str:
+    if device == "CPU":
+        return "host"
+    return _gpu(label) if label.isdigit() else label
+
+
+def _nvb_cells(name: str, mat: Any) -> Iterable[tuple[str, str, float]]:
+    for r, row in enumerate(mat.bandwidth_gbyte_s):
+        for c, val in enumerate(row):
+            if val is None:
+                continue
+            rl = mat.row_labels[r] if r < len(mat.row_labels) else str(r)
+            cl = mat.column_labels[c] if c < len(mat.column_labels) else str(c)
+            rdev, cdev = _nvb_end(rl, mat.row_device), _nvb_end(cl, mat.column_device)
+            src, dst = (cdev, rdev) if mat.direction == "column_to_row" else (rdev, cdev)
+            if src != dst:
+                yield src, dst, float(val)
+
+
+def from_nvbandwidth(parsed: Any, ex: Any, policy: Any, source: str) -> list[Measurement]:
     out = []
     for name, case in parsed.testcases.items():
+        op = "read" if "read" in name else "write" if "write" in name else "copy"
         for mat in case.matrices:
             if mat.bandwidth_gbyte_s is None:
                 continue  # latency testcases are reported by nvbandwidth itself; nothing to judge
+            if " Total bandwidth" in mat.description:
+                continue  # the sum of a bidirectional case's two per-direction matrices, read above
             bidir = "bidirectional" in name or mat.direction == "both"
-            for r, row in enumerate(mat.bandwidth_gbyte_s):
-                for c, val in enumerate(row):
-                    if val is None:
-                        continue
-                    rl = mat.row_labels[r] if r < len(mat.row_labels) else str(r)
-                    cl = mat.column_labels[c] if c < len(mat.column_labels) else str(c)
-                    rdev = "host" if mat.row_device == "CPU" else _gpu(rl) if rl.isdigit() else rl
-                    cdev = "host" if mat.column_device == "CPU" else _gpu(cl) if cl.isdigit() else cl
-                    src, dst = (cdev, rdev) if mat.direction == "column_to_row" else (rdev, cdev)
-                    if src == dst:
-                        continue
-                    op = "read" if "read" in name else "write" if "write" in name else "copy"
-                    m = Measurement("p2p" if src.startswith("GPU") and dst.startswith("GPU") else
-                                    "h2d" if src == "host" else "d2h", src, dst, op=op,
-                                    direction="bidir" if bidir else "uni", engine=f"import:nvbandwidth {name}",
-                                    gbyte_s=float(val), samples_gbyte_s=(float(val),), note=source)
-                    if m.bench == "p2p":
-                        m.expected = _expected(topology, "p2p", src, dst)
-                    else:
-                        gpu = dst if src == "host" else src
-                        m.expected = _expected(topology, "h2d_bidir" if bidir else "h2d", gpu)
-                    if "_sm" in name and m.expected is not None:
-                        m.note = f"{source}; SM copy kernels (copy-engine fractions apply loosely)"
-                    out.append(_judge(m, policy))
+            for src, dst, val in _nvb_cells(name, mat):
+                pair = src.startswith("GPU") and dst.startswith("GPU")
+                m = Measurement("p2p" if pair else "h2d" if src == "host" else "d2h", src, dst, op=op,
+                                direction="bidir" if bidir else "uni", engine=f"import:nvbandwidth {name}",
+                                gbyte_s=val, samples_gbyte_s=(val,), note=source)
+                found = ex.peer(src, dst) if pair else ex.host_device(dst if src == "host" else src, bidir)
+                if "_sm" in name and found[0] is not None:
+                    m.note = f"{source}; SM copy kernels (copy-engine fractions apply loosely)"
+                if pair:
+                    m.extra["peer_uniform"] = ex.uniform_peers([src, dst])
+                out.append(_judge(m, found, policy))
     return out
 
 
+def _nvb_waived(parsed: Any, ex: Any, source: str) -> list[Finding]:
+    """nvbandwidth waives its peer testcases when the driver gives no peer mapping: name why."""
+    waived = [n for n, c in parsed.testcases.items() if c.status == "Waived" and n.startswith("device_to_device")]
+    if not waived:
+        return []
+    why = _peer_reason(getattr(ex, "names", {}), "nvbandwidth waived its peer-to-peer testcases (no peer mapping)")
+    return [Finding(
+        "bench.p2p.no_peer_access", WARN, Component("node", "p2p"), f"{len(waived)} testcase(s) waived: {why}",
+        evidence=tuple(Evidence("testcase", f"{n}: Waived", source) for n in waived[:8]),
+        expected="peer testcases that run", expected_source="nvbandwidth waives a testcase whose peer mapping fails",
+        remedy=("Expected on GeForce boards (no peer access over PCIe). Elsewhere check `nvidia-smi topo -p2p r`, "
+                "ACS and the IOMMU on the node (`ccdiag check`)."))]
+
+
 # -- p2pBandwidthLatencyTest --------------------------------------------------------------------
-def _cuda_to_label(parsed: Any, topology: Topology | None) -> dict[int, str]:
+def _cuda_to_label(parsed: Any, topology: Any) -> dict[int, str]:
     """CUDA ordinal -> topology GPU label, by the PCI address the sample prints."""
     out = {}
     by_bdf = {}
@@ -138,48 +233,70 @@ def _cuda_to_label(parsed: Any, topology: Topology | None) -> dict[int, str]:
             key = (int(d.pci_domain_id, 16), int(d.pci_bus_id, 16), int(d.pci_device_id, 16))
         except (TypeError, ValueError):
             key = None
-        out[d.index] = by_bdf.get(key, _gpu(d.index))
+        out[d.index] = by_bdf.get(key, _gpu(d.index)) if key is not None else _gpu(d.index)
     return out
 
 
-def from_p2plat(parsed: Any, topology: Topology | None, policy: Any, source: str) -> list[Measurement]:
+def _p2p_cell(parsed: Any, ex: Any, policy: Any, source: str, a: str, b: str, ij: tuple[int, int], val: float,
+              direction: str, enabled: bool) -> Measurement:
+    # the sample's bidirectional figure counts both directions: halved per direction
+    v = val / 2 if direction == "bidir" else val
+    said = parsed.peer_access.get(ij)  # the file's CAN / CANNOT (or connectivity), None when not printed
+    peer = enabled and said is not False
+    m = Measurement("p2p", a, b, op="write" if enabled else "staged", direction=direction,
+                    engine="import:p2pBandwidthLatencyTest", gbyte_s=v, samples_gbyte_s=(v,),
+                    note=source if peer else f"{source}; P2P disabled: staged through host memory")
+    if direction == "bidir":
+        m.extra["bidir_total_gbyte_s"] = val
+    if not enabled:
+        m.extra["p2p_disabled"] = True
+    if said is False:  # the pair's own access, whichever matrix this figure is from
+        m.extra["peer_access"] = False
+        if enabled:
+            m.note = f"{source}; the pair cannot access each other (CANNOT Access Peer)"
+    m.extra["peer_uniform"] = ex.uniform_peers([a, b])
+    if not peer and enabled:
+        m.extra["no_peer_reason"] = _peer_reason(getattr(ex, "names", {}), "the pair cannot access each other")
+    if not enabled and said is not False:
+        # a P2P-disabled run between GPUs that can reach each other: the user's copies do not take this
+        # path, and staged copies behind one PCIe switch share its uplink twice (NVIDIA/nccl#1309), so
+        # these figures only serve the enabled-vs-disabled comparison
+        why = "P2P disabled on a pair that has peer access: compared with P2P enabled, not held to a rate"
+        return _judge(m, (None, why), policy)
+    if direction == "bidir" and not peer:
+        # both directions staged through host memory share it: held to the unidirectional figures
+        # (bidirectional below unidirectional), not to a rate
+        why = "bidirectional staged copies are compared with the unidirectional ones, not held to a link rate"
+        return _judge(m, (None, why), policy)
+    if peer and said and isinstance(ex, FileTopology):
+        return _judge(m, ex.peer(a, b, True, said=True), policy)
+    return _judge(m, ex.peer(a, b, peer), policy)
+
+
+def from_p2plat(parsed: Any, ex: Any, policy: Any, source: str, topology: Any = None) -> list[Measurement]:
     names = _cuda_to_label(parsed, topology)
     out: list[Measurement] = []
+    local: list[Measurement] = []
     mats = ((parsed.unidir_p2p_enabled_gbyte_s, "uni", True), (parsed.bidir_p2p_enabled_gbyte_s, "bidir", True),
             (parsed.unidir_p2p_disabled_gbyte_s, "uni", False))
-    local: list[Measurement] = []
     for mat, direction, enabled in mats:
-        if not mat:
-            continue
-        for i, row in enumerate(mat):
+        for i, row in enumerate(mat or ()):
             for j, val in enumerate(row):
-                if val is None:
-                    continue
                 a, b = names.get(i, _gpu(i)), names.get(j, _gpu(j))
-                if i == j:
-                    if direction == "uni" and enabled:
-                        local.append(Measurement("d2d", a, a, engine="import:p2pBandwidthLatencyTest",
-                                                 gbyte_s=float(val), samples_gbyte_s=(float(val),), note=source))
-                    continue
-                # the sample's bidirectional figure counts both directions: halve it per direction
-                v = float(val) / 2 if direction == "bidir" else float(val)
-                peer = enabled and parsed.peer_access.get((i, j), True)
-                m = Measurement("p2p", a, b, op="write" if enabled else "staged", direction=direction,
-                                engine="import:p2pBandwidthLatencyTest", gbyte_s=v, samples_gbyte_s=(v,),
-                                note=source if peer else f"{source}; P2P disabled: staged through host memory")
-                m.expected = _expected(topology, "p2p" if peer else "staged", a, b)
-                if not peer:
-                    m.extra["peer_access"] = False
-                    if enabled:
-                        m.note = f"{source}; the pair cannot access each other (CANNOT Access Peer)"
-                out.append(_judge(m, policy))
-    models = {g.label: g.name or "" for g in topology.gpus()} if topology is not None else {}
+                if i != j:
+                    out.append(_p2p_cell(parsed, ex, policy, source, a, b, (i, j), float(val), direction, enabled))
+                elif direction == "uni" and enabled:
+                    local.append(Measurement("d2d", a, a, engine="import:p2pBandwidthLatencyTest",
+                                             gbyte_s=float(val), samples_gbyte_s=(float(val),), note=source))
+    models = {names.get(d.index, _gpu(d.index)): _model_key(d.name) for d in parsed.devices}
+    if topology is not None and not isinstance(topology, MatrixTopology) and topology.gpus():
+        models = {g.label: g.name or "" for g in topology.gpus()} or models
     judge_against_peers(local, models)
     return out + local
 
 
 # -- perftest -------------------------------------------------------------------------------------
-def from_perftest(parsed: Any, topology: Topology | None, policy: Any, source: str) -> list[Measurement]:
+def from_perftest(parsed: Any, ex: Any, policy: Any, source: str) -> list[Measurement]:
     if parsed.kind != "bw" or not parsed.bw_rows:
         return []
     row = max(parsed.bw_rows, key=lambda r: r.size_bytes or 0)
@@ -187,106 +304,222 @@ def from_perftest(parsed: Any, topology: Topology | None, policy: Any, source: s
     gpu = _gpu(parsed.cuda_device) if parsed.use_cuda and parsed.cuda_device is not None else None
     test = (parsed.test or "").lower()
     bench = "ib_write" if "write" in test else "ib_read" if "read" in test else "ib_send" if "send" in test else "ib_bw"
+    # -b prints both directions summed: halved, and labelled per direction
+    half = 2.0 if parsed.bidirectional else 1.0
+    samples = tuple(x / half for x in (row.bw_average_gbyte_s, row.bw_peak_gbyte_s) if x)
     m = Measurement(bench, gpu or "host", f"{dev}:{getattr(parsed, 'ib_port', None) or 1}",
-                    op=bench.replace("ib_", "rdma_"), engine=f"import:perftest {parsed.test or ''}".strip(),
-                    gbyte_s=row.bw_average_gbyte_s,
-                    samples_gbyte_s=tuple(x for x in (row.bw_average_gbyte_s, row.bw_peak_gbyte_s) if x),
+                    op=bench.replace("ib_", "rdma_"), direction="bidir" if parsed.bidirectional else "uni",
+                    engine=f"import:perftest {parsed.test or ''}".strip(),
+                    gbyte_s=row.bw_average_gbyte_s / half, samples_gbyte_s=samples,
                     size_bytes=row.size_bytes, note=f"{source} ({parsed.role or 'side unknown'})")
+    if parsed.bidirectional:
+        m.extra["bidir_total_gbyte_s"] = row.bw_average_gbyte_s
+        m.note = (m.note or "") + (f"; bidirectional (-b): {row.bw_average_gbyte_s:.2f} GB/s is both directions "
+                                   f"summed, {row.bw_average_gbyte_s / 2:.2f} GB/s each way")
     if getattr(parsed, "bw_unit_assumed", False):
-        m.note += (f"; perftest's JSON does not record its unit: read as {parsed.bw_unit} "
-                   "(give --perftest-unit Gb/sec for a run with --report_gbits)")
-    if gpu is not None and topology is not None and topology.has_device(gpu) and topology.has_device(dev):
-        m.expected = _expected(topology, "gpu_nic", gpu, dev)
-    elif topology is not None and topology.has_device(dev):
-        m.expected = _expected(topology, "host_nic", dev)
-    else:
-        m.note += f"; {dev} is not in this topology"
-    return [_judge(m, policy)] if m.gbyte_s is not None else []
+        m.note = (m.note or "") + (f"; perftest's JSON does not record its unit: read as {parsed.bw_unit} "
+                                   "(give --perftest-unit Gb/sec for a run with --report_gbits)")
+    return [_judge(m, ex.nic(gpu, dev), policy)] if m.gbyte_s is not None else []
 
 
 # -- nccl-tests -----------------------------------------------------------------------------------
-def nccl_findings(parsed: Any, text: str, topology: Topology | None, policy: Any, source: str) -> tuple[list[Measurement], list[Finding]]:
+def _wrong_findings(run: Any, coll: str, source: str) -> list[Finding]:
+    return [Finding(
+        "bench.nccl.wrong", FAIL, Component("node", f"nccl-tests {coll}"),
+        f"nccl-tests {coll} reported wrong results at {row.size_bytes} bytes: data was corrupted in flight",
+        evidence=(Evidence("#wrong (out-of-place, in-place)",
+                           f"{row.out_of_place.wrong if row.out_of_place else None}, "
+                           f"{row.in_place.wrong if row.in_place else None}", f"{source} line {row.line_no}"),),
+        remedy=("Silent corruption: run `ccdiag check` for XIDs, NVLink/PCIe/IB error counters on every node "
+                "of the run, and bisect the nodes with `ccdiag bench pairs`.")) for row in run.wrong_rows]
+
+
+def _transport(text: str) -> tuple[bool, str | None]:
+    """Whether NCCL had peer access inside the node, and why not, from the log lines in the file."""
+    head = text[:1 << 24]
+    vias = {m.group(1) for m in _VIA.finditer(head)}
+    if "NCCL_P2P_DISABLE=1" in head:
+        return False, "peer access disabled by NCCL_P2P_DISABLE=1"
+    if "SHM" in vias and "P2P" not in vias:
+        return False, "the ring ran over SHM (staged through host memory): no peer access between the GPUs"
+    return True, None
+
+
+def _peer_reason(names: dict[str, str], why: str) -> str:
+    models = {gpu_by_name(n) for n in names.values()}
+    blocked = sorted(m.key for m in models if m is not None and not m.peer_access_pcie)
+    if blocked:
+        return (f"{why}; the driver offers no peer access over PCIe on {', '.join(blocked)} "
+                "(GeForce/TITAN boards: hardware catalogue)")
+    return f"{why}; peer access is blocked by ACS, an IOMMU, or a VM without P2P (see `nvidia-smi topo -p2p r`)"
+
+
+def _busbw_unknown(m: Measurement, busbw: float, in_network: str | None) -> bool:
+    e = m.expected
+    if not in_network and not (e is not None and e.gbyte_s and busbw > e.gbyte_s and e.kind == "busbw"):
+        return False
+    why = (f"the log shows {in_network}" if in_network or e is None else
+           f"busbw {busbw:.1f} GB/s exceeds the ring's bottleneck link ({e.gbyte_s:.1f} GB/s)")
+    m.status = UNKNOWN
+    m.note = (f"{m.note}; not judged: {why}: with NVLink SHARP, CollNet or a tree, busbw no longer counts "
+              "bytes on one link (set NCCL_ALGO=Ring for a link-health comparison)")
+    return True
+
+
+def _nccl_run(run: Any, ex: Any, policy: Any, source: str, transport: tuple[bool, str | None],
+              in_network: str | None) -> tuple[Measurement | None, list[Finding]]:
+    coll = (run.collective or "collective").replace("_perf", "")
+    findings = _wrong_findings(run, coll, source)
+    rows = [r for r in run.rows if r.out_of_place is not None]
+    if not rows:
+        return None, findings
+    row = max(rows, key=lambda r: r.size_bytes)
+    busbw = max(row.out_of_place.busbw_gbyte_s, row.in_place.busbw_gbyte_s if row.in_place else 0.0)
+    hosts = sorted({d.host for d in run.devices}) or ["?"]
+    nodes = run.n_nodes or len(hosts)
+    local = sorted({_gpu(d.device) for d in run.devices if d.host == hosts[0]}, key=lambda g: int(g[3:]))
+    if not local and isinstance(ex, NodeExpect):
+        local = [g.label for g in ex.t.gpus()]
+    peer, why = transport
+    m = Measurement("nccl", f"{run.n_ranks or len(run.devices) or '?'} ranks", f"{nodes} node(s)", op=coll,
+                    direction="ring", engine="import:nccl-tests", gbyte_s=busbw, samples_gbyte_s=(busbw,),
+                    size_bytes=row.size_bytes, note=f"{source}; busbw at the largest size")
+    if not peer:
+        m.note = (m.note or "") + "; " + _peer_reason(getattr(ex, "names", {}), why or "no peer access")
+    found = ex.ring(local, nodes, peer, figure=busbw)
+    m.expected = found[0]
+    if not _busbw_unknown(m, busbw, in_network):
+        _judge(m, found, policy)
+    if m.expected is not None and m.expected.kind == "staged":
+        reason = _peer_reason(getattr(ex, "names", {}), why or "the ring ran without peer access between the GPUs")
+        findings.append(Finding(
+            "bench.nccl.no_peer_access", WARN, Component("node", f"nccl-tests {coll}"),
+            f"{coll} busbw {busbw:.1f} GB/s is held to a ring staged through host memory: {reason}",
+            evidence=(Evidence("busbw (largest size)", f"{busbw:.1f} GB/s", source),),
+            expected=f"{m.expected.gbyte_s:.1f} GB/s per PCIe link", expected_source=m.expected.source,
+            remedy=("Expected on GeForce boards (no peer access over PCIe: NCCL uses SHM). Elsewhere check "
+                    "`nvidia-smi topo -p2p r`, ACS and the IOMMU (`ccdiag check`), and NCCL_P2P_DISABLE.")))
+    if m.status == "pass":
+        findings.append(Finding(
+            "bench.nccl", "pass", Component("node", f"nccl-tests {coll}"),
+            f"{coll} busbw {busbw:.1f} GB/s = {m.ratio:.0%} of the {m.expected.gbyte_s:.1f} GB/s its bottleneck "
+            f"({m.expected.bottleneck_desc or m.expected.bottleneck}) carries (typical {m.typical})",
+            evidence=(Evidence("busbw (largest size)", f"{busbw:.1f} GB/s", source),),
+            expected=f"{m.expected.gbyte_s:.1f} GB/s", expected_source=m.expected.source))
+    if m.status in ("warn", "fail"):
+        e = m.expected
+        findings.append(Finding(
+            "bench.nccl", m.status, Component("node", f"nccl-tests {coll}"),
+            f"{coll} busbw {busbw:.1f} GB/s at {row.size_bytes} bytes = {m.ratio:.0%} of the "
+            f"{e.gbyte_s:.1f} GB/s its bottleneck ({e.bottleneck}) carries (typical {m.typical})"
+            + (f"; {why}" if why else ""),
+            evidence=(Evidence("busbw (largest size)", f"{busbw:.1f} GB/s", source),),
+            expected=f"{e.gbyte_s:.1f} GB/s", expected_source=e.source,
+            remedy=("Measure the links one by one: `ccdiag bench p2p` inside the node, `ccdiag bench pairs` "
+                    "between nodes; check `ccdiag nccl --log` on an NCCL_DEBUG=INFO log of the run.")))
+    return m, findings
+
+
+def nccl_findings(parsed: Any, text: str, ex: Any, policy: Any, source: str) -> tuple[list[Measurement], list[Finding]]:
+    hit = IN_NETWORK.search(text[:1 << 24])
+    transport = _transport(text)
     ms: list[Measurement] = []
     findings: list[Finding] = []
-    hit = IN_NETWORK.search(text[:1 << 24])
-    in_network = hit.group(0) if hit else None
     for run in parsed.runs:
-        coll = (run.collective or "collective").replace("_perf", "")
-        for row in run.wrong_rows:
-            findings.append(Finding(
-                "bench.nccl.wrong", FAIL, Component("node", f"nccl-tests {coll}"),
-                f"nccl-tests {coll} reported wrong results at {row.size_bytes} bytes: data was corrupted in flight",
-                evidence=(Evidence("#wrong (out-of-place, in-place)",
-                                   f"{row.out_of_place.wrong if row.out_of_place else None}, "
-                                   f"{row.in_place.wrong if row.in_place else None}", f"{source} line {row.line_no}"),),
-                remedy=("Silent corruption: run `ccdiag check` for XIDs, NVLink/PCIe/IB error counters on every node "
-                        "of the run, and bisect the nodes with `ccdiag bench pairs`.")))
-        rows = [r for r in run.rows if r.out_of_place is not None]
-        if not rows:
-            continue
-        row = max(rows, key=lambda r: r.size_bytes)
-        busbw = max(row.out_of_place.busbw_gbyte_s, row.in_place.busbw_gbyte_s if row.in_place else 0.0)
-        hosts = sorted({d.host for d in run.devices}) or ["?"]
-        nodes = run.n_nodes or len(hosts)
-        local = sorted({_gpu(d.device) for d in run.devices if d.host == hosts[0]}) or \
-            [g.label for g in (topology.gpus() if topology is not None and hasattr(topology, "gpus") else [])]
-        m = Measurement("nccl", f"{run.n_ranks or len(run.devices) or '?'} ranks", f"{nodes} node(s)", op=coll,
-                        direction="ring", engine="import:nccl-tests", gbyte_s=busbw, samples_gbyte_s=(busbw,),
-                        size_bytes=row.size_bytes, note=f"{source}; busbw at the largest size")
-        if topology is not None and not isinstance(topology, MatrixTopology):
-            rails = sorted({topology.nearest_nics(g)[0][0] for g in local if topology.has_device(g)
-                            and topology.nearest_nics(g)})
-            m.expected = exp.ring(topology, [g for g in local if topology.has_device(g)], nodes, rails)
-        if in_network or (m.expected is not None and m.expected.gbyte_s and busbw > m.expected.gbyte_s):
-            why = (f"the log shows {in_network}" if in_network else
-                   f"busbw {busbw:.1f} GB/s exceeds the ring's bottleneck link ({m.expected.gbyte_s:.1f} GB/s)")
-            m.status = UNKNOWN
-            m.note = (f"{m.note}; not judged: {why}: with NVLink SHARP, CollNet or a tree, busbw no longer counts "
-                      "bytes on one link (set NCCL_ALGO=Ring for a link-health comparison)")
-        else:
-            _judge(m, policy)
-        ms.append(m)
-        if m.status in ("warn", "fail"):
-            e = m.expected
-            findings.append(Finding(
-                "bench.nccl", m.status, Component("node", f"nccl-tests {coll}"),
-                f"{coll} busbw {busbw:.1f} GB/s at {row.size_bytes} bytes = {m.ratio:.0%} of the "
-                f"{e.gbyte_s:.1f} GB/s its bottleneck ({e.bottleneck}) carries (typical {m.typical})",
-                evidence=(Evidence("busbw (largest size)", f"{busbw:.1f} GB/s", source),),
-                expected=f"{e.gbyte_s:.1f} GB/s", expected_source=e.source,
-                remedy=("Measure the links one by one: `ccdiag bench p2p` inside the node, `ccdiag bench pairs` "
-                        "between nodes; check `ccdiag nccl --log` on an NCCL_DEBUG=INFO log of the run.")))
+        m, found = _nccl_run(run, ex, policy, source, transport, hit.group(0) if hit else None)
+        findings += found
+        if m is not None:
+            ms.append(m)
     return ms, findings
 
 
-def import_file(text: str, topology: Topology, policy: Any, source: str, perftest_unit: str | None = None) -> BenchResult:
-    """Parse one file (any supported tool) and judge it. Raises BenchParseError on a bad file.
-    ``perftest_unit``: the bandwidth unit of a perftest JSON file ("MiB/sec" or "Gb/sec"), which the
-    JSON itself does not record."""
+# -- one file ---------------------------------------------------------------------------------------
+def _file_names(kind: str, parsed: Any) -> tuple[dict[str, str], list[str]]:
+    """GPU label -> the model name the file prints, and the hosts it names (nccl-tests)."""
+    if kind == "nvbandwidth":
+        return {_gpu(i): n.split(" (")[0] for i, n in parsed.devices.items()}, []
+    if kind == "p2plat":
+        return {_gpu(d.index): d.name for d in parsed.devices}, []
+    if kind == "nccl-tests":
+        devs = [d for r in parsed.runs for d in r.devices]
+        hosts = sorted({d.host for d in devs})
+        return {_gpu(d.device): d.name for d in devs if hosts and d.host == hosts[0]}, hosts
+    if getattr(parsed, "cuda_device_name", None) and parsed.cuda_device is not None:
+        return {_gpu(parsed.cuda_device): parsed.cuda_device_name}, []
+    return {}, []
+
+
+def _unjudged(res: BenchResult, ex: Any, note: str | None) -> Finding:
+    reasons = sorted({(m.note or "").split("; ")[-1] for m in res.measurements if m.status == UNKNOWN} - {""})
+    why = reasons[0] if len(reasons) == 1 else "; ".join(reasons[:3]) or (res.reason or "no figure to judge")
+    known = isinstance(ex, FileTopology) and ex.known()
+    return Finding(
+        "bench.import.unjudged", UNKNOWN, Component("node", res.name),
+        f"{len(res.measurements)} figure(s) read, none judged: {why}",
+        evidence=(Evidence("file", res.params.get("file"), "bench import"),
+                  Evidence("GPUs named by the file", ex.describe() if isinstance(ex, FileTopology) else "-",
+                           "bench import")),
+        remedy=("To judge these figures give one of: --replay SNAPSHOT of the node they ran on (`ccdiag snapshot` "
+                "there); --from-smi with that node's `nvidia-smi topo -m`" +
+                ("" if known else "; a GPU model the hardware catalogue knows (ccdiag/data/hardware.json)") + "."),
+        details={"reasons": reasons, "node": note})
+
+
+def _other_node(res: BenchResult, why: str) -> Finding:
+    return Finding(
+        "bench.import.other_node", UNKNOWN, Component("node", res.name),
+        f"{res.params.get('file')}: {why}; not judged against that node",
+        evidence=(Evidence("file", res.params.get("file"), "bench import"),),
+        remedy="Give the snapshot of the node the file ran on, or no --replay to judge it from the hardware catalogue.")
+
+
+def _parse(text: str, perftest_unit: str | None) -> tuple[str, Any]:
     from ccdiag.benchparse.detect import detect, parse_any
     from ccdiag.benchparse.perftest import parse_perftest
 
     kind = detect(text)
-    parsed = parse_perftest(text, perftest_unit) if kind == "perftest" else parse_any(text)
-    res = BenchResult(f"import:{kind}", RAN, params={"file": source, "tool": kind})
+    return kind, parse_perftest(text, perftest_unit) if kind == "perftest" else parse_any(text)
+
+
+def _measure(kind: str, parsed: Any, text: str, ex: Any, topology: Any, policy: Any,
+             source: str) -> tuple[list[Measurement], list[Finding]]:
     if kind == "nccl-tests":
-        res.measurements, res.findings = nccl_findings(parsed, text, topology, policy, source)
-        return res
+        return nccl_findings(parsed, text, ex, policy, source)
     if kind == "nvbandwidth":
-        ms = from_nvbandwidth(parsed, topology, policy, source)
-    elif kind == "p2plat":
-        ms = from_p2plat(parsed, topology, policy, source)
-    else:
-        ms = from_perftest(parsed, topology, policy, source)
-        if not ms:
-            res.reason = "latency test: reported, not judged (no expected latency in the topology)"
-    res.measurements = ms
-    real = None if isinstance(topology, MatrixTopology) else topology
+        return from_nvbandwidth(parsed, ex, policy, source), _nvb_waived(parsed, ex, source)
+    if kind == "p2plat":
+        return from_p2plat(parsed, ex, policy, source, topology if isinstance(ex, NodeExpect) else None), []
+    return from_perftest(parsed, ex, policy, source), []
+
+
+def import_file(text: str, topology: Any, policy: Any, source: str, perftest_unit: str | None = None,
+                node: NodeInfo | None = None) -> BenchResult:
+    """Parse one file (any supported tool) and judge it. Raises BenchParseError on a bad file.
+    ``topology``: the node's (live or replayed), a :class:`MatrixTopology` (``--from-smi``) or None;
+    ``node`` says whose it is. ``perftest_unit``: the bandwidth unit of a perftest JSON file
+    ("MiB/sec" or "Gb/sec"), which the JSON itself does not record."""
+    kind, parsed = _parse(text, perftest_unit)
+    names, hosts = _file_names(kind, parsed)
+    ex, note = choose(topology, names, hosts, node or NodeInfo(), gpu_file=kind != "perftest")
+    res = BenchResult(f"import:{kind}", RAN, params={"file": source, "tool": kind})
+    res.measurements, res.findings = _measure(kind, parsed, text, ex, topology, policy, source)
+    if note:
+        res.params["judged_against"] = note
+        if isinstance(ex, OtherNode):
+            res.findings.append(_other_node(res, note))
     if kind == "perftest":
         from ccdiag.bench.ib_write import findings as rdma_findings
 
-        res.findings = rdma_findings(ms, real)
-        return res
-    for bench in sorted({m.bench for m in ms}):
-        res.findings += localize(bench, [m for m in ms if m.bench == bench], real)
+        if not res.measurements:
+            res.reason = "latency test: reported, not judged (no expected latency in the topology)"
+        res.findings += rdma_findings([m for m in res.measurements if m.expected is not None],
+                                      ex.t if isinstance(ex, NodeExpect) else None)
+    elif kind != "nccl-tests":
+        real = ex.t if isinstance(ex, NodeExpect) else None
+        for bench in sorted({m.bench for m in res.measurements}):
+            res.findings += localize(bench, [m for m in res.measurements if m.bench == bench], real)
+    res.findings += filerules.apply(res.measurements, source)
+    if not filerules.judged(res.measurements, res.findings) and not any(
+            f.status in (WARN, FAIL) for f in res.findings):
+        res.findings.append(_unjudged(res, ex, note))
     return res

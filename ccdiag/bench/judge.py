@@ -20,8 +20,9 @@ from ccdiag.findings import FAIL, PASS, UNKNOWN, WARN
 ABOVE_CAPABILITY = 1.05
 
 
-def judge(m: Measurement, policy: Any = None) -> Measurement:
-    """Fill ``ratio``, ``ratio_current``, ``status``, ``typical`` from ``m.expected``."""
+def judge(m: Measurement, policy: Any = None, kind: str | None = None) -> Measurement:
+    """Fill ``ratio``, ``ratio_current``, ``status``, ``typical`` from ``m.expected``; ``kind`` names
+    other thresholds than the path's own (each direction of a bidirectional NVLink copy)."""
     e = m.expected
     if m.gbyte_s is None:
         m.status = UNKNOWN
@@ -30,7 +31,7 @@ def judge(m: Measurement, policy: Any = None) -> Measurement:
         m.status = UNKNOWN
         m.note = m.note or "no expected value: the topology does not know this path's links"
         return m
-    th = fractions(e.kind, policy)
+    th = fractions(kind or e.kind, policy)
     m.ratio = m.gbyte_s / e.gbyte_s
     if m.ratio > ABOVE_CAPABILITY:
         # faster than the path's slowest link can carry: the topology does not describe the path this
@@ -59,7 +60,7 @@ def judge_against_peers(ms: Iterable[Measurement], group_of: dict[str, str] | No
     for members in groups.values():
         if len(members) < 2:
             for m in members:
-                m.status = PASS if m.gbyte_s and m.gbyte_s > 0 else UNKNOWN
+                m.status = UNKNOWN  # nothing to hold a lone GPU's local copies to: not a pass
                 m.note = m.note or "one GPU of its model: no peer to compare with"
             continue
         med = statistics.median(m.gbyte_s for m in members if m.gbyte_s is not None)  # all are, see above

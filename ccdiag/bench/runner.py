@@ -13,7 +13,7 @@ from typing import Iterable
 from ccdiag.bench.registry import BenchContext, load_all
 from ccdiag.bench.result import ERROR, PARTIAL, RAN, SKIP, TIMEOUT, BenchResult
 from ccdiag.exitcodes import ExitCode
-from ccdiag.findings import FAIL, UNKNOWN, WARN
+from ccdiag.findings import FAIL, PASS, UNKNOWN, WARN
 
 #: the CuPy benchmarks in the order the engine measures them
 CUDA_ORDER = ("h2d", "d2h", "d2d", "p2p")
@@ -68,8 +68,9 @@ def run_benchmarks(names: Iterable[str], ctx: BenchContext, budget_s: float | No
 
 
 def exit_code(results: list[BenchResult], strict: bool = False) -> ExitCode:
-    """1 when a finding fails (or warns with ``strict``); 3 when nothing could be measured or a
-    benchmark ran out of time with nothing failed; else 0."""
+    """1 when a finding fails (or warns with ``strict``); 3 when nothing could be measured, nothing
+    measured could be judged (no figure held to an expected value or to its peers: never OK with
+    nothing judged), or a benchmark ran out of time with nothing failed; else 0."""
     findings = [f for r in results for f in r.findings]
     if any(f.status == FAIL for f in findings) or (strict and any(f.status == WARN for f in findings)):
         return ExitCode.FAIL
@@ -78,4 +79,11 @@ def exit_code(results: list[BenchResult], strict: bool = False) -> ExitCode:
         return ExitCode.UNEVALUATED
     if strict and any(f.status == UNKNOWN for f in findings):
         return ExitCode.UNEVALUATED
+    if not judged_count(results):
+        return ExitCode.UNEVALUATED
     return ExitCode.OK
+
+
+def judged_count(results: list[BenchResult]) -> int:
+    """Figures that got a verdict (pass, warn or fail), from their path or their peers."""
+    return sum(1 for r in results for m in r.measurements if m.status in (PASS, WARN, FAIL))

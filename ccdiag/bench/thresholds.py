@@ -72,6 +72,10 @@ DEFAULTS: dict[str, Fractions] = {
                             "nvbandwidth#11, #53: bidirectional host copies are platform dependent"),
     "nvlink": Fractions("nvlink", 0.83, 0.88, 0.74, 0.50,
                         "NVIDIA/nccl#1264 and stas00/ml-engineering (typical); Azure NDv5 335 GB/s (pass)"),
+    "nvlink_bidir": Fractions("nvlink_bidir", 0.70, 0.87, 0.65, 0.45,
+                              "each direction of a bidirectional NVLink peer copy: 71-87 % on healthy HGX A100 "
+                              "(424-520 of 600 GB/s, NVIDIA/nccl-tests#100), 83 % on HGX H100 (742-749 of 900, "
+                              "NVIDIA/nccl#1264)"),
     "staged": Fractions("staged", 0.35, 0.45, 0.25, 0.15,
                         "p2pBandwidthLatencyTest with P2P disabled, copies staged through host memory: 25-26 GB/s "
                         "on H100 PCIe Gen5 x16 (40 %, HPE DL380a Gen11 guide), 5.7 GB/s on RTX 2080 Ti Gen3 x16 (36 %, "

@@ -21,6 +21,7 @@ _TEXT_MARKERS = (
     ("[P2P (Peer-to-Peer) GPU Bandwidth Latency Test]", "p2plat"),
     ("P2P Connectivity Matrix", "p2plat"),
     ("P2P=Disabled Bandwidth", "p2plat"),
+    ("P2P=Enabled Bandwidth", "p2plat"),  # a paste of one matrix only
     ("# nThread ", "nccl-tests"),
     ("# Collective test starting:", "nccl-tests"),
     ("# Avg bus bandwidth", "nccl-tests"),

@@ -222,121 +222,165 @@ class _RunBuilder:
         return NcclTestsRun(collective=self.collective, rows=tuple(self.rows), devices=tuple(self.devices), **info)
 
 
+class _TextReader:
+    """One pass over nccl-tests text output. Comment lines (``#``) carry the run's header, table
+    header and summary; other lines are table rows or log (NCCL INFO, warnings, the command line)."""
+
+    def __init__(self) -> None:
+        self.runs: list[NcclTestsRun] = []
+        self.cur: _RunBuilder | None = None
+        self.last_name: str | None = None
+        self.tests_version: str | None = None
+        self.version: str | None = None
+        self.ranks_nodes: tuple[int, int] | None = None
+        self.total_rows = 0
+
+    def new_run(self) -> _RunBuilder:
+        if self.cur is not None and (self.cur.rows or self.cur.layout is not None):
+            self.runs.append(self.cur.build())
+            self.cur = None
+        if self.cur is None:
+            self.cur = _RunBuilder(self.last_name)
+        return self.cur
+
+    # -- comment lines ----------------------------------------------------------------------------
+    def starting(self, s: str, n: int, line: str) -> bool:
+        m = _STARTING.match(s)
+        if not m:
+            return False
+        self.last_name = m.group(1)
+        run = self.new_run()
+        run.collective = run.collective or self.last_name
+        run.started = True
+        return True
+
+    def nthread(self, s: str, n: int, line: str) -> bool:
+        m = _NTHREAD.match(s)
+        if not m:
+            return False
+        cur = self.cur
+        run = cur if cur is not None and cur.started and not cur.rows and cur.layout is None else self.new_run()
+        run.started = False
+        run.info.update(nthreads=int(m.group(1)), ngpus=int(m.group(2)), min_bytes=int(m.group(3)),
+                        max_bytes=int(m.group(4)))
+        return True
+
+    def rank(self, s: str, n: int, line: str) -> bool:
+        m = _RANK.match(s)
+        if not m:
+            return False
+        run = self.cur or self.new_run()
+        if len(run.devices) >= MAX_LABELS * 16:
+            raise BenchParseError("too many '# Rank' lines", n, line, limit="MAX_LABELS")
+        run.devices.append(NcclTestsDevice(int(m.group(1)), int(m.group(2)), int(m.group(3)), m.group(4),
+                                           int(m.group(5)), m.group(6), m.group(7)))
+        return True
+
+    def table_header(self, s: str, n: int, line: str) -> bool:
+        toks = s[1:].split()
+        if toks[:2] != ["size", "count"]:
+            return False
+        run = self.cur if self.cur is not None and not self.cur.rows else self.new_run()
+        run.layout = _Layout(toks, n, line)
+        if self.version and "nccl_version" not in run.info:
+            run.info["nccl_version"] = self.version
+        return True
+
+    def summary(self, s: str, n: int, line: str) -> bool:
+        m = _AVG.match(s)
+        if m and self.cur is not None:
+            self.cur.info["avg_bus_bandwidth_gbyte_s"] = _text.to_float(m.group(1), "Avg bus bandwidth", n, line)
+            self.cur.info["avg_bus_bandwidth_ok"] = None if m.group(2) is None else m.group(2) == "OK"
+            self.cur.info["complete"] = True
+            return True
+        m = _OOB.match(s)
+        if m and self.cur is not None:
+            self.cur.info["out_of_bounds"] = int(m.group(1))
+            return True
+        return False
+
+    def versions(self, s: str, n: int, line: str) -> bool:
+        m = _TESTS_VERSION.match(s)
+        if m:
+            self.tests_version = m.group(1)
+            return True
+        if _CONCLUDED.match(s):
+            return True
+        m = _VERSION.search(s)
+        if m:
+            self.version = self.version or m.group(1)
+        return True  # any other comment line is read and left
+
+    # -- other lines ------------------------------------------------------------------------------
+    def row(self, s: str, n: int, line: str) -> bool:
+        toks = s.split()
+        cur = self.cur
+        if cur is None or cur.layout is None or len(toks) < 3 or not _DIGITS.fullmatch(toks[0]) \
+                or not _DIGITS.fullmatch(toks[1]):
+            return False
+        if self.total_rows >= MAX_ROWS:
+            raise BenchParseError(f"more than MAX_ROWS={MAX_ROWS} table rows", n, line, limit="MAX_ROWS")
+        cur.rows.append(cur.layout.parse(toks, n, line))
+        self.total_rows += 1
+        return True
+
+    def log(self, s: str, n: int, line: str) -> bool:
+        """NCCL INFO lines, UCX/HCOLL warnings, the command line, a prompt: versions and names only."""
+        m = _VERSION.search(s)
+        if m:
+            self.version = self.version or m.group(1)
+            if self.cur is not None and self.cur.layout is None:
+                self.cur.info.setdefault("nccl_version", m.group(1))
+        m = _RANKS_NODES.search(s)
+        if m:
+            self.ranks_nodes = (int(m.group(1)), int(m.group(2)))
+        if "NCCL INFO" not in s and "NCCL WARN" not in s:
+            m = _PERF_NAME.search(s)
+            if m:
+                self.last_name = m.group(1)
+                if self.cur is not None and self.cur.collective is None and not self.cur.rows:
+                    self.cur.collective = self.last_name
+        return True
+
+    def result(self, numbered: list[tuple[int, str]]) -> NcclTestsResult:
+        if self.cur is not None and (self.cur.rows or self.cur.layout is not None):
+            self.runs.append(self.cur.build())
+        if not self.runs:
+            n, line = _text.first_line(numbered)
+            raise BenchParseError("not nccl-tests output (no '#  size  count  type ...' table header)", n, line)
+        return NcclTestsResult("text", tuple(self._finish(run) for run in self.runs), self.tests_version)
+
+    def _finish(self, run: NcclTestsRun) -> NcclTestsRun:
+        if run.nccl_version is None and self.version is not None:
+            run = _replace(run, nccl_version=self.version)
+        rn = self.ranks_nodes
+        if rn is not None and not run.devices:
+            run = _replace(run, n_ranks=rn[0], n_nodes=rn[1])
+        elif rn is not None and run.n_ranks == rn[0]:
+            run = _replace(run, n_nodes=rn[1])
+        return run
+
+
+_COMMENT_HANDLERS = (_TextReader.starting, _TextReader.nthread, _TextReader.rank, _TextReader.table_header,
+                     _TextReader.summary, _TextReader.versions)
+_LINE_HANDLERS = (_TextReader.row, _TextReader.log)
+
+
 def parse_nccl_tests(text: str) -> NcclTestsResult:
     """nccl-tests text or ``-J`` JSON output; refuses (:class:`BenchParseError`) anything else, and any
     table row it cannot read exactly (naming the line)."""
     numbered = _text.lines(text)
     if _text.looks_like_json(numbered):
         return _parse_json(text, numbered)
-    runs: list[NcclTestsRun] = []
-    cur: _RunBuilder | None = None
-    last_name: str | None = None
-    tests_version = None
-    version: str | None = None
-    ranks_nodes: tuple[int, int] | None = None
-    total_rows = 0
-
-    def new_run() -> _RunBuilder:
-        nonlocal cur
-        if cur is not None and (cur.rows or cur.layout is not None):
-            runs.append(cur.build())
-            cur = None
-        if cur is None:
-            cur = _RunBuilder(last_name)
-        return cur
-
+    reader = _TextReader()
     for n, line in numbered:
         s = line.strip()
         if not s:
             continue
-        if s.startswith("#"):
-            m = _STARTING.match(s)
-            if m:
-                last_name = m.group(1)
-                run = new_run()
-                run.collective = run.collective or last_name
-                run.started = True
-                continue
-            m = _NTHREAD.match(s)
-            if m:
-                run = cur if cur is not None and cur.started and not cur.rows and cur.layout is None else new_run()
-                run.started = False
-                run.info.update(nthreads=int(m.group(1)), ngpus=int(m.group(2)), min_bytes=int(m.group(3)),
-                                max_bytes=int(m.group(4)))
-                continue
-            m = _RANK.match(s)
-            if m:
-                run = cur or new_run()
-                if len(run.devices) >= MAX_LABELS * 16:
-                    raise BenchParseError("too many '# Rank' lines", n, line, limit="MAX_LABELS")
-                run.devices.append(NcclTestsDevice(int(m.group(1)), int(m.group(2)), int(m.group(3)), m.group(4),
-                                                   int(m.group(5)), m.group(6), m.group(7)))
-                continue
-            toks = s[1:].split()
-            if toks[:2] == ["size", "count"]:
-                run = cur if cur is not None and not cur.rows else new_run()
-                run.layout = _Layout(toks, n, line)
-                if version and "nccl_version" not in run.info:
-                    run.info["nccl_version"] = version
-                continue
-            m = _AVG.match(s)
-            if m and cur is not None:
-                cur.info["avg_bus_bandwidth_gbyte_s"] = _text.to_float(m.group(1), "Avg bus bandwidth", n, line)
-                cur.info["avg_bus_bandwidth_ok"] = None if m.group(2) is None else m.group(2) == "OK"
-                cur.info["complete"] = True
-                continue
-            m = _OOB.match(s)
-            if m and cur is not None:
-                cur.info["out_of_bounds"] = int(m.group(1))
-                continue
-            m = _TESTS_VERSION.match(s)
-            if m:
-                tests_version = m.group(1)
-                continue
-            if _CONCLUDED.match(s):
-                continue
-            m = _VERSION.search(s)
-            if m:
-                version = version or m.group(1)
-            continue
-        toks = s.split()
-        if (cur is not None and cur.layout is not None and len(toks) >= 3 and _DIGITS.fullmatch(toks[0])
-                and _DIGITS.fullmatch(toks[1])):
-            if total_rows >= MAX_ROWS:
-                raise BenchParseError(f"more than MAX_ROWS={MAX_ROWS} table rows", n, line, limit="MAX_ROWS")
-            cur.rows.append(cur.layout.parse(toks, n, line))
-            total_rows += 1
-            continue
-        # anything else is log: NCCL INFO lines, UCX/HCOLL warnings, the command line, a prompt
-        m = _VERSION.search(s)
-        if m:
-            version = version or m.group(1)
-            if cur is not None and cur.layout is None:
-                cur.info.setdefault("nccl_version", m.group(1))
-        m = _RANKS_NODES.search(s)
-        if m:
-            ranks_nodes = (int(m.group(1)), int(m.group(2)))
-        if "NCCL INFO" not in s and "NCCL WARN" not in s:
-            m = _PERF_NAME.search(s)
-            if m:
-                last_name = m.group(1)
-                if cur is not None and cur.collective is None and not cur.rows:
-                    cur.collective = last_name
-    if cur is not None and (cur.rows or cur.layout is not None):
-        runs.append(cur.build())
-    if not runs:
-        n, line = _text.first_line(numbered)
-        raise BenchParseError("not nccl-tests output (no '#  size  count  type ...' table header)", n, line)
-    done = []
-    for run in runs:
-        if run.nccl_version is None and version is not None:
-            run = _replace(run, nccl_version=version)
-        if ranks_nodes is not None and not run.devices:
-            run = _replace(run, n_ranks=ranks_nodes[0], n_nodes=ranks_nodes[1])
-        elif ranks_nodes is not None and run.n_ranks == ranks_nodes[0]:
-            run = _replace(run, n_nodes=ranks_nodes[1])
-        done.append(run)
-    return NcclTestsResult("text", tuple(done), tests_version)
+        for handler in (_COMMENT_HANDLERS if s.startswith("#") else _LINE_HANDLERS):
+            if handler(reader, s, n, line):
+                break
+    return reader.result(numbered)
 
 
 def _replace(run: NcclTestsRun, **changes: object) -> NcclTestsRun:
@@ -372,52 +416,49 @@ def _json_measure(obj: object, where: tuple[int, str]) -> NcclTestsMeasure | Non
     return NcclTestsMeasure(vals[0], vals[1], vals[2], None if wrong is None else int(wrong))
 
 
-def _parse_json(text: str, numbered: list[tuple[int, str]]) -> NcclTestsResult:
-    doc = _text.load_json(text, numbered)
-    if not isinstance(doc, dict) or not isinstance(doc.get("results"), list):
-        raise BenchParseError("JSON without a \"results\" list (not nccl-tests -J output)", *_text.first_line(numbered))
-    results = doc["results"]
-    if len(results) > MAX_ROWS:
-        raise BenchParseError(f"more than MAX_ROWS={MAX_ROWS} results", *_text.json_line(numbered, '"results"'),
-                              limit="MAX_ROWS")
-    collective = None
+def _json_collective(doc: dict) -> str | None:
     args = doc.get("args")
-    if isinstance(args, list) and args and isinstance(args[0], str):
-        m = _PERF_NAME.search(args[0].rsplit("/", 1)[-1])
-        collective = m.group(1) if m else args[0].rsplit("/", 1)[-1][:200] or None
-    version = None
-    if isinstance(doc.get("nccl_version"), int) and not isinstance(doc.get("nccl_version"), bool):
-        version = _nccl_version_from_code(doc["nccl_version"])
-    config = doc.get("config") if isinstance(doc.get("config"), dict) else {}
-    devices = []
+    if not (isinstance(args, list) and args and isinstance(args[0], str)):
+        return None
+    m = _PERF_NAME.search(args[0].rsplit("/", 1)[-1])
+    return m.group(1) if m else args[0].rsplit("/", 1)[-1][:200] or None
+
+
+def _json_devices(doc: dict, config: dict, numbered: list[tuple[int, str]]) -> list[NcclTestsDevice]:
     dev_list = config.get("devices", doc.get("devices", []))
-    where_dev = _text.json_line(numbered, '"devices"')
+    where = _text.json_line(numbered, '"devices"')
     if not isinstance(dev_list, list) or len(dev_list) > MAX_LABELS * 16:
-        raise BenchParseError("\"devices\" is not a list (or too long)", *where_dev, limit="MAX_LABELS")
+        raise BenchParseError("\"devices\" is not a list (or too long)", *where, limit="MAX_LABELS")
+    out = []
     for d in dev_list:
         if not isinstance(d, dict):
-            raise BenchParseError("a device entry is not an object", *where_dev)
-        devices.append(NcclTestsDevice(
-            _int(d.get("rank"), "rank", where_dev), _int(d.get("group", 0), "group", where_dev),
-            _int(d.get("pid", 0), "pid", where_dev), str(d.get("hostname", ""))[:300],
-            _int(d.get("device"), "device", where_dev), str(d.get("device_hex", ""))[:20],
+            raise BenchParseError("a device entry is not an object", *where)
+        out.append(NcclTestsDevice(
+            _int(d.get("rank"), "rank", where), _int(d.get("group", 0), "group", where),
+            _int(d.get("pid", 0), "pid", where), str(d.get("hostname", ""))[:300],
+            _int(d.get("device"), "device", where), str(d.get("device_hex", ""))[:20],
             str(d.get("device_info", ""))[:300]))
-    rows = []
-    where = _text.json_line(numbered, '"results"')
-    for r in results:
-        if not isinstance(r, dict):
-            raise BenchParseError("a results entry is not an object", *where)
-        root = r.get("root")
-        if isinstance(root, str) and _text.is_int_token(root.strip()):
-            root = int(root.strip())
-        elif root is not None:
-            root = _int(root, "root", where)
-        t, op = r.get("type"), r.get("redop")
-        if not isinstance(t, str) or not isinstance(op, str):
-            raise BenchParseError("a result without type or redop", *where)
-        rows.append(NcclTestsRow(_int(r.get("size"), "size", where), _int(r.get("count"), "count", where),
-                                 t[:40], op[:40], root, _json_measure(r.get("out_of_place"), where),
-                                 _json_measure(r.get("in_place"), where)))
+    return out
+
+
+def _json_row(r: object, where: tuple[int, str]) -> NcclTestsRow:
+    if not isinstance(r, dict):
+        raise BenchParseError("a results entry is not an object", *where)
+    root = r.get("root")
+    if isinstance(root, str) and _text.is_int_token(root.strip()):
+        root = int(root.strip())
+    elif root is not None:
+        root = _int(root, "root", where)
+    t, op = r.get("type"), r.get("redop")
+    if not isinstance(t, str) or not isinstance(op, str):
+        raise BenchParseError("a result without type or redop", *where)
+    return NcclTestsRow(_int(r.get("size"), "size", where), _int(r.get("count"), "count", where),
+                        t[:40], op[:40], root, _json_measure(r.get("out_of_place"), where),
+                        _json_measure(r.get("in_place"), where))
+
+
+def _json_info(doc: dict, config: dict, devices: list[NcclTestsDevice],
+               numbered: list[tuple[int, str]]) -> dict[str, object]:
     info: dict[str, object] = {}
     avg = doc.get("average_bus_bandwidth")
     if isinstance(avg, dict):
@@ -437,5 +478,23 @@ def _parse_json(text: str, numbered: list[tuple[int, str]]) -> NcclTestsResult:
     if devices:
         info["n_ranks"] = len({d.rank for d in devices})
         info["n_nodes"] = len({d.host for d in devices})
-    run = NcclTestsRun(collective=collective, rows=tuple(rows), devices=tuple(devices), nccl_version=version, **info)
+    return info
+
+
+def _parse_json(text: str, numbered: list[tuple[int, str]]) -> NcclTestsResult:
+    doc = _text.load_json(text, numbered)
+    if not isinstance(doc, dict) or not isinstance(doc.get("results"), list):
+        raise BenchParseError("JSON without a \"results\" list (not nccl-tests -J output)", *_text.first_line(numbered))
+    results = doc["results"]
+    if len(results) > MAX_ROWS:
+        raise BenchParseError(f"more than MAX_ROWS={MAX_ROWS} results", *_text.json_line(numbered, '"results"'),
+                              limit="MAX_ROWS")
+    code = doc.get("nccl_version")
+    version = _nccl_version_from_code(code) if isinstance(code, int) and not isinstance(code, bool) else None
+    config = doc.get("config") if isinstance(doc.get("config"), dict) else {}
+    devices = _json_devices(doc, config, numbered)
+    where = _text.json_line(numbered, '"results"')
+    rows = [_json_row(r, where) for r in results]
+    run = NcclTestsRun(collective=_json_collective(doc), rows=tuple(rows), devices=tuple(devices),
+                       nccl_version=version, **_json_info(doc, config, devices, numbered))
     return NcclTestsResult("json", (run,))

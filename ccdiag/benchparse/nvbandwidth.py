@@ -29,17 +29,20 @@ from ccdiag.benchparse import _text
 from ccdiag.benchparse.errors import MAX_LABELS, BenchParseError, clip
 
 _RUNNING = re.compile(r"^Running ([A-Za-z0-9_]{1,200})\.\s*$")
+_WAIVING = re.compile(r"^Waiving ([A-Za-z0-9_]{1,200})\.\s*$")  # v0.2: a testcase that cannot run here
 _STATUS = re.compile(r"^(Waived|Error|ERROR|Not Found)\s?:\s?(.*)$")
 _SUM = re.compile(r"^SUM ([A-Za-z0-9_]{1,200}) (\S{1,60})\s*$")
 _PERF = re.compile(r"^&&&& PERF ([A-Za-z0-9_]{1,200}) (\S{1,60}) ([+-](?:GB/s|ns))\s*$")
 _DESC_UNIT = re.compile(r"\((GB/s|ns)\)\s*$")
 _AXES = re.compile(r"(CPU|GPU)\(row\) (<->|->|<-) (CPU|GPU)\(column\)")
+_VERSION_PAREN = re.compile(r"[0-9]{1,4}\.[0-9]{1,4} \(([0-9]{1,12})\)")
 _DEVICE = re.compile(r"^Device ([0-9]{1,5}): (.{1,300})$")
 _KV = {
     "nvbandwidth Version:": "version",
     "Built from Git version:": "git_version",
     "CUDA Runtime Version:": "cuda_runtime_version",
     "CUDA Driver Version:": "cuda_driver_version",
+    "CUDA Driver Version (API):": "cuda_driver_version",
     "Driver Version:": "driver_version",
 }
 
@@ -130,118 +133,188 @@ def _matrix(description: str, rows: list[tuple[float | None, ...]], row_labels: 
                      row_device=row_device, column_device=column_device, direction=direction)
 
 
+def _label(token: str, what: str, n: int, line: str) -> str:
+    """A row or column label: nvbandwidth prints device indices (a short integer)."""
+    if not _text.is_int_token(token) or token.startswith(("+", "-")):
+        raise BenchParseError(f"{what} {clip(token, 30)!r} is not a device index", n, line)
+    return token
+
+
+class _TextReader:
+    """One pass over nvbandwidth's text output. A matrix is read in three states: its description
+    (``desc``), its column header (``columns``), its rows until a blank line, a SUM line or another
+    kind of line closes it."""
+
+    def __init__(self) -> None:
+        self.info: dict[str, object] = {}
+        self.devices: dict[int, str] = {}
+        self.order: list[str] = []
+        self.cases: dict[str, dict] = {}
+        self.current: dict | None = None
+        self.seen_tool = False
+        self._reset()
+
+    def _reset(self) -> None:
+        self.desc: tuple[int, str] | None = None
+        self.columns: tuple[str, ...] | None = None
+        self.rows: list[tuple[float | None, ...]] = []
+        self.labels: list[str] = []
+        self.ended = False  # the blank line after the rows was read
+
+    def close(self, total: float | None, n: int, line: str, name: str | None = None) -> None:
+        if self.desc is not None:
+            if self.current is None and name is not None:
+                # a paste that elided the 'Running <testcase>.' line: the SUM line names the testcase
+                self.running(f"Running {name}.", n, line)
+            if self.current is None:
+                raise BenchParseError("a result matrix outside any 'Running <testcase>.' block", *self.desc)
+            if self.columns is None or not self.rows:
+                raise BenchParseError("matrix without rows", n, line)
+            self.current["matrices"].append(_matrix(self.desc[1].strip(), self.rows, self.labels, self.columns, total))
+            self.current["status"] = "Passed"
+        self._reset()
+
+    def in_matrix(self, s: str, n: int, line: str) -> bool:
+        """A line that belongs to the open matrix (header, row, the blank line after the rows)."""
+        if self.desc is None:
+            return False
+        if self.columns is None:
+            if s:
+                toks = s.split()
+                if len(toks) > MAX_LABELS:
+                    raise BenchParseError(f"more than MAX_LABELS={MAX_LABELS} columns", n, line, limit="MAX_LABELS")
+                self.columns = tuple(_label(t, "column label", n, line) for t in toks)
+            return True
+        if s and not self.ended and not s.startswith(("SUM ", "&&&& ")):
+            self._row(s, n, line)
+            return True
+        if not s:
+            self.ended = self.ended or bool(self.rows)  # a blank line ends the rows; SUM follows
+            return True
+        return False
+
+    def _row(self, s: str, n: int, line: str) -> None:
+        toks = s.split()
+        assert self.columns is not None
+        if len(toks) != len(self.columns) + 1:
+            raise BenchParseError(f"matrix row has {len(toks) - 1} values for {len(self.columns)} columns", n, line)
+        if len(self.rows) >= MAX_LABELS:
+            raise BenchParseError(f"more than MAX_LABELS={MAX_LABELS} matrix rows", n, line, limit="MAX_LABELS")
+        self.labels.append(_label(toks[0], "row label", n, line))
+        self.rows.append(tuple(_cell(t, n, line) for t in toks[1:]))
+
+    def sum_line(self, s: str, n: int, line: str) -> bool:
+        m = _SUM.match(s) or _PERF.match(s)
+        if not m:
+            return False
+        total = _text.to_float(m.group(2), "SUM", n, line)
+        if self.desc is None:
+            raise BenchParseError("SUM line without a matrix before it", n, line)
+        self.close(total, n, line, m.group(1))
+        return True
+
+    def end_open_matrix(self, n: int, line: str) -> None:
+        """Another kind of line: a matrix still open ends here (cut, or a pager dropped its SUM)."""
+        if self.desc is None:
+            return
+        if not self.rows:
+            raise BenchParseError("matrix header without rows", n, line)
+        self.close(None, n, line)
+
+    def running(self, s: str, n: int, line: str) -> bool:
+        m = _RUNNING.match(s)
+        if not m:
+            return False
+        self.seen_tool = True
+        name = m.group(1)
+        if name not in self.cases:
+            if len(self.cases) >= MAX_LABELS:
+                raise BenchParseError(f"more than MAX_LABELS={MAX_LABELS} testcases", n, line, limit="MAX_LABELS")
+            self.order.append(name)
+        self.current = self.cases[name] = {"name": name, "status": "Running", "matrices": [], "message": None}
+        return True
+
+    def waiving(self, s: str, n: int, line: str) -> bool:
+        m = _WAIVING.match(s)
+        if not m:
+            return False
+        self.running(f"Running {m.group(1)}.", n, line)
+        assert self.current is not None
+        self.current["status"] = "Waived"
+        return True
+
+    def description(self, s: str, n: int, line: str) -> bool:
+        if _DESC_UNIT.search(s) and ("(row)" in s or "(column)" in s):
+            self.desc = (n, s)
+            return True
+        return False
+
+    def status(self, s: str, n: int, line: str) -> bool:
+        m = _STATUS.match(s)
+        if not m or self.current is None:
+            return False
+        self.current["status"] = "Error" if m.group(1) == "ERROR" else m.group(1)
+        self.current["message"] = m.group(2).strip() or None
+        return True
+
+    def key_value(self, s: str, n: int, line: str) -> bool:
+        for prefix, key in _KV.items():
+            if s.startswith(prefix):
+                self.seen_tool = self.seen_tool or key == "version"
+                value = s[len(prefix):].strip()
+                if key in ("cuda_runtime_version", "cuda_driver_version"):
+                    # v0.10 prints "13.3 (13030)": the integer is the one in parentheses
+                    m = _VERSION_PAREN.fullmatch(value)
+                    self.info[key] = _text.to_int(m.group(1) if m else value, prefix.rstrip(":"), n, line)
+                else:
+                    self.info[key] = value
+                return True
+        return False
+
+    def device(self, s: str, n: int, line: str) -> bool:
+        m = _DEVICE.match(s)
+        if not m:
+            return False
+        if len(self.devices) >= MAX_LABELS:
+            raise BenchParseError(f"more than MAX_LABELS={MAX_LABELS} devices", n, line, limit="MAX_LABELS")
+        self.devices[int(m.group(1))] = m.group(2).strip()
+        return True
+
+    def result(self, numbered: list[tuple[int, str]]) -> NvbResult:
+        if self.desc is not None:
+            last_n, last = numbered[-1] if numbered else (1, "")
+            if not self.rows:
+                raise BenchParseError("input ends inside a matrix header", last_n, last)
+            self.close(None, last_n, last)
+        if not self.seen_tool:
+            n, line = _text.first_line(numbered)
+            raise BenchParseError("not nvbandwidth output (no 'nvbandwidth Version:' or 'Running <testcase>.' line)",
+                                  n, line)
+        testcases = {k: NvbTestcase(k, self.cases[k]["status"], tuple(self.cases[k]["matrices"]),
+                                    self.cases[k]["message"]) for k in self.order}
+        return NvbResult("text", devices=self.devices, testcases=testcases, **self.info)
+
+
+#: handlers of a line outside an open matrix, in the order they are tried
+_HANDLERS = (_TextReader.running, _TextReader.waiving, _TextReader.description, _TextReader.status, _TextReader.key_value,
+             _TextReader.device)
+
+
 def parse_nvbandwidth(text: str) -> NvbResult:
     """nvbandwidth's text or ``-j`` JSON output; refuses (:class:`BenchParseError`) anything else."""
     numbered = _text.lines(text)
     if _text.looks_like_json(numbered):
         return _parse_json(text, numbered)
-    info: dict[str, object] = {}
-    devices: dict[int, str] = {}
-    order: list[str] = []
-    cases: dict[str, dict] = {}
-    current: dict | None = None
-    # matrix state: description, column labels, row values, row labels, line of the description
-    desc: tuple[int, str] | None = None
-    columns: tuple[str, ...] | None = None
-    rows: list[tuple[float | None, ...]] = []
-    labels: list[str] = []
-    ended = False  # the blank line after the rows was read
-    seen_tool = False
-
-    def close(total: float | None, n: int, line: str) -> None:
-        nonlocal desc, columns, rows, labels, ended
-        if desc is not None:
-            if current is None:
-                raise BenchParseError("a result matrix outside any 'Running <testcase>.' block", desc[0], desc[1])
-            if columns is None or not rows:
-                raise BenchParseError("matrix without rows", n, line)
-            current["matrices"].append(_matrix(desc[1].strip(), rows, labels, columns, total))
-            current["status"] = "Passed"
-        desc, columns, rows, labels, ended = None, None, [], [], False
-
+    reader = _TextReader()
     for n, line in numbered:
         s = line.strip()
-        if desc is not None:
-            if columns is None:
-                if not s:
-                    continue
-                toks = s.split()
-                if len(toks) > MAX_LABELS:
-                    raise BenchParseError(f"more than MAX_LABELS={MAX_LABELS} columns", n, line, limit="MAX_LABELS")
-                columns = tuple(toks)
-                continue
-            if s and not ended and not s.startswith(("SUM ", "&&&& ")):
-                toks = s.split()
-                if len(toks) != len(columns) + 1:
-                    raise BenchParseError(f"matrix row has {len(toks) - 1} values for {len(columns)} columns",
-                                          n, line)
-                if len(rows) >= MAX_LABELS:
-                    raise BenchParseError(f"more than MAX_LABELS={MAX_LABELS} matrix rows", n, line,
-                                          limit="MAX_LABELS")
-                labels.append(toks[0])
-                rows.append(tuple(_cell(t, n, line) for t in toks[1:]))
-                continue
-            if not s:
-                ended = ended or bool(rows)  # a blank line ends the rows; SUM follows
-                continue
-        m = _SUM.match(s) or _PERF.match(s)
-        if m:
-            total = _text.to_float(m.group(2), "SUM", n, line)
-            if desc is None:
-                raise BenchParseError("SUM line without a matrix before it", n, line)
-            close(total, n, line)
+        if reader.in_matrix(s, n, line) or reader.sum_line(s, n, line):
             continue
-        if desc is not None:
-            if rows:  # the matrix ended without its SUM line (cut, or a pager dropped it)
-                close(None, n, line)
-            else:
-                raise BenchParseError("matrix header without rows", n, line)
-        m = _RUNNING.match(s)
-        if m:
-            seen_tool = True
-            name = m.group(1)
-            if name not in cases:
-                if len(cases) >= MAX_LABELS:
-                    raise BenchParseError(f"more than MAX_LABELS={MAX_LABELS} testcases", n, line, limit="MAX_LABELS")
-                order.append(name)
-            current = cases[name] = {"name": name, "status": "Running", "matrices": [], "message": None}
-            continue
-        if _DESC_UNIT.search(s) and ("(row)" in s or "(column)" in s):
-            desc = (n, s)
-            continue
-        m = _STATUS.match(s)
-        if m and current is not None:
-            current["status"] = "Error" if m.group(1) == "ERROR" else m.group(1)
-            current["message"] = m.group(2).strip() or None
-            continue
-        for prefix, key in _KV.items():
-            if s.startswith(prefix):
-                seen_tool = seen_tool or key == "version"
-                value = s[len(prefix):].strip()
-                if key in ("cuda_runtime_version", "cuda_driver_version"):
-                    info[key] = _text.to_int(value, prefix.rstrip(":"), n, line)
-                else:
-                    info[key] = value
+        reader.end_open_matrix(n, line)
+        for handler in _HANDLERS:
+            if handler(reader, s, n, line):
                 break
-        else:
-            m = _DEVICE.match(s)
-            if m:
-                if len(devices) >= MAX_LABELS:
-                    raise BenchParseError(f"more than MAX_LABELS={MAX_LABELS} devices", n, line, limit="MAX_LABELS")
-                devices[int(m.group(1))] = m.group(2).strip()
-    if desc is not None:
-        last_n, last = numbered[-1] if numbered else (1, "")
-        if rows:
-            close(None, last_n, last)
-        else:
-            raise BenchParseError("input ends inside a matrix header", last_n, last)
-    if not seen_tool:
-        n, line = _text.first_line(numbered)
-        raise BenchParseError("not nvbandwidth output (no 'nvbandwidth Version:' or 'Running <testcase>.' line)",
-                              n, line)
-    testcases = {k: NvbTestcase(k, cases[k]["status"], tuple(cases[k]["matrices"]), cases[k]["message"])
-                 for k in order}
-    return NvbResult("text", devices=devices, testcases=testcases, **info)
+    return reader.result(numbered)
 
 
 def _json_matrix(rows: object, where: tuple[int, str]) -> list[tuple[float | None, ...]]:

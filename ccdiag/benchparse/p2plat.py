@@ -129,6 +129,10 @@ def parse_p2plat(text: str) -> P2PLatResult:
         n, line = _text.first_line(numbered)
         raise BenchParseError("not p2pBandwidthLatencyTest output (no title, connectivity or P2P matrix line)",
                               n, line)
+    if not peer and out.get("connectivity"):
+        # no CAN/CANNOT lines (a cut paste): the connectivity matrix says the same, 1 for peer access
+        conn = out["connectivity"]
+        peer = {(a, b): bool(v) for a, row in enumerate(conn) for b, v in enumerate(row) if a != b}
     return P2PLatResult(devices=tuple(devices), peer_access=peer, **out)
 
 

@@ -52,6 +52,7 @@ _CUDA_PICK = re.compile(r"^Picking device No\. ([0-9]{1,5})")
 _USE_CUDA = re.compile(r"--use_cuda(?:=| )([0-9]{1,5})")
 _CMD = re.compile(r"\b(ib_(?:write|read|send|atomic)_(?:bw|lat))\b")
 _CPU_FREQ = "Conflicting CPU frequency values detected"
+_BIDIR_FLAG = re.compile(r"(?:^|\s)(?:-b|--bidirectional)(?:\s|$)")
 #: bytes/s per printed unit (see the module docstring for the source)
 _BYTES_PER_S = {"MB/sec": float(1 << 20), "MiB/sec": float(1 << 20), "Gb/sec": 125_000_000.0}
 
@@ -103,6 +104,7 @@ class PerftestResult:
     remote_lid: str | None = None
     local_gid: str | None = None
     remote_gid: str | None = None
+    bidirectional: bool = False  # -b: each figure is both directions summed
     use_cuda: bool = False
     cuda_device: int | None = None
     cuda_device_name: str | None = None
@@ -145,111 +147,164 @@ def _bracket_int(v: str, what: str, n: int, line: str) -> int:
     return _text.to_int(v.split("[", 1)[0].strip(), what, n, line)
 
 
+class _TextReader:
+    """The state of one pass over a perftest text output: each line goes to the first handler that
+    takes it (:data:`_HANDLERS`), so that each kind of line is read in one small place."""
+
+    def __init__(self) -> None:
+        self.title: str | None = None
+        self.kind: str | None = None
+        self.header: dict[str, str] = {}
+        self.info: dict[str, object] = {}
+        self.warnings: list[str] = []
+        self.cpu_freq = 0
+        self.role = "client"
+        self.table: tuple[str, int, str] | None = None  # ("bw"|"lat"|"lat_dur", line_no, line)
+        self.unit: str | None = None
+        self.bw_rows: list[PerftestBwRow] = []
+        self.lat_rows: list[PerftestLatRow] = []
+        self.waiting_line: tuple[int, str] | None = None
+        self.last_addr = "local"  # which address block a 'GID:' line belongs to
+
+    def row(self, s: str, n: int, line: str) -> bool:
+        if self.table is None:
+            return False
+        toks = s.split()
+        if not _text.is_int_token(toks[0]):
+            return False
+        if len(self.bw_rows) + len(self.lat_rows) >= MAX_ROWS:
+            raise BenchParseError(f"more than MAX_ROWS={MAX_ROWS} result rows", n, line, limit="MAX_ROWS")
+        if self.table[0] == "bw":
+            self.bw_rows.append(_bw_row(toks, self.unit or "MB/sec", n, line))
+        else:
+            self.lat_rows.append(_lat_row(toks, self.table[0], n, line))
+        return True
+
+    def table_header(self, s: str, n: int, line: str) -> bool:
+        if not s.startswith("#bytes"):
+            return False
+        m = _BW_HEADER.search(s)
+        if m:
+            self.table, self.unit, self.kind = ("bw", n, line), m.group(1), "bw"
+        elif "t_min[usec]" in s:
+            self.table, self.kind = ("lat", n, line), "lat"
+        elif "t_avg[usec]" in s and "tps" in s:
+            self.table, self.kind = ("lat_dur", n, line), "lat"
+        else:
+            raise BenchParseError("result table header of an unknown layout", n, line)
+        if "#sl" in s or "Port1" in s:
+            raise BenchParseError("per-port and QoS result tables are not read", n, line)
+        return True
+
+    def waiting(self, s: str, n: int, line: str) -> bool:
+        if "Waiting for client" not in s:
+            return False
+        self.role = "server"
+        self.waiting_line = self.waiting_line or (n, line)
+        return True
+
+    def banner(self, s: str, n: int, line: str) -> bool:
+        m = _TITLE.match(s)
+        if not m:
+            return False
+        self.title = s
+        self.kind = self.kind or ("lat" if m.group(2) == "Latency" else "bw")
+        return True
+
+    def address(self, s: str, n: int, line: str) -> bool:
+        m = _ADDR.match(s)
+        if m:
+            self.info[f"{m.group(1)}_lid"] = m.group(2)
+            self.last_addr = m.group(1)
+            return True
+        m = _GID.match(s)
+        if m and f"{self.last_addr}_gid" not in self.info:
+            self.info[f"{self.last_addr}_gid"] = m.group(1)
+            return True
+        return False
+
+    def warning(self, s: str, n: int, line: str) -> bool:
+        if not s.startswith("WARNING:"):
+            return False
+        self.warnings.append(clip(s, 200))
+        return True
+
+    def cuda(self, s: str, n: int, line: str) -> bool:
+        m = _CUDA_PICK.match(s)
+        if m:
+            self.info["use_cuda"] = True
+            self.info["cuda_device"] = int(m.group(1))
+            return True
+        m = _CUDA_NAME.search(s)
+        if m:
+            self.info["use_cuda"] = True
+            self.info["cuda_device_name"] = m.group(1)
+            return True
+        return False
+
+    def command(self, s: str, n: int, line: str) -> bool:
+        m = _CMD.search(s)
+        if not m or "command" in self.info or " : " in s:
+            return False
+        self.info["command"] = m.group(1)
+        c = _USE_CUDA.search(s)
+        if c:
+            self.info["use_cuda"] = True
+            self.info.setdefault("cuda_device", int(c.group(1)))
+        if _BIDIR_FLAG.search(s):
+            self.info["bidirectional"] = True
+        return True
+
+    def pairs(self, s: str, n: int, line: str) -> bool:
+        if self.title is None or ":" not in s or len(s) > 200:
+            return False
+        for k, v in _pairs(s):
+            if len(self.header) < 64:
+                self.header[k] = v
+        return True
+
+    def result(self, numbered: list[tuple[int, str]]) -> PerftestResult:
+        if self.title is None and self.table is None:
+            n, line = _text.first_line(numbered)
+            raise BenchParseError("not perftest output (no '... BW Test' / '... Latency Test' banner)", n, line)
+        if not self.bw_rows and not self.lat_rows:
+            if self.role == "server" or self.table is None:
+                n, line = self.waiting_line or (numbered[-1] if numbered else (1, ""))
+                raise BenchParseError("server-side perftest output has no result rows (latency tests report only "
+                                      "on the client); import the client's output", n, line)
+            raise BenchParseError("result table header without rows (output cut?)", self.table[1], self.table[2])
+        info = dict(self.info)
+        if self.title and "Bidirectional" in self.title:
+            info["bidirectional"] = True
+        return PerftestResult(
+            format="text", test=self.title, kind=self.kind or "bw", role=self.role, header=self.header,
+            warnings=tuple(self.warnings), cpu_freq_warnings=self.cpu_freq, bw_unit=self.unit,
+            bw_rows=tuple(self.bw_rows), lat_rows=tuple(self.lat_rows), **_header_fields(self.header), **info)
+
+
+#: line handlers in the order they are tried
+_HANDLERS = (_TextReader.row, _TextReader.table_header, _TextReader.waiting, _TextReader.banner,
+             _TextReader.address, _TextReader.warning, _TextReader.cuda, _TextReader.command, _TextReader.pairs)
+
+
 def parse_perftest(text: str, json_bw_unit: str | None = None) -> PerftestResult:
     """perftest client output (text or ``--out_json``); refuses (:class:`BenchParseError`) a server-side
     output without results, and anything else that is not perftest's."""
     numbered = _text.lines(text)
     if _text.looks_like_json(numbered):
         return _parse_json(text, numbered, json_bw_unit)
-    title = None
-    kind = None
-    header: dict[str, str] = {}
-    info: dict[str, object] = {}
-    warnings: list[str] = []
-    cpu_freq = 0
-    role = "client"
-    table: tuple[str, int, str] | None = None  # ("bw"|"lat"|"lat_dur", line_no, line)
-    unit = None
-    bw_rows: list[PerftestBwRow] = []
-    lat_rows: list[PerftestLatRow] = []
-    waiting_line: tuple[int, str] | None = None
-    last_addr = "local"  # which address block a 'GID:' line belongs to
+    reader = _TextReader()
     for n, line in numbered:
         s = line.strip()
         if not s or s.startswith("---") or s.startswith("***"):
             continue
         if s.startswith(_CPU_FREQ):
-            cpu_freq += 1
+            reader.cpu_freq += 1
             continue
-        if table is not None:
-            toks = s.split()
-            if _text.is_int_token(toks[0]):
-                if len(bw_rows) + len(lat_rows) >= MAX_ROWS:
-                    raise BenchParseError(f"more than MAX_ROWS={MAX_ROWS} result rows", n, line, limit="MAX_ROWS")
-                if table[0] == "bw":
-                    bw_rows.append(_bw_row(toks, unit, n, line))
-                else:
-                    lat_rows.append(_lat_row(toks, table[0], n, line))
-                continue
-        if s.startswith("#bytes"):
-            m = _BW_HEADER.search(s)
-            if m:
-                table, unit, kind = ("bw", n, line), m.group(1), "bw"
-            elif "t_min[usec]" in s:
-                table, kind = ("lat", n, line), "lat"
-            elif "t_avg[usec]" in s and "tps" in s:
-                table, kind = ("lat_dur", n, line), "lat"
-            else:
-                raise BenchParseError("result table header of an unknown layout", n, line)
-            if "#sl" in s or "Port1" in s:
-                raise BenchParseError("per-port and QoS result tables are not read", n, line)
-            continue
-        if "Waiting for client" in s:
-            role = "server"
-            waiting_line = waiting_line or (n, line)
-            continue
-        m = _TITLE.match(s)
-        if m:
-            title = s
-            kind = kind or ("lat" if m.group(2) == "Latency" else "bw")
-            continue
-        m = _ADDR.match(s)
-        if m:
-            info[f"{m.group(1)}_lid"] = m.group(2)
-            last_addr = m.group(1)
-            continue
-        m = _GID.match(s)
-        if m and f"{last_addr}_gid" not in info:
-            info[f"{last_addr}_gid"] = m.group(1)
-            continue
-        if s.startswith("WARNING:"):
-            warnings.append(clip(s, 200))
-            continue
-        m = _CUDA_PICK.match(s)
-        if m:
-            info["use_cuda"] = True
-            info["cuda_device"] = int(m.group(1))
-            continue
-        m = _CUDA_NAME.search(s)
-        if m:
-            info["use_cuda"] = True
-            info["cuda_device_name"] = m.group(1)
-            continue
-        m = _CMD.search(s)
-        if m and "command" not in info and " : " not in s:
-            info["command"] = m.group(1)
-            c = _USE_CUDA.search(s)
-            if c:
-                info["use_cuda"] = True
-                info.setdefault("cuda_device", int(c.group(1)))
-            continue
-        if title is not None and ":" in s and len(s) <= 200:
-            for k, v in _pairs(s):
-                if len(header) < 64:
-                    header[k] = v
-    if title is None and table is None:
-        n, line = _text.first_line(numbered)
-        raise BenchParseError("not perftest output (no '... BW Test' / '... Latency Test' banner)", n, line)
-    if not bw_rows and not lat_rows:
-        if role == "server" or table is None:
-            n, line = waiting_line or (numbered[-1] if numbered else (1, ""))
-            raise BenchParseError("server-side perftest output has no result rows (latency tests report only on "
-                                  "the client); import the client's output", n, line)
-        raise BenchParseError("result table header without rows (output cut?)", table[1], table[2])
-    return PerftestResult(
-        format="text", test=title, kind=kind or "bw", role=role, header=header, warnings=tuple(warnings),
-        cpu_freq_warnings=cpu_freq, bw_unit=unit, bw_rows=tuple(bw_rows), lat_rows=tuple(lat_rows),
-        **_header_fields(header), **info)
+        for handler in _HANDLERS:
+            if handler(reader, s, n, line):
+                break
+    return reader.result(numbered)
 
 
 def _header_fields(header: dict[str, str]) -> dict[str, object]:
@@ -288,6 +343,9 @@ def _bw_row(toks: list[str], unit: str, n: int, line: str) -> PerftestBwRow:
 
 def _lat_row(toks: list[str], layout: str, n: int, line: str) -> PerftestLatRow:
     f = _text.to_float
+    want = 4 if layout == "lat_dur" else 9
+    if len(toks) < want:
+        raise BenchParseError(f"latency row has {len(toks)} of its {want} fields (output cut mid-row?)", n, line)
     size = _text.to_int(toks[0], "#bytes", n, line)
     iters = _text.to_int(toks[1], "#iterations", n, line)
     if layout == "lat_dur":

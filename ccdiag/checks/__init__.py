@@ -18,7 +18,8 @@ from ccdiag.findings import UNKNOWN, Component, Finding
 __all__ = ["REGISTRY", "CheckContext", "CheckSpec", "check", "load_all", "run_checks", "CHECK_MODULES"]
 
 #: modules holding checks, imported on first use
-CHECK_MODULES = ("probes", "gpu", "xid", "nvlink", "pcie", "infiniband", "environment", "consistency")
+CHECK_MODULES = ("probes", "gpu", "xid", "nvlink", "nvswitch", "pcie", "infiniband", "environment", "platform",
+                 "peers", "consistency")
 
 
 def load_all() -> dict[str, CheckSpec]:

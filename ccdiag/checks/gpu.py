@@ -10,12 +10,19 @@ action) fails a node; idle clocks, software power capping and historic counts ne
 
 from __future__ import annotations
 
+import dataclasses
+import json
+from collections import Counter
+from functools import lru_cache
+from importlib import resources
 from typing import Any
 
 from ccdiag.checks import CheckContext, check
-from ccdiag.checks.common import (NODE, NVML, gpu_by_bdf, gpu_component, not_read, nvidia_pci_gpus, nvml_gate,
-                                  nvswitches_on_pci, per_gpu, policy_source, read_error)
+from ccdiag.checks.common import (NODE, NVML, gpu_by_bdf, gpu_component, node_component, not_read, nvidia_pci_gpus,
+                                  nvml_gate, nvswitches_on_pci, per_gpu, policy_source, read_error)
 from ccdiag.findings import FAIL, PASS, SKIP, UNKNOWN, WARN, Component, Evidence, Finding
+from ccdiag.probes.nvml import decode_fabric_health
+from ccdiag.topology.catalogue import gpu_by_name
 from ccdiag.readings import normalize_bdf
 from ccdiag.probes.nvml import clock_event_names
 from ccdiag.probenames import PROBE_NVML, PROBE_PCIE, PROBE_SYSTEM
@@ -179,8 +186,14 @@ def check_lost(ctx: CheckContext) -> list[Finding]:
     cid = "gpu.lost"
 
     def judge(g, _nvml):
+        later = _later_same_gpu(ctx, g)
+        when = ""
+        if not g.failed and later is not None and later.failed:
+            g, when = dataclasses.replace(later, index=g.index, uuid=g.uuid or later.uuid,
+                                          bus_id=g.bus_id or later.bus_id), " (lost during the counter window)"
         if not g.failed:
-            return [Finding(cid, PASS, gpu_component(g), f"GPU{g.index} answers NVML.")]
+            seen = " in both samples" if later is not None else ""
+            return [Finding(cid, PASS, gpu_component(g), f"GPU{g.index} answers NVML{seen}.")]
         errs = [e for e in g.errors if e.kind == g.failed][:3]
         ev = tuple(Evidence("NVML error", f"{e.kind}: {e.message}", e.source) for e in errs) or (
             Evidence("GPU state", g.failed, NVML),)
@@ -189,7 +202,7 @@ def check_lost(ctx: CheckContext) -> list[Finding]:
             ev += (Evidence("bus id", g.bus_id, inferred[0].message),)
         reboot = g.failed in ("gpu_lost",)
         state = FAILED_STATES.get(g.failed, f"failed ({g.failed})")
-        return [Finding(cid, FAIL, gpu_component(g), f"GPU{g.index} is {state}.",
+        return [Finding(cid, FAIL, gpu_component(g), f"GPU{g.index} is {state}{when}.",
                         evidence=ev, expected="GPU answers NVML",
                         remedy=("Drain the node, then reboot it (a GPU lost from the bus rarely comes back with a "
                                 "reset)."
@@ -266,12 +279,7 @@ def check_ecc(ctx: CheckContext) -> list[Finding]:
         if g.ecc_mode_current is False:
             out.append(_ecc_disabled(cid, g))
         if (g.ecc_aggregate_uncorrected or 0) > 0:
-            out.append(Finding(cid, WARN, comp,
-                               f"GPU{g.index} had {g.ecc_aggregate_uncorrected} uncorrected ECC error(s) in its "
-                               "lifetime (none since the last reset).", evidence=ev,
-                               expected="0 uncorrected ECC errors over the GPU's life",
-                               remedy="History, not a current fault: confirm gpu.remapped_rows passes (no pending or "
-                                      "failed remap) and watch for new errors."))
+            out.append(_ecc_lifetime(cid, g, comp, ev))
         if not out:
             out.append(Finding(cid, PASS, comp, f"GPU{g.index}: no uncorrected ECC errors.", evidence=ev))
         return out
@@ -279,11 +287,47 @@ def check_ecc(ctx: CheckContext) -> list[Finding]:
     return per_gpu(ctx, cid, judge)
 
 
+def _ecc_lifetime(cid: str, g: Any, comp: Component, ev: tuple) -> Finding:
+    """Uncorrected ECC errors in the GPU's life, none since its last reset. With no remap or page
+    retirement pending either, the memory was already repaired: history, so a pass with a note (a
+    warning here would fail ``--strict`` for the rest of the GPU's life). A repair still pending
+    keeps it a warning (gpu.remapped_rows fails it)."""
+    pending = [what for what, v in (("row remap pending", g.remapped_rows_pending),
+                                    ("row remap failed", g.remapped_rows_failure),
+                                    ("page retirement pending", g.retired_pages_pending)) if v]
+    ev = ev + (Evidence("repair pending", ", ".join(pending) or "none",
+                        f"nvmlDeviceGetRemappedRows({g.index}) / nvmlDeviceGetRetiredPagesPendingStatus"),)
+    n = g.ecc_aggregate_uncorrected
+    if pending:
+        return Finding(cid, WARN, comp, f"GPU{g.index} had {n} uncorrected ECC error(s) in its lifetime and its "
+                       f"repair is not done ({', '.join(pending)}).", evidence=ev,
+                       expected="no pending memory repair", expected_source="NVIDIA GPU memory error management",
+                       remedy="See gpu.remapped_rows: reset the GPU when idle so the pending repair takes effect.")
+    return Finding(cid, PASS, comp, f"GPU{g.index}: no uncorrected ECC error since its last reset (note: {n} in its "
+                   "lifetime, repaired: no remap or retirement pending).", evidence=ev,
+                   expected="0 volatile uncorrected ECC errors, no repair pending",
+                   expected_source="NVIDIA GPU memory error management (row remapping repairs lifetime errors)",
+                   details={"lifetime_uncorrected": n})
+
+
 def _ecc_disabled(cid: str, g: Any) -> Finding:
     return Finding(cid, WARN, gpu_component(g), f"GPU{g.index}: ECC is disabled.",
                    evidence=(Evidence("ECC mode", False, f"nvmlDeviceGetEccMode({g.index})"),),
                    expected="ECC enabled", expected_source="imbue cluster-health (ECC mode must be Enabled)",
                    remedy=f"nvidia-smi -i {g.index} -e 1, then reset the GPU or reboot.")
+
+
+def _later_same_gpu(ctx: CheckContext, g: Any) -> Any:
+    """GPU ``g`` in the window's second sample, by index and, when both have one, the same UUID or
+    bus id (a lost GPU answers neither its UUID nor always its bus id)."""
+    later = ctx.later_data(PROBE_NVML)
+    for lg in getattr(later, "gpus", ()) or ():
+        if lg.index != g.index:
+            continue
+        if lg.uuid and g.uuid and lg.uuid != g.uuid:
+            return None
+        return lg
+    return None
 
 
 def _later_gpu(ctx: CheckContext, g: Any) -> Any:
@@ -473,6 +517,38 @@ def check_clocks(ctx: CheckContext) -> list[Finding]:
 SLOWDOWN_MARGIN_C = 5.0
 
 
+THERMAL_TABLE = "ccdiag/data/gpu_thermal_limits.json"
+
+
+@lru_cache(maxsize=1)
+def thermal_limits() -> dict[str, dict]:
+    """Temperature limits by NVML model name, for GPUs whose NVML gives no thresholds."""
+    text = resources.files("ccdiag").joinpath("data/gpu_thermal_limits.json").read_text(encoding="utf-8")
+    return json.loads(text)["models"]
+
+
+def _with_thermal_limits(g: Any) -> tuple[Any, str]:
+    """``g`` with known limits where NVML reported none at all, and who says so: the hardware
+    catalogue first, then ccdiag/data/gpu_thermal_limits.json for models the catalogue has no
+    limits for yet (its entries belong in the catalogue)."""
+    own = "the GPU's own limits (NVML temperature thresholds)"
+    if g.temp_slowdown_c is not None or g.temp_shutdown_c is not None or g.temp_gpu_max_c is not None:
+        return g, own
+    model = gpu_by_name(g.name)
+    if model is not None and model.thermal("slowdown") is not None and model.thermal("shutdown") is not None:
+        g = dataclasses.replace(g, temp_slowdown_c=model.thermal("slowdown"), temp_shutdown_c=model.thermal("shutdown"),
+                                temp_gpu_max_c=model.thermal("max_operating"),
+                                temp_mem_max_c=g.temp_mem_max_c or model.thermal("memory_max_operating"))
+        return g, f"hardware catalogue ({model.key}: {'; '.join(model.sources)})"
+    entry = thermal_limits().get(g.name or "")
+    if entry is None:
+        return g, own
+    g = dataclasses.replace(g, temp_slowdown_c=float(entry["slowdown_c"]), temp_shutdown_c=float(entry["shutdown_c"]),
+                            temp_gpu_max_c=float(entry["gpu_max_c"]),
+                            temp_mem_max_c=g.temp_mem_max_c or float(entry["mem_max_c"]))
+    return g, f"{THERMAL_TABLE} ({g.name}: {entry['source']})"
+
+
 @check("gpu.temperature", needs=(PROBE_NVML,))
 def check_temperature(ctx: CheckContext) -> list[Finding]:
     """Temperature against the GPU's own limits (NVML thresholds: slowdown, shutdown, maximum operating,
@@ -484,9 +560,12 @@ def check_temperature(ctx: CheckContext) -> list[Finding]:
         src = f"nvmlDeviceGetTemperature({g.index}, 0)"  # NVML_TEMPERATURE_GPU
         if g.temperature_c is None:
             return [not_read(cid, g, "temperature", ("nvmlDeviceGetTemperature",))]
+        g, own = _with_thermal_limits(g)
         t = g.temperature_c
         ev = [Evidence("temperature C", t, src)]
         thr = f"nvmlDeviceGetTemperatureThreshold({g.index}, ...)"
+        if not own.startswith("the GPU's own"):
+            thr = own
         for what, value in (("slowdown C", g.temp_slowdown_c), ("shutdown C", g.temp_shutdown_c),
                             ("max operating C", g.temp_gpu_max_c)):
             if value is not None:
@@ -497,7 +576,6 @@ def check_temperature(ctx: CheckContext) -> list[Finding]:
             if g.temp_mem_max_c is not None:
                 ev.append(Evidence("memory max operating C", g.temp_mem_max_c, thr))
         comp, ev = gpu_component(g), tuple(ev)
-        own = "the GPU's own limits (NVML temperature thresholds)"
         cooling = "Check the node's cooling: fans, airflow, inlet temperature and blanking panels; see gpu.clocks."
         if g.temp_shutdown_c is not None and t >= g.temp_shutdown_c - 1:
             return [Finding(cid, FAIL, comp, f"GPU{g.index} at {t:g} C is at its shutdown limit "
@@ -716,13 +794,96 @@ def check_fabric_manager(ctx: CheckContext) -> list[Finding]:
                                remedy="If ccdiag runs in a container the service runs on the host; otherwise restart "
                                       "nvidia-fabricmanager before the GPUs are reset."))
         else:
-            out.append(Finding(cid, FAIL, NODE, f"NVSwitch present but the fabric manager is '{fm}'.",
+            out.append(Finding(cid, FAIL, node_component("nvidia-fabricmanager"),
+                               f"NVSwitch present but the fabric manager is '{fm}': no GPU can join the NVLink "
+                               "fabric until it runs.",
                                evidence=(ev_sw, ev_fm), expected="active", expected_source="NVSwitch present",
                                remedy="systemctl enable --now nvidia-fabricmanager (same version as the driver); check "
-                                      "/var/log/fabricmanager.log."))
+                                      "/var/log/fabricmanager.log.",
+                               details={"root": "fabric_manager_down"}))
     if not out:
         out.append(Finding(cid, PASS, NODE, "NVSwitch present; fabric manager "
                            + (f"{fm}" if fm else "state not readable here") +
                            (f", {len(states)} GPU(s) registered." if states else "."),
                            evidence=(ev_sw, ev_fm)))
+    return out
+
+
+# ----------------------------------------------------------------------------- fabric health (GB200/GH200)
+
+#: decode_fabric_health keys that say the fabric is working around a fault right now (warn) rather
+#: than running without part of it (fail)
+FABRIC_RECOVERING = ("route_recovery", "access_timeout_recovery")
+FABRIC_HEALTH_TEXT = {"degraded_bandwidth": "NVLink bandwidth degraded", "route_unhealthy": "a route is unhealthy",
+                      "route_recovery": "a route is being recovered",
+                      "access_timeout_recovery": "recovering from an access timeout"}
+FABRIC_SOURCE = "nvml.h NVML_GPU_FABRIC_HEALTH_MASK_* (nvmlGpuFabricInfo_v2 healthMask)"
+
+
+def _fabric_odd_one(gpus: list, attr: str) -> dict[int, tuple[Any, Any]]:
+    """GPU index -> (its value, the value most of its peers share) for GPUs that differ."""
+    values = Counter(getattr(g, attr) for g in gpus if getattr(g, attr) is not None)
+    if len(values) < 2:
+        return {}
+    common, n = values.most_common(1)[0]
+    if n * 2 <= sum(values.values()):
+        return {}  # no majority: the node is split, not one GPU odd
+    return {g.index: (getattr(g, attr), common) for g in gpus
+            if getattr(g, attr) is not None and getattr(g, attr) != common}
+
+
+def _fabric_health_findings(cid: str, g: Any, problems: dict, odd: dict) -> Finding | None:
+    src = f"nvmlDeviceGetGpuFabricInfoV({g.index})"
+    parts = [FABRIC_HEALTH_TEXT.get(k, k) for k in problems if k != "incorrect_configuration"]
+    if problems.get("incorrect_configuration"):
+        parts.append(f"configuration: {problems['incorrect_configuration']}")
+    for what, (mine, peers) in odd.items():
+        parts.append(f"{what} {mine} while its peers are in {what} {peers}")
+    if not parts:
+        return None
+    only_recovering = not odd and all(k in FABRIC_RECOVERING for k in problems)
+    ev = (Evidence("fabric health mask", f"0x{g.fabric_health_mask:x}" if g.fabric_health_mask is not None else None,
+                   src), Evidence("clique id", g.fabric_clique_id, src),
+          Evidence("cluster UUID", g.fabric_cluster_uuid, src))
+    return Finding(cid, WARN if only_recovering else FAIL, gpu_component(g),
+                   f"GPU{g.index} NVLink fabric: " + "; ".join(parts) + ".", evidence=ev,
+                   expected="healthy fabric, same clique and cluster as the other GPUs",
+                   expected_source=FABRIC_SOURCE,
+                   remedy="Drain the node; check the NVLink switch trays and the fabric manager / NMX logs for this "
+                          "GPU's links and partition, then reset the GPU (or reboot) once the fabric is repaired. A "
+                          "GPU in another clique or cluster than its peers cannot join their NVLink domain.",
+                   details={"problems": problems, "odd": {k: list(v) for k, v in odd.items()}})
+
+
+@check("gpu.fabric_health", needs=(PROBE_NVML,))
+def check_fabric_health(ctx: CheckContext) -> list[Finding]:
+    """On NVLink-domain systems (GB200/GH200 NVL) each registered GPU reports a fabric health mask,
+    a clique id and a cluster UUID: a GPU with degraded bandwidth, an unhealthy route or too few
+    NVLinks, or one whose clique or cluster differs from its peers', is named."""
+    cid = "gpu.fabric_health"
+    nvml, gated = nvml_gate(ctx, cid)
+    if gated:
+        return gated
+    registered = [g for g in sorted(nvml.gpus, key=lambda g: g.index)
+                  if not g.failed and g.fabric_state == "completed"]
+    if not registered:
+        return [Finding(cid, SKIP, NODE, "No GPU reports a completed NVLink fabric registration (no fabric, or "
+                        "see gpu.fabric_manager).")]
+    cliques = _fabric_odd_one(registered, "fabric_clique_id")
+    clusters = _fabric_odd_one(registered, "fabric_cluster_uuid")
+    out = []
+    for g in registered:
+        odd = {}
+        if g.index in cliques:
+            odd["clique"] = cliques[g.index]
+        if g.index in clusters:
+            odd["cluster"] = clusters[g.index]
+        f = _fabric_health_findings(cid, g, decode_fabric_health(g.fabric_health_mask), odd)
+        if f is not None:
+            out.append(f)
+    if not out:
+        ids = sorted({g.fabric_clique_id for g in registered if g.fabric_clique_id is not None})
+        out.append(Finding(cid, PASS, NODE, f"{len(registered)} GPU(s) registered with a healthy fabric"
+                           + (f", clique {ids[0]}" if len(ids) == 1 else "") + ".",
+                           expected="healthy fabric", expected_source=FABRIC_SOURCE))
     return out

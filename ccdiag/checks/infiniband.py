@@ -76,6 +76,19 @@ _NO_SM = ("The physical link is up but the port was not activated: no subnet man
           "Check that the subnet manager (opensm or UFM) is running and sees this port.")
 
 
+def _worse_later(ctx: CheckContext, dev: Any, port: Any) -> Any:
+    """The port as the window's second sample saw it when it went down there: a port that fails
+    in any sample fails the check."""
+    later = ctx.later_data(PROBE_INFINIBAND)
+    for d in getattr(later, "devices", ()) or ():
+        if d.name != dev.name:
+            continue
+        lp = next((x for x in d.ports if x.port == port.port), None)
+        if lp is not None and is_active(port) and not is_active(lp) and lp.state is not None:
+            return lp
+    return port
+
+
 @check("ib.port_state", needs=(PROBE_INFINIBAND,), what="IB port state")
 def port_state(ctx: CheckContext) -> list[Finding]:
     """Every port ACTIVE with the physical link up; Polling/Disabled/INIT named with their cause."""
@@ -85,6 +98,7 @@ def port_state(ctx: CheckContext) -> list[Finding]:
     out: list[Finding] = []
     active = 0
     for dev, p in all_ports(ib):
+        p = _worse_later(ctx, dev, p)
         comp = port_component(dev, p)
         ev = (Evidence("state", f"{p.state_code}: {p.state}" if p.state_code is not None else p.state,
                        port_path(dev.name, p.port, "state")),
@@ -130,6 +144,67 @@ def _model(dev: Any, port: Any) -> tuple:
     return (dev.hca_type, dev.board_id, port.link_layer)
 
 
+def _best_by_model(ports: list) -> tuple[dict[tuple, float], dict[tuple, int]]:
+    """The best rate and width among the active ports of each HCA model (and link layer)."""
+    best_rate: dict[tuple, float] = {}
+    best_width: dict[tuple, int] = {}
+    for d, p in ports:
+        k = _model(d, p)
+        if p.rate_gbit_s is not None:
+            best_rate[k] = max(best_rate.get(k, 0.0), p.rate_gbit_s)
+        if p.width is not None:
+            best_width[k] = max(best_width.get(k, 0), p.width)
+    return best_rate, best_width
+
+
+def _rate_issues(ctx: CheckContext, d: Any, p: Any, best: tuple[dict, dict],
+                 has_ib: bool) -> list[tuple[str, str, str, str]]:
+    """(status, text, expected, expected_source) of what is wrong with one active port's rate."""
+    best_rate, best_width = best
+    k = _model(d, p)
+    is_ib = (p.link_layer or "InfiniBand") == "InfiniBand"
+    want = ctx.policy.ib_rate_gbit_s
+    issues: list[tuple[str, str, str, str]] = []
+    if is_ib and p.width is not None and p.width < 4:
+        if best_width.get(k, 0) >= 4:
+            issues.append((FAIL, f"trained at {p.width}X while other ports of this model run at "
+                           f"{best_width[k]}X: lanes failed", f"{best_width[k]}X",
+                           "other ports of the same HCA model"))
+        else:
+            issues.append((WARN, f"running at {p.width}X width (InfiniBand ports are 4X); a split "
+                           "cable (HDR100/NDR200) does this on purpose, a failed lane does it by accident",
+                           "4X", "InfiniBand port width"))
+    if best_rate.get(k, 0.0) > p.rate_gbit_s:
+        issues.append((FAIL if is_ib else WARN,
+                       f"{p.rate_gbit_s:g} Gb/s while other ports of this model run at {best_rate[k]:g} Gb/s",
+                       f"{best_rate[k]:g} Gb/s", "other ports of the same HCA model"))
+    if want is not None and (is_ib or not has_ib) and p.rate_gbit_s < want:
+        issues.append((FAIL, f"{p.rate_gbit_s:g} Gb/s is below the fleet minimum {want:g} Gb/s",
+                       f"{want:g} Gb/s or more", policy_source(ctx, "ib_rate_gbit_s")))
+    return issues
+
+
+def _rate_finding(ctx: CheckContext, d: Any, p: Any, best: tuple[dict, dict], has_ib: bool) -> Finding:
+    comp = port_component(d, p)
+    ev = (Evidence("rate", p.rate_raw or (f"{p.rate_gbit_s:g} Gb/sec" if p.rate_gbit_s else None),
+                   port_path(d.name, p.port, "rate")),)
+    if p.rate_gbit_s is None:
+        return Finding("ib.rate", UNKNOWN if p.errors else SKIP, comp, f"{comp.name}: rate not readable", ev)
+    issues = _rate_issues(ctx, d, p, best, has_ib)
+    if not issues:
+        return Finding("ib.rate", PASS, comp, f"{comp.name} at {p.rate_raw or p.rate_gbit_s}", ev,
+                       expected=f"{best[0].get(_model(d, p), p.rate_gbit_s):g} Gb/s",
+                       expected_source="ports of the same HCA model")
+    status = _worst(s for s, *_ in issues)
+    first = next(i for i in issues if i[0] == status)
+    return Finding(
+        "ib.rate", status, comp, f"{comp.name}: " + "; ".join(t for _, t, *_ in issues), ev,
+        expected=first[2], expected_source=first[3],
+        remedy="Check the cable and transceiver (`mlxlink -d <dev> -m` shows lanes and errors); reseat or "
+               "replace it. If the lower width/rate is intended (split cable), set ib_rate_gbit_s in the policy.",
+        details={"width": p.width, "speed": p.speed_name})
+
+
 @check("ib.rate", needs=(PROBE_INFINIBAND,), what="IB port rate")
 def rate(ctx: CheckContext) -> list[Finding]:
     """Active ports at full width (4X on InfiniBand), at the rate of their siblings and the policy."""
@@ -139,57 +214,9 @@ def rate(ctx: CheckContext) -> list[Finding]:
     ports = [(d, p) for d, p in all_ports(ib) if is_active(p)]
     if not ports:
         return [Finding("ib.rate", SKIP, node_component(), "no active IB/RoCE port to judge the rate of")]
-    best_rate: dict[tuple, float] = {}
-    best_width: dict[tuple, int] = {}
-    for d, p in ports:
-        k = _model(d, p)
-        if p.rate_gbit_s is not None:
-            best_rate[k] = max(best_rate.get(k, 0.0), p.rate_gbit_s)
-        if p.width is not None:
-            best_width[k] = max(best_width.get(k, 0), p.width)
+    best = _best_by_model(ports)
     has_ib = any((p.link_layer or "InfiniBand") == "InfiniBand" for _, p in ports)
-    want = ctx.policy.ib_rate_gbit_s
-    out: list[Finding] = []
-    for d, p in ports:
-        comp = port_component(d, p)
-        ev = (Evidence("rate", p.rate_raw or (f"{p.rate_gbit_s:g} Gb/sec" if p.rate_gbit_s else None),
-                       port_path(d.name, p.port, "rate")),)
-        if p.rate_gbit_s is None:
-            out.append(Finding("ib.rate", UNKNOWN if p.errors else SKIP, comp, f"{comp.name}: rate not readable", ev))
-            continue
-        k = _model(d, p)
-        is_ib = (p.link_layer or "InfiniBand") == "InfiniBand"
-        issues: list[tuple[str, str, str, str]] = []  # status, text, expected, expected_source
-        if is_ib and p.width is not None and p.width < 4:
-            if best_width.get(k, 0) >= 4:
-                issues.append((FAIL, f"trained at {p.width}X while other ports of this model run at "
-                               f"{best_width[k]}X: lanes failed", f"{best_width[k]}X",
-                               "other ports of the same HCA model"))
-            else:
-                issues.append((WARN, f"running at {p.width}X width (InfiniBand ports are 4X); a split "
-                               "cable (HDR100/NDR200) does this on purpose, a failed lane does it by accident",
-                               "4X", "InfiniBand port width"))
-        if best_rate.get(k, 0.0) > p.rate_gbit_s:
-            issues.append((FAIL if is_ib else WARN,
-                           f"{p.rate_gbit_s:g} Gb/s while other ports of this model run at {best_rate[k]:g} Gb/s",
-                           f"{best_rate[k]:g} Gb/s", "other ports of the same HCA model"))
-        if want is not None and (is_ib or not has_ib) and p.rate_gbit_s < want:
-            issues.append((FAIL, f"{p.rate_gbit_s:g} Gb/s is below the fleet minimum {want:g} Gb/s",
-                           f"{want:g} Gb/s or more", policy_source(ctx, "ib_rate_gbit_s")))
-        if not issues:
-            out.append(Finding("ib.rate", PASS, comp, f"{comp.name} at {p.rate_raw or p.rate_gbit_s}", ev,
-                               expected=f"{best_rate.get(k, p.rate_gbit_s):g} Gb/s",
-                               expected_source="ports of the same HCA model"))
-            continue
-        status = _worst(s for s, *_ in issues)
-        first = next(i for i in issues if i[0] == status)
-        out.append(Finding(
-            "ib.rate", status, comp, f"{comp.name}: " + "; ".join(t for _, t, *_ in issues), ev,
-            expected=first[2], expected_source=first[3],
-            remedy="Check the cable and transceiver (`mlxlink -d <dev> -m` shows lanes and errors); reseat or "
-                   "replace it. If the lower width/rate is intended (split cable), set ib_rate_gbit_s in the policy.",
-            details={"width": p.width, "speed": p.speed_name}))
-    return out
+    return [_rate_finding(ctx, d, p, best, has_ib) for d, p in ports]
 
 
 # ---------------------------------------------------------------- error counters
@@ -466,9 +493,10 @@ def _affinity(ctx: CheckContext, ib: Any) -> list[Finding]:
             continue
         nic, level = min(near, key=lambda t: level_rank(t[1]))
         closest, closest_level = min(every, key=lambda t: level_rank(t[1]))
-        inactive = ""
+        inactive, details = "", {"level": level}
         if rdma and level_rank(closest_level) < level_rank(level):
             inactive = f" (its closer NIC {_nic_name(closest)} at {closest_level} has no active RDMA port)"
+            details["inactive_nic"] = _nic_name(closest)
         comp = Component(comp.kind, comp.name, gpu=comp.gpu, uuid=comp.uuid, bdf=comp.bdf, peer=_nic_name(nic))
         ev = (Evidence("nearest NIC", {"nic": _nic_name(nic), "level": level}, "topology (PCIe tree, NCCL levels)"),)
         if level_rank(level) >= level_rank(UNKNOWN_LEVEL):
@@ -488,7 +516,7 @@ def _affinity(ctx: CheckContext, ib: Any) -> list[Finding]:
                 remedy="NCCL uses GPUDirect RDMA only up to PXB by default, so this GPU's network traffic is "
                        "staged through host memory. Check that the NIC sits in the slot meant for this GPU; in "
                        "a VM, give NCCL the real PCI tree (NCCL_TOPO_FILE).",
-                details={"level": level}))
+                details=details))
     return out
 
 

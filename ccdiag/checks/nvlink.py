@@ -9,6 +9,7 @@ judged only by their change between the two samples of a ``--window`` run.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from ccdiag.checks import CheckContext, check
@@ -75,6 +76,21 @@ def expected_links(ctx: CheckContext, g: Any, nvml: Any, has_switch: bool) -> tu
     return None, None
 
 
+def with_later_link_losses(ctx: CheckContext, g: Any) -> Any:
+    """``g`` with the links the window's second sample saw inactive marked inactive: a link that
+    drops during the window is down, whichever sample saw it (expectations stay those of the first)."""
+    later = ctx.later_data(PROBE_NVML)
+    lg = next((x for x in getattr(later, "gpus", ()) or () if x.index == g.index
+               and (not x.uuid or not g.uuid or x.uuid == g.uuid)), None)
+    if lg is None or lg.failed:
+        return g
+    lost = {lk.link for lk in lg.nvlinks if lk.active is False}
+    if not lost & {lk.link for lk in g.nvlinks if lk.active}:
+        return g
+    return dataclasses.replace(g, nvlinks=tuple(dataclasses.replace(lk, active=False) if lk.link in lost else lk
+                                                for lk in g.nvlinks))
+
+
 @check("nvlink.down", needs=(PROBE_NVML,))
 def check_down(ctx: CheckContext) -> list[Finding]:
     """NVLinks that should be up but are not: NCCL then routes over fewer links or over PCIe."""
@@ -84,7 +100,8 @@ def check_down(ctx: CheckContext) -> list[Finding]:
         return gated
     peers = gpu_by_bdf(nvml)
     has_switch = node_has_nvswitch(ctx, nvml)
-    plans = [(g, *expected_links(ctx, g, nvml, has_switch)) for g in sorted(nvml.gpus, key=lambda g: g.index)]
+    plans = [(with_later_link_losses(ctx, g), *expected_links(ctx, g, nvml, has_switch))
+             for g in sorted(nvml.gpus, key=lambda g: g.index)]
     if not any(g.nvlinks for g, _, _ in plans) and not any(exp for _, exp, _ in plans):
         return [Finding(cid, SKIP, NODE, "No NVLink on this node (and none expected).")]
     out: list[Finding] = []

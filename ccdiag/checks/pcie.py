@@ -174,38 +174,70 @@ def _judge_hop(ctx: CheckContext, names: Names, d: Any, a: _Attr,
         return "ok", None, None  # the device below cannot go faster/wider: nothing wrong at this hop
     if any(a.cur(c) == cur and _valid(a.max(c)) and a.max(c) > a.cur(c) for c in kids):
         return "skip", None, None  # same link, reported at its lower end
-    comp = names.component(d)
-    ev = _link_evidence(d, a)
-    parent = names.parent(d)
-    if parent is not None and _valid(a.max(parent)) and a.max(parent) < mx and cur >= a.max(parent):
-        ev.append(Evidence(f"upstream max link {a.name}", a.fmt(a.max(parent)),
-                           sysfs_path(parent.bdf, a.max_file)))
-        return "problem", Finding(
-            check_id, WARN, comp,
-            f"{names.label(d)} can run at {a.fmt(mx)} but is limited by {names.label(parent)} "
-            f"(max {a.fmt(a.max(parent))}); it runs at {a.fmt(cur)}",
-            tuple(ev), expected=a.fmt(mx), expected_source=f"device capability ({a.max_file})",
-            remedy=f"Not a fault: the slot or switch port above is the bottleneck. Move the device to a "
-                   f"port that supports {a.fmt(mx)}, or accept the lower host bandwidth.",
-            details={"limited_by": parent.bdf}), None
+    limited = _limited_by_parent(names, d, a, check_id)
+    if limited is not None:
+        return "problem", limited, None
     if a is SPEED and names.is_gpu_own_link(d):
-        gpus = names.served_gpus(d)
-        loaded = set((ctx.meta.get("link_load") or {}).get("loaded") or ())
-        acts = ["busy" if g.index in loaded else gpu_activity(g.gpu) for g in gpus]
-        if "busy" not in acts:
-            why = "idle" if acts and all(x == "idle" for x in acts) else "activity unknown"
-            note = (f"{names.label(d)} link at {a.fmt(cur)} of {a.fmt(mx)}: GPU {why}; idle GPUs lower their "
-                    f"PCIe speed to save power, so speed is not judged here")
-            return "note", None, note
-        ev.append(Evidence("GPU activity", "busy", "ccdiag's host-to-device copies (link load)"
-                           if any(g.index in loaded for g in gpus) else "NVML clock event reasons / compute processes"))
+        return _gpu_speed_hop(ctx, names, d, a, check_id)
+    return "problem", _trained_low(names, d, a, check_id), None
+
+
+def _limited_by_parent(names: Names, d: Any, a: _Attr, check_id: str) -> Finding | None:
+    """A hop running at the most its slot or switch port above allows: a design fact, warned."""
+    cur, mx = a.cur(d), a.max(d)
+    parent = names.parent(d)
+    if parent is None or not _valid(a.max(parent)) or a.max(parent) >= mx or cur < a.max(parent):
+        return None
+    ev = _link_evidence(d, a) + [Evidence(f"upstream max link {a.name}", a.fmt(a.max(parent)),
+                                          sysfs_path(parent.bdf, a.max_file))]
+    return Finding(
+        check_id, WARN, names.component(d),
+        f"{names.label(d)} can run at {a.fmt(mx)} but is limited by {names.label(parent)} "
+        f"(max {a.fmt(a.max(parent))}); it runs at {a.fmt(cur)}",
+        tuple(ev), expected=a.fmt(mx), expected_source=f"device capability ({a.max_file})",
+        remedy=f"Not a fault: the slot or switch port above is the bottleneck. Move the device to a "
+               f"port that supports {a.fmt(mx)}, or accept the lower host bandwidth.",
+        details={"limited_by": parent.bdf})
+
+
+def _gpu_speed_hop(ctx: CheckContext, names: Names, d: Any, a: _Attr,
+                   check_id: str) -> tuple[str, Finding | None, str | None]:
+    """A GPU's own link below its speed. Idle GPUs lower their link speed to save power, so it is
+    judged only while the GPU works; under ccdiag's own host-to-device copies the link is known to
+    be saturated, so a link still trained low fails, while a GPU merely reported busy by NVML warns
+    (its workload may not be using the link)."""
+    cur, mx = a.cur(d), a.max(d)
+    gpus = names.served_gpus(d)
+    loaded = set((ctx.meta.get("link_load") or {}).get("loaded") or ())
+    acts = ["busy" if g.index in loaded else gpu_activity(g.gpu) for g in gpus]
+    if "busy" not in acts:
+        why = "idle" if acts and all(x == "idle" for x in acts) else "activity unknown"
+        note = (f"{names.label(d)} link at {a.fmt(cur)} of {a.fmt(mx)}: GPU {why}; idle GPUs lower their "
+                f"PCIe speed to save power, so speed is not judged here")
+        return "note", None, note
+    under_load = any(g.index in loaded for g in gpus)
+    ev = _link_evidence(d, a) + [Evidence("GPU activity", "busy", "ccdiag's host-to-device copies (link load)"
+                                          if under_load else "NVML clock event reasons / compute processes")]
+    if under_load:
         return "problem", Finding(
-            check_id, WARN, comp,
-            f"{names.label(d)} PCIe link at {a.fmt(cur)} of {a.fmt(mx)} while the GPU is busy",
+            check_id, FAIL, names.component(d),
+            f"{names.label(d)} PCIe link at {a.fmt(cur)} of {a.fmt(mx)} while ccdiag kept it busy with "
+            "host-to-device copies: it trained low",
             tuple(ev), expected=a.fmt(mx), expected_source=f"device capability ({a.max_file})",
-            remedy="Re-check under load (e.g. while a job runs, `nvidia-smi -q -d PCIE -i <gpu>`); if the link stays below its "
-                   "capability under load, reseat the GPU/riser and check the slot's BIOS link settings.",
-            details={"gpus": [g.label for g in gpus]}), None
+            remedy="Drain the node; reseat the GPU/riser and check the slot's BIOS link settings; a link that "
+                   "keeps training low under load after a cold boot points at the riser, retimer or slot.",
+            details={"gpus": [g.label for g in gpus], "under_load": True}), None
+    return "problem", Finding(
+        check_id, WARN, names.component(d),
+        f"{names.label(d)} PCIe link at {a.fmt(cur)} of {a.fmt(mx)} while the GPU is busy",
+        tuple(ev), expected=a.fmt(mx), expected_source=f"device capability ({a.max_file})",
+        remedy="Re-check under load (`ccdiag check` on a live node loads the links itself); if the link stays "
+               "below its capability under load, reseat the GPU/riser and check the slot's BIOS link settings.",
+        details={"gpus": [g.label for g in gpus]}), None
+
+
+def _trained_low(names: Names, d: Any, a: _Attr, check_id: str) -> Finding:
+    cur, mx = a.cur(d), a.max(d)
     status = FAIL if a is WIDTH else _speed_severity(names.carried(d))
     if a is WIDTH:
         what = "a lane failed to train (a width downgrade is never a power-saving state)"
@@ -217,11 +249,11 @@ def _judge_hop(ctx: CheckContext, names: Names, d: Any, a: _Attr,
                   "slow points at signal integrity (riser, retimer, cable). Re-check after a cold boot.")
     peers = names.served.get(d.bdf)
     serving = f" (serves {', '.join(peers)})" if peers and d.kind in BRIDGE_KINDS else ""
-    return "problem", Finding(
-        check_id, status, comp,
+    return Finding(
+        check_id, status, names.component(d),
         f"{names.label(d)}{serving} PCIe link at {a.fmt(cur)} of {a.fmt(mx)}: {what}",
-        tuple(ev), expected=a.fmt(mx), expected_source=f"device capability ({a.max_file})",
-        remedy=remedy), None
+        tuple(_link_evidence(d, a)), expected=a.fmt(mx), expected_source=f"device capability ({a.max_file})",
+        remedy=remedy)
 
 
 def _speed_severity(carried: tuple[Any, ...]) -> str:
@@ -261,21 +293,44 @@ def _policy_min(ctx: CheckContext, names: Names, d: Any, a: _Attr, check_id: str
                           "full-capability slot or correct the policy if this hardware is expected.")
 
 
-def _link_check(ctx: CheckContext, a: _Attr, check_id: str) -> list[Finding]:
-    names = Names(ctx, ctx.data("pcie").devices)  # the checks calling this need the pcie probe
-    endpoints = names.endpoints()
-    if not endpoints:
-        return [Finding(check_id, SKIP, node_component(), "no GPU, NIC or NVSwitch PCIe functions found")]
-    findings: list[Finding] = []
+def _judge_paths(ctx: CheckContext, names: Names, endpoints: list, a: _Attr,
+                 check_id: str) -> dict[str, tuple[str, Finding | None, str | None]]:
+    """Every hop on every endpoint's path judged once (a switch uplink serves several endpoints)."""
     judged: dict[str, tuple[str, Finding | None, str | None]] = {}
     for e in endpoints:
         for hop in list(e.path[:-1] if e.path and e.path[-1] == e.bdf else e.path) + [e.bdf]:
             dev = names.devices.get(hop)
             if dev is not None and hop not in judged:
                 judged[hop] = _judge_hop(ctx, names, dev, a, check_id)
-                hop_finding = judged[hop][1]
-                if hop_finding is not None:
-                    findings.append(hop_finding)
+    return judged
+
+
+def _endpoint_finding(names: Names, e: Any, a: _Attr, check_id: str, hops: list[str],
+                      judged: dict) -> Finding:
+    """The pass (or not-reported) finding of an endpoint whose path has no problem."""
+    cur, mx = a.cur(e), a.max(e)
+    if not (_valid(cur) and _valid(mx)):
+        return Finding(check_id, UNKNOWN if e.errors else SKIP, names.component(e),
+                       f"{names.label(e)} PCIe link {a.name} not reported",
+                       tuple(Evidence("read error", err.message or err.kind, err.source) for err in e.errors))
+    notes = [cast(str, judged[h][2]) for h in hops if judged.get(h, ("",))[0] == "note"]  # a note has its text
+    if notes:
+        summary = notes[0] if len(notes) == 1 else "; ".join(notes)
+    else:
+        summary = (f"{names.label(e)} PCIe link {a.fmt(cur)} of {a.fmt(mx)}"
+                   + ("; every hop to the root port at its capability" if len(hops) > 1 else ""))
+    return Finding(check_id, PASS, names.component(e), summary, tuple(_link_evidence(e, a)),
+                   expected=a.fmt(mx), expected_source=f"device capability ({a.max_file})",
+                   details={"notes": notes} if notes else {})
+
+
+def _link_check(ctx: CheckContext, a: _Attr, check_id: str) -> list[Finding]:
+    names = Names(ctx, ctx.data(PROBE_PCIE).devices)
+    endpoints = names.endpoints()
+    if not endpoints:
+        return [Finding(check_id, SKIP, node_component(), "no GPU, NIC or NVSwitch PCIe functions found")]
+    judged = _judge_paths(ctx, names, endpoints, a, check_id)
+    findings: list[Finding] = [v[1] for v in judged.values() if v[1] is not None]
     nvml_limit = _nvml_gen_limits(ctx, names) if a is SPEED else {}
     for e in endpoints:
         hops = [h for h in (list(e.path) or [e.bdf]) if h in judged] or [e.bdf]
@@ -284,28 +339,11 @@ def _link_check(ctx: CheckContext, a: _Attr, check_id: str) -> list[Finding]:
         pol = _policy_min(ctx, names, e, a, check_id)
         if pol:
             findings.append(pol)
-        if e.bdf in nvml_limit and not any(judged.get(h, ("",))[0] == "problem" for h in hops):
+        problem = any(judged.get(h, ("",))[0] == "problem" for h in hops)
+        if e.bdf in nvml_limit and not problem:
             findings.append(nvml_limit[e.bdf])
-            continue
-        if any(judged.get(h, ("",))[0] == "problem" for h in hops) or pol:
-            continue
-        cur, mx = a.cur(e), a.max(e)
-        if not (_valid(cur) and _valid(mx)):
-            status = UNKNOWN if e.errors else SKIP
-            findings.append(Finding(check_id, status, names.component(e),
-                                    f"{names.label(e)} PCIe link {a.name} not reported",
-                                    tuple(Evidence("read error", err.message or err.kind, err.source)
-                                          for err in e.errors)))
-            continue
-        notes = [cast(str, judged[h][2]) for h in hops if judged.get(h, ("",))[0] == "note"]  # a note has its text
-        if notes:
-            summary = notes[0] if len(notes) == 1 else "; ".join(notes)
-        else:
-            summary = (f"{names.label(e)} PCIe link {a.fmt(cur)} of {a.fmt(mx)}"
-                       + ("; every hop to the root port at its capability" if len(hops) > 1 else ""))
-        findings.append(Finding(check_id, PASS, names.component(e), summary, tuple(_link_evidence(e, a)),
-                                expected=a.fmt(mx), expected_source=f"device capability ({a.max_file})",
-                                details={"notes": notes} if notes else {}))
+        elif not problem and not pol:
+            findings.append(_endpoint_finding(names, e, a, check_id, hops, judged))
     return findings
 
 
@@ -393,10 +431,46 @@ def _budget(gen: int | None, width: int | None, window_s: float) -> float | None
     return REPLAY_BUDGET_PER_LANE_PER_MIN.get(gen, 0.0) * width * window_s / 60.0
 
 
+def _aer_device(ctx: CheckContext, names: Names, d: Any, d2: Any) -> Finding | None:
+    """One device's AER counters over the window: uncorrectable growth fails, correctable growth
+    above the link's bit-error budget warns, within it passes; no growth is no finding."""
+    grew = {kind: _aer_increase(getattr(d, f"aer_{kind}"), getattr(d2, f"aer_{kind}"))
+            for kind in ("fatal", "nonfatal", "correctable")}
+    ev = tuple(Evidence(f"AER {kind} increase", inc, sysfs_path(d.bdf, f"aer_dev_{kind}"))
+               for kind, inc in grew.items() if inc)
+    uncorrectable = {k: v for kind in ("fatal", "nonfatal") for k, v in (grew[kind] or {}).items()}
+    comp = names.component(d)
+    if uncorrectable:
+        return Finding(
+            "pcie.aer", FAIL, comp,
+            f"{names.label(d)}: uncorrectable PCIe errors in the last {ctx.window_s:g}s "
+            f"({', '.join(f'{k} +{v}' for k, v in uncorrectable.items())})",
+            ev, expected="no increase", expected_source="Linux AER counters (sysfs aer_dev_*)",
+            remedy="Drain the node. Read the kernel log's AER lines for this device; reseat or replace "
+                   "the card, riser or cable. Errors counted at a root or switch port usually point at "
+                   "the device below it (the link partner).")
+    corr = sum((grew["correctable"] or {}).values())
+    if not corr:
+        return None
+    gen = gen_of(d.current_link_speed_gts or d.max_link_speed_gts)
+    budget = _budget(gen, d.current_link_width or d.max_link_width, ctx.window_s)
+    if budget is not None and corr <= budget:
+        return Finding("pcie.aer", PASS, comp,
+                       f"{names.label(d)}: {corr} correctable errors in {ctx.window_s:g}s, within budget", ev)
+    return Finding(
+        "pcie.aer", WARN, comp,
+        f"{names.label(d)}: {corr} correctable PCIe errors in {ctx.window_s:g}s"
+        + (f", above the {budget:.1f} a healthy link may show" if budget is not None else ""),
+        ev, expected=f"at most {budget:.1f} in {ctx.window_s:g}s" if budget is not None else "no increase",
+        expected_source="BER 1e-12 budget per lane (DCGM PCIe replay rate rule)",
+        remedy="A marginal link: watch the rate; reseat the card/riser if it keeps rising, and "
+               "drain if uncorrectable errors follow.")
+
+
 @check("pcie.aer", needs=(PROBE_PCIE,), what="PCIe AER counters")
 def aer(ctx: CheckContext) -> list[Finding]:
     """AER counters on GPUs, NICs and every port above them, judged by their change over the window."""
-    devices = ctx.data("pcie").devices  # needs=("pcie",): never None here
+    devices = ctx.data(PROBE_PCIE).devices  # needs=(PROBE_PCIE,): never None here
     names = Names(ctx, devices)
     with_aer = [d for d in devices if d.aer_fatal is not None or d.aer_nonfatal is not None
                 or d.aer_correctable is not None]
@@ -409,45 +483,8 @@ def aer(ctx: CheckContext) -> list[Finding]:
     if no_window:
         return [no_window]
     after = {d.bdf: d for d in later.devices}
-    findings: list[Finding] = []
-    for d in sorted(with_aer, key=lambda x: x.bdf):
-        d2 = after.get(d.bdf)
-        if d2 is None:
-            continue
-        grew = {kind: _aer_increase(getattr(d, f"aer_{kind}"), getattr(d2, f"aer_{kind}"))
-                for kind in ("fatal", "nonfatal", "correctable")}
-        ev = tuple(Evidence(f"AER {kind} increase", inc, sysfs_path(d.bdf, f"aer_dev_{kind}"))
-                   for kind, inc in grew.items() if inc)
-        uncorrectable = {k: v for kind in ("fatal", "nonfatal") for k, v in (grew[kind] or {}).items()}
-        comp = names.component(d)
-        if uncorrectable:
-            findings.append(Finding(
-                "pcie.aer", FAIL, comp,
-                f"{names.label(d)}: uncorrectable PCIe errors in the last {ctx.window_s:g}s "
-                f"({', '.join(f'{k} +{v}' for k, v in uncorrectable.items())})",
-                ev, expected="no increase", expected_source="Linux AER counters (sysfs aer_dev_*)",
-                remedy="Drain the node. Read the kernel log's AER lines for this device; reseat or replace "
-                       "the card, riser or cable. Errors counted at a root or switch port usually point at "
-                       "the device below it (the link partner)."))
-            continue
-        corr = sum((grew["correctable"] or {}).values())
-        if corr:
-            gen = gen_of(d.current_link_speed_gts or d.max_link_speed_gts)
-            budget = _budget(gen, d.current_link_width or d.max_link_width, ctx.window_s)
-            if budget is None or corr > budget:
-                findings.append(Finding(
-                    "pcie.aer", WARN, comp,
-                    f"{names.label(d)}: {corr} correctable PCIe errors in {ctx.window_s:g}s"
-                    + (f", above the {budget:.1f} a healthy link may show" if budget is not None else ""),
-                    ev, expected=f"at most {budget:.1f} in {ctx.window_s:g}s" if budget is not None else "no increase",
-                    expected_source="BER 1e-12 budget per lane (DCGM PCIe replay rate rule)",
-                    remedy="A marginal link: watch the rate; reseat the card/riser if it keeps rising, and "
-                           "drain if uncorrectable errors follow."))
-                continue
-        if corr:
-            findings.append(Finding("pcie.aer", PASS, comp,
-                                    f"{names.label(d)}: {corr} correctable errors in {ctx.window_s:g}s, within budget",
-                                    ev))
+    findings = [f for d in sorted(with_aer, key=lambda x: x.bdf) if d.bdf in after
+                for f in [_aer_device(ctx, names, d, after[d.bdf])] if f is not None]
     if not findings:
         findings.append(Finding("pcie.aer", PASS, node_component("PCIe devices"),
                                 f"no AER counter increased on {len(with_aer)} devices over {ctx.window_s:g}s"))
@@ -459,7 +496,7 @@ def aer(ctx: CheckContext) -> list[Finding]:
 @check("pcie.replay", needs=(PROBE_NVML,), what="GPU PCIe replay counters")
 def replay(ctx: CheckContext) -> list[Finding]:
     """PCIe replay counter of each GPU (NVML) against the bit-error budget of its link, over the window."""
-    gpus = [g for g in ctx.data("nvml").gpus if g.failed is None]  # needs=("nvml",): never None here
+    gpus = [g for g in ctx.data(PROBE_NVML).gpus if g.failed is None]  # needs=(PROBE_NVML,): never None here
     if not gpus:
         return [Finding("pcie.replay", SKIP, node_component(), "no GPU to read replay counters from")]
     later, no_window = second_sample(ctx, PROBE_NVML, "pcie.replay", "replay counters")
@@ -500,6 +537,29 @@ def replay(ctx: CheckContext) -> list[Finding]:
 
 # ---------------------------------------------------------------- ACS
 
+#: ACS found on at least this many bridges is one platform setting (BIOS or kernel), not many faults
+ACS_PLATFORM_MIN = 4
+
+
+def _acs_platform(findings: list[Finding]) -> Finding | None:
+    """One root finding for ACS on many bridges: the same BIOS option or kernel decision (the kernel
+    enables ACS on every bridge when an IOMMU is on) set them all, so it is fixed once."""
+    bridges = [f.component.bdf for f in findings if f.status in (FAIL, WARN) and f.component.bdf]
+    if len(bridges) < ACS_PLATFORM_MIN:
+        return None
+    status = FAIL if any(f.status == FAIL for f in findings) else WARN
+    return Finding(
+        "pcie.acs", status, node_component("PCIe ACS (platform)"),
+        f"ACS is enabled on {len(bridges)} bridges between GPUs and NICs: one platform setting, not {len(bridges)} "
+        "faults", (Evidence("bridges with ACS", bridges, "/sys/bus/pci/devices/*/config (ACS extended capability)"),),
+        expected="ACS redirection off on switch ports between GPUs and NICs",
+        expected_source="NCCL troubleshooting guide (PCI Access Control Services)",
+        remedy="Turn ACS off in the BIOS (an 'ACS' or 'PCIe ACS control' option) on nodes that are not "
+               "virtualisation hosts; with the IOMMU in translation mode the kernel enables ACS itself (see "
+               "platform.iommu). Until then, clear it at every boot on each listed bridge with setpci.",
+        details={"root": "acs_platform", "bridges": bridges})
+
+
 def _acs_unreadable(d: Any) -> bool:
     return d.acs_ctrl is None and any("acs" in (e.source + e.message).lower() or "config" in e.source.lower()
                                       for e in d.errors)
@@ -508,7 +568,7 @@ def _acs_unreadable(d: Any) -> bool:
 @check("pcie.acs", needs=(PROBE_PCIE,), what="PCIe ACS")
 def acs(ctx: CheckContext) -> list[Finding]:
     """ACS redirection on bridges between GPUs and NICs forces GPUDirect traffic through the CPU."""
-    names = Names(ctx, ctx.data("pcie").devices)  # needs=("pcie",): never None here
+    names = Names(ctx, ctx.data(PROBE_PCIE).devices)  # needs=(PROBE_PCIE,): never None here
     gpus = [e for e in names.endpoints() if e.kind == "gpu"]
     nics = [e for e in names.endpoints() if e.kind == "nic"]
     if not gpus or not nics:
@@ -552,6 +612,9 @@ def acs(ctx: CheckContext) -> list[Finding]:
                    "at boot, e.g. from a systemd unit), or turn ACS off in the BIOS. Otherwise GPUDirect RDMA "
                    "and PCIe P2P go through the CPU: lower bandwidth, and NCCL hangs have been traced to it.",
             details={"pairs": pairs[bdf], "redirecting": redirecting}))
+    platform = _acs_platform(findings)
+    if platform is not None:
+        findings.append(platform)
     if unreadable and not findings:
         findings.append(Finding("pcie.acs", UNKNOWN, node_component(),
                                 f"ACS control of {len(unreadable)} bridge(s) on GPU-NIC paths could not be read "

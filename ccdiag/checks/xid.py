@@ -27,6 +27,9 @@ CATALOGUE_SOURCE = ("ccdiag XID catalogue (ccdiag/data/xid_catalog.json, from NV
 
 ACTION_STATUS = {"ignore": PASS, "app_error": PASS, "monitor": WARN, "reset": FAIL, "reboot": FAIL, "drain": FAIL}
 FALLEN_OFF_BUS = 79  # the un-numbered "has fallen off the bus" message means the same as XID 79
+#: "NVRM: RmInitAdapter failed!": the driver could not initialise the GPU; judged as the
+#: catalogue's XID 79 entry would be only where the log gives no number, so it has a code of its own
+RM_INIT_FAILED = -1
 
 
 @dataclass(frozen=True)
@@ -56,8 +59,21 @@ def load_catalog() -> dict[int, XidEntry]:
     return out
 
 
+#: the driver's own words for a GPU it could not initialise; not an XID number, so not in the catalogue
+RM_INIT_ENTRY = XidEntry(RM_INIT_FAILED, "RmInitAdapter failed: the driver could not initialise the GPU", "reset",
+                         None, ("NVIDIA driver kernel message 'NVRM: GPU <bdf>: RmInitAdapter failed!'",),
+                         "a GPU that keeps failing to initialise after a reset needs a cold boot (power off), "
+                         "then service")
+
+
+def code_label(code: int) -> str:
+    return "RmInitAdapter failure" if code == RM_INIT_FAILED else f"XID {code}"
+
+
 def classify(code: int) -> XidEntry:
     """The catalogue entry for ``code``; codes not in it are 'monitor' (warn), never pass or fail."""
+    if code == RM_INIT_FAILED:
+        return RM_INIT_ENTRY
     entry = load_catalog().get(code)
     if entry is not None:
         return entry
@@ -93,93 +109,119 @@ def _remedy(entry: XidEntry, gpu_label: str, index: int | None) -> str:
     return f"{base} Note: {entry.note}." if entry.note else base
 
 
+def _xid_code(ev: Any) -> int | None:
+    if ev.kind == "xid" and ev.code is not None:
+        return ev.code
+    if ev.kind == "fallen_off_bus":
+        return FALLEN_OFF_BUS
+    if ev.kind == "rm_init_failed":
+        return RM_INIT_FAILED
+    return None
+
+
+@dataclass
+class _Window:
+    """The XID events of the kernel log sorted into the policy window: groups per (GPU, code),
+    how many were older, how many the policy ignores, and the UUIDs the log maps addresses to."""
+
+    groups: dict[tuple[str | None, int], list[tuple[Any, float | None]]]
+    older: int
+    ignored: dict[int, int]
+    uuids: dict[str, str]
+
+
+def _window(kmsg: Any, window_s: float, ignore: set[int]) -> _Window:
+    w = _Window({}, 0, {}, {})
+    for ev in kmsg.events:
+        key = _key_bdf(ev.bdf)
+        if ev.kind == "gpu_uuid" and key and ev.device:
+            w.uuids[key] = ev.device
+            continue
+        code = _xid_code(ev)
+        if code is None:
+            continue
+        age = kmsg.uptime_s - ev.time_s if kmsg.uptime_s is not None and ev.time_s is not None else None
+        if age is not None and age > window_s:
+            w.older += 1
+        elif code in ignore:
+            w.ignored[code] = w.ignored.get(code, 0) + 1
+        else:
+            w.groups.setdefault((_key_bdf(ev.bdf), code), []).append((ev, age))
+    return w
+
+
+def _xid_component(bdf: str | None, gpus: dict, uuids: dict) -> tuple[Component, str, int | None]:
+    g = gpus.get(bdf) if bdf else None
+    if g is not None:
+        return gpu_component(g), f"GPU{g.index}", g.index
+    if bdf:
+        return Component("gpu", f"GPU at {bdf}", bdf=bdf, uuid=uuids.get(bdf)), f"the GPU at {bdf}", None
+    return NODE, "the GPU named in the message", None
+
+
+def _xid_finding(cid: str, code: int, events: list, comp_label: tuple, source: str, window_s: float) -> Finding:
+    comp, label, index = comp_label
+    entry = classify(code)
+    ages = [a for _, a in events if a is not None]
+    numbered = [e for e, _ in events if e.kind == "xid"]
+    last_ev = numbered[-1] if numbered else events[-1][0]  # the XID line says more than its echo
+    when = f"most recent {human_age(min(ages))} ago" if ages else "time unknown"
+    n = len(events)
+    summary = (f"{code_label(code)} ({entry.name}) on {label}: {n} message(s) in the last {human_age(window_s)}, {when}; "
+               f"{entry.action.replace('_', ' ')}.")
+    evidence = [Evidence("kernel message", last_ev.message, source),
+                Evidence("count in window", n, source),
+                Evidence("youngest age s", round(min(ages), 1) if ages else None,
+                         "/proc/uptime minus kernel timestamp")]
+    if entry.nvidia_action:
+        evidence.append(Evidence("NVIDIA immediate action", entry.nvidia_action, "NVIDIA XID catalogue"))
+    pids = sorted({e.pid for e, _ in events if e.pid is not None})
+    if pids:
+        evidence.append(Evidence("pids", pids, source))
+    return Finding(cid, entry.status, comp, summary, evidence=tuple(evidence),
+                   expected="no XID that needs action", expected_source=CATALOGUE_SOURCE,
+                   remedy=_remedy(entry, label, index),
+                   details={"xid": code, "action": entry.action, "count": n, "sources": list(entry.sources)})
+
+
+def _no_xid(ctx: CheckContext, cid: str, kmsg: Any, w: _Window, source: str) -> Finding:
+    window = ctx.policy.xid_window_s
+    parts = [f"{w.older} older"] if w.older else []
+    if w.ignored:
+        parts.append("ignored by policy: " + ", ".join(f"XID {c} x{k}" for c, k in sorted(w.ignored.items())))
+    return Finding(cid, PASS, NODE,
+                   f"No XID in the last {human_age(window)}" + (f" ({'; '.join(parts)})." if parts else "."),
+                   evidence=(Evidence("lines scanned", kmsg.lines_scanned, source),
+                             Evidence("XIDs older than the window", w.older, source),
+                             Evidence("ignored XIDs", sorted(w.ignored), policy_source(ctx))),
+                   expected=f"no XID needing action within {human_age(window)}",
+                   expected_source=policy_source(ctx))
+
+
+def _kmsg_unusable(ctx: CheckContext, cid: str) -> Finding:
+    run = ctx.runs.get(PROBE_KMSG)
+    if run is None:
+        return Finding(cid, SKIP, NODE, "Not evaluated: the kmsg probe was not run.")
+    why = f"{run.status}: {run.error or ''}".strip()
+    return Finding(cid, UNKNOWN, NODE, f"Kernel log not readable ({why}); XIDs not judged.",
+                   evidence=(Evidence("kmsg probe", why, "/dev/kmsg"),),
+                   remedy="Run as root, or allow reading the kernel log (sysctl kernel.dmesg_restrict=0).")
+
+
 @check("xid.recent", uses=(PROBE_KMSG, PROBE_NVML))
 def check_xids(ctx: CheckContext) -> list[Finding]:
     """XIDs in the kernel log within the policy window, one finding per GPU and XID code."""
     cid = "xid.recent"
     nvml, gated = nvml_gate(ctx, cid)
-    run = ctx.runs.get(PROBE_KMSG)
     kmsg = ctx.data(PROBE_KMSG)
-    no_xids = kmsg is None or not any(e.kind in ("xid", "fallen_off_bus") for e in kmsg.events)
+    no_xids = kmsg is None or not any(_xid_code(e) is not None for e in kmsg.events)
     if gated and gated[0].status == SKIP and no_xids:
         return gated  # no GPU here and nothing in the log that says otherwise
     if kmsg is None:
-        if run is None:
-            return [Finding(cid, SKIP, NODE, "Not evaluated: the kmsg probe was not run.")]
-        why = f"{run.status}: {run.error or ''}".strip()
-        return [Finding(cid, UNKNOWN, NODE, f"Kernel log not readable ({why}); XIDs not judged.",
-                        evidence=(Evidence("kmsg probe", why, "/dev/kmsg"),),
-                        remedy="Run as root, or allow reading the kernel log (sysctl kernel.dmesg_restrict=0).")]
+        return [_kmsg_unusable(ctx, cid)]
     source = kmsg.source or "/dev/kmsg"
-    window = ctx.policy.xid_window_s
-    ignore = set(ctx.policy.ignore_xids)
+    w = _window(kmsg, ctx.policy.xid_window_s, set(ctx.policy.ignore_xids))
     gpus = gpu_by_bdf(nvml) if nvml is not None else {}
-    groups: dict[tuple[str | None, int], list[tuple[Any, float | None]]] = {}
-    older = 0
-    ignored: dict[int, int] = {}
-    uuids: dict[str, str] = {}  # "NVRM: GPU at PCI:...: GPU-<uuid>" names GPUs NVML may have lost
-    for ev in kmsg.events:
-        if ev.kind == "gpu_uuid" and ev.bdf and ev.device:
-            uuids[normalize_bdf(ev.bdf) or ev.bdf] = ev.device
-            continue
-        if ev.kind == "xid" and ev.code is not None:
-            code = ev.code
-        elif ev.kind == "fallen_off_bus":
-            code = FALLEN_OFF_BUS
-        else:
-            continue
-        age = None
-        if kmsg.uptime_s is not None and ev.time_s is not None:
-            age = kmsg.uptime_s - ev.time_s
-        if age is not None and age > window:
-            older += 1
-            continue
-        if code in ignore:
-            ignored[code] = ignored.get(code, 0) + 1
-            continue
-        groups.setdefault((_key_bdf(ev.bdf), code), []).append((ev, age))
-
-    out: list[Finding] = []
-    for (bdf, code), events in sorted(groups.items(), key=lambda kv: (kv[0][0] or "", kv[0][1])):
-        entry = classify(code)
-        g = gpus.get(bdf) if bdf else None
-        if g is not None:
-            comp, label, index = gpu_component(g), f"GPU{g.index}", g.index
-        elif bdf:
-            comp = Component("gpu", f"GPU at {bdf}", bdf=bdf, uuid=uuids.get(bdf))
-            label, index = f"the GPU at {bdf}", None
-        else:
-            comp, label, index = NODE, "the GPU named in the message", None
-        ages = [a for _, a in events if a is not None]
-        numbered = [e for e, _ in events if e.kind == "xid"]
-        last_ev = numbered[-1] if numbered else events[-1][0]  # the XID line says more than its echo
-        when = f"most recent {human_age(min(ages))} ago" if ages else "time unknown"
-        n = len(events)
-        summary = (f"XID {code} ({entry.name}) on {label}: {n} message(s) in the last {human_age(window)}, {when}; "
-                   f"{entry.action.replace('_', ' ')}.")
-        evidence = [Evidence("kernel message", last_ev.message, source),
-                    Evidence("count in window", n, source),
-                    Evidence("youngest age s", round(min(ages), 1) if ages else None,
-                             "/proc/uptime minus kernel timestamp")]
-        if entry.nvidia_action:
-            evidence.append(Evidence("NVIDIA immediate action", entry.nvidia_action, "NVIDIA XID catalogue"))
-        pids = sorted({e.pid for e, _ in events if e.pid is not None})
-        if pids:
-            evidence.append(Evidence("pids", pids, source))
-        out.append(Finding(cid, entry.status, comp, summary, evidence=tuple(evidence),
-                           expected="no XID that needs action", expected_source=CATALOGUE_SOURCE,
-                           remedy=_remedy(entry, label, index),
-                           details={"xid": code, "action": entry.action, "count": n,
-                                    "sources": list(entry.sources)}))
-    if not out:
-        parts = [f"{older} older"] if older else []
-        if ignored:
-            parts.append("ignored by policy: " + ", ".join(f"XID {c} x{k}" for c, k in sorted(ignored.items())))
-        out.append(Finding(cid, PASS, NODE,
-                           f"No XID in the last {human_age(window)}" + (f" ({'; '.join(parts)})." if parts else "."),
-                           evidence=(Evidence("lines scanned", kmsg.lines_scanned, source),
-                                     Evidence("XIDs older than the window", older, source),
-                                     Evidence("ignored XIDs", sorted(ignored), policy_source(ctx))),
-                           expected=f"no XID needing action within {human_age(window)}",
-                           expected_source=policy_source(ctx)))
-    return out
+    out = [_xid_finding(cid, code, events, _xid_component(bdf, gpus, w.uuids), source, ctx.policy.xid_window_s)
+           for (bdf, code), events in sorted(w.groups.items(), key=lambda kv: (kv[0][0] or "", kv[0][1]))]
+    return out or [_no_xid(ctx, cid, kmsg, w, source)]

@@ -2,10 +2,12 @@
 
 ``ccdiag bench [NAME...]`` runs the named benchmarks (all by default), ``ccdiag bench list`` says
 which can run here and why not, ``ccdiag bench import FILE...`` judges nvbandwidth /
-p2pBandwidthLatencyTest / nccl-tests / perftest outputs users already have. Exit codes: 0 every
-figure within range, 1 a figure failed (or warned, with ``--strict``), 2 bad usage or an
-unreadable/unparseable file, 3 nothing could be measured here (every benchmark skipped, with the
-reasons printed) or a benchmark ran out of its budget.
+p2pBandwidthLatencyTest / nccl-tests / perftest outputs users already have (against this node, a
+``--replay`` snapshot, or, when the file's GPUs are not the node's, the hardware catalogue picked
+by the GPU names in the file). Exit codes: 0 every figure within range, 1 a figure failed (or
+warned, with ``--strict``), 2 bad usage or an unreadable/unparseable file, 3 nothing could be
+measured here (every benchmark skipped, with the reasons printed), nothing measured could be judged
+(UNKNOWN, with the reason and what would make it judgeable), or a benchmark ran out of its budget.
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ import click
 
 from ccdiag.commands.common import host_options, make_host, write_report
 from ccdiag.errors import InputError
-from ccdiag.exitcodes import ExitCode
 
 if TYPE_CHECKING:
     from ccdiag.topology.model import Topology
@@ -207,8 +208,12 @@ def list_command(replay, root, as_json):
 @click.option("--perftest-unit", type=click.Choice(["MiB/sec", "Gb/sec"]), default=None,
               help="Bandwidth unit of perftest JSON files (their JSON does not say; Gb/sec with --report_gbits).")
 def import_command(files, replay, root, from_smi, as_json, policy_file, strict, perftest_unit):
-    """Judge nvbandwidth, p2pBandwidthLatencyTest, nccl-tests or perftest outputs (text or JSON)."""
-    from ccdiag.bench.imports import MatrixTopology, import_file
+    """Judge nvbandwidth, p2pBandwidthLatencyTest, nccl-tests or perftest outputs (text or JSON).
+
+    Against this node, or --replay SNAPSHOT; a file whose GPUs are not the node's is judged from the
+    hardware catalogue (by the GPU names it prints), with --from-smi levels when given. Exit 0 ok,
+    1 failed, 2 bad input, 3 UNKNOWN: no figure could be judged (the reason is printed)."""
+    from ccdiag.bench.imports import MatrixTopology, NodeInfo, import_file
     from ccdiag.bench.runner import exit_code
     from ccdiag.benchparse.errors import BenchParseError
     from ccdiag.userfiles import read_user_text
@@ -221,6 +226,7 @@ def import_command(files, replay, root, from_smi, as_json, policy_file, strict, 
         texts.append((f, read_user_text(f, "benchmark output")))
     t0 = time.monotonic()
     observed = None
+    node = NodeInfo()
     if from_smi:
         from ccdiag.probes.smi_topo import TopoParseError, parse_topo_matrix
 
@@ -231,15 +237,14 @@ def import_command(files, replay, root, from_smi, as_json, policy_file, strict, 
     else:
         _, observed = _observe(replay, root, deadline_s=20.0)
         topology = observed.topology
+        node = NodeInfo(observed.hostname, replayed=bool(replay))
     results = []
     for f, text in texts:
         try:
-            results.append(import_file(text, topology, policy, f, perftest_unit))
+            results.append(import_file(text, topology, policy, f, perftest_unit, node=node))
         except BenchParseError as exc:
             raise InputError(f"{f}: {exc}") from None
-    code = exit_code(results, strict)
-    if code == ExitCode.UNEVALUATED and any(r.measurements for r in results):
-        code = ExitCode.OK  # figures were read; only those without a topology stayed unjudged
+    code = exit_code(results, strict)  # UNKNOWN (3) when no figure could be judged
     if as_json:
         from ccdiag.output import emit_json
 

@@ -95,3 +95,20 @@ def result_lines(results: list[Any], exit_code: int, hostname: str | None) -> li
 def print_results(results: list[Any], exit_code: int, hostname: str | None) -> None:
     for line in result_lines(results, exit_code, hostname):
         click.echo(sanitize(line))
+
+
+def bench_status_line(results: list[Any]) -> str:
+    """One line for `check --bench`: which benchmarks ran, and why the others did not (a verdict
+    that silently left the benchmarks out would read as if they had passed)."""
+    if not results:
+        return "benchmarks: not run: no time was left for the bench stage (raise --timeout)"
+    ran = [r for r in results if r.outcome != "skip"]
+    skipped = [r for r in results if r.outcome == "skip"]
+    reasons: dict[str, list[str]] = {}
+    for r in skipped:
+        reasons.setdefault(r.reason or "no reason given", []).append(r.name)
+    why = "; ".join(f"{', '.join(names)}: {reason}" for reason, names in reasons.items())
+    if not ran:
+        return sanitize(f"benchmarks: none ran here ({why})")
+    head = f"benchmarks: {len(ran)} ran ({', '.join(f'{r.name} {r.outcome}' for r in ran)})"
+    return sanitize(head + (f", {len(skipped)} skipped ({why})" if skipped else ""))

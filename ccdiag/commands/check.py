@@ -124,6 +124,10 @@ def command(replay, root, policy_file, env_file, timeout, window, as_json, outpu
         from ccdiag.render import print_result
 
         print_result(result.findings, result.exit_code, result.hostname, result.timed_out, quiet, strict)
+        if bench:
+            from ccdiag.commands.bench_render import bench_status_line
+
+            click.echo(bench_status_line(result.bench))
     if snap_path:
         click.echo(f"ccdiag: failure snapshot written to {snap_path}", err=True)
     sys.stdout.flush()

@@ -51,6 +51,8 @@ def command(reports, as_json, z, force_diff, limit):
         click.echo(f"ccdiag: left out: {u}", err=True)
     if fleet.unreadable:
         return int(ExitCode.USAGE)
+    if not fleet.keys:  # nothing the reports share was compared: never OK with nothing judged
+        return int(ExitCode.UNEVALUATED)
     return int(ExitCode.FAIL if any(o.get("gating", True) for o in outs) else ExitCode.OK)
 
 

@@ -7,18 +7,25 @@ direction; ``_gbit_s`` is a signalling rate on the wire.
 
 Rates per direction: PCIe Gen1/2 use 8b/10b, Gen3-5 128b/130b (x16: 15.75 / 31.5 / 63 GB/s), Gen6
 FLIT mode carries 242 payload bytes per 256-byte flit (x16 ~121 GB/s) (PCI-SIG base specifications,
-as tabulated in stas00/ml-engineering network/README.md); NVLink 2/3/4 (V100, A100, H100/H200)
-carry 25 GB/s per link per direction and NVLink 5 (B200) 50 (same source; NVIDIA Health Validation
-docs, "NVLink Checks"); InfiniBand and RoCE rates are Gb/s on the wire (IBTA lane rates), divided
+as tabulated in stas00/ml-engineering network/README.md); NVLink per-link rates come from the
+hardware catalogue (:mod:`.catalogue`, ``ccdiag/data/hardware.json``): by GPU model where the
+catalogue knows the part (bridged GA102 boards: 14.06 GB/s per link), else by NVLink generation
+(NVLink 2/3/4 25 GB/s, NVLink 5 50 GB/s per link per direction); InfiniBand and RoCE rates are Gb/s on the wire (IBTA lane rates), divided
 by 8.
 """
 
 from __future__ import annotations
 
-from ccdiag.linkrates import pcie_gen
+from typing import Any
 
-#: NVLink GB/s per link per direction, by NVLink generation
-NVLINK_GBYTE_S_PER_LINK = {2: 25.0, 3: 25.0, 4: 25.0, 5: 50.0}
+from ccdiag.linkrates import pcie_gen
+from ccdiag.topology import catalogue as _catalogue
+
+
+def __getattr__(name: str) -> Any:
+    if name == "NVLINK_GBYTE_S_PER_LINK":  # generation -> GB/s per link per direction, from the catalogue
+        return dict(_catalogue.catalogue().nvlink_gbyte_s_per_link)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def pcie_gbyte_s(speed_gts: float | None, width: int | None) -> float | None:
@@ -37,9 +44,11 @@ def pcie_gbyte_s(speed_gts: float | None, width: int | None) -> float | None:
     return speed_gts * width * eff / 8.0
 
 
-def nvlink_gbyte_s(version: int | None, count: int) -> float | None:
-    """GB/s per direction of ``count`` NVLinks of one generation (None for unknown generations)."""
-    per = NVLINK_GBYTE_S_PER_LINK.get(version) if version is not None else None
+def nvlink_gbyte_s(version: int | None, count: int, model: str | None = None) -> float | None:
+    """GB/s per direction of ``count`` NVLinks of one generation; ``model`` is the GPU's name as NVML
+    prints it, whose catalogue entry (when known) gives the part's own per-link rate. None for an
+    unknown generation on an unknown part."""
+    per = _catalogue.nvlink_gbyte_s_per_link(version, _catalogue.gpu_by_name(model))
     return None if per is None else per * count
 
 

@@ -100,6 +100,14 @@ class Builder:
             return next(iter(self.t.numa_cpus))
         return numa
 
+    def _gpu_cpu_numa(self, gpu_numa_id: int | None) -> int | None:
+        """The CPU-side NUMA node for a GPU PCI gave none. NVML's "GPU NUMA ID" names the NUMA node
+        of the GPU's own memory on Grace Hopper/Blackwell: a node without CPUs, never the GPU's CPU
+        affinity, so it counts only where that node has CPUs."""
+        if gpu_numa_id is not None and not self.t.numa_cpus.get(gpu_numa_id):
+            gpu_numa_id = None
+        return self._numa_for(gpu_numa_id)
+
     # -- PCIe ------------------------------------------------------------------------------
     def _pcie(self) -> None:
         devices = getattr(self.pcie, "devices", None)
@@ -221,7 +229,7 @@ class Builder:
                     self._mismatch(f"GPU{g.index}", "gpu", f"NVML lists GPU{g.index} at {bdf}, but the PCI tree "
                                    f"has no GPU there: its PCIe levels are unknown", "NVML nvmlDeviceGetPciInfo",
                                    f"/sys/bus/pci/devices/{bdf}", bdf=bdf)
-                self.g.add_node(node, kind="gpu", label=bdf, bdf=bdf, numa=self._numa_for(g.numa_node))
+                self.g.add_node(node, kind="gpu", label=bdf, bdf=bdf, numa=self._gpu_cpu_numa(g.numa_node))
                 matched[g.index] = node
             else:
                 unmatched_nv.append(g)
@@ -252,7 +260,7 @@ class Builder:
             g = nv_by_index.get(index)
             numa = attrs.get("numa")
             if numa is None and g is not None:
-                numa = self._numa_for(g.numa_node)
+                numa = self._gpu_cpu_numa(g.numa_node)
             label = f"GPU{index}"
             attrs.update(label=label, index=index, numa=numa, uuid=getattr(g, "uuid", None),
                          name=getattr(g, "name", None), failed=getattr(g, "failed", None), nvml=g is not None)

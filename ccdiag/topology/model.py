@@ -28,6 +28,7 @@ import networkx as nx
 
 from ccdiag.readings import normalize_bdf
 from ccdiag.topology import affinity as _affinity
+from ccdiag.topology import catalogue
 from ccdiag.topology.bandwidth import nvlink_gbyte_s
 from ccdiag.topology.fastrows import level_rows
 from ccdiag.topology.levels import UNKNOWN, level_rank
@@ -168,10 +169,16 @@ def nvlink_bundle(graph: Any, nv: Mapping[str, Mapping[str, Any]], nvswitches: I
     version = next((v[2] for v in sel.values() if v[2] is not None), None)
     label = graph.nodes[gpu].get("label", gpu)
     far = graph.nodes[toward].get("label", toward) if toward else "NVSwitch fabric"
+    # NVML says how many links and which generation; the catalogue says what one link of this
+    # part carries (the live node first, the catalogue for what NVML does not report)
+    model = graph.nodes[gpu].get("name")
+    rate_of = catalogue.gpu_by_name(model)
+    src = "NVML links" + (f"; per-link rate of {rate_of.key} from the hardware catalogue" if rate_of and rate_of.nvlink
+                          else "; per-link rate by NVLink generation from the hardware catalogue")
     return Link("nvlink", gpu, toward or "nvswitch-fabric", f"{label} NVLink -> {far}",
-                max_gbyte_s=nvlink_gbyte_s(version, total), current_gbyte_s=nvlink_gbyte_s(version, active),
+                max_gbyte_s=nvlink_gbyte_s(version, total, model), current_gbyte_s=nvlink_gbyte_s(version, active, model),
                 max_desc=f"{total} x NVLink{version or '?'}", current_desc=f"{active} active",
-                links_total=total, links_active=active, version=version, source="NVML")
+                links_total=total, links_active=active, version=version, source=src)
 
 
 # -- the topology ------------------------------------------------------------------------------------

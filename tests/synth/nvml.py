@@ -143,6 +143,8 @@ class SynthGpu:
     temp_thresholds: Mapping[int, int] | None = field(default_factory=lambda: {0: 92, 1: 89, 2: 95, 3: 87})
     power_mw: int | None = 72000  # synthesized
     power_limit_mw: int | None = 700000
+    clock_sm_max_mhz: int | None = 1980  # H100/H800 SXM5 max SM clock (nvidia-smi -q "Max Clocks SM" of an H800)
+    clock_sm_app_mhz: int | None = 1980  # applications clock at its default
     pcie_gen: int | None = 5
     pcie_gen_max: int | None = 5
     pcie_gen_device_max: int | None = 5
@@ -153,6 +155,8 @@ class SynthGpu:
     fabric_state: int | None = 3  # nvmlGpuFabricState_t: completed
     fabric_status: int = 0  # nvmlReturn_t of the registration: success
     fabric_health_mask: int = 0  # synthesized
+    fabric_clique_id: int = 0  # nvmlGpuFabricInfo cliqueId
+    fabric_cluster_uuid: tuple[int, ...] = (0,) * 16  # nvmlGpuFabricInfo clusterUuid bytes
     recovery_action: int | None = 0  # nvmlGpuRecoveryAction_t: none
     nvlink_count: int = 18
     nvlink_version: int = 6  # nvmlNvlinkVersion_t for NVLink 4.0
@@ -267,6 +271,9 @@ class _Model:
             return opt(g.temperature_c)
         if fn == "nvmlDeviceGetTemperatureThreshold":
             return ns if g.temp_thresholds is None or rest[0] not in g.temp_thresholds else g.temp_thresholds[rest[0]]
+        if fn in ("nvmlDeviceGetMaxClockInfo", "nvmlDeviceGetApplicationsClock"):
+            value = g.clock_sm_max_mhz if fn == "nvmlDeviceGetMaxClockInfo" else g.clock_sm_app_mhz
+            return ns if value is None or rest[0] != 1 else value
         simple = {
             "nvmlDeviceGetPowerUsage": g.power_mw, "nvmlDeviceGetEnforcedPowerLimit": g.power_limit_mw,
             "nvmlDeviceGetCurrPcieLinkGeneration": g.pcie_gen, "nvmlDeviceGetMaxPcieLinkGeneration": g.pcie_gen_max,
@@ -282,7 +289,8 @@ class _Model:
         if fn in ("nvmlDeviceGetGpuFabricInfoV", "nvmlDeviceGetGpuFabricInfo"):
             if g.fabric_state is None:
                 return ns
-            info = {"clusterUuid": [0] * 16, "status": g.fabric_status, "cliqueId": 0, "state": g.fabric_state}
+            info = {"clusterUuid": list(g.fabric_cluster_uuid), "status": g.fabric_status,
+                    "cliqueId": g.fabric_clique_id, "state": g.fabric_state}
             if fn.endswith("V"):
                 info = {"version": 0x02000024, **info, "healthMask": g.fabric_health_mask}
             return info

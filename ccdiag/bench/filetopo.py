@@ -1,0 +1,259 @@
+"""What a pasted benchmark file's own GPU names (and an optional pasted ``nvidia-smi topo -m``) say a
+path can carry, when no snapshot of the node it ran on is given.
+
+Why: users attach nvbandwidth / p2pBandwidthLatencyTest / nccl-tests outputs to tickets without a
+ccdiag snapshot. The files name their GPUs ("NVIDIA A40", "NVIDIA H100 80GB HBM3"); the hardware
+catalogue (:mod:`ccdiag.topology.catalogue`) knows what those parts carry. Every expected value made
+here says so in its source ("catalogue: ..."), and names the assumption it rests on. The live node
+or a snapshot always wins over this (see :mod:`ccdiag.bench.imports`).
+
+Where the catalogue cannot tell a path's links, no rate is made up: a bridged PCIe board may or may
+not have its NVLink bridge fitted, a Volta/Pascal SXM2 board is a partial mesh, a 4-GPU HGX board has
+direct links rather than NVSwitches. Those paths get no expected rate unless a pasted
+``nvidia-smi topo -m`` names their level (NV4, PIX, SYS).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from ccdiag.bench.result import Expected
+from ccdiag.topology.bandwidth import pcie_gbyte_s
+from ccdiag.topology.catalogue import GpuModel, gpu_by_name
+
+#: PCIe signalling rate by generation (GT/s per lane)
+_GTS = {1: 2.5, 2: 5.0, 3: 8.0, 4: 16.0, 5: 32.0, 6: 64.0}
+#: architectures whose 8-GPU SXM boards are partial NVLink meshes (DGX-1 hybrid cube mesh), not NVSwitch
+_MESH_ARCHS = ("Pascal", "Volta")
+
+
+class MatrixTopology:
+    """The levels of a pasted ``nvidia-smi topo -m`` standing in for a topology: it names paths
+    (NV18, PIX, SYS) but carries no link rates; the catalogue supplies those (:class:`FileTopology`)."""
+
+    def __init__(self, matrix: Any):
+        self.m = matrix
+        self._labels = set(matrix.gpus()) | set(matrix.nics()) | {matrix.nic_name(n) for n in matrix.nics()}
+
+    def has_device(self, name: str) -> bool:
+        return name in self._labels
+
+    def level(self, a: str, b: str) -> str | None:
+        a = self.m.label_of(a) or a
+        b = self.m.label_of(b) or b
+        return self.m.level(a, b)
+
+    def gpus(self) -> list:
+        return []
+
+
+def _pcie_rate(model: GpuModel) -> float | None:
+    if model.pcie_gen is None or model.pcie_width is None:
+        return None
+    return pcie_gbyte_s(_GTS.get(model.pcie_gen), model.pcie_width)
+
+
+class FileTopology:
+    """Expected values from the file's GPU names, the catalogue and (optionally) pasted levels.
+
+    ``names``: GPU label ("GPU0") -> the model name the file printed. ``levels``: a
+    :class:`MatrixTopology` from ``--from-smi``, or None. ``peer_access``: label pairs the file says
+    cannot reach each other (p2pBandwidthLatencyTest ``CANNOT Access Peer``) map to False."""
+
+    def __init__(self, names: dict[str, str], levels: MatrixTopology | None = None):
+        self.names = dict(names)
+        self.models = {g: gpu_by_name(n) for g, n in self.names.items()}
+        self.levels = levels
+
+    # -- what the file's GPUs are --------------------------------------------------------------
+    def model(self, *labels: str) -> GpuModel | None:
+        """The one catalogue model all of ``labels`` are (None when unknown or mixed)."""
+        ms = {self.models.get(l) for l in labels}
+        if len(ms) != 1:
+            return None
+        return next(iter(ms))
+
+    def known(self) -> bool:
+        return any(m is not None for m in self.models.values())
+
+    def describe(self) -> str:
+        counts: dict[str, int] = {}
+        for n in self.names.values():
+            counts[n] = counts.get(n, 0) + 1
+        return ", ".join(f"{c} x {n}" for n, c in counts.items()) or "no GPU names"
+
+    def unknown_names(self) -> list[str]:
+        return sorted({self.names[g] for g, m in self.models.items() if m is None})
+
+    def level(self, a: str, b: str) -> str | None:
+        if self.levels is None or not (self.levels.has_device(a) and self.levels.has_device(b)):
+            return None
+        return self.levels.level(a, b)
+
+    def gpus(self) -> list:
+        return []
+
+    def has_device(self, name: str) -> bool:
+        return name in self.names
+
+    # -- expected values -----------------------------------------------------------------------
+    def _nvswitch_board(self, model: GpuModel) -> bool:
+        """All 8 GPUs of an SXM/superchip part reach each other over every link (NVSwitch)."""
+        same = [g for g, m in self.models.items() if m is model]
+        return (model.nvlink is not None and model.form_factor in ("sxm", "superchip")
+                and model.architecture not in _MESH_ARCHS and len(same) >= 8)
+
+    def peer(self, a: str, b: str, peer_access: bool = True, said: bool = False) -> tuple[Expected | None, str | None]:
+        """GPU a -> GPU b copy with peer access (or staged through host memory without): the
+        expected value, or None and the reason none can be given. ``said``: the file itself says
+        the pair CAN access each other (a patched driver on a GeForce board): that wins over the
+        catalogue's "no peer access over PCIe"."""
+        model = self.model(a, b)
+        if model is None:
+            return None, self._why_no_model(a, b)
+        level = self.level(a, b)
+        blocked = not model.peer_access_pcie and not said
+        if not peer_access or (level is not None and not level.startswith("NV") and blocked):
+            return self.staged(model, a, b, level)
+        if level is not None and level.startswith("NV") and level[2:].isdigit() and model.nvlink:
+            n = int(level[2:])
+            per = model.nvlink.gbyte_s_per_link
+            return Expected(per * n, bottleneck=f"{a}-{b} NVLink", bottleneck_desc=f"{n} x NVLink{model.nvlink.generation}",
+                            level=level, kind="nvlink",
+                            source=f"catalogue: {model.key} {per:g} GB/s per NVLink x {n} (level {level} from the pasted "
+                                   "nvidia-smi topo -m)"), None
+        if level is not None:
+            return self._pcie(model, a, b, level, said)
+        spec = model.nvlink
+        if spec is not None and self._nvswitch_board(model):
+            return Expected(spec.total_gbyte_s, bottleneck=f"{a} NVLink", level=f"NV{spec.links}", kind="nvlink",
+                            bottleneck_desc=f"{spec.links} x NVLink{spec.generation}",
+                            source=f"catalogue: {model.key}, 8 GPUs on an NVSwitch baseboard, {spec.links} x "
+                                   f"{spec.gbyte_s_per_link:g} GB/s per direction"), None
+        if model.nvlink is None:
+            return self._pcie(model, a, b, None, said)
+        return None, (f"the catalogue cannot tell this {model.key} pair's links (an NVLink bridge, a partial mesh "
+                      "or a 4-GPU board): give --from-smi with the node's nvidia-smi topo -m, or --replay SNAPSHOT")
+
+    def _pcie(self, model: GpuModel, a: str, b: str, level: str | None,
+              said: bool = False) -> tuple[Expected | None, str | None]:
+        if not model.peer_access_pcie and not said:
+            return self.staged(model, a, b, level)
+        rate = _pcie_rate(model)
+        if rate is None:
+            return None, f"the catalogue has no PCIe generation for {model.key}"
+        where = f"level {level} from the pasted nvidia-smi topo -m" if level else "assumed: both GPUs at full width"
+        return Expected(rate, bottleneck=f"{a}/{b} PCIe", bottleneck_desc=f"Gen{model.pcie_gen} x{model.pcie_width}",
+                        level=level, kind="pcie",
+                        source=f"catalogue: {model.key} PCIe Gen{model.pcie_gen} x{model.pcie_width} ({where})"), None
+
+    def staged(self, model: GpuModel, a: str, b: str, level: str | None = None) -> tuple[Expected | None, str | None]:
+        rate = _pcie_rate(model)
+        if rate is None:
+            return None, f"the catalogue has no PCIe generation for {model.key}"
+        return Expected(rate, bottleneck=f"{a}->host->{b}", bottleneck_desc=f"Gen{model.pcie_gen} x{model.pcie_width}",
+                        level=level or "host", kind="staged",
+                        source=f"catalogue: {model.key} PCIe Gen{model.pcie_gen} x{model.pcie_width}, copies staged "
+                               "through host memory (no peer access)"), None
+
+    def host_device(self, gpu: str, bidir: bool = False) -> tuple[Expected | None, str | None]:
+        model = self.model(gpu)
+        if model is None:
+            return None, self._why_no_model(gpu)
+        if model.c2c_gbyte_s:
+            return Expected(model.c2c_gbyte_s, bottleneck=f"{gpu} NVLink-C2C", bottleneck_desc="NVLink-C2C",
+                            level="C2C", kind="pcie_bidir" if bidir else "pcie",
+                            source=f"catalogue: {model.key} NVLink-C2C {model.c2c_gbyte_s:g} GB/s per direction"), None
+        rate = _pcie_rate(model)
+        if rate is None:
+            return None, f"the catalogue has no host link rate for {model.key}"
+        return Expected(rate, bottleneck=f"{gpu} PCIe", bottleneck_desc=f"Gen{model.pcie_gen} x{model.pcie_width}",
+                        level="H2D", kind="pcie_bidir" if bidir else "pcie",
+                        source=f"catalogue: {model.key} PCIe Gen{model.pcie_gen} x{model.pcie_width} "
+                               "(assumed: the slot runs at the card's full width)"), None
+
+    def _below_bridge(self, a: str, b: str, figure: float | None) -> tuple[Expected | None, str | None]:
+        """A bridged board whose figure is below one PCIe link did not cross an NVLink bridge: the
+        pair's path is PCIe (staged where the driver gives no peer access)."""
+        model = self.model(a, b)
+        rate = _pcie_rate(model) if model is not None else None
+        if model is None or model.nvlink is None or not model.nvlink.bridged or rate is None or figure is None \
+                or figure > rate:
+            return None, None
+        exp, why = self._pcie(model, a, b, None)
+        if exp is not None:
+            exp = Expected(exp.gbyte_s, bottleneck=exp.bottleneck, bottleneck_desc=exp.bottleneck_desc, level=exp.level,
+                           kind=exp.kind, source=exp.source + f"; {figure:.1f} GB/s is below one PCIe link, so no "
+                                                              "NVLink bridge carried it")
+        return exp, why
+
+    def ring(self, gpus: Iterable[str], nodes: int, peer_access: bool = True,
+             figure: float | None = None) -> tuple[Expected | None, str | None]:
+        """Bus bandwidth of a ring over the GPUs of one node (several nodes: the file does not say
+        which NICs carried the traffic). ``figure``: the measured busbw, which tells a bridged
+        board's PCIe ring from an NVLink one when nothing else does."""
+        gpus = list(gpus)
+        if nodes > 1:
+            return None, ("the ranks span several nodes and the file does not name the NICs or their rates: give "
+                          "--replay with a snapshot of one of the nodes")
+        if len(gpus) < 2:
+            return None, "a single GPU: no ring to judge"
+        exp, why = self.peer(gpus[0], gpus[1], peer_access)
+        if exp is None and self.levels is None:
+            exp = self._below_bridge(gpus[0], gpus[1], figure)[0]
+        if exp is None:
+            return None, why
+        return Expected(exp.gbyte_s, bottleneck=exp.bottleneck, bottleneck_desc=exp.bottleneck_desc, level=exp.level,
+                        kind="staged" if exp.kind == "staged" else "busbw",
+                        source=exp.source.replace("catalogue: ", "catalogue (the ring's slowest hop): ", 1)), None
+
+    def nic(self, gpu: str | None, dev: str) -> tuple[Expected | None, str | None]:
+        return None, nic_reason(dev)
+
+    def uniform_peers(self, labels: Iterable[str]) -> bool | None:
+        """Whether every pair of ``labels`` crosses the same kind of path as far as can be told: a
+        pasted matrix gives levels (grouped apart), a PCIe-only part or an NVSwitch board is uniform,
+        a part that may mix NVLink and PCIe pairs is not; None when the file names no known model."""
+        if self.levels is not None:
+            return True
+        model = self.model(*labels)
+        if model is None:
+            return None
+        return model.nvlink is None or self._nvswitch_board(model)
+
+    def _why_no_model(self, *labels: str) -> str:
+        names = sorted({self.names.get(l, "an unnamed GPU") for l in labels})
+        if len(names) > 1:
+            return f"the pair mixes GPU models ({', '.join(names)})"
+        return (f"the hardware catalogue does not know {names[0]!r}: give --replay SNAPSHOT of the node, or "
+                "--from-smi, or add the part to ccdiag/data/hardware.json")
+
+
+def nic_reason(dev: str) -> str:
+    return (f"perftest names the device ({dev}) but not its port rate: give --replay with a snapshot of the node "
+            "(the catalogue's NIC rates need the NIC model, which perftest does not print)")
+
+
+
+
+class OtherNode(FileTopology):
+    """The file ran on other hardware than the snapshot given: nothing is held to that node's links
+    (the file's own figures are still compared with each other)."""
+
+    def __init__(self, names: dict[str, str], why: str):
+        super().__init__(names)
+        self.why = why
+
+    def peer(self, a: str, b: str, peer_access: bool = True, said: bool = False) -> tuple[Expected | None, str | None]:
+        return None, self.why
+
+    def host_device(self, gpu: str, bidir: bool = False) -> tuple[Expected | None, str | None]:
+        return None, self.why
+
+    def ring(self, gpus: Iterable[str], nodes: int, peer_access: bool = True,
+             figure: float | None = None) -> tuple[Expected | None, str | None]:
+        return None, self.why
+
+    def nic(self, gpu: str | None, dev: str) -> tuple[Expected | None, str | None]:
+        return None, self.why
