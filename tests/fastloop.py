@@ -29,8 +29,6 @@ FAST = "not slow"
 #: modules no test imports in the test process, and why
 NOT_IN_PROCESS = {
     "ccdiag.__main__": "runs the CLI when imported; tested through `python -m ccdiag` in a child process",
-    "ccdiag.bench.rdma_worker": "imports pyverbs (rdma-core) at the top; runs as a child process of the engine",
-    "ccdiag.bench.cuda_worker": "the CUDA engine's child process; tested by running it, with the CuPy fake",
 }
 
 
@@ -52,7 +50,7 @@ SLOW_TESTS: dict[str, tuple[str, ...]] = {
         "test_every_corpus_file_is_judged_or_refused_with_its_line",
     ),
     "test_bench_rdma.py": (
-        "test_a_hung_ib_write_bw_is_killed_at_the_budget",
+        "test_a_hung_ib_write_bw_is_killed_at_the_budget", "test_client_started_again_until_the_server_listens",
         "test_perftest_adapter_runs_server_and_client_per_port_and_reads_the_client",
         "test_perftest_error_is_that_ports_error_with_perftests_words",
     ),
@@ -85,8 +83,13 @@ SLOW_TESTS: dict[str, tuple[str, ...]] = {
         "test_topo_healthy_text", "test_topo_svg_via_graphviz", "test_unwritable_output_is_one_line_and_exit_2",
         "test_usable_nic_agrees_with_the_gpudirect_check",
     ),
+    "test_cluster_check.py": (
+        "test_an_unwritable_reports_dir_is_an_input_error", "test_one_rank_alone_refuses_to_report",
+    ),
     "test_cluster_compare.py": (
-        "test_cli_fleet_and_diff_and_bad_input", "test_outliers_name_the_odd_host_only",
+        "test_a_device_or_a_fifo_is_refused_like_every_other_input", "test_cli_fleet_and_diff_and_bad_input",
+        "test_integer_noise_and_momentary_readings_do_not_fail_a_small_healthy_fleet",
+        "test_malformed_reports_are_each_named_and_the_rest_compared", "test_outliers_name_the_odd_host_only",
     ),
     "test_crossmember.py": (
         "test_a_consistent_node_has_no_consistency_finding", "test_every_command_survives",
@@ -113,6 +116,10 @@ SLOW_TESTS: dict[str, tuple[str, ...]] = {
         "test_frames_sent_from_several_threads_of_the_child_arrive_whole",
         "test_scrapes_are_answered_while_a_cycle_is_stuck_in_a_pathological_parse",
     ),
+    "test_engine_libraries.py": (
+        "test_the_cuda_worker_without_a_device_says_cuda_is_not_usable",
+        "test_the_pyverbs_worker_reaches_the_device_list_and_reports_each_port",
+    ),
     "test_escapes.py": (
         "test_a_hostile_host_name_is_never_printed_raw",
     ),
@@ -138,7 +145,7 @@ SLOW_TESTS: dict[str, tuple[str, ...]] = {
         "test_docker0_and_container_interfaces_are_never_chosen",
         "test_env_output_sources_in_a_shell_and_passes_ccdiags_own_environment_check",
         "test_json_output_validates_and_nccl_conf_is_key_value",
-        "test_pcie_only_nodes_get_a_ring_order_and_nvlink_nodes_do_not_need_one",
+        "test_nvlink_nodes_get_no_ring_order_advice",
         "test_rccl_in_a_container_fell_back_to_sockets_and_says_why",
        
     ),

@@ -249,3 +249,22 @@ def test_bench_command_on_this_machine_says_why_nothing_runs():
     code, out, _ = run("bench", "list", "--json")
     names = {b["name"] for b in __import__("json").loads(out)}
     assert code == 0 and names == {"h2d", "d2h", "p2p", "d2d", "ib_write"}
+
+
+def test_gpus_are_found_by_bus_address_whatever_cuda_numbers_them(healthy):
+    """CUDA sees two of the eight GPUs, in its own order (as under CUDA_VISIBLE_DEVICES=5,2): its
+    ordinal 0 is GPU5. The figures land on the GPU that made them, by PCI address, and the six
+    GPUs CUDA cannot see are named, not measured as someone else."""
+    from bench_support import SAMPLE_GPUS
+
+    runs, topo = healthy
+    devices = [{"bdf": SAMPLE_GPUS[5][0].replace("0000:", "00000000:").upper(), "name": "H100", "numa": 1},
+               {"bdf": SAMPLE_GPUS[2][0], "name": "H100", "numa": 0}]
+    env = fake_env(devices=devices, h2d={"0": 10.0, "1": H100_H2D}, d2h={"default": H100_H2D})
+    out = run_group(["h2d"], context(runs, topo, env), 60)
+    local = {m.dst: m for m in by(out["h2d"], direction="uni", op="h2d") if not m.extra.get("remote_numa")}
+    assert set(local) == {"GPU5", "GPU2"}
+    assert local["GPU5"].gbyte_s == pytest.approx(10.0, rel=1e-6) and local["GPU5"].status == "fail"
+    assert local["GPU2"].gbyte_s == pytest.approx(H100_H2D, rel=1e-6)
+    assert out["h2d"].outcome == "partial" and "not visible" in out["h2d"].reason
+    assert out["h2d"].engine["spin_kernel"] == "used"

@@ -36,6 +36,18 @@ def test_consistency_two_hosts_disagreeing_names_both():
     assert sorted(f.component.name for f in fs) == ["a", "b"]
 
 
+def test_a_host_without_facts_is_one_finding_not_one_per_fact():
+    """One host whose check could not run (a bad snapshot) beside three that agree: that host's
+    own finding says why, and no fact is reported as differing because it lacks them."""
+    facts = {"ccdiag_version": "0.1.0", "driver_version": "570.133.20", "gpu_count": 8, "kernel": "6.8",
+             **{f"pcie_link GPU{i} <- 0000:{i}:00.0": "Gen5 x16" for i in range(8)}}
+    summaries = {r: {"leader": True, "host": f"h{r}", "exit_code": 0, "facts": dict(facts)} for r in range(3)}
+    summaries[3] = {"leader": True, "host": "h3", "exit_code": 2, "error": "h3.snap: not a snapshot", "facts": {}}
+    fs = [f for f in gather.cluster_findings(summaries, [], {}) if f.status != "pass"]
+    assert len(fs) == 1 and fs[0].check == "cluster.host_check" and fs[0].component.name == "h3"
+    assert "not a snapshot" in fs[0].summary
+
+
 def test_silent_rank_is_a_finding():
     fs = gather.cluster_findings({0: {"leader": True, "host": "a", "exit_code": 0, "facts": {}}}, [1],
                                  {1: {"host": "b"}})
@@ -78,7 +90,7 @@ def test_cluster_check_over_ranks_names_failing_host_and_a_hung_rank(tmp_path):
 
         # a rank that hangs before answering (held at a known point, then stopped): named within
         # the budget, no traceback
-        budget = 8
+        budget = 15
         argv = c.mpirun_argv()
         argv[1:1] = ["-x", "CCDIAG_CLUSTER_STALL=3:30"]
         p = c.start(argv + python_argv("cluster", "check", "--replay", pattern, "--budget", str(budget),
@@ -89,7 +101,7 @@ def test_cluster_check_over_ranks_names_failing_host_and_a_hung_rank(tmp_path):
             pids = c.rank_pids(3, "cluster check")
             time.sleep(0.1)
         assert pids
-        time.sleep(1.5)
+        time.sleep(5.0)  # past MPI_Init (seconds on a loaded 2-core machine), sitting in the stall
         os.kill(pids[-1], signal.SIGSTOP)
         rc, out, err = c.finish(p, budget + 20)
         assert rc is not None and rc != 0
@@ -97,3 +109,33 @@ def test_cluster_check_over_ranks_names_failing_host_and_a_hung_rank(tmp_path):
         assert f"rank 3 ({c.hosts[3]}) did not answer by the deadline" in out, out + err[-2000:]
         assert "rank 1 did not" not in out + err and "rank 2 did not" not in out + err
         assert "Traceback" not in out + err
+
+
+def test_an_unwritable_reports_dir_is_an_input_error(tmp_path):
+    """Before any rank works: exit 2 naming the directory, never a run whose reports went nowhere."""
+    import subprocess
+    import sys
+
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    p = subprocess.run([sys.executable, "-m", "ccdiag", "cluster", "check", "--reports-dir", str(blocker / "r")],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "--reports-dir" in p.stderr and str(blocker) in p.stderr, p.stderr
+
+
+@pytest.mark.parametrize("env, words", [({}, "needs at least 2 ranks under mpirun or srun"),
+                                        ({"SLURM_NTASKS": "4"}, "srun --mpi=pmix")])
+def test_one_rank_alone_refuses_to_report(env, words):
+    """Started without a launcher (or by srun without PMI): one rank measures nothing between hosts,
+    so it exits 3 saying why instead of printing a passing report."""
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("mpi4py")
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMI", "SLURM_", "PMIX"))}
+    for argv in (["bench", "allreduce", "--sizes", "1M"], ["bench", "pairs", "--sizes", "1M"], ["cluster", "check"]):
+        p = subprocess.run([sys.executable, "-m", "ccdiag", *argv], capture_output=True, text=True, timeout=120,
+                           env={**clean, **env})
+        assert p.returncode == 3 and words in p.stderr, (argv, p.stdout, p.stderr)
+        assert "OK" not in p.stdout

@@ -81,3 +81,94 @@ def test_a_uniform_fleet_has_no_outliers(tmp_path, healthy_doc):
         d["host"]["hostname"] = f"n{i}"
         (tmp_path / f"n{i}.json").write_text(json.dumps(d))
     assert compare.scan([str(tmp_path)]).outliers() == []
+
+
+def _malformed(base: dict) -> dict[str, object]:
+    """Twenty documents that are not usable check reports (SYNTHESIZED from a real report by
+    breaking one thing each), by file name."""
+    def broken(path: list, value):
+        d = copy.deepcopy(base)
+        node = d
+        for k in path[:-1]:
+            node = node[k]
+        node[path[-1]] = value
+        return d
+
+    deep = "[" * 100000 + "]" * 100000  # as text: json.dumps itself could not write it
+    return {
+        "findings-a-string.json": broken(["findings"], "all good"),
+        "findings-items-numbers.json": broken(["findings"], [1, 2, 3]),
+        "probes-a-list.json": broken(["probes"], []),
+        "host-a-number.json": broken(["host"], 5),
+        "verdict-a-string.json": broken(["verdict"], "ok"),
+        "gpus-an-object.json": broken(["probes", "nvml", "data", "gpus"], {"0": {"name": "x"}}),
+        "gpu-a-string.json": broken(["probes", "nvml", "data", "gpus"], ["GPU0"]),
+        "nvml-data-a-list.json": broken(["probes", "nvml", "data"], [1]),
+        "topology-a-string.json": broken(["topology"], "none"),
+        "tool-missing.json": {k: v for k, v in base.items() if k != "tool"},
+        "kind-bench.json": broken(["kind"], "bench"),
+        "schema-version-a-list.json": broken(["schema_version"], [1]),
+        "deep-nesting.json": deep,
+        "top-level-list.json": [base],
+        "top-level-number.json": 42,
+        "cluster-report.json": {"kind": "cluster.check", "hosts": {}, "findings": []},
+        "pairs-report.json": {"kind": "bench.pairs", "matrix_gbyte_s": [[None]]},
+        "empty-object.json": {},
+        "not-json.json": "{not json",
+        "binary.json": b"\x00\xff\xfe\x00garbage",
+    }
+
+
+def test_malformed_reports_are_each_named_and_the_rest_compared(tmp_path, healthy_doc):
+    d = _fleet(tmp_path, healthy_doc, n=8)
+    bad = _malformed(healthy_doc)
+    for name, doc in bad.items():
+        p = d / name
+        if isinstance(doc, bytes):
+            p.write_bytes(doc)
+        elif isinstance(doc, str):
+            p.write_text(doc)
+        else:
+            p.write_text(json.dumps(doc))
+    code, out, err = run("compare", str(d), "--json")
+    assert code == 2, err[-2000:]
+    assert "Traceback" not in err and "internal error" not in err
+    doc = json.loads(out)
+    assert doc["reports"] == 8
+    named = " ".join(doc["unreadable"])
+    assert all(name in named for name in bad), [n for n in bad if n not in named]
+    # the others are still compared: node07's odd driver is named
+    assert any(o["key"] == "driver_version" for o in doc["outliers"])
+    code, out, err = run("compare", str(d / "node00.json"), str(d / "kind-bench.json"))
+    assert code == 2 and "kind-bench.json" in err and "not a ccdiag check report" in err
+
+
+def test_a_device_or_a_fifo_is_refused_like_every_other_input(tmp_path, healthy_doc):
+    import os
+
+    d = _fleet(tmp_path, healthy_doc, n=3)
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    code, out, err = run("compare", str(d / "node00.json"), str(d / "node01.json"), "/dev/zero", str(fifo))
+    assert code == 2 and "/dev/zero" in out + err and "fifo.json" in out + err
+    assert "not a regular file" in out + err
+
+
+def test_integer_noise_and_momentary_readings_do_not_fail_a_small_healthy_fleet(tmp_path, healthy_doc):
+    """Three healthy hosts agreeing exactly except by one unit here and there (MAD 0): no outlier
+    that fails. A GPU much hotter than the rest is reported, as a momentary reading."""
+    for i in range(3):
+        d = copy.deepcopy(healthy_doc)
+        d["host"]["hostname"] = f"n{i}"
+        g = d["probes"]["nvml"]["data"]["gpus"]
+        g[0]["temperature_c"] = 35.0 + (1.0 if i == 2 else 0.0)
+        g[1]["power_w"] = 70.0 + (2.0 if i == 1 else 0.0)
+        g[2]["pcie_gen_current"] = 1 if i == 0 else 5  # idle GPUs drop their link generation
+        if i == 2:
+            g[3]["temperature_c"] = 80.0
+        (tmp_path / f"n{i}.json").write_text(json.dumps(d))
+    code, out, err = run("compare", str(tmp_path), "--json")
+    doc = json.loads(out)
+    assert code == 0, doc["outliers"]
+    assert [o["key"] for o in doc["outliers"]] == ["gpu3 temperature_c"]
+    assert doc["outliers"][0]["gating"] is False

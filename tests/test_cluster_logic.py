@@ -125,15 +125,122 @@ def test_chunk_bounds_cover_the_buffer():
         assert b[0][0] == 0 and b[-1][1] == count and all(x[1] == y[0] for x, y in zip(b, b[1:]))
 
 
-def test_link_iface_prefers_mpi_include(monkeypatch):
-    from ccdiag.cluster.mpictx import link_iface
+def test_link_is_shared_memory_on_one_host_and_the_routed_interface_between_hosts():
+    from ccdiag.cluster.route import SHARED_MEMORY, link_to
 
-    me = {"ifaces": {"eth0": ["10.1.0.1"], "ib0": ["10.2.0.1"]}}
-    peer = {"ifaces": {"ib0": ["10.2.0.2"]}}
-    monkeypatch.delenv("OMPI_MCA_btl_tcp_if_include", raising=False)
-    assert link_iface(me, peer) == "ib0"
-    monkeypatch.setenv("OMPI_MCA_btl_tcp_if_include", "eth0")
-    assert link_iface(me, peer) == "eth0"
+    me = {"host": "a", "ifaces": {"eth0": ["10.1.0.1"], "ib0": ["10.2.0.1"]}}
+    assert link_to(me, {"host": "a", "ifaces": me["ifaces"]}, env={}) == SHARED_MEMORY
+    peer = {"host": "b", "ifaces": {"ib0": ["10.2.0.2"]}}
+    routes = {"10.2.0.2": "10.2.0.1", "10.1.0.2": "10.1.0.1"}
+    assert link_to(me, peer, env={}, resolve=routes.get) == "ib0"
+    # a /16 network: no /24 in common, the kernel's route still names the interface
+    me16 = {"host": "a", "ifaces": {"eth0": ["10.1.3.1"]}}
+    assert link_to(me16, {"host": "b", "ifaces": {"eth0": ["10.1.200.9"]}}, env={},
+                   resolve=lambda a: "10.1.3.1") == "eth0"
+    # the peer reachable over two networks: MPI's TCP transport may stripe over both
+    both = {"host": "b", "ifaces": {"eth0": ["10.1.0.2"], "ib0": ["10.2.0.2"]}}
+    assert link_to(me, both, env={}, resolve=routes.get).startswith("unknown (MPI may use any of eth0, ib0")
+    # what MPI was told to use wins
+    assert link_to(me, both, env={"OMPI_MCA_btl_tcp_if_include": "eth0"}, resolve=routes.get) == "eth0"
+    assert link_to(me, both, env={"UCX_NET_DEVICES": "mlx5_0:1"}, resolve=routes.get) == "UCX mlx5_0:1"
+    assert link_to(me, {"host": "c", "ifaces": {}}, env={}, resolve=routes.get) == "unknown"
+
+
+def test_hops_inside_one_host_are_never_network_findings():
+    """Four ranks on one loaded host: one hop much slower (the scheduler, not a link); nothing fails
+    and the run says the network was not judged."""
+    recs = {r: {"bytes": 4 << 20, "step0_s": 0.002} for r in range(4)}
+    recs[2]["step0_s"] = 0.2
+    idents = {r: {"host": "solo", "rank": r} for r in range(4)}
+    rows = hops.hop_table(recs, idents, 4, lambda a, b: "shared memory")
+    median, fs = hops.slow_hops(rows, 0.5)
+    assert [f.status for f in fs] == ["skip"] and "shared memory" in fs[0].summary
+    # two hosts with two ranks each: only the two hops between hosts are judged
+    idents = {r: {"host": "h0" if r < 2 else "h1", "rank": r} for r in range(4)}
+    rows = hops.hop_table(recs, idents, 4, lambda a, b: "eth0")
+    median, fs = hops.slow_hops(rows, 0.5)
+    assert len(fs) == 2 and all(f.details["src_host"] != f.details["dst_host"] for f in fs)
+
+
+def test_alone_is_refused_and_a_missing_pmi_named():
+    from ccdiag.cluster.runner import alone_reason
+
+    assert alone_reason(4, {}) is None
+    assert alone_reason(1, {}).startswith("needs at least 2 ranks under mpirun or srun")
+    why = alone_reason(1, {"SLURM_NTASKS": "8"})
+    assert "8 tasks" in why and "PMI" in why and "srun --mpi=pmix" in why
+    assert "OMPI_COMM_WORLD_SIZE=4" in alone_reason(1, {"OMPI_COMM_WORLD_SIZE": "4"})
+    assert alone_reason(1, {"SLURM_NTASKS": "1"}).startswith("needs at least 2")
+
+
+def test_pair_work_shrinks_to_its_share_of_the_budget():
+    mb = 1 << 20
+    # 1 Gbit/s: 64 MiB takes ~0.54 s; 20 + 3 exchanges need ~12 s
+    per_byte = 8 / 1e9
+    assert pairs.plan_work(per_byte, 64 * mb, 20, 3, 60.0) == (64 * mb, 3, 20)
+    size, warm, timed = pairs.plan_work(per_byte, 64 * mb, 20, 3, 4.0)
+    assert size == 64 * mb and warm == 1 and 2 <= timed < 20
+    assert (warm + timed) * per_byte * size <= 4.0
+    # a link at 5 % of that: smaller messages, never below the probe size
+    size, warm, timed = pairs.plan_work(per_byte * 20, 64 * mb, 20, 3, 4.0)
+    assert pairs.PROBE_BYTES <= size < 64 * mb and (warm + timed) * per_byte * 20 * size <= 4.0 + 1e-9
+    assert pairs.tcp_blocks(per_byte, 64 * mb, 20, 3, 100.0) == (3, 23)
+    assert pairs.tcp_blocks(per_byte, 64 * mb, 20, 3, 1.0) == (1, 2)
+
+
+def test_partial_matrix_classifies_what_was_measured_and_lists_the_rest():
+    from ccdiag.cluster.pairs_report import missing_pairs
+
+    hosts = ["h0", "h1", "h2", "h3"]
+    m = _matrix(4)
+    m[2][3] = m[3][2] = None  # the last round never ran
+    cls = pairs.classify(m, hosts, 0.5)
+    assert cls["slow_hosts"] == [] and cls["slow_links"] == []
+    assert missing_pairs(m, hosts) == ["h2->h3", "h3->h2"]
+
+
+def test_two_hosts_on_a_link_at_5_percent_of_line_rate_fail_by_capability():
+    from ccdiag.cluster import capability
+
+    hosts = ["a", "b"]
+    m = [[None, 0.00625], [0.0063, None]]  # 50 Mbit/s
+    links = {"a": {"b": "eth0"}, "b": {"a": "eth0"}}
+    cap = capability.path_capability(hosts, links, {"a": {"eth0": 1000}, "b": {"eth0": 1000}})
+    assert cap[0][1] == pytest.approx(0.125)
+    fs, named = capability.judge(m, cap, hosts, [], "eth0")
+    assert [f.status for f in fs] == ["fail"] and named == {(0, 1)}
+    assert "a <-> b" in fs[0].summary and "5%" in fs[0].summary
+    # the relative analysis alone passes it: the median is this one link
+    assert [f.status for f in pairs.findings(pairs.classify(m, hosts, 0.5), hosts, "eth0", 0.5)] == ["pass"]
+    # virtual interfaces report no rate: unknown, unless the user gives one
+    cap = capability.path_capability(hosts, links, {})
+    assert [f.status for f in capability.judge(m, cap, hosts, [], "eth0")[0]] == ["unknown"]
+    cap = capability.path_capability(hosts, links, {}, line_rate_gbit_s=1.0)
+    assert [f.status for f in capability.judge(m, cap, hosts, [], "eth0")[0]] == ["fail"]
+
+
+def test_a_uniformly_slow_fabric_is_one_finding_and_a_slow_host_is_not_repeated_per_link():
+    from ccdiag.cluster import capability
+
+    hosts = [f"h{i}" for i in range(4)]
+    links = {h: {p: "eth0" for p in hosts if p != h} for h in hosts}
+    speeds = {h: {"eth0": 100000} for h in hosts}
+    cap = capability.path_capability(hosts, links, speeds)
+    slow_everywhere = _matrix(4, fast=1.0)  # 8 Gbit/s on 100 Gbit/s paths
+    fs, _ = capability.judge(slow_everywhere, cap, hosts, [], "eth0")
+    assert len(fs) == 1 and fs[0].status == "fail" and "every pair of 4 hosts" in fs[0].summary
+    m = _matrix(4, fast=10.0, slow={(0, 2): 0.1, (1, 2): 0.1, (3, 2): 0.1})
+    fs, _ = capability.judge(m, cap, hosts, ["h2"], "eth0")
+    assert fs == []
+
+
+def test_ring_order_advice_only_when_the_gain_beats_the_noise():
+    hosts = [f"h{i}" for i in range(4)]
+    m = _matrix(4, slow={(1, 2): 0.95, (2, 1): 0.95})  # 5 % slower: noise
+    rec = order.recommend(m, hosts)
+    assert rec["order"] == hosts and "kept" in rec["method"]
+    m = _matrix(4, slow={(1, 2): 0.3, (2, 1): 0.3})
+    assert order.recommend(m, hosts)["order"] != hosts
 
 
 # -- per-interface matching (ccdiag.cluster.ifaces), no MPI, no network ---------------------------
@@ -154,11 +261,12 @@ def test_select_keeps_up_addressed_fabric_interfaces_only():
         ("bond0", "10.5.0.5", 24), ("eth0", "10.0.0.5", 24), ("ib0", "10.2.0.5", 16)]
 
 
-def test_select_iface_option_restricts_and_may_name_an_excluded_prefix():
+def test_select_iface_option_restricts_but_never_takes_an_interface_the_rule_refuses():
     addrs = {"eth0": [("10.0.0.5", 24)], "eth1": [("10.1.0.5", 24)], "veth0": [("10.9.0.5", 24)]}
     up = {n: True for n in addrs}
     assert [c["name"] for c in ifaces.select(addrs, up, only=["eth1"])] == ["eth1"]
-    assert [c["name"] for c in ifaces.select(addrs, up, only=["veth0", "nosuch"])] == ["veth0"]
+    # the same usable-interface rule as the environment check and `ccdiag nccl`: a veth is refused
+    assert ifaces.select(addrs, up, only=["veth0", "nosuch"]) == []
 
 
 def _c(name, addr, prefix=24):
@@ -212,3 +320,18 @@ def test_iface_matrices_and_findings_name_the_interface():
     assert [f.check for f in f1] == ["cluster.iface_host_slow"]
     assert f1[0].details["iface"] == "eth1" and "h2" in f1[0].summary and "eth1" in f1[0].summary
     assert "timed out" in pairs.format_iface_rows(mats[1]["rows"])
+
+
+def test_ring_hops_between_two_hosts_are_held_to_the_senders_line_rate():
+    from ccdiag.cluster import capability
+
+    rows = [{"src_rank": 0, "dst_rank": 1, "src_host": "a", "dst_host": "b", "iface": "eth0", "gbyte_s": 0.00625},
+            {"src_rank": 1, "dst_rank": 0, "src_host": "b", "dst_host": "a", "iface": "eth0", "gbyte_s": 0.12}]
+    speeds = {0: {"eth0": 1000}, 1: {"eth0": 1000}}
+    fs = capability.judge_hops(rows, speeds)
+    assert [(f.status, f.details["src_rank"]) for f in fs] == [("fail", 0)]
+    assert "rank 0 -> rank 1" in fs[0].summary and "a <-> b" in fs[0].summary
+    assert capability.judge_hops(rows, {}) == []  # no rate known: not judged this way
+    assert len(capability.judge_hops(rows, {}, line_rate_gbit_s=1.0)) == 1
+    same = [dict(rows[0], dst_host="a")]
+    assert capability.judge_hops(same, speeds) == []  # shared memory is never a network finding

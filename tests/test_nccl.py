@@ -15,7 +15,7 @@ import pytest
 
 from ccdiag.checkrun import evaluate
 from ccdiag.host import ReplayHost
-from ccdiag.nccl.knobs import DEFAULT, EXPERIMENT, INFO, REMOVE, SET
+from ccdiag.nccl.knobs import DEFAULT, INFO, REMOVE, SET
 from ccdiag.nccl.logread import LogError, compare, parse_nccl_log
 from ccdiag.nccl.recommend import recommend, recommend_from_matrix
 from ccdiag.probes.netdev import Address, NetInterface
@@ -43,9 +43,8 @@ BY_HAND = {
     "dgx-h100-talos-driver580-12nic-truncated-after-nic5-trailing-tabs.txt": (None, None),
     # topo -mp (PCIe only): GPU0,1 PIX mlx5_0; GPU2,3 PIX mlx5_1; GPU4,5 PIX mlx5_2; GPU6,7 PIX mlx5_3.
     # No NV# in a -mp matrix, so it reads as PCIe-only: GPU0-1 PIX, 1-2 PXB, 2-3 PIX, 3-4 NODE ...
-    # index order already chains each GPU to its nearest peer.
-    "dgx2-topo-mp-elided-single-space-mangled.txt": ("=mlx5_0,mlx5_1,mlx5_2,mlx5_3",
-                                                    "GPU0,GPU1,GPU2,GPU3,GPU4,GPU5,GPU6,GPU7"),
+    # index order already chains each GPU to its nearest peer, so no ring-order advice (it changes nothing).
+    "dgx2-topo-mp-elided-single-space-mangled.txt": ("=mlx5_0,mlx5_1,mlx5_2,mlx5_3", None),
     "h100-pcie-x2-nvlink-bridge-nv12-indented.txt": (None, None),  # no NIC, two GPUs
     # NIC k PIX to GPU k only (legend mlx5_k); NV18: no order.
     "h100-sxm-hbm3-x8-nv18-8nic-gpunumaid-spaces.txt": ("=mlx5_0,mlx5_1,mlx5_2,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_7",
@@ -57,8 +56,8 @@ BY_HAND = {
     "h800-x8-nv8-4nic-topo-matrix-terminal-truncated-mangled.txt": ("=mlx5_0,mlx5_1,mlx5_2,mlx5_3", None),
     "hopper-nv18-x4-visible-subset-brev-vm-blank-cpu-affinity-mixed-numa.txt": (None, None),  # no NIC
     # the only NIC, PHB to GPU2/3 and SOC (old name of SYS) to GPU0/1. PCIe only: GPU0-1 PHB, 1-2
-    # SOC, 2-3 PHB: index order is the nearest chain.
-    "k40m-x4-mlx4-soc-legacy-2017.txt": ("=mlx4_0", "GPU0,GPU1,GPU2,GPU3"),
+    # SOC, 2-3 PHB: index order is the nearest chain, so no ring-order advice.
+    "k40m-x4-mlx4-soc-legacy-2017.txt": ("=mlx4_0", None),
     "p100-sxm2-x2-nv2-rwth-c16g.txt": (None, None),
     "rtx3090-x2-nvlink-bridge-nv4-lxc-spaces.txt": (None, None),
     # one NIC (NIC0 = mlx5_2), NODE to GPU0-3 and SYS to GPU4-7: it is every GPU's nearest.
@@ -75,8 +74,8 @@ BY_HAND = {
     # NIC3/4/9/10 NODE to every GPU. The operator's own NCCL_IB_HCA in the same file names these 8.
     "h100-x8-nv18-12nic-fused-pixnode-x-node-slurmv4.txt": (
         "=mlx5_0,mlx5_1,mlx5_2,mlx5_5,mlx5_6,mlx5_7,mlx5_8,mlx5_11", None),
-    # no NIC; GPU pairs (0,1) (2,3) ... PIX, NODE within a NUMA node, SYS across: index order.
-    "x8-pcie-only-2numa-pix-pairs-node-sys-no-nic-spaces.txt": (None, "GPU0,GPU1,GPU2,GPU3,GPU4,GPU5,GPU6,GPU7"),
+    # no NIC; GPU pairs (0,1) (2,3) ... PIX, NODE within a NUMA node, SYS across: index order, no advice.
+    "x8-pcie-only-2numa-pix-pairs-node-sys-no-nic-spaces.txt": (None, None),
 }
 NOT_MATRICES = {"topo-c-cpu-affinity-query-dgx-a100.txt"}  # `nvidia-smi topo -c`: refused by the parser
 
@@ -104,8 +103,9 @@ def test_every_gpu_of_the_h800_paste_has_its_rails_named():
     rails = recommend_from_matrix(m, "x").get("NCCL_IB_HCA").details["rails"]
     assert rails == {"mlx5_0": ["GPU0", "GPU1", "GPU2"], "mlx5_1": ["GPU0", "GPU2", "GPU3"],
                      "mlx5_2": ["GPU4", "GPU5", "GPU6", "GPU7"], "mlx5_3": ["GPU4", "GPU5", "GPU6", "GPU7"]}
-    gdr = next(k for k in recommend_from_matrix(m, "x").knobs if k.name == "NCCL_NET_GDR_LEVEL")
-    assert gdr.action == EXPERIMENT and gdr.value == "NODE"  # GPU0,2,4,5,6 reach their NIC across the CPU
+    # GPU0,2,4,5,6 reach their NIC across the CPU, but the GPUs are joined by NVLink: NCCL relays their
+    # traffic over NVLink to the GPU beside the NIC (PXN) instead of staging it in host memory
+    assert not any(k.name == "NCCL_NET_GDR_LEVEL" for k in recommend_from_matrix(m, "x").knobs)
 
 
 # -- the samples and named faults ---------------------------------------------------------------------
@@ -147,15 +147,17 @@ def test_healthy_sample_gets_every_rail_with_its_port_and_the_fastest_interfaces
     assert not [k for k in rec.knobs if k.action == REMOVE]
 
 
-def test_a_rail_down_changes_only_the_hca_list():
+def test_a_rail_down_is_a_drain_finding_not_an_edit_of_the_shared_settings():
     runs = _runs()
     down = _edit_ports(runs, lambda d, p: dataclasses.replace(p, state="DOWN", state_code=1)
                        if d.name == "mlx5_2" else p)
     healthy, faulty = _rec(runs), _rec(down)
-    _same_except(healthy, faulty, {"NCCL_IB_HCA"})
-    assert faulty.settings()["NCCL_IB_HCA"] == ALL_RAILS.replace("mlx5_2:1,", "")
+    assert faulty.settings() == healthy.settings()  # the env file every node sources is unchanged
     k = faulty.get("NCCL_IB_HCA")
-    assert k.details["left_out"] == {"mlx5_2:1": "port is DOWN"} and k.details["gpus_without_own_rail"] == ["GPU2"]
+    assert k.details["node_faults"] == {"mlx5_2:1": "port is DOWN"} and k.details["gpus_without_own_rail"] == ["GPU2"]
+    drain = faulty.get("node fault")
+    assert drain.action == INFO and drain.value == "mlx5_2:1" and "drain" in drain.reason and "GPU2" in drain.reason
+    assert healthy.get("node fault") is None
 
 
 def _roce(runs, without_v2=()):
@@ -178,7 +180,8 @@ def _roce(runs, without_v2=()):
 def test_roce_rails_leave_the_gid_to_nccl_and_say_the_index_seen():
     rec = _rec(_roce(_runs()))
     k = rec.get("NCCL_IB_GID_INDEX")
-    assert k.action == DEFAULT and k.details == {"index_on_this_host": 3}
+    assert k.action == DEFAULT and k.details == {"index_on_this_host": 3, "set_for_nccl_before_2_21": 3}
+    assert "Before NCCL 2.21 the default index is 0" in k.reason
     assert rec.settings()["NCCL_IB_HCA"] == ALL_RAILS
 
 
@@ -249,10 +252,50 @@ def test_the_generated_topology_xml_speaks_nccls_vocabulary():
     for el in root.iter():
         assert el.tag in vocab, el.tag
         assert set(el.attrib) <= vocab[el.tag], (el.tag, set(el.attrib) - vocab[el.tag])
-    busids = {p.attrib["busid"] for p in root.iter("pci")}
+        assert all(v != "" for v in el.attrib.values()), el.attrib  # unknown values are left out, never empty
+    speeds = {"2.5 GT/s PCIe", "5.0 GT/s PCIe", "8.0 GT/s PCIe", "16.0 GT/s PCIe", "32.0 GT/s PCIe", "64.0 GT/s PCIe"}
+    assert all(p.attrib.get("link_speed", "32.0 GT/s PCIe") in speeds for p in root.iter("pci"))  # NCCL's table
     topo = build_topology(_flattened(_runs()))
-    assert busids == {g.bdf for g in topo.gpus()} | {n.bdf for n in topo.nics()}
+    switches = [p for p in root.iter("pci") if p.attrib["busid"].startswith("ffff:")]
+    real = {p.attrib["busid"] for p in root.iter("pci")} - {p.attrib["busid"] for p in switches}
+    assert real == {g.bdf for g in topo.gpus()} | {n.bdf for n in topo.nics()}
+    assert all(s.attrib["class"] == "0x060400" and "link_speed" in s.attrib and "link_width" in s.attrib
+               for s in switches)
     assert all(c.attrib["affinity"].replace(",", "").strip("0") for c in root.iter("cpu"))
+    assert all("arch" not in c.attrib for c in root.iter("cpu"))  # unknown here: NCCL fills it from the machine
+
+
+def test_the_topology_xml_carries_the_pairing_the_flat_tree_hides():
+    """Each synthetic switch holds one NIC and the GPU(s) paired with it; on this layout the pairing is
+    the one the real (unflattened) tree shows."""
+    flat = _rec(_flattened(_runs()))
+    root = ET.fromstring(next(iter(flat.files.values())))
+    real = build_topology(_runs())
+    label = {d.bdf: d.label for d in list(real.gpus()) + list(real.nics())}
+    nics = {n.label for n in real.nics()}
+    for sw in (p for p in root.iter("pci") if p.attrib["busid"].startswith("ffff:")):
+        kids = [label[c.attrib["busid"]] for c in sw]
+        nic = [k for k in kids if k in nics]
+        assert len(nic) == 1
+        for g in (k for k in kids if k not in nics):
+            assert real.level(g, nic[0]) in ("PIX", "PXB"), (g, nic[0], real.level(g, nic[0]))
+
+
+def test_nccl_arch_vocabulary():
+    from ccdiag.nccl.topo_xml import nccl_arch
+
+    assert (nccl_arch("aarch64"), nccl_arch("x86_64"), nccl_arch("ppc64le"), nccl_arch("riscv64")) == \
+        ("arm64", "x86_64", "ppc64", None)
+
+
+def test_no_numa_means_no_file_and_the_reason_is_said(tmp_path):
+    runs = _flattened(_runs())
+    pcie = runs["pcie"].data
+    runs = _edit(runs, "pcie", dataclasses.replace(pcie, devices=tuple(dataclasses.replace(d, numa_node=None)
+                                                                       for d in pcie.devices)))
+    rec = _rec(runs)
+    k = rec.get("NCCL_TOPO_FILE")
+    assert not rec.files and k.action == DEFAULT and "no file is written" in k.reason
 
 
 def test_debugging_variables_already_set_are_named_for_removal():
@@ -262,9 +305,8 @@ def test_debugging_variables_already_set_are_named_for_removal():
     assert "replaces NCCL_IB_HCA=mlx5" in rec.get("NCCL_IB_HCA").reason
 
 
-def test_pcie_only_nodes_get_a_ring_order_and_nvlink_nodes_do_not_need_one():
-    ring = _rec(_runs()).get("GPU ring order")
-    assert ring.action == INFO and ring.value is None and "NVLink" in ring.reason
+def test_nvlink_nodes_get_no_ring_order_advice():
+    assert _rec(_runs()).get("GPU ring order") is None  # NCCL builds its own rings over NVLink
 
 
 # -- the env file round trip and the command -----------------------------------------------------------
@@ -291,7 +333,9 @@ def test_json_output_validates_and_nccl_conf_is_key_value(tmp_path):
     code, out, err = run("nccl", "--replay", str(DEGRADED), "--json")
     doc = json.loads(out)
     jsonschema.validate(doc, schema)
-    assert code == 0 and doc["kind"] == "nccl" and "mlx5_4" not in doc["nccl"]["settings"]["NCCL_IB_HCA"]
+    assert code == 0 and doc["kind"] == "nccl" and "mlx5_4:1" in doc["nccl"]["settings"]["NCCL_IB_HCA"]
+    drain = next(k for k in doc["nccl"]["knobs"] if k["name"] == "node fault")
+    assert "mlx5_4:1" in drain["value"] and drain["details"]["drain"]
     code, out, err = run("nccl", "--replay", str(HEALTHY), "--format", "nccl.conf")
     lines = [l for l in out.splitlines() if l and not l.startswith("#")]
     assert lines == [f"NCCL_IB_HCA={ALL_RAILS}", "NCCL_SOCKET_IFNAME==" + ",".join(f"ib{i}" for i in range(8))]
@@ -381,11 +425,48 @@ def test_text_prints_the_job_script_exports_one_per_line():
     lines = out.splitlines()
     start = lines.index("In a job script:")
     exports = [l.strip() for l in lines[start + 1:] if l.startswith("  export ")]
-    assert exports == ["export NCCL_IB_HCA='=mlx5_0:1,mlx5_1:1,mlx5_2:1,mlx5_3:1,mlx5_5:1,mlx5_6:1,mlx5_7:1'",
-                       "export NCCL_SOCKET_IFNAME='=ib0,ib1,ib2,ib3,ib5,ib6,ib7'"]
+    hca = "=" + ",".join(f"mlx5_{i}:1" for i in range(8))
+    ifname = "=" + ",".join(f"ib{i}" for i in range(8))
+    assert exports == [f"export NCCL_IB_HCA='{hca}'", f"export NCCL_SOCKET_IFNAME='{ifname}'"]
     # and bash reads them back as the recommended values
     script = "\n".join(exports) + '\nprintf "%s|%s" "$NCCL_IB_HCA" "$NCCL_SOCKET_IFNAME"'
     import subprocess
 
     got = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30).stdout
-    assert got == "=mlx5_0:1,mlx5_1:1,mlx5_2:1,mlx5_3:1,mlx5_5:1,mlx5_6:1,mlx5_7:1|=ib0,ib1,ib2,ib3,ib5,ib6,ib7"
+    assert got == f"{hca}|{ifname}"
+
+
+def test_write_topo_file_says_why_nothing_was_written(tmp_path):
+    out = tmp_path / "topo.xml"
+    code, _, err = run("nccl", "--replay", str(HEALTHY), "--write-topo-file", str(out))
+    assert code == 0 and not out.exists()
+    assert "--write-topo-file: nothing written" in err and "real PCI tree" in err
+
+
+def test_ring_order_advice_only_where_it_changes_the_slowest_hops():
+    """SYNTHESIZED PCIe-only levels: pairs (GPU0,GPU2) and (GPU1,GPU3) share a switch, everything else
+    crosses the sockets; index order crosses four times, the suggested order twice."""
+    from ccdiag.nccl.layout import Layout
+    from ccdiag.nccl.recommend import _ring_order
+
+    gpus = ("GPU0", "GPU1", "GPU2", "GPU3")
+    near = {("GPU0", "GPU2"), ("GPU1", "GPU3")}
+    levels = {(a, b): ("PIX" if (a, b) in near else "SYS") for i, a in enumerate(gpus) for b in gpus[i + 1:]}
+    k = _ring_order(Layout(gpus, (), levels, "smi", "test"))
+    assert k is not None and k.value == "GPU0,GPU2,GPU1,GPU3" and "index order would hop SYS, SYS, SYS, SYS" in k.reason
+    chain = {(a, b): ("PIX" if gpus.index(b) - gpus.index(a) == 1 else "SYS") for (a, b) in levels}
+    assert _ring_order(Layout(gpus, (), chain, "smi", "test")) is None  # index order is already the best ring
+
+
+def test_the_degraded_node_writes_the_same_shared_settings_as_a_healthy_one():
+    """The degraded sample's own fault (mlx5_4/ib4 down) is a drain finding, not an edit of the env file
+    that every rank sources."""
+    def exports(sample):
+        code, out, _ = run("nccl", "--replay", str(sample), "--format", "env")
+        assert code == 0
+        return [l for l in out.splitlines() if l.startswith("export ")]
+
+    assert exports(DEGRADED) == exports(HEALTHY)
+    code, out, _ = run("nccl", "--replay", str(DEGRADED), "--json")
+    drain = next(k for k in json.loads(out)["nccl"]["knobs"] if k["name"] == "node fault")
+    assert "mlx5_4:1" in drain["value"] and "drain" in drain["reason"]

@@ -27,7 +27,7 @@ def test_every_probe_list_derives_from_the_registry():
 
     names = tuple(s.name for s in probing.registry())
     assert names == probing.ALL_PROBES == probing.all_probes()
-    assert set(names) == {"system", "pcie", "nvml", "infiniband", "netdev", "kmsg", "smi_topo"}
+    assert set(names) == {"system", "pcie", "nvml", "infiniband", "netdev", "kmsg", "smi_topo", "platform"}
     assert probing.counter_probes() == tuple(s.name for s in probing.registry() if s.counters)
     assert set(probing.resampled_probes()) == set(probing.counter_probes()) | {probing.PROBE_KMSG}
     assert DaemonConfig().probes == names

@@ -13,8 +13,15 @@ How it measures, following what nvbandwidth and the CUDA samples do (never their
   kept so the spread shows;
 * host buffers are pinned (``cudaHostAlloc``) by a thread first bound to the CPUs of the NUMA node
   asked for, so the pages are placed on that node when they are first touched;
+* every timed round is queued behind a *spin kernel* that holds each stream until the host has
+  queued the whole round and releases one flag in pinned memory (nvbandwidth's method): the events
+  then time the copies, not Python's launch rate, and the two directions of a bidirectional copy
+  (on two streams, maybe two GPUs) start together; a small copy's latency is the mean over many
+  copies queued so;
 * peer pairs without peer access are still copied (the driver stages them through host memory) and
-  said so; a small copy's latency is the mean over many.
+  said so;
+* devices are found by PCI address (``cudaDeviceGetByPCIBusId``), which means the same GPU under
+  any ``CUDA_VISIBLE_DEVICES`` or ``CUDA_DEVICE_ORDER``.
 
 GB/s here is 10^9 bytes per second of payload.
 """
@@ -60,39 +67,35 @@ class Engine:
         self.deadline = time.monotonic() + float(req.get("budget_s") or 60.0)
         self.numa_cpus = {int(k): cpulist_cpus(v) for k, v in (req.get("numa_cpus") or {}).items()}
         self.allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
+        self.gate = Gate(cp)
         self.devices = self._map_devices()
 
     # -- set-up -------------------------------------------------------------------------------
     def _map_devices(self) -> dict[str, int]:
-        """Topology GPU label -> CUDA device ordinal, matched by PCI address (CUDA numbers devices
-        fastest first unless CUDA_DEVICE_ORDER says otherwise; NVML and the topology by bus)."""
+        """Topology GPU label -> CUDA device ordinal of this process, by PCI address: CUDA numbers
+        the devices it was allowed to see (CUDA_VISIBLE_DEVICES) in its own order, NVML and the
+        topology number every GPU by bus, so only the address names the same GPU in both."""
         count = int(self.rt.getDeviceCount())
-        by_bdf: dict[str, int] = {}
+        out: dict[str, int] = {}
+        for g in self.req.get("gpus") or []:
+            try:
+                out[g["label"]] = int(self.rt.deviceGetByPCIBusId(str(g.get("bdf") or "")))
+            except Exception:  # noqa: BLE001 - not visible to this process: listed as unmapped
+                continue
         names = {}
         for i in range(count):
-            try:
-                bdf = str(self.cp.cuda.Device(i).pci_bus_id).lower()
-            except Exception:  # noqa: BLE001 - an old CuPy: fall back to bus order
-                bdf = f"#{i}"
-            by_bdf[_short_bdf(bdf)] = i
             try:
                 names[i] = _name(self.rt.getDeviceProperties(i))
             except Exception:  # noqa: BLE001
                 names[i] = None
-        out: dict[str, int] = {}
-        for g in self.req.get("gpus") or []:
-            key = _short_bdf(str(g.get("bdf") or "").lower())
-            if key in by_bdf:
-                out[g["label"]] = by_bdf[key]
-            elif g.get("index") is not None and f"#{g['index']}" in by_bdf:
-                out[g["label"]] = by_bdf[f"#{g['index']}"]
         try:
             drv, rtv = self.rt.driverGetVersion(), self.rt.runtimeGetVersion()
         except Exception:  # noqa: BLE001
             drv = rtv = None
         emit("info", cuda_devices=count, mapped=out, names={str(k): v for k, v in names.items()},
              driver_version=drv, runtime_version=rtv, cupy_version=getattr(self.cp, "__version__", None),
-             unmapped=[g["label"] for g in self.req.get("gpus") or [] if g["label"] not in out])
+             unmapped=[g["label"] for g in self.req.get("gpus") or [] if g["label"] not in out],
+             spin_kernel=self.gate.why_not or "used")
         return out
 
     def check_time(self) -> None:
@@ -122,47 +125,52 @@ class Engine:
     # -- timing -------------------------------------------------------------------------------
     def time_rounds(self, ops: list[tuple[int, Any, Any]], nbytes: int) -> list[list[float]]:
         """Run each (device, stream, op) concurrently: ``warmup`` untimed rounds, then ``iters``
-        timed ones (events made on each stream's own device). Returns, per stream, the GB/s of each
-        timed round."""
-        cp = self.cp
+        timed ones. Each round is queued on every stream behind the gate (one spin kernel per
+        stream, released at once), so all streams start together; the events on each stream's own
+        device time ``reps`` back-to-back copies. Returns, per stream, the GB/s of each timed
+        round."""
         for _ in range(self.warmup):
-            for dev, stream, op in ops:
-                with cp.cuda.Device(dev):
-                    op(stream)
-            for _, stream, _ in ops:
-                stream.synchronize()
+            self._round(ops, timed=False)
             self.check_time()
         out: list[list[float]] = [[] for _ in ops]
         for _ in range(self.iters):
-            evs = []
-            for dev, stream, op in ops:
-                with cp.cuda.Device(dev):
-                    start, end = cp.cuda.Event(), cp.cuda.Event()
-                    start.record(stream)
-                    for _ in range(self.reps):
-                        op(stream)
-                    end.record(stream)
-                evs.append((start, end))
-            for k, (start, end) in enumerate(evs):
-                end.synchronize()
-                ms = cp.cuda.get_elapsed_time(start, end)
-                if ms > 0:
+            for k, ms in enumerate(self._round(ops, timed=True)):
+                if ms and ms > 0:
                     out[k].append(nbytes * self.reps / (ms / 1e3) / 1e9)
             self.check_time()
         return out
 
-    def latency_us(self, stream: Any, op: Any) -> float | None:
+    def _round(self, ops: list[tuple[int, Any, Any]], timed: bool, reps: int | None = None) -> list[float | None]:
+        """Queue one round on every stream behind the gate, release it, wait; milliseconds per stream."""
         cp = self.cp
-        op(stream)
-        stream.synchronize()
-        start, end = cp.cuda.Event(), cp.cuda.Event()
-        start.record(stream)
-        for _ in range(LATENCY_REPS):
-            op(stream)
-        end.record(stream)
-        end.synchronize()
-        ms = cp.cuda.get_elapsed_time(start, end)
-        return ms * 1e3 / LATENCY_REPS if ms > 0 else None
+        reps = reps or self.reps
+        evs = []
+        self.gate.close()
+        try:
+            for dev, stream, op in ops:
+                with cp.cuda.Device(dev):
+                    self.gate.hold(stream)
+                    start, end = (cp.cuda.Event(), cp.cuda.Event()) if timed else (None, None)
+                    if start is not None:
+                        start.record(stream)
+                    for _ in range(reps):
+                        op(stream)
+                    if end is not None:
+                        end.record(stream)
+                evs.append((stream, start, end))
+        finally:
+            self.gate.open()
+        out: list[float | None] = []
+        for stream, start, end in evs:
+            stream.synchronize()
+            out.append(cp.cuda.get_elapsed_time(start, end) if timed else None)
+        return out
+
+    def latency_us(self, dev: int, stream: Any, op: Any) -> float | None:
+        """Mean time of one small copy among LATENCY_REPS queued behind the gate."""
+        self._round([(dev, stream, op)], timed=False, reps=1)
+        (ms,) = self._round([(dev, stream, op)], timed=True, reps=LATENCY_REPS)
+        return ms * 1e3 / LATENCY_REPS if ms and ms > 0 else None
 
     # -- host <-> device ----------------------------------------------------------------------
     def host_device(self, gpu: dict, numa: int | None, remote: bool) -> None:
@@ -294,8 +302,7 @@ class Engine:
                 if "latency" in modes:
                     def small(s):
                         rt.memcpyPeerAsync(pb, b, pa, a, LATENCY_BYTES, s.ptr)
-                    with cp.cuda.Device(a):
-                        lat = self.latency_us(sa, small)
+                    lat = self.latency_us(a, sa, small)
                     emit("latency", bench="p2p", src=la, dst=lb, latency_us=lat, size_bytes=LATENCY_BYTES,
                          peer_access=peer)
             finally:
@@ -346,16 +353,59 @@ class Engine:
             emit("error", bench=bench, src=src, dst=dst, error=f"{type(exc).__name__}: {exc}"[:500])
 
 
-def _short_bdf(bdf: str) -> str:
-    """"00000000:18:00.0" and "0000:18:00.0" -> "18:00.0" with its domain as a number."""
-    bdf = bdf.strip().lower()
-    parts = bdf.split(":")
-    if len(parts) == 3:
+#: holds a stream until the host releases ``flag`` (pinned, mapped host memory), or until
+#: ``max_cycles`` GPU clocks passed, so a host that died never leaves a GPU spinning
+SPIN_SOURCE = r"""
+extern "C" __global__ void ccdiag_spin(volatile const int *flag, long long max_cycles) {
+    long long t0 = clock64();
+    while (*flag == 0 && clock64() - t0 < max_cycles) { }
+}
+"""
+#: the spin's safety limit: ~2-4 s at GPU clocks of 0.5-1 GHz, far beyond any round's queueing time
+SPIN_MAX_CYCLES = 2_000_000_000
+
+
+class Gate:
+    """One flag in pinned host memory that spin kernels on every stream wait on.
+
+    ``close()`` sets it to 0, ``hold(stream)`` queues a spin kernel on the stream (on the current
+    device), ``open()`` sets it to 1 and every held stream starts at once. Where the kernel cannot
+    be built (no NVRTC) the gate does nothing and ``why_not`` says why; the figures then include
+    launch gaps and the run's info line says so."""
+
+    def __init__(self, cp: Any):
+        self.cp = cp
+        self.why_not: str | None = None
+        self.flag_ptr = None
+        self._flag = None
+        self._kernel = None
         try:
-            return f"{int(parts[0], 16):x}:{parts[1]}:{parts[2]}"
-        except ValueError:
-            return bdf
-    return bdf
+            import ctypes
+
+            rt = cp.cuda.runtime
+            self.flag_ptr = rt.hostAlloc(8, rt.hostAllocMapped | rt.hostAllocPortable)
+            self._flag = ctypes.c_int.from_address(self.flag_ptr)
+            self._flag.value = 1
+            self._kernel = cp.RawKernel(SPIN_SOURCE, "ccdiag_spin")
+        except Exception as exc:  # noqa: BLE001 - no NVRTC, no mapped memory: time without the gate
+            self.why_not = f"spin kernel not available ({type(exc).__name__}: {str(exc)[:200]})"
+            self._kernel = None
+
+    def close(self) -> None:
+        if self._flag is not None:
+            self._flag.value = 0
+
+    def hold(self, stream: Any) -> None:
+        if self._kernel is None or self.why_not:
+            return
+        try:
+            self._kernel((1,), (1,), (self.flag_ptr, self.cp.int64(SPIN_MAX_CYCLES)), stream=stream)
+        except Exception as exc:  # noqa: BLE001 - e.g. the kernel does not compile for this GPU
+            self.why_not = f"spin kernel not available ({type(exc).__name__}: {str(exc)[:200]})"
+
+    def open(self) -> None:
+        if self._flag is not None:
+            self._flag.value = 1
 
 
 def _name(props: Any) -> str | None:

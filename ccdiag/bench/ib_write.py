@@ -40,8 +40,6 @@ if TYPE_CHECKING:
 SIZE_BYTES = 8 << 20
 QUICK_ITERS = 200
 ITERS = 2000
-#: seconds the server gets to start listening before the client connects
-SERVER_START_S = 1.0
 #: output kept from a perftest process
 MAX_OUTPUT_BYTES = 1 << 20
 
@@ -66,12 +64,12 @@ def rdma_ports(ctx: BenchContext) -> list[dict]:
     return out
 
 
-def cuda_ordinal(ctx: BenchContext, gpu: str) -> int | None:
-    """The CUDA ordinal of a GPU when CUDA_DEVICE_ORDER=PCI_BUS_ID (engines are started so)."""
-    gpus = sorted((g for g in ctx.topology.gpus() if g.bdf), key=lambda g: g.bdf or "")
-    for i, g in enumerate(gpus):
-        if g.label == gpu:
-            return i
+def gpu_bus_id(ctx: BenchContext, gpu: str) -> str | None:
+    """The GPU's full PCI address (``0000:18:00.0``): how perftest's ``--use_cuda_bus_id`` and the
+    pyverbs engine pick the GPU whatever CUDA_VISIBLE_DEVICES says."""
+    for g in ctx.topology.gpus():
+        if g.label == gpu and g.bdf:
+            return str(g.bdf)
     return None
 
 
@@ -86,8 +84,10 @@ class IbWrite(Benchmark):
     def engine_choice(self) -> tuple[str | None, str | None]:
         if shutil.which("ib_write_bw"):
             return "perftest", None
+        from ccdiag.bench.sysverbs import system_pyverbs_dirs
+
         missing = module_missing("pyverbs", "rdma-core's python3-pyverbs")
-        if missing is None:
+        if missing is None or system_pyverbs_dirs():
             return "pyverbs", None
         return None, f"neither ib_write_bw (perftest) nor pyverbs is installed ({missing})"
 
@@ -157,9 +157,9 @@ class IbWrite(Benchmark):
             base = {"device": p["nic"], "port": p["port"], "gid_index": gid}
             if p["gpu"] is not None:
                 level = ctx.topology.level(p["gpu"], p["nic"])
-                out.append({**base, "src": p["gpu"], "buffer": "gpu", "cuda_device": cuda_ordinal(ctx, p["gpu"]),
+                out.append({**base, "src": p["gpu"], "buffer": "gpu", "cuda_bus_id": gpu_bus_id(ctx, p["gpu"]),
                             "note": f"buffer in {p['gpu']} memory ({level} from {p['nic']})"})
-            out.append({**base, "src": "host", "buffer": "host", "cuda_device": None, "note": "buffer in host memory"})
+            out.append({**base, "src": "host", "buffer": "host", "cuda_bus_id": None, "note": "buffer in host memory"})
         return out
 
 
@@ -197,8 +197,9 @@ def perftest_argv(job: dict, ctx: BenchContext, tcp_port: int) -> list[str]:
             "-p", str(tcp_port)]
     if job.get("gid_index") is not None:
         argv += ["-x", str(job["gid_index"])]
-    if job.get("cuda_device") is not None:
-        argv.append(f"--use_cuda={job['cuda_device']}")
+    if job.get("cuda_bus_id") is not None:
+        # by PCI address: a number would be CUDA's ordinal, which CUDA_VISIBLE_DEVICES renumbers
+        argv.append(f"--use_cuda_bus_id={job['cuda_bus_id']}")
     return argv
 
 
@@ -225,31 +226,51 @@ def _finish(proc: subprocess.Popen, timeout: float) -> tuple[str, bool]:
 
 
 def run_perftest(job: dict, ctx: BenchContext, end: float) -> Measurement:
-    """One loopback: ``ib_write_bw`` server and client on the same port, bounded by ``end``."""
+    """One loopback: ``ib_write_bw`` server and client on the same port, bounded by ``end``. The
+    client is started again while it cannot connect and the server still runs (the server opens its
+    port after it set the device up, which takes longer on a loaded node than any fixed pause)."""
     m = Measurement("ib_write", job["src"], f"{job['device']}:{job['port']}", op="rdma_write", engine="perftest",
                     size_bytes=ctx.size_bytes or SIZE_BYTES, note=job.get("note"))
     env = _engine_env(ctx)
-    port = _free_tcp_port()
-    argv = perftest_argv(job, ctx, port)
+    argv = perftest_argv(job, ctx, _free_tcp_port())
+    m.extra["argv"] = " ".join(argv + ["127.0.0.1"])
     try:
         server = _spawn(argv, env)
     except OSError as exc:
         m.error = f"cannot start ib_write_bw: {exc.strerror or exc}"
         return m
-    time.sleep(min(SERVER_START_S, max(0.0, end - time.monotonic())))
     try:
-        client = _spawn(argv + ["127.0.0.1"], env)
+        out, rc, late, tries = _client_until_connected(argv + ["127.0.0.1"], env, server, end)
     except OSError as exc:
         _finish(server, 0)
         m.error = f"cannot start ib_write_bw: {exc.strerror or exc}"
         return m
-    out, late = _finish(client, end - time.monotonic())
     srv_out, _ = _finish(server, min(2.0, max(0.05, end - time.monotonic())))
-    m.extra["argv"] = " ".join(argv + ["127.0.0.1"])
+    m.extra["client_starts"] = tries
     if late:
         m.error = "ib_write_bw did not finish within the budget"
         return m
-    return read_perftest_output(m, out, client.returncode, srv_out)
+    return read_perftest_output(m, out, rc, srv_out)
+
+
+#: what a perftest client prints when no server listens yet
+_NOT_LISTENING = ("couldn't connect", "unable to open file descriptor for socket", "unable to init the socket")
+CLIENT_RETRY_S = 0.2
+
+
+def _client_until_connected(argv: list[str], env: dict, server: subprocess.Popen,
+                            end: float) -> tuple[str, int | None, bool, int]:
+    """Run the client until it connects, the server exits or ``end``: (output, exit code, timed out,
+    starts)."""
+    tries = 0
+    while True:
+        tries += 1
+        client = _spawn(argv, env)
+        out, late = _finish(client, end - time.monotonic())
+        refused = client.returncode != 0 and any(k in out.lower() for k in _NOT_LISTENING)
+        if late or not refused or server.poll() is not None or time.monotonic() + CLIENT_RETRY_S >= end:
+            return out, client.returncode, late, tries
+        time.sleep(CLIENT_RETRY_S)
 
 
 def read_perftest_output(m: Measurement, out: str, returncode: int | None, server_out: str = "") -> Measurement:
@@ -287,55 +308,82 @@ def findings(ms: list[Measurement], topology: Topology) -> list[Finding]:
     for m in ms:
         by_port.setdefault(m.dst, {})["gpu" if m.src.startswith("GPU") else "host"] = m
     for port, pair in sorted(by_port.items()):
-        dev, _, num = port.partition(":")
-        comp = Component("ib_port", f"{dev} port {num}", device=dev, port=int(num) if num.isdigit() else None)
-        g, h = pair.get("gpu"), pair.get("host")
-        for one in (g, h):
-            if one is not None and one.error:
-                out.append(Finding("bench.ib_write.error", UNKNOWN, comp, f"{one.src}->{port}: could not measure: {one.error}",
-                                   remedy="Check `ibv_devinfo -d " + dev + "`, that the port is ACTIVE, and for GPU "
-                                          "buffers that nvidia_peermem is loaded (`lsmod | grep peermem`)."))
-        judged = [m for m in (g, h) if m is not None and m.status in (PASS, WARN, FAIL)]
-        if not judged:
-            continue
-        ev = tuple(Evidence(f"RDMA write from {m.src} ({m.engine})", f"{m.gbyte_s * 8:.1f} Gb/s = {m.ratio:.0%} of "
-                            f"{m.expected.gbyte_s * 8:.0f} Gb/s", m.extra.get("argv") or m.engine) for m in judged)
-        bad = [m for m in judged if m.status != PASS]
-        if not bad:
-            out.append(Finding("bench.ib_write", PASS, comp, f"{port}: RDMA write at line rate "
-                               f"({', '.join(f'{m.src} {m.ratio:.0%}' for m in judged)})", evidence=ev,
-                               expected=judged[0].typical, expected_source=judged[0].threshold_source))
-            continue
-        status = FAIL if any(m.status == FAIL for m in bad) else WARN
-        if g in bad and (h is None or h.status == PASS):
-            level = g.expected.level if g.expected else None
-            if level in ("SYS", "NODE", "PHB"):
-                summary = (f"{g.src}->{port} GPUDirect write {g.gbyte_s * 8:.0f} Gb/s = {g.ratio:.0%} of line rate "
-                           f"while host memory reaches {h.ratio:.0%}" if h else f"{g.src}->{port} {g.ratio:.0%}") + \
-                          f": the GPU<->NIC path is {level} (crosses {'the CPU socket' if level == 'SYS' else 'the host bridge'})"
-                remedy = (f"Use a GPU on {dev}'s own PCIe switch for this rail (NCCL does with the right NCCL_IB_HCA "
-                          f"order; see `ccdiag nccl`), or move the NIC/GPU to share a switch.")
-                cname = Component("gpu_pair", f"{g.src}-{dev}", gpu=int(g.src[3:]) if g.src[3:].isdigit() else None,
-                                  device=dev, peer=dev)
-            else:
-                summary = (f"{g.src}->{port} GPUDirect write {g.gbyte_s * 8:.0f} Gb/s = {g.ratio:.0%} of line rate "
-                           f"on a {level} path while host memory reaches "
-                           f"{h.ratio:.0%}" if h else f"{g.src}->{port} GPUDirect write {g.ratio:.0%} of line rate")
-                remedy = ("GPUDirect RDMA is not running at full rate: load nvidia_peermem (or use dma-buf), disable "
-                          "ACS on the switch ports between GPU and NIC, and check the IOMMU setting (passthrough).")
-                cname = comp
-            out.append(Finding("bench.ib_write.gpudirect", status, cname, summary, evidence=ev,
-                               expected=f"{g.expected.gbyte_s * 8:.0f} Gb/s ({g.expected.bottleneck})",
-                               expected_source=g.expected.source, remedy=remedy))
-        else:
-            worst = min(bad, key=lambda m: m.ratio or 0)
-            out.append(Finding("bench.ib_write.port", status, comp,
-                               f"{port}: RDMA write {worst.gbyte_s * 8:.0f} Gb/s = {worst.ratio:.0%} of "
-                               f"{worst.expected.gbyte_s * 8:.0f} Gb/s from {'every buffer' if len(bad) > 1 else worst.src}",
-                               evidence=ev, expected=worst.typical, expected_source=worst.threshold_source,
-                               remedy=(f"The port itself is slow: check `ibstat {dev}` (rate, width), the cable and "
-                                       f"transceiver (`mlxlink -d {dev} -m`), and the switch port's counters.")))
+        out += _port_findings(port, pair.get("gpu"), pair.get("host"))
     return out
+
+
+def _port_findings(port: str, g: Measurement | None, h: Measurement | None) -> list[Finding]:
+    """One port's findings: what could not be measured, then one verdict on what was."""
+    dev, _, num = port.partition(":")
+    comp = Component("ib_port", f"{dev} port {num}", device=dev, port=int(num) if num.isdigit() else None)
+    out = [_error_finding(m, port, dev, comp) for m in (g, h) if m is not None and m.error]
+    judged = [m for m in (g, h) if m is not None and m.status in (PASS, WARN, FAIL)]
+    if not judged:
+        return out
+    ev = tuple(Evidence(f"RDMA write from {m.src} ({m.engine})", f"{m.gbyte_s * 8:.1f} Gb/s = {m.ratio:.0%} of "
+                        f"{m.expected.gbyte_s * 8:.0f} Gb/s", m.extra.get("argv") or m.engine) for m in judged)
+    bad = [m for m in judged if m.status != PASS]
+    if not bad:
+        out.append(Finding("bench.ib_write", PASS, comp, f"{port}: RDMA write at line rate "
+                           f"({', '.join(f'{m.src} {m.ratio:.0%}' for m in judged)})", evidence=ev,
+                           expected=judged[0].typical, expected_source=judged[0].threshold_source))
+    elif g in bad and (h is None or h.status == PASS):
+        out.append(_gpudirect_finding(g, h, port, dev, comp, ev, bad))
+    else:
+        out.append(_hca_finding(bad, port, dev, comp, ev))
+    return out
+
+
+def _error_finding(m: Measurement, port: str, dev: str, comp: Component) -> Finding:
+    remedy = (f"Check `ibv_devinfo -d {dev}` (the port ACTIVE, the device usable by this user: "
+              f"/dev/infiniband/uverbs*)")
+    if m.src.startswith("GPU"):
+        remedy += ("; for GPU buffers, that GPUDirect can register GPU memory (nvidia_peermem loaded: "
+                   "`lsmod | grep peermem`, or a perftest built with dma-buf)")
+    return Finding("bench.ib_write.error", UNKNOWN, comp, f"{m.src}->{port}: could not measure: {m.error}",
+                   remedy=remedy + ".")
+
+
+def _status_of(bad: list[Measurement]) -> str:
+    return FAIL if any(m.status == FAIL for m in bad) else WARN
+
+
+def _gpudirect_finding(g: Measurement, h: Measurement | None, port: str, dev: str, comp: Component,
+                       ev: tuple, bad: list[Measurement]) -> Finding:
+    """The GPU buffer is slow while host memory is not: the GPU<->NIC path or GPUDirect itself."""
+    level = g.expected.level if g.expected else None
+    host_part = f" while host memory reaches {h.ratio:.0%}" if h else ""
+    head = f"{g.src}->{port} GPUDirect write {g.gbyte_s * 8:.0f} Gb/s = {g.ratio:.0%} of line rate"
+    if level in ("SYS", "NODE", "PHB"):
+        crosses = "the CPU socket" if level == "SYS" else "the host bridge"
+        summary = f"{head}{host_part}: the GPU<->NIC path is {level} (crosses {crosses})"
+        remedy = (f"Use a GPU on {dev}'s own PCIe switch for this rail (NCCL does with the right NCCL_IB_HCA "
+                  f"order; see `ccdiag nccl`), or move the NIC/GPU to share a switch.")
+        comp = Component("gpu_pair", f"{g.src}-{dev}", gpu=int(g.src[3:]) if g.src[3:].isdigit() else None,
+                         device=dev, peer=dev)
+    else:
+        summary = f"{head} on a {level} path{host_part}"
+        remedy = ("GPUDirect RDMA is not running at full rate: load nvidia_peermem (or use dma-buf), disable "
+                  "ACS on the switch ports between GPU and NIC, and check the IOMMU setting (passthrough).")
+    return Finding("bench.ib_write.gpudirect", _status_of(bad), comp, summary, evidence=ev,
+                   expected=f"{g.expected.gbyte_s * 8:.0f} Gb/s ({g.expected.bottleneck})",
+                   expected_source=g.expected.source, remedy=remedy)
+
+
+def _hca_finding(bad: list[Measurement], port: str, dev: str, comp: Component, ev: tuple) -> Finding:
+    """Every buffer is slow through a loopback of the port. The loopback turns round inside the
+    HCA (the cable and switch never carry it), so the fault is the HCA or its PCIe slot, not the
+    wire."""
+    worst = min(bad, key=lambda m: m.ratio or 0)
+    return Finding("bench.ib_write.port", _status_of(bad), comp,
+                   f"{port}: RDMA write {worst.gbyte_s * 8:.0f} Gb/s = {worst.ratio:.0%} of "
+                   f"{worst.expected.gbyte_s * 8:.0f} Gb/s from {'every buffer' if len(bad) > 1 else worst.src} "
+                   f"in a loopback through the HCA",
+                   evidence=ev, expected=worst.typical, expected_source=worst.threshold_source,
+                   remedy=(f"The HCA {dev} itself is slow (a loopback never reaches the cable or switch): check its "
+                           f"PCIe link (`lspci -vv` LnkSta against LnkCap for {dev}'s slot), its firmware "
+                           f"(`ibv_devinfo -d {dev}` fw_ver against the fleet) and its temperature/throttling; "
+                           f"the cable and switch port are judged by a test between two hosts."))
 
 
 register(IbWrite())

@@ -20,7 +20,21 @@ from ccdiag.bench.cuda_worker import emit, read_request
 DEPTH = 64
 
 
+#: what each QP grants its peer: the responder must allow RDMA WRITE into its memory (without
+#: IBV_ACCESS_REMOTE_WRITE on the QP, every write completes with a remote access error however the
+#: MR was registered; rdma-core's own write tests set both flags on the QP)
+def qp_access(e: Any) -> int:
+    return e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE
+
+
 def _verbs() -> Any:
+    """pyverbs' classes, from the environment or, failing that, from the system's rdma-core."""
+    try:
+        import pyverbs  # noqa: F401
+    except ImportError:
+        from ccdiag.bench.sysverbs import add_system_pyverbs
+
+        add_system_pyverbs()
     import pyverbs.enums as e
     from pyverbs.addr import AHAttr, GlobalRoute
     from pyverbs.cq import CQ
@@ -32,6 +46,26 @@ def _verbs() -> Any:
 
     return {"e": e, "AHAttr": AHAttr, "GlobalRoute": GlobalRoute, "CQ": CQ, "Context": Context, "MR": MR, "PD": PD,
             "QP": QP, "QPAttr": QPAttr, "QPCap": QPCap, "QPInitAttr": QPInitAttr, "SGE": SGE, "SendWR": SendWR}
+
+
+def rts_attr(v: dict, port: int, pattr: Any, dest_qp_num: int, gid: Any, gid_index: int) -> Any:
+    """The attributes that take one RC QP from RESET to RTS towards ``dest_qp_num`` on the same
+    port: access flags (INIT), path MTU, destination and address vector (RTR), timeouts (RTS).
+    ``pattr``: the port's attributes (``active_mtu``, ``link_layer``, ``lid``); ``gid``: the port's
+    GID at ``gid_index`` (RoCE only)."""
+    e = v["e"]
+    attr = v["QPAttr"](port_num=port)
+    attr.qp_access_flags = qp_access(e)
+    attr.path_mtu = pattr.active_mtu
+    attr.dest_qp_num = dest_qp_num
+    attr.rq_psn = attr.sq_psn = 0
+    attr.max_dest_rd_atomic = attr.max_rd_atomic = 1
+    attr.min_rnr_timer, attr.timeout, attr.retry_cnt, attr.rnr_retry = 12, 14, 7, 7
+    if pattr.link_layer == e.IBV_LINK_LAYER_ETHERNET:
+        attr.ah_attr = v["AHAttr"](gr=v["GlobalRoute"](dgid=gid, sgid_index=gid_index), is_global=1, port_num=port)
+    else:
+        attr.ah_attr = v["AHAttr"](dlid=pattr.lid, port_num=port)
+    return attr
 
 
 class Loopback:
@@ -46,27 +80,16 @@ class Loopback:
         cap = v["QPCap"](max_send_wr=DEPTH, max_recv_wr=1, max_send_sge=1, max_recv_sge=1)
         init = v["QPInitAttr"](qp_type=e.IBV_QPT_RC, scq=self.cq, rcq=self.cq, cap=cap)
         self.qa, self.qb = v["QP"](self.pd, init), v["QP"](self.pd, init)
-        access = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE
+        access = qp_access(e)
         if gpu_ptr is not None:
             self.src = v["MR"](self.pd, size, access, address=gpu_ptr)
         else:
             self.src = v["MR"](self.pd, size, access)
         self.dst = v["MR"](self.pd, size, access)
         pattr = self.ctx.query_port(port)
+        gid = self.ctx.query_gid(port, gid_index) if pattr.link_layer == e.IBV_LINK_LAYER_ETHERNET else None
         for me, other in ((self.qa, self.qb), (self.qb, self.qa)):
-            attr = v["QPAttr"](port_num=port)
-            attr.path_mtu = pattr.active_mtu
-            attr.dest_qp_num = other.qp_num
-            attr.rq_psn = attr.sq_psn = 0
-            attr.max_dest_rd_atomic = attr.max_rd_atomic = 1
-            attr.min_rnr_timer, attr.timeout, attr.retry_cnt, attr.rnr_retry = 12, 14, 7, 7
-            if pattr.link_layer == e.IBV_LINK_LAYER_ETHERNET:
-                gid = self.ctx.query_gid(port, gid_index)
-                ah = v["AHAttr"](gr=v["GlobalRoute"](dgid=gid, sgid_index=gid_index), is_global=1, port_num=port)
-            else:
-                ah = v["AHAttr"](dlid=pattr.lid, port_num=port)
-            attr.ah_attr = ah
-            me.to_rts(attr)
+            me.to_rts(rts_attr(v, port, pattr, other.qp_num, gid, gid_index))
 
     def timed(self, rounds: int, deadline: float) -> list[float]:
         v, e = self.v, self.v["e"]
@@ -94,6 +117,15 @@ class Loopback:
         return out
 
 
+def device_by_bus_id(cp: Any, bus_id: str) -> int:
+    """The CUDA ordinal of the GPU at PCI address ``bus_id`` as this process numbers devices (which
+    CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER change; the bus address does not)."""
+    try:
+        return int(cp.cuda.runtime.deviceGetByPCIBusId(bus_id))
+    except Exception as exc:  # noqa: BLE001 - not visible to this process
+        raise RuntimeError(f"GPU {bus_id} is not visible to this process (CUDA_VISIBLE_DEVICES?): {exc}") from None
+
+
 def main() -> int:
     req = read_request()
     if req is None:
@@ -111,10 +143,10 @@ def main() -> int:
         gpu_ptr = None
         holder = None
         try:
-            if job.get("cuda_device") is not None:
+            if job.get("cuda_bus_id") is not None:
                 import cupy
 
-                with cupy.cuda.Device(int(job["cuda_device"])):
+                with cupy.cuda.Device(device_by_bus_id(cupy, job["cuda_bus_id"])):
                     holder = cupy.cuda.alloc(size)
                     gpu_ptr = int(holder.ptr)
             lb = Loopback(v, job["device"], int(job["port"]), int(job.get("gid_index") or 0), size, gpu_ptr)

@@ -13,8 +13,9 @@ from ccdiag.checks import CheckContext, check
 from ccdiag.checks.infiniband import all_ports, is_active, port_path
 from ccdiag.checks.common import gate, node_component, policy_source
 from ccdiag.findings import FAIL, PASS, SKIP, UNKNOWN, WARN, Component, Evidence, Finding
+from ccdiag.nccl import netif
 from ccdiag.nccl.lists import nccl_match, parse_nccl_list
-from ccdiag.probenames import PROBE_INFINIBAND, PROBE_NVML, PROBE_SYSTEM
+from ccdiag.probenames import PROBE_INFINIBAND, PROBE_NETDEV, PROBE_NVML, PROBE_SYSTEM
 from ccdiag.probing import UNAVAILABLE
 
 MIB = 1 << 20
@@ -95,72 +96,98 @@ def nccl_disable(ctx: CheckContext) -> list[Finding]:
 
 # ---------------------------------------------------------------- NCCL_SOCKET_IFNAME
 
-def _iface_up(i: Any) -> bool | None:
-    if i.up is not None:
-        return i.up
-    if i.operstate:
-        return i.operstate.lower() in ("up", "unknown")
-    return None
-
-
-def _iface_problem(i: Any) -> str | None:
-    up = _iface_up(i)
-    if up is False:
-        return f"{i.name} is down"
-    if not i.addresses:
-        return f"{i.name} has no IP address"
-    return None
-
-
-@check("env.socket_ifname", uses=("netdev",))
+@check("env.socket_ifname", uses=(PROBE_NETDEV,))
 def socket_ifname(ctx: CheckContext) -> list[Finding]:
-    """NCCL_SOCKET_IFNAME selects interfaces that exist, are up and have an address."""
+    """NCCL_SOCKET_IFNAME selects interfaces that can carry traffic between hosts, judged by the one
+    usable-interface rule (:mod:`ccdiag.nccl.netif`) that the NCCL recommender and the cluster run use."""
     var = "NCCL_SOCKET_IFNAME"
     if not ctx.env.get(var, "").strip():
         return [Finding("env.socket_ifname", SKIP, _env_comp(var), f"{var} not set: NCCL chooses interfaces itself")]
-    gated = gate(ctx, "env.socket_ifname", "network interfaces", probes=("netdev",))
+    gated = gate(ctx, "env.socket_ifname", "network interfaces", probes=(PROBE_NETDEV,))
     if gated:
         return [gated]
-    spec = parse_nccl_list(ctx.env[var])
-    ifaces = list(ctx.data("netdev").interfaces)
-    ev = [_env_ev(ctx, var), Evidence("interfaces", {i.name: (i.operstate or ("up" if i.up else "down"))
-                                                     for i in ifaces}, "/sys/class/net")]
+    ifaces = list(ctx.data(PROBE_NETDEV).interfaces)
+    verdict = netif.judge_list(ctx.env[var], [netif.from_netdev(i) for i in ifaces])
+    ev = (_env_ev(ctx, var), Evidence("interfaces", {i.name: (i.operstate or ("up" if i.up else "down"))
+                                                     for i in ifaces}, "/sys/class/net"))
     comp = _env_comp(var)
-    expected_src = "NCCL user guide (NCCL_SOCKET_IFNAME syntax)"
-    if spec.exclude:
-        left = [i for i in ifaces if i.name != "lo" and not any(nccl_match(spec, e, i.name) for e in spec.entries)]
-        usable = [i for i in left if _iface_problem(i) is None]
-        if not usable:
-            return [Finding("env.socket_ifname", FAIL, comp,
-                            f"{var}={ctx.env[var]} excludes every usable interface", tuple(ev),
-                            expected="at least one interface left that is up with an address",
-                            expected_source=expected_src,
-                            remedy=f"Select the fabric interface explicitly, e.g. {var}=={'<iface>'}.")]
-        return [Finding("env.socket_ifname", PASS, comp,
-                        f"{var}={ctx.env[var]} leaves {', '.join(i.name for i in usable)}", tuple(ev))]
-    problems: list[str] = []
-    chosen: list[str] = []
-    for e in spec.entries:
-        matched = [i for i in ifaces if nccl_match(spec, e, i.name)]
-        if not matched:
-            problems.append(f"'{e.name}' matches no interface" + ("" if spec.exact else " (as a prefix)"))
-            continue
-        good = [i for i in matched if _iface_problem(i) is None]
-        if not good:
-            problems.append("; ".join(p for i in matched for p in [_iface_problem(i)] if p))
-        chosen.extend(i.name for i in good)
-    if problems:
-        names = ", ".join(i.name for i in ifaces if i.name != "lo" and _iface_problem(i) is None)
-        return [Finding("env.socket_ifname", FAIL, comp, f"{var}={ctx.env[var]}: " + "; ".join(problems), tuple(ev),
-                        expected="every entry names an existing interface that is up with an address",
-                        expected_source=expected_src,
-                        remedy=f"Fix {var} in {ctx.env_source}; usable interfaces here: {names or 'none'}. Prefer "
-                               "exact names (`=eth0`).",
-                        details={"usable": chosen})]
-    return [Finding("env.socket_ifname", PASS, comp, f"{var}={ctx.env[var]} selects {', '.join(chosen)}", tuple(ev))]
+    if verdict.ok:
+        return [Finding("env.socket_ifname", PASS, comp, f"{var}={ctx.env[var]} selects {', '.join(verdict.chosen)}",
+                        ev)]
+    return [Finding("env.socket_ifname", FAIL, comp, f"{var}={ctx.env[var]}: " + "; ".join(verdict.problems), ev,
+                    expected="every entry names an existing interface that is up with an address and is not "
+                             "loopback, a container/bridge/tunnel interface or a bridge member",
+                    expected_source="NCCL user guide (NCCL_SOCKET_IFNAME syntax)",
+                    remedy=f"Fix {var} in {ctx.env_source}; usable interfaces here: "
+                           f"{', '.join(verdict.usable) or 'none'}. Prefer exact names (`=eth0`).",
+                    details={"usable": list(verdict.chosen)})]
 
 
 # ---------------------------------------------------------------- NCCL_IB_HCA
+
+def _hca_entry(spec: Any, e: Any, devices: list) -> tuple[str | None, list]:
+    """(problem, active (device, port) pairs) of one NCCL_IB_HCA entry."""
+    matched = [d for d in devices if nccl_match(spec, e, d.name)]
+    if not matched:
+        spaces = " (NCCL strips no spaces from list entries)" if e.name != e.name.strip() else ""
+        return f"'{e.raw}': no such HCA" + ("" if spec.exact else " (as a prefix)") + spaces, []
+    ports = [(d, p) for d in matched for p in d.ports if e.port is None or p.port == e.port]
+    if not ports:
+        return f"'{e.raw}': {', '.join(d.name for d in matched)} has no port {e.port}", []
+    active = [(d, p) for d, p in ports if is_active(p)]
+    if not active:
+        return f"'{e.raw}': " + ", ".join(f"{d.name} port {p.port} is {p.state or '?'}" for d, p in ports), []
+    return None, active
+
+
+def _prefix_extra(spec: Any, e: Any, devices: list) -> str | None:
+    """A prefix entry naming one HCA exactly that also catches others (mlx5_1 -> mlx5_10, mlx5_11)."""
+    matched = [d.name for d in devices if nccl_match(spec, e, d.name)]
+    if spec.exact or e.name not in matched or len(matched) < 2:
+        return None
+    return f"'{e.name}' also selects {', '.join(n for n in matched if n != e.name)}"
+
+
+def _hca_exclude(ctx: CheckContext, spec: Any, devices: list, ev: list) -> Finding:
+    var, comp = "NCCL_IB_HCA", _env_comp("NCCL_IB_HCA")
+    left = [(d, p) for d in devices for p in d.ports if is_active(p) and not spec.matches(d.name, p.port)]
+    if not left:
+        return Finding("env.ib_hca", FAIL, comp, f"{var}={ctx.env[var]} excludes every active HCA port", tuple(ev),
+                       expected="at least one active HCA port left", expected_source=HCA_SYNTAX,
+                       remedy=f"Fix {var}; NCCL would fall back to TCP sockets.")
+    return Finding("env.ib_hca", PASS, comp, f"{var}={ctx.env[var]} leaves "
+                   + ", ".join(f"{d.name}:{p.port}" for d, p in left), tuple(ev))
+
+
+def _hca_include(ctx: CheckContext, spec: Any, devices: list, ev: list, usable: bool) -> Finding:
+    var, comp = "NCCL_IB_HCA", _env_comp("NCCL_IB_HCA")
+    problems, chosen = [], []
+    for e in spec.entries:
+        why, active = _hca_entry(spec, e, devices)
+        if why:
+            problems.append(why)
+        ev += [Evidence(f"{d.name} port {p.port} state", p.state, port_path(d.name, p.port, "state")) for d, p in active]
+        chosen += [f"{d.name}:{p.port}" for d, p in active]
+    if problems:
+        active_all = ", ".join(f"{d.name}:{p.port}" for d in devices for p in d.ports if is_active(p))
+        return Finding("env.ib_hca", FAIL, comp, f"{var}={ctx.env[var]}: " + "; ".join(problems), tuple(ev),
+                       expected="every entry names an existing HCA (and port) that is ACTIVE",
+                       expected_source=HCA_SYNTAX,
+                       remedy=f"Fix {var} in {ctx.env_source} to the active HCAs: "
+                              + ((active_all or "none") if usable else "none on this node")
+                              + " (use `=` for exact names).",
+                       details={"usable": chosen})
+    extra = [x for e in spec.entries for x in [_prefix_extra(spec, e, devices)] if x]
+    if extra:
+        return Finding("env.ib_hca", WARN, comp, f"{var}={ctx.env[var]}: entries are prefixes; " + "; ".join(extra),
+                       tuple(ev), expected="exact names", expected_source=HCA_SYNTAX,
+                       remedy=f"Prefix the list with '=' ({var}={'=' + ctx.env[var]}) so each entry selects one HCA.",
+                       details={"selected": chosen})
+    return Finding("env.ib_hca", PASS, comp, f"{var}={ctx.env[var]} selects {', '.join(chosen)}", tuple(ev))
+
+
+HCA_SYNTAX = "NCCL user guide (NCCL_IB_HCA syntax)"
+
 
 @check("env.ib_hca", uses=(PROBE_INFINIBAND,))
 def ib_hca(ctx: CheckContext) -> list[Finding]:
@@ -174,56 +201,11 @@ def ib_hca(ctx: CheckContext) -> list[Finding]:
                 Finding("env.ib_hca", UNKNOWN, node_component(), "RDMA devices not read")]
     devices = list(ctx.data(PROBE_INFINIBAND).devices) if run.usable else []
     spec = parse_nccl_list(ctx.env[var])
-    comp = _env_comp(var)
     ev = [_env_ev(ctx, var), Evidence("HCAs", {d.name: {p.port: p.state for p in d.ports} for d in devices},
                                       "/sys/class/infiniband/*/ports/*/state")]
-    expected_src = "NCCL user guide (NCCL_IB_HCA syntax)"
     if spec.exclude:
-        left = [(d, p) for d in devices for p in d.ports if is_active(p)
-                and not any(nccl_match(spec, e, d.name) and (e.port is None or e.port == p.port)
-                            for e in spec.entries)]
-        if not left:
-            return [Finding("env.ib_hca", FAIL, comp, f"{var}={ctx.env[var]} excludes every active HCA port", tuple(ev),
-                            expected="at least one active HCA port left", expected_source=expected_src,
-                            remedy=f"Fix {var}; NCCL would fall back to TCP sockets.")]
-        return [Finding("env.ib_hca", PASS, comp, f"{var}={ctx.env[var]} leaves "
-                        + ", ".join(f"{d.name}:{p.port}" for d, p in left), tuple(ev))]
-    problems: list[str] = []
-    extra: list[str] = []
-    chosen: list[str] = []
-    for e in spec.entries:
-        matched = [d for d in devices if nccl_match(spec, e, d.name)]
-        if not matched:
-            problems.append(f"'{e.raw}': no such HCA" + ("" if spec.exact else " (as a prefix)"))
-            continue
-        ports = [(d, p) for d in matched for p in d.ports if e.port is None or p.port == e.port]
-        if not ports:
-            problems.append(f"'{e.raw}': {', '.join(d.name for d in matched)} has no port {e.port}")
-            continue
-        active = [(d, p) for d, p in ports if is_active(p)]
-        if not active:
-            problems.append(f"'{e.raw}': " + ", ".join(f"{d.name} port {p.port} is {p.state or '?'}" for d, p in ports))
-            continue
-        for d, p in active:
-            ev.append(Evidence(f"{d.name} port {p.port} state", p.state, port_path(d.name, p.port, "state")))
-        chosen.extend(f"{d.name}:{p.port}" for d, p in active)
-        if not spec.exact and any(d.name == e.name for d in matched) and len(matched) > 1:
-            extra.append(f"'{e.name}' also selects {', '.join(d.name for d in matched if d.name != e.name)}")
-    if problems:
-        return [Finding("env.ib_hca", FAIL, comp, f"{var}={ctx.env[var]}: " + "; ".join(problems), tuple(ev),
-                        expected="every entry names an existing HCA (and port) that is ACTIVE",
-                        expected_source=expected_src,
-                        remedy=f"Fix {var} in {ctx.env_source} to the active HCAs: "
-                               + (", ".join(f"{d.name}:{p.port}" for d, p in all_ports(ctx.data('infiniband'))
-                                            if is_active(p)) if run.usable else "none on this node")
-                               + " (use `=` for exact names).",
-                        details={"usable": chosen})]
-    if extra:
-        return [Finding("env.ib_hca", WARN, comp, f"{var}={ctx.env[var]}: entries are prefixes; " + "; ".join(extra),
-                        tuple(ev), expected="exact names", expected_source=expected_src,
-                        remedy=f"Prefix the list with '=' ({var}={'=' + ctx.env[var]}) so each entry selects one HCA.",
-                        details={"selected": chosen})]
-    return [Finding("env.ib_hca", PASS, comp, f"{var}={ctx.env[var]} selects {', '.join(chosen)}", tuple(ev))]
+        return [_hca_exclude(ctx, spec, devices, ev)]
+    return [_hca_include(ctx, spec, devices, ev, run.usable)]
 
 
 # ---------------------------------------------------------------- /dev/shm and memlock

@@ -12,10 +12,9 @@ import sys
 
 from ccdiag import __version__
 from ccdiag.cluster import hops as hopmod
-from ccdiag.cluster.mpictx import link_iface
 from ccdiag.cluster.runner import RankOutcome, run_ranks
 from ccdiag.exitcodes import ExitCode
-from ccdiag.findings import FAIL, Finding
+from ccdiag.findings import FAIL, SKIP, Finding
 
 
 def _verdict(findings: list[Finding], outcome: RankOutcome) -> int:
@@ -45,14 +44,33 @@ def _fault_text(outcome: RankOutcome) -> str:
     return "\n".join(f"ccdiag: {ln}" for ln in lines)
 
 
+def _absolute_hops(trows: list[dict], relative: list[Finding], outcome: RankOutcome,
+                   line_rate_gbit_s: float | None) -> list[Finding]:
+    from ccdiag.cluster.capability import judge_hops
+
+    failed = {(f.details.get("src_rank"), f.details.get("dst_rank")) for f in relative if f.status == FAIL}
+    rows = [dict(r, relative_fail=(r["src_rank"], r["dst_rank"]) in failed) for r in trows]
+    speeds = {r: i.get("speeds") or {} for r, i in outcome.idents().items()}
+    return judge_hops(rows, speeds, line_rate_gbit_s)
+
+
 def allreduce(sizes: list[int], iters: int, warmup: int, budget_s: float, as_json: bool,
-              hostfile_out: str | None, margin: float, device: str, segment_bytes: int) -> int:
+              hostfile_out: str | None, margin: float, device: str, segment_bytes: int,
+              line_rate_gbit_s: float | None = None) -> int:
     from ccdiag.cluster.sweep import SweepConfig, format_table, hop_records, merge, run_sweep
 
     cfg = SweepConfig(sizes_bytes=sizes, iters=iters, warmup=warmup, device=device, segment_bytes=segment_bytes)
 
     def body(comm, work, ident):
-        return run_sweep(comm, cfg, work, reserve_s=0.02 * budget_s)
+        from ccdiag.cluster.mpictx import right_neighbour_ident
+        from ccdiag.cluster.route import link_to
+
+        right = right_neighbour_ident(comm, ident, work)
+        res = run_sweep(comm, cfg, work, reserve_s=0.02 * budget_s)
+        # the link this rank's hop to the right really takes (its sender side), named here where
+        # the kernel's routes are
+        res["link_right"] = link_to(ident, right)
+        return res
 
     def report(outcome: RankOutcome) -> int:
         results = outcome.results()
@@ -63,8 +81,10 @@ def allreduce(sizes: list[int], iters: int, warmup: int, budget_s: float, as_jso
         hop_text = ""
         size, recs = hop_records(results)
         if recs and len(recs) == n and n > 1:
-            trows = hopmod.hop_table(recs, outcome.idents(), n, link_iface)
+            links = {r: res.get("link_right") or "unknown" for r, res in results.items()}
+            trows = hopmod.hop_table(recs, outcome.idents(), n, lambda s, d: links.get(s.get("rank"), "unknown"))
             median, findings = hopmod.slow_hops(trows, margin)
+            findings += _absolute_hops(trows, findings, outcome, line_rate_gbit_s)
             hop_doc = {"size_bytes": size, "median_gbyte_s": median, "margin": margin, "rows": trows}
             hop_text = hopmod.format_hops(trows, median, margin)
         code = _verdict(findings, outcome)
@@ -88,8 +108,8 @@ def allreduce(sizes: list[int], iters: int, warmup: int, budget_s: float, as_jso
         if hop_text:
             text.append(hop_text)
         for f in findings:
-            if f.status == FAIL:
-                text.append(f"FAIL {f.check}: {f.summary}")
+            if f.status in (FAIL, SKIP):
+                text.append(f"{f.status.upper()} {f.check}: {f.summary}")
         ft = _fault_text(outcome)
         if ft:
             text.append(ft)

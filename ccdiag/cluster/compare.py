@@ -41,6 +41,30 @@ DEFAULT_Z = 5.0
 GPU_NUMBERS = ("memory_total_bytes", "temperature_c", "memory_temperature_c", "power_w", "power_limit_w",
                "pcie_gen_current", "pcie_width_current", "ecc_aggregate_uncorrected",
                "remapped_rows_uncorrectable", "temp_slowdown_c")
+#: readings of a moment, not of the machine: a GPU's temperature and power follow its load, and its
+#: PCIe link drops to a lower generation when idle (power saving). Reported, never gating the exit.
+MOMENTARY = ("temperature_c", "memory_temperature_c", "power_w", "pcie_gen_current")
+#: the smallest difference worth a robust deviation, per metric (absolute, relative to the median):
+#: a fleet whose values agree exactly (MAD 0) would otherwise make any 1-unit difference an outlier
+TOLERANCE = {"temperature_c": (2.0, 0.0), "memory_temperature_c": (2.0, 0.0), "power_w": (5.0, 0.05),
+             "power_limit_w": (0.0, 0.01), "memory_total_bytes": (0.0, 0.001), "temp_slowdown_c": (1.0, 0.0),
+             "pcie_gen_current": (1.0, 0.0)}
+#: the largest report read (a check report of a large node is well under 1 MB)
+MAX_REPORT_BYTES = 32 << 20
+
+
+def metric_of(key: str) -> str:
+    """``gpu3 temperature_c`` -> ``temperature_c``; other keys are their own metric."""
+    return key.split(" ", 1)[1] if key.startswith("gpu") and " " in key else key
+
+
+def tolerance(key: str, median: float) -> float:
+    abs_tol, rel_tol = TOLERANCE.get(metric_of(key), (0.0, 0.0))
+    return max(abs_tol, rel_tol * abs(median))
+
+
+def gating(key: str) -> bool:
+    return metric_of(key) not in MOMENTARY
 
 
 def report_paths(inputs: Iterable[str]) -> Iterator[str]:
@@ -151,9 +175,11 @@ class Fleet:
     rng: random.Random = field(default_factory=lambda: random.Random(0))
 
     def add_report(self, doc: dict, path: str) -> None:
-        host = host_of(doc, path)
+        self.add_facts(flatten(doc), host_of(doc, path))
+
+    def add_facts(self, facts: dict, host: str) -> None:
         self.hosts += 1
-        for key, value in flatten(doc).items():
+        for key, value in facts.items():
             agg = self.keys.get(key)
             if agg is None:
                 agg = self.keys[key] = KeyAgg()
@@ -161,65 +187,132 @@ class Fleet:
 
     def outliers(self, z: float = DEFAULT_Z) -> list[dict]:
         out = []
+        # a key some reports lack (a GPU fewer) names no host by its absence: the count facts
+        # (gpu_count, gpu_usable) do
         for key, agg in sorted(self.keys.items()):
-            if agg.n < self.hosts:
-                # a key some reports lack (a GPU fewer): hosts without it are not listed by name
-                # here; the count facts (gpu_count, gpu_usable) name them
-                pass
-            if agg.text:
-                major, nmaj = agg.text.most_common(1)[0]
-                if nmaj * 2 <= agg.n or len(agg.text) == 1:
-                    continue  # no majority to stand out from
+            major, nmaj = agg.text.most_common(1)[0] if agg.text else (None, 0)
+            if agg.text and nmaj * 2 > agg.n and len(agg.text) > 1:  # a majority to stand out from
                 for v, cnt in agg.text.items():
                     if v == major:
                         continue
                     out.append({"key": key, "value": v, "fleet": major, "hosts": agg.text_hosts.get(v, []),
-                                "count": cnt, "of": agg.n, "kind": "differs from the majority"})
-            mm = agg.median_mad()
-            if mm is None:
-                continue
-            med, mad = mm
-            scale = 1.4826 * mad
-            tails = [(-nx, h) for nx, h in agg.low] + list(agg.high)
-            seen = set()
-            for x, h in sorted(tails):
-                if (x, h) in seen:
-                    continue
-                seen.add((x, h))
-                if scale > 0:
-                    rz = abs(x - med) / scale
-                    if rz <= z:
-                        continue
-                elif x == med:
-                    continue
-                else:
-                    rz = float("inf")
-                out.append({"key": key, "value": x, "fleet": med, "hosts": [h], "count": 1, "of": agg.n_num,
-                            "kind": "far from the median", "robust_z": None if rz == float("inf") else round(rz, 1)})
+                                "count": cnt, "of": agg.n, "kind": "differs from the majority",
+                                "gating": gating(key)})
+            out += _numeric_outliers(key, agg, z)
         return out
 
 
+def _numeric_outliers(key: str, agg: KeyAgg, z: float) -> list[dict]:
+    """Values in the tails more than ``z`` robust deviations from the median, the deviation never
+    smaller than the metric's tolerance (so integer noise in a fleet that otherwise agrees exactly
+    is not an outlier); a momentary reading is reported with ``gating`` False."""
+    mm = agg.median_mad()
+    if mm is None:
+        return []
+    med, mad = mm
+    scale = max(1.4826 * mad, tolerance(key, med))
+    out = []
+    seen = set()
+    for x, h in sorted([(-nx, h) for nx, h in agg.low] + list(agg.high)):
+        if (x, h) in seen or x == med:
+            continue
+        seen.add((x, h))
+        rz = abs(x - med) / scale if scale > 0 else float("inf")
+        if rz <= z:
+            continue
+        out.append({"key": key, "value": x, "fleet": med, "hosts": [h], "count": 1, "of": agg.n_num,
+                    "kind": "far from the median", "gating": gating(key),
+                    "robust_z": None if rz == float("inf") else round(rz, 1)})
+    return out
+
+
+_VALIDATOR = None
+#: sections validated by type only: their full schema costs ~0.3 s per report (thousands of nodes),
+#: 100x the reading; compare reads few fields of them, each checked by :func:`_shallow_errors`
+_SHALLOW = ("findings", "probes", "topology", "bench", "nccl", "nccl_log")
+
+
+def _validator():
+    """The published report schema, with the large sections checked by their type only."""
+    global _VALIDATOR
+    if _VALIDATOR is None:
+        import jsonschema
+
+        from ccdiag.report import load_schema
+
+        schema = load_schema()
+        props = dict(schema["properties"])
+        for key in _SHALLOW:
+            if key in props:
+                props[key] = {"type": props[key].get("type", ["object", "array", "null"])}
+        schema = dict(schema, properties=props)
+        _VALIDATOR = jsonschema.validators.validator_for(schema)(schema)
+    return _VALIDATOR
+
+
+def _shallow_errors(doc: dict) -> str | None:
+    """What the full schema says of the fields compare reads in the large sections, checked by hand."""
+    for i, f in enumerate(doc.get("findings") or []):
+        if not isinstance(f, dict) or not isinstance(f.get("check"), str) or not isinstance(f.get("status"), str) \
+                or not isinstance(f.get("component"), dict):
+            return f"at findings/{i}: not a finding (check, status and component required)"
+    for name, run in (doc.get("probes") or {}).items():
+        if not isinstance(run, dict) or not isinstance(run.get("data"), (dict, type(None))):
+            return f"at probes/{name}: not a probe run (an object whose data is an object or null)"
+    gpus = (((doc.get("probes") or {}).get("nvml") or {}).get("data") or {}).get("gpus")
+    if gpus is not None and not (isinstance(gpus, list) and all(isinstance(g, dict) for g in gpus)):
+        return "at probes/nvml/data/gpus: not a list of GPU objects"
+    return None
+
+
 def load(path: str) -> dict:
-    """One report, or ValueError saying why it cannot be read."""
+    """One ``ccdiag check --json`` report, read through the bounded reader (a FIFO, a device or a
+    file over :data:`MAX_REPORT_BYTES` is refused) and validated against the published schema; or
+    ValueError saying, in one line naming the file, why it is not one."""
+    from ccdiag.userfiles import UserFileError, read_user_bytes
+
     try:
-        with open(path, encoding="utf-8") as fh:
-            doc = json.load(fh)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{path}: {getattr(exc, 'strerror', None) or exc}") from None
+        raw = read_user_bytes(path, "ccdiag JSON report", MAX_REPORT_BYTES)
+        doc = json.loads(raw.decode("utf-8"))
+    except UserFileError as exc:
+        raise ValueError(str(exc)) from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: not JSON: {exc}") from None
+    except RecursionError:
+        raise ValueError(f"{path}: not a ccdiag report: nested too deeply to be one") from None
     if not isinstance(doc, dict):
         raise ValueError(f"{path}: not a ccdiag JSON report (top level is not an object)")
+    if doc.get("kind") != "check":
+        raise ValueError(f"{path}: not a ccdiag check report (kind {str(doc.get('kind'))[:60]!r}; "
+                         f"compare reads `ccdiag check --json` and `cluster check --reports-dir` files)")
+    try:
+        err = next(iter(sorted(_validator().iter_errors(doc), key=lambda e: list(e.absolute_path))), None)
+    except RecursionError:
+        raise ValueError(f"{path}: not a ccdiag report: nested too deeply to be one") from None
+    if err is not None:
+        where = "/".join(str(p) for p in err.absolute_path) or "(top level)"
+        raise ValueError(f"{path}: not a valid ccdiag report: at {where}: {err.message[:200]}")
+    why = _shallow_errors(doc)
+    if why:
+        raise ValueError(f"{path}: not a valid ccdiag report: {why}")
     return doc
 
 
 def scan(inputs: Iterable[str]) -> Fleet:
+    """Every report folded into the fleet; one that cannot be read or does not fit the schema is
+    named in ``unreadable`` and the rest are still compared."""
     fleet = Fleet()
     for path in report_paths(inputs):
         try:
             doc = load(path)
+            facts = flatten(doc)
         except ValueError as exc:
             fleet.unreadable.append(str(exc))
             continue
-        fleet.add_report(doc, path)
+        except (TypeError, AttributeError, KeyError) as exc:  # valid by the schema, still unusable
+            fleet.unreadable.append(f"{path}: not a usable ccdiag report: {type(exc).__name__}: {exc}")
+            continue
+        fleet.add_facts(facts, host_of(doc, path))
     return fleet
 
 

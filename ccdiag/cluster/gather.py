@@ -140,20 +140,28 @@ def run_node_check(ident: dict, rank: int, replay: str | None, timeout_s: float,
     doc["tool"]["version"] = __version__
     # the host the rank ran on (a replayed snapshot carries the recorded machine's own name)
     doc["host"]["rank_host"] = host_name
-    if reports_dir:
-        from ccdiag.output import write_atomic
-        from ccdiag.report import dumps
-
-        try:
-            os.makedirs(reports_dir, exist_ok=True)
-            write_atomic(os.path.join(reports_dir, f"{host_name}.json"), dumps(doc) + "\n")
-        except OSError:
-            pass
+    write_error = _write_report(reports_dir, host_name, doc) if reports_dir else None
     fails = [f for f in result.findings if f.status == FAIL]
     return {"host": host_name, "exit_code": int(result.exit_code), "status": result.status,
+            **({"error": write_error, "exit_code": 2} if write_error else {}),
             "reason": doc.get("verdict", {}).get("reason"), "timed_out": bool(result.timed_out),
             "failures": [f"{f.check} {f.component.name}: {f.summary}" for f in fails[:20]],
             "failure_count": len(fails), "facts": facts_from_report(doc)}
+
+
+def _write_report(reports_dir: str, host_name: str, doc: dict) -> str | None:
+    """Write this host's full report to ``reports_dir``; the reason when it could not be written
+    (the host's line then says so: a report asked for and silently missing is never a pass)."""
+    from ccdiag.output import write_atomic
+    from ccdiag.report import dumps
+
+    path = os.path.join(reports_dir, f"{host_name}.json")
+    try:
+        os.makedirs(reports_dir, exist_ok=True)
+        write_atomic(path, dumps(doc) + "\n")
+    except OSError as exc:
+        return f"--reports-dir: cannot write {path}: {exc.strerror or exc}"
+    return None
 
 
 def consistency(facts_by_host: dict[str, dict]) -> list[Finding]:
@@ -192,7 +200,10 @@ def cluster_findings(summaries: dict[int, dict], missing: list[int], idents: dic
         if not s or not s.get("leader"):
             continue
         h = s.get("host", f"rank {rank}")
-        facts[h] = s.get("facts", {})
+        if s.get("facts"):
+            # a host with no facts (its check could not run) is that host's one finding below,
+            # not a difference on every fact the others agree on
+            facts[h] = s["facts"]
         code = s.get("exit_code", 3)
         status = PASS if code == 0 else FAIL if code == 1 else "unknown"
         why = s.get("error") or s.get("reason") or ("; ".join(s.get("failures", [])[:3]))

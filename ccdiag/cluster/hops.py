@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import statistics
 
-from ccdiag.findings import FAIL, PASS, Component, Evidence, Finding
+from ccdiag.findings import FAIL, PASS, SKIP, Component, Evidence, Finding
 
 #: a hop below (1 - margin) x the ring's median hop bandwidth is a finding
 DEFAULT_MARGIN = 0.5
@@ -41,13 +41,21 @@ def hop_table(records: dict[int, dict], idents: dict[int, dict], n: int, iface_o
 
 
 def slow_hops(rows: list[dict], margin: float = DEFAULT_MARGIN) -> tuple[float, list[Finding]]:
-    """The ring's median hop bandwidth and one finding per hop below it by ``margin``.
+    """The ring's median hop bandwidth and one finding per network hop below it by ``margin``.
 
-    Hops within one host (shared memory, not a network link) are left out of the median when the
-    ring has network hops too."""
-    net = [r for r in rows if r["src_host"] != r["dst_host"]] or rows
+    Hops within one host are shared memory, not a network link: never judged as one, and left out
+    of the median. A ring with no hop between hosts gets one SKIP saying so."""
+    net = [r for r in rows if r["src_host"] != r["dst_host"]]
     if not net:
-        return 0.0, []
+        if not rows:
+            return 0.0, []
+        hosts = sorted({r["src_host"] for r in rows})
+        return statistics.median(r["gbyte_s"] for r in rows), [Finding(
+            check=CHECK_ID, status=SKIP, component=Component(kind="node", name=", ".join(hosts)),
+            summary=(f"every ring hop is between ranks on {'one host' if len(hosts) == 1 else 'the same host'} "
+                     f"({', '.join(hosts)}): shared memory, no network link to judge"),
+            remedy="to judge the network, run one rank per host across hosts "
+                   "(mpirun --map-by ppr:1:node, srun --ntasks-per-node=1)")]
     median = statistics.median(r["gbyte_s"] for r in net)
     floor = median * (1.0 - margin)
     findings = []

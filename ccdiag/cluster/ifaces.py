@@ -19,17 +19,21 @@ import socket
 from typing import Iterable, Mapping, Sequence
 
 # the project's one list of names that never carry traffic between hosts (NCCL's socket choice uses it)
-from ccdiag.nccl.recommend import NOT_FABRIC, VIRTUAL_BUT_FABRIC
+from ccdiag.nccl import netif
 
 SYS_NET = "/sys/class/net"
 
 
 def excluded_name(name: str) -> bool:
-    """Loopback, docker0, veth*, br-*, tunnels...: the same prefixes NCCL_SOCKET_IFNAME leaves out.
+    """Loopback, docker0, veth*, br-*, tunnels...: by the one usable-interface rule (:mod:`ccdiag.nccl.netif`)."""
+    return netif.name_problem(name) is not None
 
-    Not the kernel's "virtual" flag: inside a container or network namespace the host's own NIC
-    is a veth peer named eth0, and that one does carry the traffic between hosts."""
-    return name == "lo" or (name.startswith(NOT_FABRIC) and not name.startswith(VIRTUAL_BUT_FABRIC))
+
+def _ipv4(addr: str, mask: str | int) -> ipaddress.IPv4Interface | None:
+    try:
+        return ipaddress.IPv4Interface(f"{addr}/{mask}")
+    except ValueError:
+        return None
 
 
 def select(addrs: Mapping[str, Iterable[tuple[str, str | int]]], up: Mapping[str, bool],
@@ -37,28 +41,21 @@ def select(addrs: Mapping[str, Iterable[tuple[str, str | int]]], up: Mapping[str
     """The candidate interfaces, sorted by name then address, as ``{"name", "address", "prefix"}``.
 
     ``addrs``: name -> [(IPv4 address, netmask "255.255.255.0" or prefix length)]; ``up``: name ->
-    link up; ``enslaved``: names that are a bridge's (or bond's) member, whose address, if any, is
-    not where traffic goes; ``only``: the ``--iface`` names, when the user restricted the choice
-    (an explicit name is taken even if its prefix is on the exclusion list: the user knows it)."""
+    link up; ``enslaved``: names that are a bridge's (or bond's) member; ``only``: the ``--iface``
+    names, when the user restricted the choice. Which interfaces qualify is the one usable-interface
+    rule (:func:`ccdiag.nccl.netif.problem`) that the environment check and the NCCL recommender
+    apply, so an interface one of them refuses is never measured here."""
     wanted = set(only) if only else None
     slaves = set(enslaved)
     out = []
     for name in sorted(addrs):
-        if wanted is not None:
-            if name not in wanted:
-                continue
-        elif excluded_name(name):
+        pairs = [(a, m, _ipv4(a, m)) for a, m in addrs[name]]
+        fact = netif.Iface(name, bool(up.get(name, False)), tuple(a for a, _, ip in pairs if ip is not None),
+                           name in slaves)
+        if (wanted is not None and name not in wanted) or netif.problem(fact) is not None:
             continue
-        if name in slaves or not up.get(name, False):
-            continue
-        for addr, mask in addrs[name]:
-            try:
-                iface = ipaddress.IPv4Interface(f"{addr}/{mask}")
-            except ValueError:
-                continue
-            if iface.ip.is_loopback or iface.ip.is_link_local:
-                continue
-            out.append({"name": name, "address": str(iface.ip), "prefix": iface.network.prefixlen})
+        out += [{"name": name, "address": str(ip.ip), "prefix": ip.network.prefixlen}
+                for _, _, ip in pairs if ip is not None and netif.routable(str(ip.ip))]
     return sorted(out, key=lambda c: (c["name"], c["address"]))
 
 

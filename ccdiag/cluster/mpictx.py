@@ -80,10 +80,53 @@ class Deadline:
         return Deadline(min(self.end, time.monotonic() + seconds), self.budget_s)
 
 
+#: requests still pending when their deadline passed, with the buffers they reference (mpi4py's
+#: request holds its buffer): kept for the life of the process, since MPI may still write into (or
+#: read from) that memory. Freeing it is what made OpenMPI report ``readv ... Bad address`` after a
+#: deadline. They are not cancelled: OpenMPI cannot cancel a send, and MPI_Cancel on a request to a
+#: stopped peer was seen to block inside the library (holding the interpreter, so no watchdog ran).
+_ABANDONED: list = []
+
+
+def cancel_all(reqs: list) -> int:
+    """Keep every request of ``reqs`` that has not completed (and so its buffer) alive until the
+    process ends; returns how many. Call before leaving a function whose buffers would otherwise go
+    while MPI still uses them."""
+    pending = [r for r in reqs if r is not None and not _done(r)]
+    _ABANDONED.extend(pending)
+    return len(pending)
+
+
+def _done(req) -> bool:
+    try:
+        return bool(req.Test())
+    except Exception:  # noqa: BLE001 - a request in error is complete: MPI no longer uses its buffer
+        return True
+
+
+class Outstanding:
+    """Every request a function posts, so that leaving it by an exception (a deadline) keeps the
+    pending ones alive with their buffers (:func:`cancel_all`) instead of letting them go."""
+
+    def __init__(self) -> None:
+        self.reqs: list = []
+
+    def add(self, req):
+        self.reqs.append(req)
+        return req
+
+    def __enter__(self) -> "Outstanding":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is not None:
+            cancel_all(self.reqs)
+
+
 def wait_all(reqs: list, peers: list[int], deadline: Deadline, stage: str) -> None:
-    """Complete every request in ``reqs`` (``peers[i]`` is the rank ``reqs[i]`` talks to) or raise
-    DeadlineExpired naming the peers still outstanding. Polls; yields the CPU while idle, which
-    matters when ranks outnumber cores."""
+    """Complete every request in ``reqs`` (``peers[i]`` is the rank ``reqs[i]`` talks to) or keep
+    them (:func:`cancel_all`) and raise DeadlineExpired naming the peers still outstanding. Polls; yields the CPU while
+    idle, which matters when ranks outnumber cores."""
     if not reqs:
         return
     MPI = load_mpi()
@@ -98,18 +141,24 @@ def wait_all(reqs: list, peers: list[int], deadline: Deadline, stage: str) -> No
             pending = [p for r, p in zip(reqs, peers) if not r.Test()]
             if not pending:
                 return
+            cancel_all(reqs)
             raise DeadlineExpired(stage, pending, deadline.budget_s)
         os.sched_yield()
 
 
-def wait_one(req, peer: int, deadline: Deadline, stage: str) -> None:
-    """Complete one request or raise DeadlineExpired naming ``peer``."""
+def wait_one(req, peer: int, deadline: Deadline, stage: str, keep: Any = None) -> None:
+    """Complete one request or keep it (:func:`cancel_all`) and raise DeadlineExpired naming
+    ``peer``. ``keep``: what else must outlive the request (a collective's buffer)."""
     if req.Test():
         return
     spins = 0
     while not req.Test():
         spins += 1
         if spins & 63 == 0 and time.monotonic() >= deadline.end:
+            if keep is None:
+                cancel_all([req])
+            else:
+                _ABANDONED.append((req, keep))
             raise DeadlineExpired(stage, [peer], deadline.budget_s)
         os.sched_yield()
 
@@ -119,7 +168,7 @@ def barrier(comm, deadline: Deadline, stage: str) -> None:
     for are not known to MPI: the caller's gather names them."""
     req = comm.Ibarrier()
     try:
-        wait_one(req, -1, deadline, stage)
+        wait_one(req, -1, deadline, stage, keep=comm)
     except DeadlineExpired:
         raise DeadlineExpired(stage, [], deadline.budget_s) from None
 
@@ -130,7 +179,7 @@ def agree(comm, value: float, deadline: Deadline, stage: str) -> float:
     buf = np.array([value], dtype=np.float64)
     req = comm.Ibcast(buf, root=0)
     try:
-        wait_one(req, 0, deadline, stage)
+        wait_one(req, 0, deadline, stage, keep=buf)
     except DeadlineExpired:
         raise DeadlineExpired(stage, [0] if comm.rank else [], deadline.budget_s) from None
     return float(buf[0])
@@ -224,8 +273,12 @@ class Watchdog:
 
 
 def host_identity() -> dict:
-    """This rank's host name and its IPv4 interfaces (name -> [addresses]), to name links."""
+    """This rank's host name, its IPv4 interfaces (name -> [addresses]) to name links, and the line
+    rate of each physical one (``speeds``: name -> Mbit/s) to hold figures to their path's
+    capability. A virtual interface (veth, bridge, tunnel: no ``device`` in sysfs) reports a speed
+    the kernel made up, so it has none here."""
     ifaces: dict[str, list[str]] = {}
+    speeds: dict[str, int] = {}
     try:
         import psutil
 
@@ -233,31 +286,37 @@ def host_identity() -> dict:
             v4 = [a.address for a in addrs if a.family == socket.AF_INET]
             if v4 and name != "lo":
                 ifaces[name] = v4
+        for name, st in psutil.net_if_stats().items():
+            if name in ifaces and st.speed and st.speed > 0 and os.path.exists(f"/sys/class/net/{name}/device"):
+                speeds[name] = int(st.speed)
     except Exception:  # noqa: BLE001 - a missing interface list only blurs the "interface" column
         pass
-    return {"host": socket.gethostname(), "ifaces": ifaces, "pid": os.getpid()}
+    return {"host": socket.gethostname(), "ifaces": ifaces, "speeds": speeds, "pid": os.getpid()}
 
 
-def mpi_interfaces() -> list[str]:
-    """The interfaces the MPI transport was told to use (OpenMPI's btl_tcp_if_include), if any."""
-    raw = os.environ.get("OMPI_MCA_btl_tcp_if_include", "")
-    return [x for x in raw.split(",") if x and "/" not in x]
+TAG_NEIGHBOUR = 7106
 
 
-def link_iface(me: dict, peer: dict) -> str:
-    """The local interface that reaches ``peer``: one in the MPI include list, else one whose /24
-    matches an address of the peer, else '?'. Cheap and right for flat L2/L3 test clusters; a
-    routed fabric says '?' rather than guess."""
-    allowed = mpi_interfaces()
-    mine = me.get("ifaces", {})
-    for name in allowed:
-        if name in mine:
-            return name
-    peer_nets = {a.rsplit(".", 1)[0] for addrs in peer.get("ifaces", {}).values() for a in addrs}
-    for name, addrs in sorted(mine.items()):
-        if any(a.rsplit(".", 1)[0] in peer_nets for a in addrs):
-            return name
-    return "?"
+def right_neighbour_ident(comm, ident: dict, deadline: Deadline) -> dict:
+    """The identity (host, interfaces) of the rank to this one's right in the ring: each rank sends
+    its own to the left and receives the right one's, with the run's deadline."""
+    MPI = load_mpi()
+    n, r = comm.size, comm.rank
+    left, right = (r - 1) % n, (r + 1) % n
+    req = comm.isend(ident, dest=left, tag=TAG_NEIGHBOUR)
+    status = MPI.Status()
+    got = None
+    while got is None:
+        msg = comm.improbe(source=right, tag=TAG_NEIGHBOUR, status=status)
+        if msg is not None:
+            got = msg.recv()
+            break
+        if time.monotonic() >= deadline.end:
+            cancel_all([req])
+            raise DeadlineExpired("ring neighbours", [right], deadline.budget_s)
+        time.sleep(0.0005)
+    wait_one(req, left, deadline, "ring neighbours")
+    return got if isinstance(got, dict) else {}
 
 
 TAG_PING = 7103

@@ -19,6 +19,10 @@ import os
 import time
 
 EXACT_MAX = 9
+#: a reordering is advised only when its predicted bottleneck beats the current order's by more than
+#: this: two runs of one healthy pair differ by up to ~10 % on a loaded node, so a smaller "gain" is
+#: noise, and a hostfile that reshuffles a healthy fleet for it only costs the user a restart
+MIN_GAIN = 0.15
 HEURISTIC_TIME_S = 5.0
 
 
@@ -98,12 +102,16 @@ def recommend(m, hosts: list[str], slow_hosts: list[str] | None = None) -> dict:
     best = best_order(m, idx)
     cur_bw = bottleneck(idx, m) if n > 1 else 0.0
     best_bw = bottleneck(best, m) if n > 1 else 0.0
+    if best_bw < cur_bw * (1 + MIN_GAIN):
+        # no order beats the current one by more than the measurement's noise: keep it
+        best, best_bw = idx, cur_bw
     out = {
         "current_order": hosts,
         "current_busbw_gbyte_s": cur_bw,
         "order": [hosts[i] for i in best],
         "predicted_busbw_gbyte_s": best_bw,
-        "method": "exact" if n <= EXACT_MAX else "greedy + 2-opt",
+        "method": ("current order kept (no order gains more than "
+                   f"{MIN_GAIN:.0%})" if best == idx else "exact" if n <= EXACT_MAX else "greedy + 2-opt"),
         "weakest_hop": _weakest(best, m, hosts),
     }
     slow = [h for h in (slow_hosts or []) if h in hosts]

@@ -19,7 +19,8 @@ import statistics
 import time
 
 from ccdiag.cluster import ifaces as ifacemod
-from ccdiag.cluster.mpictx import Deadline, DeadlineExpired, barrier, bcast_obj, gather_to_root, load_numpy, wait_one
+from ccdiag.cluster.mpictx import (Deadline, DeadlineExpired, Outstanding, barrier, bcast_obj, gather_to_root,
+                                   load_numpy, wait_one)
 from ccdiag.findings import FAIL, PASS, Component, Evidence, Finding
 
 TAG_PAIR = 5000
@@ -62,68 +63,127 @@ def plan(hostnames: dict[int, str]) -> dict:
             "rounds": round_robin(len(hosts))}
 
 
-def measure(comm, ident: dict, size_bytes: int, iters: int, warmup: int, work: Deadline,
-            per_iface: bool = False, only_ifaces: list[str] | None = None) -> dict:
-    """This rank's part of the matrix: as a host's leader, the bandwidth *into* it from each peer
-    (bytes / time of its receive, both directions running at once), the fastest of ``iters``.
+#: the first exchange of every pair: small, so a link at 1 % of its rate still answers quickly, and
+#: the time it takes says how much of the requested work fits the pair's share of the budget
+PROBE_BYTES = 1 << 20
+#: of a round's share of the budget, what MPI's exchange may use when the TCP matrices run too
+MPI_SHARE = 0.5
+TAG_AGREE = 30000
 
-    With ``per_iface`` the partners of each round then measure TCP between every pair of their
-    candidate addresses on a common subnet (:func:`measure_ifaces`), so each candidate network
-    gets its own matrix beside MPI's."""
-    np = load_numpy()
-    got = gather_to_root(comm, ident.get("host", "?"), work.sooner(max(1.0, work.left_s() / 4)))
+
+def _agree_plan(comm, ident: dict, work: Deadline) -> dict:
+    """Rank 0 groups the ranks by host and tells everyone: hosts, leaders, rounds, and each
+    leader's identity (its addresses, so partners can name the link between them)."""
+    slim = {"host": ident.get("host", "?"), "ifaces": ident.get("ifaces", {}), "speeds": ident.get("speeds", {})}
+    got = gather_to_root(comm, slim, work.sooner(max(1.0, work.left_s() / 4)))
     the_plan = None
     if comm.rank == 0:
         assert got is not None  # the root holds every rank's answer
         if got.missing:
-            from ccdiag.cluster.mpictx import DeadlineExpired
-
             raise DeadlineExpired("pairs set-up", got.missing, work.budget_s)
-        the_plan = plan(got.objs)
-    the_plan = bcast_obj(comm, the_plan, work, "pairs set-up")
+        the_plan = plan({r: o.get("host", "?") for r, o in got.objs.items()})
+        the_plan["idents"] = [got.objs[r] for r in the_plan["leaders"]]
+    return bcast_obj(comm, the_plan, work, "pairs set-up")
+
+
+def measure(comm, ident: dict, size_bytes: int, iters: int, warmup: int, work: Deadline,
+            per_iface: bool = False, only_ifaces: list[str] | None = None) -> dict:
+    """This rank's part of the matrix: as a host's leader, the bandwidth *into* it from each peer
+    (bytes / time of its receive, both directions running at once), the fastest exchange.
+
+    The work fits the budget: each round gets its share of what is left, and each pair first
+    exchanges :data:`PROBE_BYTES`, from which both partners agree how many exchanges of which size
+    fit (fewer iterations first, then smaller messages). A deadline that passes anyway ends the
+    measuring, not the report: what was measured is returned with ``incomplete`` saying what is
+    missing. With ``per_iface`` the partners of each round then measure TCP between every pair of
+    their candidate addresses on a common subnet (:func:`measure_ifaces`)."""
+    from ccdiag.cluster.route import link_to
+
+    np = load_numpy()
+    the_plan = _agree_plan(comm, ident, work)
     hosts, leaders = the_plan["hosts"], the_plan["leaders"]
     me = leaders.index(comm.rank) if comm.rank in leaders else None
-    count = max(1, size_bytes // 4)
-    sbuf = np.ones(count, dtype=np.float32)
-    rbuf = np.empty(count, dtype=np.float32)
-    into: dict[str, float] = {}
+    out: dict = {"host": ident.get("host"), "into_gbyte_s": {}, "leader": me is not None, "links": {},
+                 "size_bytes": {}}
     mine = ifacemod.local_candidates(only_ifaces) if per_iface and me is not None else []
-    tcp_rows: list[dict] = []
-    n_rounds = len(the_plan["rounds"])
-    for rnd, pairs in enumerate(the_plan["rounds"]):
-        barrier(comm, work, f"pairs round {rnd + 1}")
-        if me is None:
-            continue
-        partner = next((b if a == me else a for a, b in pairs if me in (a, b)), None)
-        if partner is None:
-            continue
-        peer = leaders[partner]
-        times = []
-        for it in range(warmup + iters):
-            t0 = time.perf_counter()
-            rq = comm.Irecv(rbuf, source=peer, tag=TAG_PAIR + rnd)
-            sq = comm.Isend(sbuf, dest=peer, tag=TAG_PAIR + rnd)
-            wait_one(rq, peer, work, f"pairs round {rnd + 1}")
-            t_recv = time.perf_counter() - t0
-            wait_one(sq, peer, work, f"pairs round {rnd + 1}")
-            if it >= warmup:
-                times.append(t_recv)
-        # the fastest exchange: noise only adds time, a slow link is slow every time
-        into[hosts[partner]] = size_bytes / min(times) / 1e9
-        if per_iface:
-            # this round's share of what is left, so one dead interface cannot eat the later rounds
-            step_dl = work.sooner(max(0.5, work.left_s() / max(1, n_rounds - rnd)))
-            tcp_rows += measure_ifaces(comm, peer, me < partner, hosts[me], hosts[partner], mine, size_bytes,
-                                       iters, warmup, step_dl, TAG_IFACE + rnd, f"pairs round {rnd + 1} interfaces",
-                                       work=work)
-    out = {"host": ident.get("host"), "into_gbyte_s": into, "leader": me is not None}
     if per_iface:
-        out["candidates"] = mine
-        out["tcp_rows"] = tcp_rows
+        out.update(candidates=mine, tcp_rows=[])
     if comm.rank == 0:
-        out.update(hosts=hosts, rounds=the_plan["rounds"], slots=the_plan["slots"])
-        out["matrix"] = True
+        out.update(hosts=hosts, rounds=the_plan["rounds"], slots=the_plan["slots"], matrix=True)
+    bufs = (np.ones(max(1, size_bytes // 4), dtype=np.float32), np.empty(max(1, size_bytes // 4), dtype=np.float32))
+    n_rounds = len(the_plan["rounds"])
+    try:
+        for rnd, pairs in enumerate(the_plan["rounds"]):
+            barrier(comm, work, f"pairs round {rnd + 1}")
+            partner = next((b if a == me else a for a, b in pairs if me in (a, b)), None) if me is not None else None
+            if partner is None:
+                continue
+            peer, stage = leaders[partner], f"pairs round {rnd + 1}"
+            # planned at 80 % of the round's share: a loaded node runs slower than its probe said
+            share_s = 0.8 * max(0.0, work.left_s()) / (n_rounds - rnd)
+            gbyte_s, size, per_byte_s = _pair_exchange(comm, peer, bufs, size_bytes, iters, warmup,
+                                                       share_s * (MPI_SHARE if per_iface else 1.0), work, rnd)
+            out["into_gbyte_s"][hosts[partner]] = gbyte_s
+            out["size_bytes"][hosts[partner]] = size
+            out["links"][hosts[partner]] = link_to(ident, the_plan["idents"][partner])
+            if per_iface:
+                step_dl = work.sooner(max(0.5, work.left_s() / max(1, n_rounds - rnd)))
+                out["tcp_rows"] += measure_ifaces(comm, peer, me < partner, hosts[me], hosts[partner], mine, size,
+                                                  iters, warmup, step_dl, TAG_IFACE + rnd, f"{stage} interfaces",
+                                                  work=work, per_byte_s=per_byte_s)
+    except DeadlineExpired as exc:
+        out["incomplete"] = str(exc)
+        out["waiting_on"] = exc.waiting_on
     return out
+
+
+def _exchange(comm, peer: int, sbuf, rbuf, work: Deadline, tag: int, stage: str) -> float:
+    """One simultaneous exchange with ``peer``; the seconds until this rank's receive completed.
+    A deadline cancels both requests before the buffers can go."""
+    with Outstanding() as live:
+        t0 = time.perf_counter()
+        rq = live.add(comm.Irecv(rbuf, source=peer, tag=tag))
+        sq = live.add(comm.Isend(sbuf, dest=peer, tag=tag))
+        wait_one(rq, peer, work, stage)
+        took = time.perf_counter() - t0
+        wait_one(sq, peer, work, stage)
+    return took
+
+
+def plan_work(per_byte_s: float, size_bytes: int, iters: int, warmup: int, share_s: float) -> tuple[int, int, int]:
+    """(message bytes, warm-up exchanges, timed exchanges) that fit ``share_s`` at ``per_byte_s``:
+    the requested work when it fits; else fewer timed exchanges (at least 2), one warm-up; then
+    smaller messages (down to :data:`PROBE_BYTES`). Pure, so both partners of a pair, given the same
+    figures, plan the same work."""
+    t_one = max(per_byte_s * size_bytes, 1e-9)
+    if t_one * (warmup + iters) <= share_s:
+        return size_bytes, warmup, iters
+    fit = int(share_s / t_one) - 1
+    if fit >= 2:
+        return size_bytes, 1, min(iters, fit)
+    size = int(share_s / 3 / max(per_byte_s, 1e-15))
+    size = max(PROBE_BYTES, min(size_bytes, size - size % 4096))
+    return size, 1, 2 if size > PROBE_BYTES else 1
+
+
+def _pair_exchange(comm, peer: int, bufs, size_bytes: int, iters: int, warmup: int, share_s: float,
+                   work: Deadline, rnd: int) -> tuple[float, int, float]:
+    """The bandwidth into this rank from ``peer`` (GB/s, fastest timed exchange), the message size
+    used and the agreed seconds per byte. Both partners send their probe time and share; each then
+    plans from the slower probe and the smaller share, so both run the same exchanges."""
+    stage = f"pairs round {rnd + 1}"
+    sbuf, rbuf = bufs
+    probe = PROBE_BYTES // 4
+    t_probe = _exchange(comm, peer, sbuf[:probe], rbuf[:probe], work, TAG_PAIR + rnd, stage)
+    theirs = exchange_obj(comm, peer, (t_probe, share_s), work, stage, TAG_AGREE + rnd)
+    per_byte_s = max(t_probe, float(theirs[0])) / PROBE_BYTES
+    size, n_warm, n_timed = plan_work(per_byte_s, min(size_bytes, sbuf.shape[0] * 4), iters, warmup,
+                                      min(share_s, float(theirs[1])))
+    count = size // 4
+    times = [_exchange(comm, peer, sbuf[:count], rbuf[:count], work, TAG_PAIR + rnd, stage)
+             for _ in range(n_warm + n_timed)][n_warm:]
+    # the fastest exchange: noise only adds time, a slow link is slow every time
+    return size / min(times) / 1e9, size, per_byte_s
 
 
 def exchange_obj(comm, peer: int, obj, deadline: Deadline, stage: str, tag: int):
@@ -225,7 +285,7 @@ def _tcp_send(src: dict, dst_addr: str, port: int, blocks: int, size_bytes: int,
 
 def measure_ifaces(comm, peer: int, first: bool, my_host: str, peer_host: str, mine: list[dict],
                    size_bytes: int, iters: int, warmup: int, round_dl: Deadline, tag: int, stage: str,
-                   work: Deadline | None = None) -> list[dict]:
+                   work: Deadline | None = None, per_byte_s: float | None = None) -> list[dict]:
     """TCP between this host and its partner of the round over every common subnet, one direction
     at a time (``first`` sends first), the rows measured *into* this host.
 
@@ -236,7 +296,6 @@ def measure_ifaces(comm, peer: int, first: bool, my_host: str, peer_host: str, m
     work = work or round_dl
     theirs = exchange_obj(comm, peer, mine, work, stage, tag)
     common = ifacemod.common_pairs(mine, theirs if isinstance(theirs, list) else [])
-    blocks = warmup + iters
     steps = [(mc, pc, sender_first) for mc, pc in common for sender_first in (True, False)]
     rows = []
     for k, (mc, pc, sender_first) in enumerate(steps):
@@ -245,8 +304,9 @@ def measure_ifaces(comm, peer: int, first: bool, my_host: str, peer_host: str, m
         net = ifacemod.network_of(mc)
         if i_send:
             reply = exchange_obj(comm, peer, {"step": k, "port": None}, work, stage, tag)
-            port = reply.get("port") if isinstance(reply, dict) and reply.get("step") == k else None
-            if port:
+            ok = isinstance(reply, dict) and reply.get("step") == k
+            port, blocks = (reply.get("port"), int(reply.get("blocks") or 0)) if ok else (None, 0)
+            if port and blocks:
                 try:
                     _tcp_send(mc, pc["address"], int(port), blocks, size_bytes, step_dl)
                 except OSError:
@@ -262,10 +322,11 @@ def measure_ifaces(comm, peer: int, first: bool, my_host: str, peer_host: str, m
         except OSError as exc:
             row["error"] = f"cannot listen on {mc['address']}: {exc}"
             port = None
-        exchange_obj(comm, peer, {"step": k, "port": port}, work, stage, tag)
+        tcp_warm, blocks = tcp_blocks(per_byte_s, size_bytes, iters, warmup, step_dl.left_s())
+        exchange_obj(comm, peer, {"step": k, "port": port, "blocks": blocks}, work, stage, tag)
         if srv is not None:
             try:
-                row["mbyte_s"] = _tcp_receive(srv, blocks, size_bytes, warmup, step_dl)
+                row["mbyte_s"] = _tcp_receive(srv, blocks, size_bytes, tcp_warm, step_dl)
             except (OSError, ConnectionError) as exc:
                 row["error"] = ("timed out: not done within this step's share of the budget"
                                 if isinstance(exc, socket.timeout) else f"{type(exc).__name__}: {exc}")
@@ -273,6 +334,19 @@ def measure_ifaces(comm, peer: int, first: bool, my_host: str, peer_host: str, m
                 srv.close()
         rows.append(row)
     return rows
+
+
+def tcp_blocks(per_byte_s: float | None, size_bytes: int, iters: int, warmup: int, left_s: float) -> tuple[int, int]:
+    """(warm-up blocks, all blocks) of one TCP step that fit ``left_s`` at the MPI probe's rate (the
+    receiver decides and tells the sender): the requested count when it fits, else at least one
+    warm-up block (TCP slow start) and one timed block."""
+    want = warmup + iters
+    if not per_byte_s:
+        return warmup, want
+    fit = int(left_s * 0.8 / max(per_byte_s * size_bytes, 1e-9))
+    if fit >= want:
+        return warmup, want
+    return 1, max(2, fit)
 
 
 def iface_matrices(results: dict[int, dict], hosts: list[str]) -> list[dict]:
@@ -351,16 +425,25 @@ def classify(m, hosts: list[str], margin: float) -> dict:
     drag down (it would be half the pairs of a 4-host matrix)."""
     n = len(hosts)
 
-    def pair(a: int, b: int) -> float:
+    def pair(a: int, b: int) -> float | None:
         vals = [v for v in (m[a][b], m[b][a]) if v is not None]
-        return min(vals) if vals else 0.0
+        return min(vals) if vals else None
 
-    per_host = {hosts[a]: statistics.median([pair(a, b) for b in range(n) if b != a]) for a in range(n)} if n > 1 else {}
+    # pairs never measured (a run cut short) are left out, never taken for slow ones
+    got: dict[tuple[int, int], float] = {}
+    for a in range(n):
+        for b in range(n):
+            v = pair(a, b) if a != b else None
+            if v is not None:
+                got[(a, b)] = v
+    per_host = {hosts[a]: statistics.median([v for (x, _), v in got.items() if x == a])
+                for a in range(n) if any(x == a for x, _ in got)}
     ref = statistics.median(per_host.values()) if per_host else 0.0
     floor = ref * (1 - margin)
-    slow_pairs = {(a, b) for a in range(n) for b in range(a + 1, n) if pair(a, b) < floor}
+    slow_pairs = {(a, b) for (a, b), v in got.items() if a < b and v < floor}
     slow_hosts = [hosts[a] for a in range(n)
-                  if n >= 3 and all((min(a, b), max(a, b)) in slow_pairs for b in range(n) if b != a)]
+                  if n >= 3 and hosts[a] in per_host
+                  and all((min(a, b), max(a, b)) in slow_pairs for b in range(n) if b != a and (a, b) in got)]
     links = []
     for a, b in sorted(slow_pairs):
         if hosts[a] in slow_hosts or hosts[b] in slow_hosts:
@@ -421,73 +504,16 @@ def format_matrix(m, hosts: list[str], iface: str, size_bytes: int, rounds: int)
 
 
 def run(size_bytes: int, iters: int, warmup: int, budget_s: float, as_json: bool, hostfile_out: str | None,
-        margin: float, only_ifaces: list[str] | None = None) -> int:
+        margin: float, only_ifaces: list[str] | None = None, line_rate_gbit_s: float | None = None) -> int:
     """``ccdiag bench pairs``: MPI's own matrix, then one TCP matrix per candidate subnet, each with
-    its own slow host / slow link analysis; the report is assembled with benchrun's helpers, like
-    ``ccdiag bench allreduce``'s."""
-    from ccdiag.cluster import order as ordermod
-    from ccdiag.cluster.benchrun import _doc, _emit, _fault_text, _verdict
-    from ccdiag.cluster.mpictx import link_iface
+    its own slow host / slow link analysis, every figure also held to its path's line rate; the
+    report is :mod:`ccdiag.cluster.pairs_report`'s."""
+    from ccdiag.cluster.pairs_report import PairsReport
     from ccdiag.cluster.runner import run_ranks
 
     def body(comm, work, ident):
         return measure(comm, ident, size_bytes, iters, warmup, work, per_iface=True, only_ifaces=only_ifaces)
 
-    def report(outcome) -> int:
-        results = outcome.results()
-        found: list[Finding] = []
-        extra: dict = {}
-        text: list[str] = []
-        res0 = results.get(0)
-        if res0 and res0.get("matrix") is not None and not outcome.missing and not outcome.errors:
-            hosts = res0["hosts"]
-            matrix = merge_matrix(results, hosts)
-            idents = outcome.idents()
-            lead = [r for r, res in sorted(results.items()) if res.get("leader")]
-            iface = link_iface(idents.get(lead[0], {}), idents.get(lead[1], {})) if len(lead) > 1 else "?"
-            cls = classify(matrix, hosts, margin)
-            found = findings(cls, hosts, iface, margin)
-            rec = ordermod.recommend(matrix, hosts, cls["slow_hosts"])
-            extra = {"hosts": hosts, "iface": iface, "size_bytes": size_bytes, "rounds": res0["rounds"],
-                     "matrix_gbyte_s": matrix, "classification": cls, "ring_order": rec}
-            text.append(format_matrix(matrix, hosts, iface, size_bytes, len(res0["rounds"])))
-            nets = []
-            for mat in iface_matrices(results, hosts):
-                icls, ifs = iface_findings(mat, margin)
-                found += ifs
-                nets.append({"net": mat["net"], "iface": mat["label"], "hosts": mat["hosts"], "ifaces": mat["ifaces"],
-                             "matrix_mbyte_s": [[None if v is None else round(v * 1000, 3) for v in row]
-                                                for row in mat["matrix_gbyte_s"]],
-                             "classification": icls,
-                             "pairs": [{k: r[k] for k in ("src_host", "dst_host", "src_iface", "dst_iface",
-                                                          "src_addr", "dst_addr", "bytes", "mbyte_s", "error")}
-                                       for r in mat["rows"]]})
-                text.append(format_matrix(mat["matrix_gbyte_s"], mat["hosts"],
-                                          f"{mat['label']} ({mat['net']}, TCP)", size_bytes, len(res0["rounds"])))
-                failed = format_iface_rows(mat["rows"])
-                if failed:
-                    text.append(failed)
-            cands = {res.get("host"): res.get("candidates", []) for res in results.values() if res.get("leader")}
-            extra["ifaces"] = {"only": list(only_ifaces or []), "candidates": cands, "networks": nets}
-            if not nets:
-                text.append("# no candidate interface shared a subnet between hosts: no per-interface matrix"
-                            + (f" (--iface {', '.join(only_ifaces)})" if only_ifaces else ""))
-            text.append(ordermod.format_recommendation(rec))
-            if hostfile_out:
-                slots = res0.get("slots", {})
-                written = ordermod.write_hostfiles(hostfile_out, rec["order"], slots=slots,
-                                                   note=f"ring order by ccdiag: predicted bottleneck "
-                                                        f"{rec['predicted_busbw_gbyte_s'] * 1000:.1f} MB/s")
-                extra["hostfiles"] = written
-                text.append(f"# hostfiles written: {', '.join(written)}")
-        code = _verdict(found, outcome)
-        for f in found:
-            if f.status == FAIL:
-                text.append(f"FAIL {f.check}: {f.summary}")
-        ft = _fault_text(outcome)
-        if ft:
-            text.append(ft)
-        _emit(_doc("bench.pairs", outcome, found, code, **extra), as_json, "\n".join(text))
-        return code
-
-    return run_ranks(budget_s, body, report)
+    rep = PairsReport(size_bytes=size_bytes, margin=margin, as_json=as_json, hostfile_out=hostfile_out,
+                      only_ifaces=list(only_ifaces or []), line_rate_gbit_s=line_rate_gbit_s, budget_s=budget_s)
+    return run_ranks(budget_s, body, rep.report)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from ccdiag.cluster.mpictx import Deadline, load_numpy, wait_all, wait_one
+from ccdiag.cluster.mpictx import Deadline, Outstanding, load_numpy, wait_all, wait_one
 
 #: tag base of the ring's point-to-point messages; segment j of a step uses TAG_RING + j
 TAG_RING = 1000
@@ -83,10 +83,17 @@ class StepTimes:
 
 def ring_allreduce(comm, buf, tmp, deadline: Deadline, seg_elems: int, xp=None, times: StepTimes | None = None):
     """Sum ``buf`` across ``comm`` in place by ring. ``tmp``: scratch of at least 2 x the largest
-    chunk. ``xp``: the array module (numpy or cupy) whose ``add`` reduces."""
-    n, r = comm.size, comm.rank
-    if n == 1:
+    chunk. ``xp``: the array module (numpy or cupy) whose ``add`` reduces. A deadline that passes
+    mid-ring cancels every request still pending before the buffers can go."""
+    if comm.size == 1:
         return
+    with Outstanding() as live:
+        _ring_allreduce(comm, buf, tmp, deadline, seg_elems, xp, times, live)
+
+
+def _ring_allreduce(comm, buf, tmp, deadline: Deadline, seg_elems: int, xp, times: StepTimes | None,
+                    live: Outstanding):
+    n, r = comm.size, comm.rank
     xp = xp or load_numpy()
     right, left = (r + 1) % n, (r - 1) % n
     bounds = chunk_bounds(buf.shape[0], n)
@@ -100,9 +107,9 @@ def ring_allreduce(comm, buf, tmp, deadline: Deadline, seg_elems: int, xp=None, 
     recvs = []
     cr = (r - 1) % n
     for j, (a, b) in enumerate(segs[cr]):
-        recvs.append(comm.Irecv(tmp[a - bounds[cr][0]:b - bounds[cr][0]], source=left, tag=TAG_RING + j))
+        recvs.append(live.add(comm.Irecv(tmp[a - bounds[cr][0]:b - bounds[cr][0]], source=left, tag=TAG_RING + j)))
     for j, (a, b) in enumerate(segs[r]):
-        sends.append(comm.Isend(buf[a:b], dest=right, tag=TAG_RING + j))
+        sends.append(live.add(comm.Isend(buf[a:b], dest=right, tag=TAG_RING + j)))
     steps = 2 * (n - 1)
     for s in range(steps):
         reduce = s < n - 1
@@ -128,13 +135,13 @@ def ring_allreduce(comm, buf, tmp, deadline: Deadline, seg_elems: int, xp=None, 
                 ncr = (r - s - 2) % n
                 nslot = ((s + 1) % 2) * maxchunk
                 na, nb = segs[ncr][j]
-                nxt.append(comm.Irecv(tmp[nslot + na - bounds[ncr][0]:nslot + nb - bounds[ncr][0]],
-                                      source=left, tag=TAG_RING + j))
+                nxt.append(live.add(comm.Irecv(tmp[nslot + na - bounds[ncr][0]:nslot + nb - bounds[ncr][0]],
+                                               source=left, tag=TAG_RING + j)))
             else:
                 ncr = (r - (s + 1 - (n - 1))) % n
                 na, nb = segs[ncr][j]
-                nxt.append(comm.Irecv(buf[na:nb], source=left, tag=TAG_RING + j))
-            sends.append(comm.Isend(buf[a:b], dest=right, tag=TAG_RING + j))
+                nxt.append(live.add(comm.Irecv(buf[na:nb], source=left, tag=TAG_RING + j)))
+            sends.append(live.add(comm.Isend(buf[a:b], dest=right, tag=TAG_RING + j)))
         if times is not None:
             times.recv_done_s.append(time.perf_counter() - t0)
             times.recv_bytes.append((bounds[cr][1] - bounds[cr][0]) * buf.itemsize)
@@ -155,15 +162,16 @@ def ring_first_step(comm, buf, tmp, deadline: Deadline, seg_elems: int) -> float
     nseg = max(1, -(-maxchunk // max(1, seg_elems)))
     cr = (r - 1) % n
     base = bounds[cr][0]
-    t0 = time.perf_counter()
     (recv_lo, recv_hi), (send_lo, send_hi) = bounds[cr], bounds[r]
-    recvs = [comm.Irecv(tmp[a - base:b - base], source=left, tag=TAG_RING + j)
-             for j, (a, b) in enumerate(seg_bounds(recv_lo, recv_hi, nseg))]
-    sends = [comm.Isend(buf[a:b], dest=right, tag=TAG_RING + j)
-             for j, (a, b) in enumerate(seg_bounds(send_lo, send_hi, nseg))]
-    wait_all(recvs, [left] * len(recvs), deadline, "ring hop timing")
-    took = time.perf_counter() - t0
-    wait_all(sends, [right] * len(sends), deadline, "ring hop timing")
+    with Outstanding() as live:
+        t0 = time.perf_counter()
+        recvs = [live.add(comm.Irecv(tmp[a - base:b - base], source=left, tag=TAG_RING + j))
+                 for j, (a, b) in enumerate(seg_bounds(recv_lo, recv_hi, nseg))]
+        sends = [live.add(comm.Isend(buf[a:b], dest=right, tag=TAG_RING + j))
+                 for j, (a, b) in enumerate(seg_bounds(send_lo, send_hi, nseg))]
+        wait_all(recvs, [left] * len(recvs), deadline, "ring hop timing")
+        took = time.perf_counter() - t0
+        wait_all(sends, [right] * len(sends), deadline, "ring hop timing")
     return took
 
 

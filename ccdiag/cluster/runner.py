@@ -16,7 +16,11 @@ from typing import Any, Callable
 
 from ccdiag.cluster.mpictx import (Deadline, DeadlineExpired, Liveness, Watchdog, finish, gather_to_root,
                                    host_identity, load_mpi)
+from ccdiag.errors import NotEvaluated
 from ccdiag.exitcodes import ExitCode
+
+#: what launchers set to the number of tasks they started (Slurm's step, Slurm's job, OpenMPI, PMI)
+LAUNCHER_SIZE_VARS = ("SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE")
 
 
 @dataclass
@@ -67,6 +71,27 @@ def _last_resort(seconds: float) -> None:
 _DEVNULL = None
 
 
+def alone_reason(comm_size: int, env: dict) -> str | None:
+    """Why a run over ``comm_size`` ranks cannot judge anything across hosts, or None.
+
+    One rank measures nothing between hosts (its "busbw" is a memory copy), so it must never print
+    a passing report. A launcher that says it started more tasks than the communicator holds means
+    every task came up alone: the MPI library found no process-management interface (PMI) to join
+    them, the classic ``srun`` without ``--mpi=pmix``."""
+    if comm_size >= 2:
+        return None
+    for var in LAUNCHER_SIZE_VARS:
+        try:
+            launched = int(str(env.get(var, "")).split("(")[0] or 0)
+        except ValueError:
+            continue
+        if launched > comm_size:
+            return (f"the launcher started {launched} tasks ({var}={env.get(var)}) but MPI sees {comm_size} "
+                    f"rank: each task runs alone because MPI found no process-management interface (PMI); "
+                    f"under Slurm run `srun --mpi=pmix ...` (see `srun --mpi=list`), under OpenMPI use its mpirun")
+    return "needs at least 2 ranks under mpirun or srun (one rank alone measures nothing between hosts)"
+
+
 def reserve_for(budget_s: float) -> float:
     """Seconds kept back from the work for gathering and reporting."""
     return min(10.0, max(2.0, 0.15 * budget_s))
@@ -85,6 +110,11 @@ def run_ranks(budget_s: float, body: Callable, report: Callable[[RankOutcome], i
     _last_resort(budget_s + 3 * reserve)
     MPI = load_mpi()
     comm = MPI.COMM_WORLD
+    import os
+
+    why = alone_reason(comm.size, dict(os.environ))
+    if why:
+        raise NotEvaluated(why)
     work = Deadline(end - reserve, budget_s)
     gather_dl = Deadline(end - reserve * 0.3, budget_s)
     final_dl = Deadline(end + reserve, budget_s)

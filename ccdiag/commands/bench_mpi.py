@@ -30,6 +30,10 @@ def _sizes(sizes: str | None, begin: str, end: str, factor: int) -> list[int]:
 
 
 def _common(func):
+    func = click.option("--line-rate-gbit-s", "line_rate_gbit_s", type=click.FloatRange(0.001, 100000),
+                        default=None, metavar="GBIT",
+                        help="Line rate of interfaces that report none (virtual NICs, containers): every figure "
+                             "between hosts is held to it as well as to the others.")(func)
     func = click.option("--margin", type=click.FloatRange(0.05, 0.95), default=0.5, show_default=True,
                         help="A hop/pair below (1 - MARGIN) x the median is a finding.")(func)
     func = click.option("--hostfile-out", "hostfile_out", metavar="FILE",
@@ -54,7 +58,8 @@ def _common(func):
               help="Buffers in host memory (NumPy) or on the GPU (CuPy; also measures NCCL).")
 @click.option("--segment", "segment", default="1M", show_default=True,
               help="Pipelining segment of the ring (each chunk is sent in pieces of this size).")
-def allreduce(sizes, begin, end, factor, iters, warmup, budget, as_json, hostfile_out, margin, device, segment):
+def allreduce(sizes, begin, end, factor, iters, warmup, budget, as_json, hostfile_out, margin, line_rate_gbit_s,
+              device, segment):
     """Ring and halving-doubling allreduce vs MPI_Allreduce (and NCCL): busbw per size, per-hop table."""
     from ccdiag.cluster import benchrun
     from ccdiag.cluster.ring import parse_size
@@ -71,7 +76,8 @@ def allreduce(sizes, begin, end, factor, iters, warmup, budget, as_json, hostfil
         if why:
             click.echo(f"ccdiag: allreduce --device gpu skipped: {why}", err=True)
             return int(ExitCode.UNEVALUATED)
-    return benchrun.allreduce(size_list, iters, warmup, budget, as_json, hostfile_out, margin, device, seg)
+    return benchrun.allreduce(size_list, iters, warmup, budget, as_json, hostfile_out, margin, device, seg,
+                              line_rate_gbit_s)
 
 
 @click.command(name="pairs", epilog=epilog("bench pairs"))
@@ -79,13 +85,15 @@ def allreduce(sizes, begin, end, factor, iters, warmup, budget, as_json, hostfil
 @click.option("--iface", "only_ifaces", multiple=True, metavar="NAME",
               help="Measure the per-interface TCP matrix only over this interface (repeatable); "
                    "default: every interface that is up, IPv4-addressed and not loopback/container/bridge.")
-def pairs(sizes, begin, end, factor, iters, warmup, budget, as_json, hostfile_out, margin, only_ifaces):
+def pairs(sizes, begin, end, factor, iters, warmup, budget, as_json, hostfile_out, margin, line_rate_gbit_s,
+          only_ifaces):
     """Every host pair in N-1 rounds of disjoint pairs, over MPI and over TCP on each candidate
     interface: slow host vs slow link per interface, best ring order."""
     from ccdiag.cluster import pairs as pairmod
 
     size_list = _sizes(sizes, begin, end, factor)
-    return pairmod.run(size_list[-1], iters, warmup, budget, as_json, hostfile_out, margin, list(only_ifaces))
+    return pairmod.run(size_list[-1], iters, warmup, budget, as_json, hostfile_out, margin, list(only_ifaces),
+                       line_rate_gbit_s)
 
 
 def _emit(doc: dict) -> None:

@@ -18,6 +18,22 @@ from ccdiag.examples import epilog
 from ccdiag.exitcodes import ExitCode
 
 
+def _require_writable(path: str) -> None:
+    """``--reports-dir`` that cannot be written is an input error (exit 2) before any rank works,
+    never a run whose reports silently went nowhere."""
+    import os
+    import tempfile
+
+    from ccdiag.errors import InputError
+
+    try:
+        os.makedirs(path, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".ccdiag-write-test-"):
+            pass
+    except OSError as exc:
+        raise InputError(f"--reports-dir {path}: cannot write there: {exc.strerror or exc}") from None
+
+
 @click.group(name="cluster", epilog=epilog("cluster"))
 def group():
     """Across hosts, as MPI ranks under mpirun or srun."""
@@ -40,6 +56,9 @@ def check(timeout, budget, replay, policy_file, reports_dir, as_json):
     from ccdiag.cluster.runner import run_ranks
     from ccdiag.findings import FAIL, STATUS_RANK, WARN
     from ccdiag.report import findings_section
+
+    if reports_dir:
+        _require_writable(reports_dir)
 
     def body(comm, work, ident):
         return gather.check_body(comm, work, ident, replay, timeout, reports_dir, policy_file)

@@ -22,7 +22,8 @@ from ccdiag.exitcodes import ExitCode
 @click.argument("reports", nargs=-1, required=True, metavar="REPORT...")
 @click.option("--json", "as_json", is_flag=True, help="One JSON document on stdout.")
 @click.option("--z", "z", type=click.FloatRange(1, 1000), default=5.0, show_default=True,
-              help="A number this many robust deviations (1.4826 x MAD) from the fleet median is an outlier.")
+              help="A number this many robust deviations (1.4826 x MAD, at least the metric's tolerance) "
+                   "from the fleet median is an outlier.")
 @click.option("--diff/--no-diff", "force_diff", default=None,
               help="Two reports: a diff (the default for exactly two); more: outliers.")
 @click.option("--limit", type=click.IntRange(1, 100000), default=50, show_default=True,
@@ -35,57 +36,77 @@ def command(reports, as_json, z, force_diff, limit):
     if not paths:
         raise InputError("no reports: the directories given hold no *.json files")
     if (force_diff is None and len(paths) == 2) or force_diff:
-        if len(paths) != 2:
-            raise InputError(f"--diff needs exactly two reports, got {len(paths)}")
-        try:
-            a, b = compare.load(paths[0]), compare.load(paths[1])
-        except ValueError as exc:
-            raise InputError(str(exc)) from None
-        rows = compare.diff(a, b)
-        ha, hb = compare.host_of(a, paths[0]), compare.host_of(b, paths[1])
-        if as_json:
-            sys.stdout.write(json.dumps({"kind": "compare.diff", "a": ha, "b": hb, "differences": rows},
-                                        indent=2, sort_keys=True, default=str) + "\n")
-        else:
-            lines = [f"{len(rows)} difference(s) between {ha} (a) and {hb} (b)"]
-            lines += [f"  {r['key']}: a={r['a']!r} b={r['b']!r}" for r in rows[:limit]]
-            if len(rows) > limit:
-                lines.append(f"  ... {len(rows) - limit} more (--limit, --json)")
-            sys.stdout.write("\n".join(lines) + "\n")
-        return int(ExitCode.FAIL if rows else ExitCode.OK)
-
+        return _diff(compare, paths, as_json, limit)
     fleet = compare.scan(paths)
     if fleet.hosts < 2:
         for u in fleet.unreadable:
             click.echo(f"ccdiag: unreadable: {u}", err=True)
         raise InputError(f"need at least two readable reports, got {fleet.hosts}")
     outs = fleet.outliers(z)
-    by_host: dict[str, int] = {}
-    for o in outs:
-        for h in o["hosts"]:
-            by_host[h] = by_host.get(h, 0) + 1
     if as_json:
-        doc = {"kind": "compare.fleet", "reports": fleet.hosts, "keys": len(fleet.keys), "z": z,
-               "unreadable": fleet.unreadable, "outliers": outs,
-               "hosts": dict(sorted(by_host.items(), key=lambda kv: (-kv[1], kv[0])))}
-        sys.stdout.write(json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n")
+        _emit_json({"kind": "compare.fleet", "reports": fleet.hosts, "keys": len(fleet.keys), "z": z,
+                    "unreadable": fleet.unreadable, "outliers": outs, "hosts": _by_host(outs)})
     else:
-        lines = [f"{fleet.hosts} reports, {len(fleet.keys)} facts compared: {len(outs)} outlier(s) on "
-                 f"{len(by_host)} host(s)"]
-        for h, k in sorted(by_host.items(), key=lambda kv: (-kv[1], kv[0]))[:20]:
-            lines.append(f"  {h}: {k} outlier(s)")
-        for o in outs[:limit]:
-            more = f" (+{o['count'] - len(o['hosts'])} more)" if o["count"] > len(o["hosts"]) else ""
-            extra = f", robust z {o['robust_z']}" if o.get("robust_z") else ""
-            lines.append(f"  {o['key']}: {', '.join(o['hosts'])}{more} has {o['value']!r}; fleet "
-                         f"{o['fleet']!r} ({o['kind']}{extra})")
-        if len(outs) > limit:
-            lines.append(f"  ... {len(outs) - limit} more (--limit, --json)")
-        for u in fleet.unreadable:
-            lines.append(f"  unreadable: {u}")
-        sys.stdout.write("\n".join(lines) + "\n")
+        sys.stdout.write("\n".join(_fleet_lines(fleet, outs, limit)) + "\n")
+    for u in fleet.unreadable:
+        click.echo(f"ccdiag: left out: {u}", err=True)
     if fleet.unreadable:
         return int(ExitCode.USAGE)
     if not fleet.keys:  # nothing the reports share was compared: never OK with nothing judged
         return int(ExitCode.UNEVALUATED)
-    return int(ExitCode.FAIL if outs else ExitCode.OK)
+    return int(ExitCode.FAIL if any(o.get("gating", True) for o in outs) else ExitCode.OK)
+
+
+def _by_host(outs: list[dict]) -> dict[str, int]:
+    by_host: dict[str, int] = {}
+    for o in outs:
+        for h in o["hosts"]:
+            by_host[h] = by_host.get(h, 0) + 1
+    return dict(sorted(by_host.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def _fleet_lines(fleet, outs: list[dict], limit: int) -> list[str]:
+    by_host = _by_host(outs)
+    gating = [o for o in outs if o.get("gating", True)]
+    lines = [f"{fleet.hosts} reports, {len(fleet.keys)} facts compared: {len(gating)} outlier(s), "
+             f"{len(outs) - len(gating)} momentary reading(s) apart, on {len(by_host)} host(s)"]
+    lines += [f"  {h}: {k} outlier(s)" for h, k in list(by_host.items())[:20]]
+    for o in outs[:limit]:
+        more = f" (+{o['count'] - len(o['hosts'])} more)" if o["count"] > len(o["hosts"]) else ""
+        extra = f", robust z {o['robust_z']}" if o.get("robust_z") else ""
+        note = "" if o.get("gating", True) else " [a momentary reading: reported, not failing]"
+        lines.append(f"  {o['key']}: {', '.join(o['hosts'])}{more} has {o['value']!r}; fleet "
+                     f"{o['fleet']!r} ({o['kind']}{extra}){note}")
+    if len(outs) > limit:
+        lines.append(f"  ... {len(outs) - limit} more (--limit, --json)")
+    lines += [f"  unreadable: {u}" for u in fleet.unreadable]
+    return lines
+
+
+def _diff(compare, paths: list[str], as_json: bool, limit: int) -> int:
+    if len(paths) != 2:
+        raise InputError(f"--diff needs exactly two reports, got {len(paths)}")
+    bad, docs = [], []
+    for p in paths:
+        try:
+            docs.append(compare.load(p))
+        except ValueError as exc:
+            bad.append(str(exc))
+    if bad:
+        raise InputError("; ".join(bad))
+    a, b = docs
+    rows = compare.diff(a, b)
+    ha, hb = compare.host_of(a, paths[0]), compare.host_of(b, paths[1])
+    if as_json:
+        _emit_json({"kind": "compare.diff", "a": ha, "b": hb, "differences": rows})
+    else:
+        lines = [f"{len(rows)} difference(s) between {ha} (a) and {hb} (b)"]
+        lines += [f"  {r['key']}: a={r['a']!r} b={r['b']!r}" for r in rows[:limit]]
+        if len(rows) > limit:
+            lines.append(f"  ... {len(rows) - limit} more (--limit, --json)")
+        sys.stdout.write("\n".join(lines) + "\n")
+    return int(ExitCode.FAIL if rows else ExitCode.OK)
+
+
+def _emit_json(doc: dict) -> None:
+    sys.stdout.write(json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n")

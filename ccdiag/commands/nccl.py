@@ -18,12 +18,12 @@ from ccdiag.commands.common import host_options, make_host
 from ccdiag.errors import InputError, NotEvaluated
 from ccdiag.exitcodes import ExitCode
 from ccdiag.output import sanitize_text
-from ccdiag.probenames import PROBE_INFINIBAND, PROBE_NETDEV, PROBE_NVML, PROBE_PCIE, PROBE_SYSTEM
+from ccdiag.probenames import PROBE_INFINIBAND, PROBE_NETDEV, PROBE_NVML, PROBE_PCIE, PROBE_PLATFORM, PROBE_SYSTEM
 
 FORMATS = ("text", "env", "nccl.conf", "json")
 #: what the recommender reads: devices, links, ports, interfaces and modules (no kernel log, no
 #: nvidia-smi matrix: the topology is built from the node itself)
-NCCL_PROBES = (PROBE_SYSTEM, PROBE_PCIE, PROBE_NVML, PROBE_INFINIBAND, PROBE_NETDEV)
+NCCL_PROBES = (PROBE_SYSTEM, PROBE_PCIE, PROBE_NVML, PROBE_INFINIBAND, PROBE_NETDEV, PROBE_PLATFORM)
 
 
 def _read(path: str, what: str) -> str:
@@ -33,22 +33,41 @@ def _read(path: str, what: str) -> str:
 
 
 def _settings_present(host, env_file: str | None) -> tuple[dict[str, str], str]:
-    from ccdiag.envfile import EnvFileError, parse_env_file
+    """The settings a job would see: an env file (shell syntax), else the environment and then
+    ``/etc/nccl.conf`` read with NCCL's own parser (the environment wins, as ``setenv(.., 0)`` does)."""
+    from ccdiag.envfile import parse_env_file
 
     if env_file:
         return parse_env_file(_read(env_file, "environment"), env_file), f"env file {env_file}"
     env = {k: v for k, v in (host.environ() if host is not None else {}).items() if k.startswith("NCCL_")}
-    source = "environment"
-    if host is not None and host.exists("/etc/nccl.conf"):
-        try:
-            conf = parse_env_file(host.read_text("/etc/nccl.conf"), "/etc/nccl.conf")
-        except (EnvFileError, OSError):
-            conf = {}
-        for k, v in conf.items():
-            env.setdefault(k, v)
-        if conf:
-            source = "environment and /etc/nccl.conf"
-    return env, source
+    conf = _nccl_conf(host)
+    for k, v in conf.items():
+        env.setdefault(k, v)
+    return env, "environment and /etc/nccl.conf" if conf else "environment"
+
+
+def _conf_notes(host) -> list[str]:
+    """/etc/nccl.conf lines that NCCL reads differently from what a shell would (``export``, quotes)."""
+    from ccdiag.host import HostReadError
+    from ccdiag.probes._ncclconf import conf_problems
+
+    try:
+        text = host.read_text("/etc/nccl.conf") if host.exists("/etc/nccl.conf") else ""
+    except (HostReadError, OSError):
+        return []
+    return [f"/etc/nccl.conf {p}" for p in conf_problems(text)]
+
+
+def _nccl_conf(host) -> dict[str, str]:
+    from ccdiag.host import HostReadError
+    from ccdiag.probes._ncclconf import parse_nccl_conf
+
+    if host is None or not host.exists("/etc/nccl.conf"):
+        return {}
+    try:
+        return parse_nccl_conf(host.read_text("/etc/nccl.conf"))
+    except (HostReadError, OSError):
+        return {}
 
 
 def node_recommendation(host, env: dict[str, str], env_source: str, timeout: float = 30.0):
@@ -77,75 +96,116 @@ def node_recommendation(host, env: dict[str, str], env_source: str, timeout: flo
 @click.option("--timeout", type=click.FloatRange(1, 600), default=30.0, show_default=True, metavar="S")
 def command(replay, root, from_smi, log_file, env_file, fmt, as_json, output, topo_out, timeout):
     """NCCL settings for this node with their evidence (exit 0 ok, 2 bad input, 3 nothing read)."""
-    from ccdiag.nccl import render
-
     fmt = "json" if as_json else fmt
     if from_smi and replay:
         raise InputError("--from-smi and --replay read different things; give one")
-    log = None
-    if log_file:
-        from ccdiag.nccl.logread import parse_nccl_log
-
-        log = parse_nccl_log(_read(log_file, "NCCL log"), log_file)
-    host = None
+    log = _load_log(log_file)
     meta: dict = {}
     if from_smi:
-        from ccdiag.nccl.recommend import recommend_from_matrix
-        from ccdiag.probes.smi_topo import TopoParseError, parse_topo_matrix
-
-        try:
-            matrix = parse_topo_matrix(_read(from_smi, "nvidia-smi topo -m"))
-        except TopoParseError as exc:
-            raise InputError(f"{from_smi}: not an nvidia-smi topo -m matrix: {exc}") from None
-        env, env_source = _settings_present(None, env_file)
-        rec = recommend_from_matrix(matrix, f"pasted nvidia-smi topo -m ({from_smi})", env=env, env_source=env_source)
-        subject = f"the matrix in {from_smi}"
+        rec, subject = _from_matrix(from_smi, env_file)
     elif log is not None and not replay and root == "/" and not env_file:
         rec, subject = None, f"the log {log_file}"
     else:
-        from ccdiag.observe import close_host
-
-        host = make_host(replay, root)
-        try:
-            env, env_source = _settings_present(host, env_file)
-            rec, runs, topo = node_recommendation(host, env, env_source, timeout)
-            meta = host.meta()
-        finally:
-            close_host(host)
-        if not topo.gpus() and not topo.nics() and not any(r.usable for r in runs.values()):
-            raise NotEvaluated("nothing could be read from this node: " +
-                               "; ".join(f"{n}: {r.status}" for n, r in runs.items()))
+        rec, meta = _from_node(replay, root, env_file, timeout)
         subject = meta.get("hostname") or ("the snapshot " + replay if replay else "this node")
     diffs = None
     if log is not None:
         from ccdiag.nccl.logread import compare
 
         diffs = compare(log, rec)
+    if topo_out:
+        _write_topo(topo_out, rec)
+    text = _formatted(fmt, rec, subject, meta, log, log_file, diffs, replay, from_smi)
+    if text is None:
+        _print_text(rec, subject, log, log_file, diffs)
+    elif output:
+        _write(output, text)
+    else:
+        click.echo(sanitize_text(text), nl=False)
+    return int(ExitCode.OK)
+
+
+def _load_log(log_file: str | None):
+    if not log_file:
+        return None
+    from ccdiag.nccl.logread import read_nccl_log
+
+    try:
+        return read_nccl_log(log_file)
+    except OSError as exc:
+        raise InputError(f"cannot read NCCL log {log_file}: {exc.strerror or exc}") from None
+
+
+def _from_matrix(from_smi: str, env_file: str | None):
+    from ccdiag.nccl.recommend import recommend_from_matrix
+    from ccdiag.probes.smi_topo import TopoParseError, parse_topo_matrix
+
+    try:
+        matrix = parse_topo_matrix(_read(from_smi, "nvidia-smi topo -m"))
+    except TopoParseError as exc:
+        raise InputError(f"{from_smi}: not an nvidia-smi topo -m matrix: {exc}") from None
+    env, env_source = _settings_present(None, env_file)
+    rec = recommend_from_matrix(matrix, f"pasted nvidia-smi topo -m ({from_smi})", env=env, env_source=env_source)
+    return rec, f"the matrix in {from_smi}"
+
+
+def _from_node(replay, root, env_file, timeout):
+    from ccdiag.observe import close_host
+
+    host = make_host(replay, root)
+    try:
+        env, env_source = _settings_present(host, env_file)
+        rec, runs, topo = node_recommendation(host, env, env_source, timeout)
+        meta = host.meta()
+        conf_notes = [] if env_file else _conf_notes(host)
+    finally:
+        close_host(host)
+    if conf_notes:
+        import dataclasses
+
+        rec = dataclasses.replace(rec, notes=rec.notes + tuple(conf_notes))
+    if not topo.gpus() and not topo.nics() and not any(r.usable for r in runs.values()):
+        raise NotEvaluated("nothing could be read from this node: " +
+                           "; ".join(f"{n}: {r.status}" for n, r in runs.items()))
+    return rec, meta
+
+
+def _formatted(fmt, rec, subject, meta, log, log_file, diffs, replay, from_smi) -> str | None:
+    """The output in a file format, or None for the terminal table."""
+    from ccdiag.nccl import render
+
     header = f"NCCL settings for {subject}, written by ccdiag nccl. Each line says why; experiments are commented out."
     if fmt == "env":
-        text = render.env_file(rec, header) if rec else ""
-    elif fmt == "nccl.conf":
-        text = render.nccl_conf(rec, header) if rec else ""
-    elif fmt == "json":
-        from ccdiag.report import build_report, dumps
+        return render.env_file(rec, header) if rec else ""
+    if fmt == "nccl.conf":
+        return render.nccl_conf(rec, header) if rec else ""
+    if fmt != "json":
+        return None
+    from ccdiag.report import build_report, dumps
 
-        extra = {"nccl": rec.to_json() if rec else None}
-        if log is not None:
-            extra["nccl_log"] = {"file": log_file, **log.to_json(), "differences": diffs}
-        doc = build_report("nccl", meta, run_info={"replayed_from": replay, "from_smi": from_smi}, extra=extra)
-        text = dumps(doc) + "\n"
-    else:
-        text = None
-    if topo_out and rec is not None and rec.files:
-        _write(topo_out, next(iter(rec.files.values())))
-    if text is not None:
-        if output:
-            _write(output, text)
-        else:
-            click.echo(sanitize_text(text), nl=False)
-        return int(ExitCode.OK)
-    _print_text(rec, subject, log, log_file, diffs)
-    return int(ExitCode.OK)
+    extra = {"nccl": rec.to_json() if rec else None}
+    if log is not None:
+        extra["nccl_log"] = {"file": log_file, **log.to_json(), "differences": diffs}
+    doc = build_report("nccl", meta, run_info={"replayed_from": replay, "from_smi": from_smi}, extra=extra)
+    return dumps(doc) + "\n"
+
+
+def _write_topo(path: str, rec) -> None:
+    """Write the topology XML when one is recommended; either way say so on stderr."""
+    if rec is None:
+        click.echo(f"--write-topo-file: nothing written to {path}: no node was read (a log alone)", err=True)
+        return
+    if not rec.files:
+        knob = rec.get("NCCL_TOPO_FILE")
+        why = knob.reason if knob is not None else "no topology file is recommended"
+        click.echo(f"--write-topo-file: nothing written to {path}: {why}", err=True)
+        return
+    name, content = next(iter(rec.files.items()))
+    _write(path, content)
+    gpus, nics = content.count('class="0x030200"'), content.count('class="0x020700"')
+    switches = content.count('busid="ffff:')
+    click.echo(f"--write-topo-file: wrote {path} ({gpus} GPUs and {nics} NICs paired under {switches} synthetic "
+               f"PCI switches); install it as {name}, the NCCL_TOPO_FILE the recommendation sets", err=True)
 
 
 def _write(path: str, text: str) -> None:
@@ -177,6 +237,7 @@ def _print_text(rec, subject: str, log, log_file: str | None, diffs: list[str] |
         devs = ", ".join(f"{d} ({k})" for d, k in log.net_devices.items()) or "-"
         out.print(f"{log_file}: {log.flavour} {log.version or '(version not in the log)'}, network "
                   f"{log.network or '?'} [{devs}], transports {dict(log.transports) or '-'}, "
-                  f"{len(log.warnings)} WARN line(s)")
+                  f"{log.warning_count} WARN line(s), {len(log.comms) or '?'} communicator(s), "
+                  f"{log.lines} lines read", soft_wrap=True)
         for d in diffs or []:
             out.print(f"  - {d}", soft_wrap=True)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
 
 from ccdiag.topology.levels import UNKNOWN, level_rank
+from ccdiag.probenames import PROBE_PLATFORM
 
 if TYPE_CHECKING:
     from ccdiag.topology.model import Topology
@@ -50,6 +51,8 @@ class Layout:
     flattened: str | None = None  # why the PCI tree looks flattened (a VM), when it does
     nic_numa: Mapping[str, int | None] | None = None
     gpu_numa: Mapping[str, int | None] | None = None
+    platform: Any = None  # PlatformObservation (cloud, container, plugins, provider topology files); None: not read
+    bdfs: Mapping[str, str | None] | None = None  # device label -> PCI bus id
 
     def level(self, a: str, b: str) -> str:
         return self.levels.get((a, b)) or self.levels.get((b, a)) or UNKNOWN
@@ -122,11 +125,13 @@ def layout_from_topology(topo: Topology, runs: Mapping[str, Any] | None = None) 
                 facts.append(PortFacts(d.name, p.port, p.state, p.link_layer, p.rate_gbit_s, v2_ipv4, v2, v1, netdev))
             ports[d.name] = tuple(facts)
     net = probe_data(runs or {}, "netdev")
+    bdfs = {d.label: d.bdf for d in list(topo.gpus()) + list(topo.nics())}
     switches = sum(1 for _, a in topo.graph.nodes(data=True) if a.get("kind") == "switch") if topo.have_pcie else None
     return Layout(tuple(gpus), tuple(nics), levels, "node", "topology (PCIe tree from sysfs, NVLinks from NVML)",
                   ports=ports, interfaces=tuple(net.interfaces) if net is not None else None,
                   flattened=_looks_flattened(levels, gpus, nics, switches),
-                  nic_numa={n.label: n.numa for n in topo.nics()}, gpu_numa={g.label: g.numa for g in topo.gpus()})
+                  nic_numa={n.label: n.numa for n in topo.nics()}, gpu_numa={g.label: g.numa for g in topo.gpus()},
+                  platform=probe_data(runs or {}, PROBE_PLATFORM), bdfs=bdfs)
 
 
 def layout_from_matrix(m: Any, where: str) -> Layout:

@@ -40,13 +40,25 @@ class NcclList:
         return self.matches(name, port) != self.exclude
 
 
-def parse_nccl_list(value: str) -> NcclList:
-    """Parse an NCCL device list such as ``^=mlx5_1,mlx5_4`` or ``=mlx5_0:1,mlx5_1:1``.
+def _atoi(text: str) -> int:
+    """C's atoi, as NCCL reads a port: leading digits, else 0 ("x" -> 0, "1x" -> 1)."""
+    digits = ""
+    for ch in text.lstrip(" \t"):
+        if not ch.isdigit():
+            break
+        digits += ch
+    return int(digits) if digits else 0
 
-    Pure function of the text. Entries keep their port when one is given (``mlx5_0:1``); an empty
-    port field (``=mlx5_0::0:0``) means any port. Rail/plane fields are accepted and ignored.
+
+def parse_nccl_list(value: str) -> NcclList:
+    """Parse an NCCL device list such as ``^=mlx5_1,mlx5_4`` or ``=mlx5_0:1,mlx5_1:1``, as NCCL does.
+
+    Pure function of the text, following ``parseStringList`` (``src/misc/utils.cc``): entries split
+    on ``,`` (empty ones dropped), then on ``:`` into name, port, rail, plane; nothing is stripped, so
+    ``mlx5_0, mlx5_1`` names a device " mlx5_1" that never exists; a port is read with ``atoi`` (a
+    non-numeric port is 0, which no InfiniBand port is); an empty port field means any port.
     """
-    s = value.strip()
+    s = value.rstrip("\r\n")
     exclude = s.startswith("^")
     if exclude:
         s = s[1:]
@@ -55,12 +67,11 @@ def parse_nccl_list(value: str) -> NcclList:
         s = s[1:]
     entries = []
     for raw in s.split(","):
-        raw = raw.strip()
         if not raw:
             continue
         name, _, rest = raw.partition(":")
-        port_txt = rest.split(":", 1)[0].strip()
-        port = int(port_txt) if port_txt.isdigit() else None
+        port_txt = rest.split(":", 1)[0]
+        port = _atoi(port_txt) if port_txt else None
         if name:
             entries.append(NcclEntry(name, port, raw))
     return NcclList(exclude, exact, tuple(entries))

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from ccdiag.nccl.knobs import DEFAULT, EXPERIMENT, HIGH, INFO, LOW, MEDIUM, REMOVE, SET, Fact, Knob, Recommendation
 from ccdiag.nccl.layout import Layout, PortFacts, layout_from_matrix, layout_from_topology
+from ccdiag.nccl import netif, platforms
 from ccdiag.nccl.lists import exact_list
 from ccdiag.topology.levels import UNKNOWN, gpudirect_capable, level_rank
 from ccdiag.topology.model import natural_key
@@ -27,11 +28,6 @@ from ccdiag.topology.model import natural_key
 if TYPE_CHECKING:
     from ccdiag.topology.model import Topology
 
-#: interface name prefixes that never carry NCCL traffic between hosts (containers, bridges, tunnels)
-NOT_FABRIC = ("lo", "docker", "br-", "virbr", "veth", "cni", "flannel", "cali", "vxlan", "tun", "tap", "lxc",
-              "kube", "weave", "genev", "wg", "tailscale", "cilium", "podman", "vnet", "nerdctl")
-#: virtual interfaces that are real fabric (bonds, teams, VLANs on top of a NIC)
-VIRTUAL_BUT_FABRIC = ("bond", "team")
 #: the guide's Debugging section: not for production; recommend removal when set
 DEBUGGING = {
     "NCCL_P2P_DISABLE": "disables NVLink/PCIe peer-to-peer: the usual fix is ACS or the topology, not this",
@@ -82,6 +78,56 @@ def _rails(layout: Layout) -> tuple[dict[str, list[str]], dict[str, tuple[list[s
     return served, per_gpu
 
 
+def _hca_from_matrix(layout: Layout, served: dict, ev: list, left_out: dict) -> tuple[Knob, list]:
+    """A pasted matrix names the rails but not their ports or states."""
+    var, rails = "NCCL_IB_HCA", sorted(served, key=natural_key)
+    details = {"rails": {n: served[n] for n in rails}, "left_out": left_out}
+    unnamed = [n for n in rails if n.startswith("NIC") and n[3:].isdigit()]
+    if unnamed:
+        return Knob(var, DEFAULT, None, f"the rails are {', '.join(rails)}, but the paste has no NIC legend naming "
+                    f"{', '.join(unnamed)}: run `ccdiag nccl` on the node, or paste the whole output",
+                    tuple(ev), LOW, details), []
+    chosen = [(n, None) for n in rails]
+    reason = (f"the NICs nearest to a GPU, from the matrix ({', '.join(rails)}); exact names so no prefix "
+              "catches more. Port numbers and states need the node (`ccdiag nccl` there adds them).")
+    return Knob(var, SET, exact_list(chosen), reason, tuple(ev), MEDIUM, details), chosen
+
+
+def _port_left_out(p: PortFacts, majority: str | None, any_v2: bool) -> str | None:
+    """Why a rail's port stays out of NCCL_IB_HCA, or None."""
+    if not p.active:
+        return f"port is {p.state or 'not active'}"
+    if majority and p.link_layer and p.link_layer != majority:
+        return f"{p.link_layer} link layer while the other rails are {majority} (they cannot talk)"
+    if p.roce and any_v2 and not p.v2_gids:
+        return (f"RoCE port without a RoCEv2 GID (no IP address on {p.netdev or 'its netdev'}?), "
+                "while the other rails use RoCEv2")
+    return None
+
+
+def _port_fact(p: PortFacts) -> Fact:
+    return Fact(f"{p.nic}:{p.port} port", {"state": p.state, "link_layer": p.link_layer, "rate_gbit_s": p.rate_gbit_s,
+                                          "roce_v2_gids": list(p.v2_gids)},
+                f"/sys/class/infiniband/{p.nic}/ports/{p.port}")
+
+
+def _majority_layer(ports: list[PortFacts]) -> str | None:
+    layers = [p.link_layer for p in ports if p.active and p.link_layer]
+    return max(set(layers), key=lambda x: (layers.count(x), x == "InfiniBand")) if layers else None
+
+
+def _hca_reason(left_out: dict[str, str], down_gpus: dict) -> str:
+    reason = "the ports of the NICs nearest to each GPU (the compute rails), exact names with ports"
+    if left_out:
+        reason += "; left out: " + "; ".join(f"{k}: {v}" for k, v in sorted(left_out.items(),
+                                                                         key=lambda kv: natural_key(kv[0])))
+    if down_gpus:
+        names = sorted(down_gpus, key=natural_key)
+        reason += "; " + ", ".join(names) + (" loses its" if len(names) == 1 else " lose their") + \
+            " own rail and sends through another NIC until it is fixed"
+    return reason
+
+
 def _ib_hca(layout: Layout, env: Mapping[str, str], env_source: str) -> tuple[Knob, list[tuple[str, int | None]]]:
     served, per_gpu = _rails(layout)
     var = "NCCL_IB_HCA"
@@ -90,106 +136,112 @@ def _ib_hca(layout: Layout, env: Mapping[str, str], env_source: str) -> tuple[Kn
                if layout.source == "node" else "the pasted matrix shows no NIC")
         return Knob(var, DEFAULT, None, why, (Fact("RDMA NICs", [], layout.where),)), []
     rails = sorted(served, key=natural_key)
-    others = [n for n in layout.nics if n not in served]
     ev = [Fact(f"{g} nearest NIC", {"nics": near, "level": lv}, layout.where) for g, (near, lv) in per_gpu.items()]
-    left_out: dict[str, str] = {n: "nearest to no GPU (storage or management)" for n in others}
-    chosen: list[tuple[str, int | None]] = []
+    left_out: dict[str, str] = {n: "nearest to no GPU (storage or management)" for n in layout.nics if n not in served}
     if layout.ports is None:
-        unnamed = [n for n in rails if n.startswith("NIC") and n[3:].isdigit()]
-        if unnamed:
-            return Knob(var, DEFAULT, None, f"the rails are {', '.join(rails)}, but the paste has no NIC legend naming "
-                        f"{', '.join(unnamed)}: run `ccdiag nccl` on the node, or paste the whole output",
-                        tuple(ev), LOW, {"rails": {n: served[n] for n in rails}, "left_out": left_out}), []
-        chosen = [(n, None) for n in rails]
-        reason = (f"the NICs nearest to a GPU, from the matrix ({', '.join(rails)}); exact names so no prefix "
-                  "catches more. Port numbers and states need the node (`ccdiag nccl` there adds them).")
-        return Knob(var, SET, exact_list(chosen), reason, tuple(ev), MEDIUM,
-                    {"rails": {n: served[n] for n in rails}, "left_out": left_out}), chosen
+        return _hca_from_matrix(layout, served, ev, left_out)
     ports = [p for n in rails for p in layout.ports.get(n, ())]
-    layers = [p.link_layer for p in ports if p.active and p.link_layer]
-    majority = max(set(layers), key=lambda x: (layers.count(x), x == "InfiniBand")) if layers else None
+    majority = _majority_layer(ports)
     any_v2 = any(p.v2_gids for p in ports if p.active and p.roce)
+    chosen: list[tuple[str, int | None]] = []
+    faults: dict[str, str] = {}
     for p in ports:
-        key = f"{p.nic}:{p.port}"
-        ev.append(Fact(f"{key} port", {"state": p.state, "link_layer": p.link_layer, "rate_gbit_s": p.rate_gbit_s,
-                                       "roce_v2_gids": list(p.v2_gids)},
-                       f"/sys/class/infiniband/{p.nic}/ports/{p.port}"))
-        if not p.active:
-            left_out[key] = f"port is {p.state or 'not active'}"
-        elif majority and p.link_layer and p.link_layer != majority:
-            left_out[key] = f"{p.link_layer} link layer while the other rails are {majority} (they cannot talk)"
-        elif p.roce and any_v2 and not p.v2_gids:
-            left_out[key] = (f"RoCE port without a RoCEv2 GID (no IP address on {p.netdev or 'its netdev'}?), "
-                             "while the other rails use RoCEv2")
+        ev.append(_port_fact(p))
+        why = _port_left_out(p, majority, any_v2)
+        if why and not p.active:
+            faults[f"{p.nic}:{p.port}"] = why  # this node's fault: the shared list keeps the rail
+            chosen.append((p.nic, p.port))
+        elif why:
+            left_out[f"{p.nic}:{p.port}"] = why
         else:
             chosen.append((p.nic, p.port))
-    down_gpus = {g: near for g, (near, _) in per_gpu.items() if near and not any(c[0] in near for c in chosen)}
-    reason = "the ports of the NICs nearest to each GPU (the compute rails), exact names with ports"
-    if left_out:
-        reason += "; left out: " + "; ".join(f"{k}: {v}" for k, v in sorted(left_out.items(), key=lambda kv: natural_key(kv[0])))
-    if down_gpus:
-        names = sorted(down_gpus, key=natural_key)
-        reason += "; " + ", ".join(names) + (" loses its" if len(names) == 1 else " lose their") + \
-            " own rail and sends through another NIC until it is fixed"
-    if not chosen:
+    up = [c for c in chosen if f"{c[0]}:{c[1]}" not in faults]
+    down_gpus = {g: near for g, (near, _) in per_gpu.items() if near and not any(c[0] in near for c in up)}
+    reason = _hca_reason(left_out, {})
+    if faults:
+        reason += ("; kept although down on this node: " + ", ".join(sorted(faults, key=natural_key)) +
+                   " (NCCL skips an inactive port by itself, and these settings are meant for every node of this kind)")
+    if not up:
         return Knob(var, DEFAULT, None, "no usable RDMA port: " + reason, tuple(ev), HIGH,
-                    {"left_out": left_out}), []
+                    {"left_out": left_out, "node_faults": faults}), []
     previous = env.get(var)
     if previous is not None and previous.strip() != exact_list(chosen):
         reason += f" (replaces {var}={previous} from {env_source})"
-    conf = HIGH if not down_gpus else MEDIUM
-    return Knob(var, SET, exact_list(chosen), reason, tuple(ev), conf,
-                {"rails": {n: served[n] for n in rails}, "left_out": left_out,
-                 "gpus_without_own_rail": sorted(down_gpus, key=natural_key)}), chosen
+    return Knob(var, SET, exact_list(chosen), reason, tuple(ev), HIGH,
+                {"rails": {n: served[n] for n in rails}, "left_out": left_out, "node_faults": faults,
+                 "gpus_without_own_rail": sorted(down_gpus, key=natural_key)}), up
+
+
+def node_faults(hca: Knob) -> list[Knob]:
+    """A rail down on this node is a finding for this node (drain it), never an edit of the shared settings."""
+    faults = hca.details.get("node_faults") or {}
+    if not faults:
+        return []
+    gpus = hca.details.get("gpus_without_own_rail") or []
+    lose = (f"; {', '.join(gpus)} " + ("loses its" if len(gpus) == 1 else "lose their") + " own rail and send "
+            "through another NIC until then") if gpus else ""
+    return [Knob("node fault", INFO, ", ".join(sorted(faults, key=natural_key)),
+                 f"{'; '.join(f'{k}: {v}' for k, v in sorted(faults.items()))} on this node: drain it until the rail is "
+                 f"fixed (the shared NCCL_IB_HCA keeps the rail; NCCL skips an inactive port){lose}",
+                 confidence=HIGH, details={"drain": True, "ports": sorted(faults, key=natural_key)})]
 
 
 # ---------------------------------------------------------------- sockets
 
-def _iface_problem(i: Any) -> str | None:
-    name = i.name
-    if name == "lo" or (name.startswith(NOT_FABRIC) and not name.startswith(VIRTUAL_BUT_FABRIC)):
-        return "loopback, container, bridge or tunnel interface"
-    if i.virtual and not name.startswith(VIRTUAL_BUT_FABRIC) and "." not in name:
-        return "virtual interface"
-    if (i.operstate or ("up" if i.up else "down")).lower() not in ("up", "unknown") or i.up is False:
-        return "down"
-    if not any(a.family in ("inet", "inet6") and not str(a.address).lower().startswith("fe80")
-               for a in i.addresses):
-        return "no IP address"
-    return None
+def _iface_fact(i: Any, problem: str | None) -> Fact:
+    return Fact(i.name, {"state": i.operstate, "speed_mbps": i.speed_mbps, "virtual": i.virtual,
+                         "addresses": [a.address for a in i.addresses if a.family in ("inet", "inet6")],
+                         "left_out": problem}, f"/sys/class/net/{i.name}")
+
+
+def _previous_socket(var: str, previous: str | None, value: str, ifaces: list, env_source: str) -> str:
+    """What the recommendation says of a value already set: the same verdict the environment check gives."""
+    if previous is None or previous.strip() == value:
+        return ""
+    verdict = netif.judge_list(previous, ifaces)
+    why = "; ".join(verdict.problems) if verdict.problems else f"selects {', '.join(verdict.chosen)}"
+    return f" (replaces {var}={previous} from {env_source}: {why})"
 
 
 def _socket_ifname(layout: Layout, env: Mapping[str, str], env_source: str, results: Mapping[str, Any]) -> Knob:
+    """The fastest usable interface(s), by the one usable-interface rule (:mod:`ccdiag.nccl.netif`)."""
     var = "NCCL_SOCKET_IFNAME"
     if layout.interfaces is None:
         return Knob(var, DEFAULT, None, "needs the node: a pasted matrix does not show network interfaces",
                     confidence=LOW)
-    ev = []
-    good = []
     reachable = results.get("reachable_ifaces")
-    for i in sorted(layout.interfaces, key=lambda i: natural_key(i.name)):
-        problem = _iface_problem(i)
-        if problem is None and reachable is not None and i.name not in reachable:
-            problem = "not reachable from the peers (cluster run)"
-        ev.append(Fact(i.name, {"state": i.operstate, "speed_mbps": i.speed_mbps, "virtual": i.virtual,
-                                "addresses": [a.address for a in i.addresses if a.family in ("inet", "inet6")],
-                                "left_out": problem}, f"/sys/class/net/{i.name}"))
-        if problem is None:
-            good.append(i)
+    ifaces = sorted(layout.interfaces, key=lambda i: natural_key(i.name))
+    facts = [netif.from_netdev(i) for i in ifaces]
+    problems = [netif.problem(f) for f in facts]
+    if reachable is not None:
+        problems = [p or (None if i.name in reachable else "not reachable from the peers (cluster run)")
+                    for i, p in zip(ifaces, problems)]
+    ev = tuple(_iface_fact(i, p) for i, p in zip(ifaces, problems))
+    good = [i for i, p in zip(ifaces, problems) if p is None]
     if not good:
         return Knob(var, DEFAULT, None, "no interface is up with an address outside loopback/containers: "
-                    "fix the network first", tuple(ev), HIGH)
+                    "fix the network first", ev, HIGH)
     best = max((i.speed_mbps or 0) for i in good)
     top = [i for i in good if (i.speed_mbps or 0) == best]
-    value = exact_list((i.name, None) for i in top)
+    down_rails = _down_rail_ifaces(layout, ifaces, problems, top)
+    value = exact_list((i.name, None) for i in sorted(top + down_rails, key=lambda i: natural_key(i.name)))
     reason = (f"the fastest interface(s) that are up and addressed ({best / 1000:g} Gb/s)" if best else
               "the interface(s) up and addressed (speed not reported)")
     reason += "; exact names, so docker0, bridges and look-alike prefixes are never picked"
-    previous = env.get(var)
-    if previous is not None and previous.strip() != value:
-        reason += f" (replaces {var}={previous} from {env_source})"
-    return Knob(var, SET, value, reason, tuple(ev), HIGH if len(top) == 1 or reachable is not None else MEDIUM,
-                {"candidates": [i.name for i in good]})
+    if down_rails:
+        reason += (f"; kept although down on this node: {', '.join(i.name for i in down_rails)} (NCCL skips an "
+                   "interface that is not running, and these settings are meant for every node of this kind)")
+    reason += _previous_socket(var, env.get(var), value, facts, env_source)
+    return Knob(var, SET, value, reason, ev, HIGH if len(top) == 1 or reachable is not None else MEDIUM,
+                {"candidates": [i.name for i in good], "node_faults": {i.name: netif.DOWN for i in down_rails}})
+
+
+def _down_rail_ifaces(layout: Layout, ifaces: list, problems: list, top: list) -> list:
+    """IPoIB/RoCE interfaces of this node's rail NICs that are down here while their siblings were chosen:
+    a node fault, so the shared list keeps them (the same choice as NCCL_IB_HCA makes for their ports)."""
+    if not top or not all(getattr(i, "ib_device", None) in layout.nics for i in top):
+        return []
+    return [i for i, p in zip(ifaces, problems) if p == netif.DOWN and getattr(i, "ib_device", None) in layout.nics]
 
 
 # ---------------------------------------------------------------- RoCE GIDs
@@ -212,9 +264,10 @@ def _gid(layout: Layout, chosen: list[tuple[str, int | None]]) -> list[Knob]:
         k = indices.pop()
         return [Knob("NCCL_IB_GID_INDEX", DEFAULT, None,
                      f"NCCL (2.21+) selects the RoCEv2 IPv4 GID itself (NCCL_IB_ADDR_FAMILY=AF_INET is its default); "
-                     f"every rail here has it at index {k}. Pin NCCL_IB_GID_INDEX={k} only if every host shows the "
-                     "same index (compare `ccdiag nccl --json` of the hosts): the index differs between hosts on some "
-                     "fabrics", ev, HIGH, {"index_on_this_host": k})]
+                     f"every rail here has it at index {k}. Before NCCL 2.21 the default index is 0 (NCCL_PARAM "
+                     f"IB_GID_INDEX, 0 in 2.20), usually a RoCE v1 or link-local GID: with an older NCCL set "
+                     f"NCCL_IB_GID_INDEX={k}, and only if every host shows the same index (compare `ccdiag nccl --json` "
+                     "of the hosts)", ev, HIGH, {"index_on_this_host": k, "set_for_nccl_before_2_21": k})]
     return [Knob("NCCL_IB_GID_INDEX", DEFAULT, None,
                  "the RoCEv2 IPv4 GID sits at different indices on this host's rails: leave the index to NCCL's "
                  "per-port selection (never pin one index)", ev, HIGH, {"indices": sorted(indices)})]
@@ -231,28 +284,114 @@ def _cross_nic(layout: Layout, chosen: list) -> Knob:
                 "node cannot read", confidence=MEDIUM)
 
 
-def _topo_file(layout: Layout, env: Mapping[str, str], xml: str | None) -> tuple[Knob, dict[str, str]]:
+def _provider_topo(layout: Layout, path: str | None = None) -> Any:
+    """The provider topology file the platform probe read (``path``, else the first the provider ships)."""
+    files = getattr(layout.platform, "topo_files", ()) or ()
+    if path is not None:
+        return next((f for f in files if f.path == path), None)
+    return next((f for f in files if f.named_by == "provider directory" and f.text), None)
+
+
+def _check_topo(layout: Layout, f: Any) -> tuple[str, str]:
+    """(what the check found, confidence) for a topology file against this node."""
+    bdfs = layout.bdfs or {}
+    nearest = None
+    if not layout.flattened and layout.ports is not None:
+        nearest = {g: tuple(layout.nearest(g)[0]) for g in layout.gpus}
+    res = platforms.check_topo_file(f.path, f.text, {g: bdfs.get(g) for g in layout.gpus},
+                                    {n: bdfs.get(n) for n in layout.nics}, nearest)
+    if not res.readable:
+        return f"{f.path} could not be read or parsed here, so it was not checked against the node", LOW
+    problems = []
+    if res.gpus_missing:
+        problems.append(f"GPUs {', '.join(res.gpus_missing)} are not in it")
+    if res.nics_missing:
+        problems.append(f"NICs {', '.join(res.nics_missing)} are not in it")
+    if res.disagree:
+        problems.append(f"its GPU-NIC pairing contradicts the node's own tree for {', '.join(res.disagree)}")
+    if problems:
+        return (f"{f.path} does not match this node ({'; '.join(problems)}): install the provider's file for this "
+                "VM size rather than deleting it"), LOW
+    how = "pairing agrees with the node's own tree" if nearest else "pairing cannot be confirmed from the VM's tree"
+    return f"{f.path} names every GPU and NIC bus id of this node; {how}", HIGH
+
+
+def _topo_file(layout: Layout, env: Mapping[str, str], xml: str | None,
+               plat: platforms.Platform | None = None) -> tuple[Knob, dict[str, str]]:
     var = "NCCL_TOPO_FILE"
+    set_now = env.get(var)
+    provider = _provider_topo(layout, set_now) if set_now else _provider_topo(layout)
+    if set_now and (provider is not None or platforms.required_here(plat, var)):
+        found, conf = _check_topo(layout, provider) if provider is not None else (
+            f"{set_now} was not readable through ccdiag's view of the node, so it was not checked", MEDIUM)
+        label = f"vendor-required on {plat.title} ({plat.source}); " if platforms.required_here(plat, var) else ""
+        return Knob(var, SET, set_now, f"{label}kept: {found}", (Fact(var, set_now, "settings present"),), conf,
+                    {"vendor_required": plat.key if platforms.required_here(plat, var) else None}), {}
+    if layout.flattened and provider is not None:
+        found, conf = _check_topo(layout, provider)
+        return Knob(var, SET, provider.path, layout.flattened + f". The provider ships {provider.path}: {found}",
+                    (Fact("PCI tree", "no switch, all GPU-NIC paths PHB", layout.where),), conf), {}
     if layout.flattened:
         files = {TOPO_FILE_PATH: xml} if xml else {}
-        return Knob(var, SET, TOPO_FILE_PATH if xml else None,
-                    layout.flattened + ". Give NCCL the host's real layout: the generated file groups GPUs and NICs "
-                    "by NUMA node as seen here; replace it with the host's (cloud providers publish one per VM "
-                    "size) where the PCIe switches are known",
+        why = ("the generated file groups each GPU with its nearest NIC under a synthetic PCI switch, the pairing "
+               "the VM's tree hides" if xml else "no pairing could be derived (NUMA affinity unknown), so no file is "
+               "written: use the provider's file for this VM size")
+        return Knob(var, SET if xml else DEFAULT, TOPO_FILE_PATH if xml else None, f"{layout.flattened}. {why}",
                     (Fact("PCI tree", "no switch, all GPU-NIC paths PHB", layout.where),), LOW), files
-    if env.get(var):
-        return Knob(var, REMOVE, None, f"{var}={env[var]} is set but this node's PCI tree is visible to NCCL: a stale "
+    if set_now:
+        return Knob(var, REMOVE, None, f"{var}={set_now} is set but this node's PCI tree is visible to NCCL: a stale "
                     "topology file causes spurious failures (Azure/azurehpc-health-checks#142)", confidence=MEDIUM), {}
     return Knob(var, DEFAULT, None, "NCCL reads this node's real PCI tree (PCIe switches and NUMA affinity are "
                 "visible), so no topology file is needed"), {}
+
+
+# ---------------------------------------------------------------- vendor-required settings
+
+def _vendor(knobs: list[Knob], plat: platforms.Platform | None, env: Mapping[str, str]) -> list[Knob]:
+    """Vendor-required settings are kept (the value set, else the documented one) and labelled; a
+    recommendation that would change or remove one gives way to it."""
+    if plat is None:
+        return knobs
+    out, done = [], set()
+    for k in knobs:
+        if k.name in plat.required and k.name != "NCCL_TOPO_FILE":
+            out.append(_vendor_knob(k.name, plat, env, k))
+            done.add(k.name)
+        else:
+            out.append(k)
+    for name in plat.required:
+        if name not in done and name != "NCCL_TOPO_FILE" and (name in env or plat.required[name] is not None):
+            out.append(_vendor_knob(name, plat, env, None))
+    return out
+
+
+def _vendor_knob(name: str, plat: platforms.Platform, env: Mapping[str, str], instead: Knob | None) -> Knob:
+    present, documented = env.get(name), plat.required[name]
+    value = present if present is not None else documented
+    why = f"vendor-required on {plat.title} ({plat.source})"
+    if present is None:
+        why += f"; not set here: set {name}={documented}"
+    elif documented is not None and present != documented:
+        why += f"; the vendor documents {documented}, {present} is set: kept as set, compare with the vendor's profile"
+    else:
+        why += "; kept as set"
+    if instead is not None and (instead.action != SET or instead.value != value):
+        why += f" (ccdiag alone would have said: {instead.action} {instead.value or ''})".rstrip()
+    return Knob(name, SET if value is not None else INFO, value, why, (Fact(name, present, "settings present"),),
+                HIGH if present is not None else MEDIUM, {"vendor_required": plat.key, "documented": documented})
+
+
+def _ring_cost(hops: list[str]) -> tuple[int, int]:
+    """(rank of the slowest hop, how many hops are that slow): lower is better."""
+    worst = max(level_rank(h) for h in hops)
+    return worst, sum(1 for h in hops if level_rank(h) == worst)
 
 
 def _ring_order(layout: Layout) -> Knob | None:
     if len(layout.gpus) < 3:
         return None
     if layout.nvlink():
-        return Knob("GPU ring order", INFO, None, "GPUs are joined by NVLink: rank order inside the node does not "
-                    "change the ring's bottleneck", confidence=HIGH)
+        return None  # NVLink: NCCL searches its own rings over NVLink and the rank order changes nothing
     order = [layout.gpus[0]]
     left = list(layout.gpus[1:])
     while left:
@@ -263,11 +402,11 @@ def _ring_order(layout: Layout) -> Knob | None:
     hops = [layout.level(a, b) for a, b in zip(order, order[1:] + order[:1])]
     index_hops = [layout.level(a, b) for a, b in zip(layout.gpus, layout.gpus[1:] + layout.gpus[:1])]
     same = order == list(layout.gpus)
+    if same or _ring_cost(hops) >= _ring_cost(index_hops):
+        return None  # advice only where it changes the slowest hop or how many hops cross it
     worst = max(hops, key=level_rank)
-    reason = (f"PCIe-only GPUs: ring neighbours {'in index order' if same else 'in this order'} share the "
-              f"nearest bridges (hops {', '.join(hops)}; the slowest is {worst})")
-    if not same:
-        reason += f"; index order would hop {', '.join(index_hops)}"
+    reason = (f"PCIe-only GPUs: ring neighbours in this order share the nearest bridges (hops {', '.join(hops)}; "
+              f"the slowest is {worst}); index order would hop {', '.join(index_hops)}")
     digits = [g[3:] for g in order]
     return Knob("GPU ring order", INFO, ",".join(order), reason + ". Use it as the rank order on this node "
                 f"(e.g. CUDA_VISIBLE_DEVICES={','.join(digits)} with one rank per GPU)",
@@ -277,7 +416,10 @@ def _ring_order(layout: Layout) -> Knob | None:
 
 def _experiments(layout: Layout, chosen: list) -> list[Knob]:
     out = []
-    if chosen and not layout.flattened:  # a flattened tree's PHB is the VM's, fixed by NCCL_TOPO_FILE
+    if chosen and not layout.flattened and not layout.nvlink():
+        # a flattened tree's PHB is the VM's (fixed by NCCL_TOPO_FILE); on NVLink/NVSwitch nodes NCCL relays a far
+        # GPU's network traffic over NVLink to a GPU beside the NIC (PXN, NCCL_P2P_PXN_LEVEL default 2 since 2.12)
+        # instead of staging it in host memory, so there is nothing to measure here
         _, per_gpu = _rails(layout)
         far = {g: lv for g, (near, lv) in per_gpu.items() if lv and lv != UNKNOWN and not gpudirect_capable(lv)}
         if far:
@@ -298,33 +440,50 @@ def _experiments(layout: Layout, chosen: list) -> list[Knob]:
     return out
 
 
+def debugging_reason(var: str) -> str | None:
+    """Why a variable of the guide's Debugging section should not stay set, with its version facts."""
+    from ccdiag.nccl.debugvars import is_debugging, version_note
+
+    if not is_debugging(var) and var not in DEBUGGING:
+        return None
+    why = DEBUGGING.get(var, "listed in the NCCL guide's Debugging section")
+    note = version_note(var)
+    return f"{why}" + (f" ({note})" if note else "")
+
+
 def _existing(env: Mapping[str, str], env_source: str, rails_present: bool) -> list[Knob]:
     out = []
     for var in sorted(env):
-        if var in DEBUGGING:
+        if var == "NCCL_IB_DISABLE":
+            if rails_present and env[var].strip() not in ("0", ""):
+                out.append(Knob(var, REMOVE, None, f"{var}={env[var]} (from {env_source}) turns off InfiniBand/RoCE "
+                                "on a node with RDMA rails: traffic falls back to TCP sockets"))
+            continue
+        why = debugging_reason(var)
+        if why:
             out.append(Knob(var, REMOVE, None, f"{var}={env[var]} (from {env_source}): a debugging variable, "
-                            f"{DEBUGGING[var]}; NCCL's guide says these should not be set in production"))
-        elif var == "NCCL_IB_DISABLE" and rails_present and env[var].strip() not in ("0", ""):
-            out.append(Knob(var, REMOVE, None, f"{var}={env[var]} (from {env_source}) turns off InfiniBand/RoCE on a "
-                            "node with RDMA rails: traffic falls back to TCP sockets"))
+                            f"{why}; NCCL's guide says these should not be set in production"))
     return out
 
 
 def _recommend(layout: Layout, env: Mapping[str, str], env_source: str, results: Mapping[str, Any],
                xml: str | None) -> Recommendation:
+    plat = platforms.detect(layout.platform, env)
+    vendor_env = dict(env)
     env = {k: v for k, v in env.items() if k.startswith("NCCL_")}
     hca, chosen = _ib_hca(layout, env, env_source)
-    knobs = [hca, _socket_ifname(layout, env, env_source, results)]
+    knobs = [hca, *node_faults(hca), _socket_ifname(layout, env, env_source, results)]
     knobs += _gid(layout, chosen)
     knobs.append(_cross_nic(layout, chosen))
-    topo, files = _topo_file(layout, env, xml)
+    topo, files = _topo_file(layout, env, xml, plat)
     knobs.append(topo)
     ring = _ring_order(layout)
     if ring:
         knobs.append(ring)
     knobs += _experiments(layout, chosen)
     knobs += _existing(env, env_source, bool(chosen))
-    notes = []
+    knobs = _vendor(knobs, plat, vendor_env)
+    notes = [f"platform: {plat.title}; its vendor-required settings are kept ({plat.source})"] if plat else []
     if layout.source == "smi":
         notes.append("from a pasted nvidia-smi topo -m alone: port numbers and states, link layers, GIDs and network "
                      "interfaces need the node (run `ccdiag nccl` there, or on its snapshot)")

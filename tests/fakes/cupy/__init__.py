@@ -10,6 +10,7 @@ allocating thread is bound to, via ``cpu_numa``; streams do not slow each other)
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import time
@@ -43,8 +44,27 @@ def _hang(kind: str) -> None:
         time.sleep(3600)
 
 
+def _bus_key(bdf: str) -> tuple[int, str]:
+    """"0000:18:00.0", "00000000:18:00.0" and "18:00.0" name one device, as in CUDA."""
+    parts = bdf.strip().lower().split(":")
+    if len(parts) == 2:
+        parts = ["0", *parts]
+    return int(parts[0] or "0", 16), ":".join(parts[1:])
+
+
 class _Runtime:
     memcpyHostToHost, memcpyHostToDevice, memcpyDeviceToHost, memcpyDeviceToDevice = 0, 1, 2, 3
+    hostAllocPortable, hostAllocMapped = 1, 2
+    _mapped: dict = {}  # real host buffers behind mapped allocations (the host writes them)
+
+    @staticmethod
+    def deviceGetByPCIBusId(bdf: str) -> int:
+        """The ordinal of the device at ``bdf`` among ``devices`` (what CUDA sees, in its order: a
+        list that leaves GPUs out or reorders them stands for CUDA_VISIBLE_DEVICES)."""
+        for i, b in enumerate(d["bdf"] for d in _CFG.get("devices") or []):
+            if _bus_key(b) == _bus_key(bdf):
+                return i
+        raise CUDARuntimeError("cudaErrorInvalidDevice: invalid device ordinal")
 
     @staticmethod
     def getDeviceCount() -> int:
@@ -76,6 +96,10 @@ class _Runtime:
 
     @staticmethod
     def hostAlloc(size: int, flags: int) -> int:
+        if flags & 2:  # mapped: a real buffer, since the host writes it (the spin kernel's flag)
+            buf = ctypes.create_string_buffer(max(8, size))
+            _Runtime._mapped[ctypes.addressof(buf)] = buf
+            return ctypes.addressof(buf)
         cpus = os.sched_getaffinity(0)
         cpu_numa = _CFG.get("cpu_numa") or {}
         numa = cpu_numa.get(str(min(cpus))) if len(cpus) == 1 else None
@@ -182,6 +206,22 @@ class _Device:
 
     def __exit__(self, *exc):
         _State.current = self._prev
+
+
+class RawKernel:
+    """Compiles nothing; a launch records that the stream was held (``launches``)."""
+
+    launches = 0
+
+    def __init__(self, code: str, name: str):
+        self.code, self.name = code, name
+
+    def __call__(self, grid, block, args, stream=None):
+        RawKernel.launches += 1
+
+
+def int64(x: int) -> int:
+    return int(x)
 
 
 class _Cuda:

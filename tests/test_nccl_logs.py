@@ -1,0 +1,244 @@
+"""Real NCCL_DEBUG=INFO logs from public issue threads, each kept whole as pasted in
+tests/fixtures/nccl-logs/ with its source and the fact its thread established, and read by
+``ccdiag nccl --log``'s reader: every log must give its thread's key fact.
+
+The predicate of each case looks at what the reader extracted (``NcclLog``) and at the differences
+it names (``compare``), never at the raw text.
+"""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+
+from ccdiag.nccl.logread import compare, read_nccl_log
+
+LOGS = pathlib.Path(__file__).resolve().parent / "fixtures" / "nccl-logs"
+
+
+def _has(diffs, *needles):
+    return any(all(n in d for n in needles) for d in diffs)
+
+
+#: file -> (the key fact in words, predicate over (log, differences))
+CASES = {
+    "nccl-226-aws-socket-only-ens3.log": (
+        "sockets over ens3, no IB device",
+        lambda L, D: L.net_devices == {"ens3": "Socket"} and L.no_ib_device and _has(D, "TCP sockets")),
+    "nccl-tests-179-two-hosts-socket-eno1-enp1s0.log": (
+        "sockets between 2 hosts on eno1/enp1s0; one 4-rank communicator",
+        lambda L, D: L.network == "Socket" and {"eno1", "enp1s0"} <= set(L.net_devices)
+        and [v["nranks"] for v in L.comms.values()] == [4] and _has(D, "TCP sockets")),
+    "nccl-1232-rank-prefix-bootstrap-enp10s0.log": (
+        "bootstrap enp10s0 10.10.7.107/.109; NCCL_SOCKET_IFNAME from the environment",
+        lambda L, D: L.bootstrap == {"enp10s0": {"10.10.7.107", "10.10.7.109"}}
+        and L.env["NCCL_SOCKET_IFNAME"] == "en,eth,em,bond" and L.hosts == {"node0", "node2"}),
+    "nccl-601-multi-nic-ethernet-channels-net-socket.log": (
+        "inter-node traffic over sockets seen only in channel lines",
+        lambda L, D: L.network is None and L.transports == {"NET/Socket": 1} and _has(D, "TCP sockets", "channel")),
+    "nccl-447-gcp-slurm-socket-eth0-hang.log": (
+        "sockets over eth0, no IB device",
+        lambda L, D: L.network == "Socket" and L.bootstrap == {"eth0": {"10.0.0.33", "10.0.0.34"}}
+        and _has(D, "TCP sockets", "NET/IB found no device")),
+    "nccl-tests-29-socket-list-includes-virbr0.log": (
+        "virbr0 (a bridge) in NCCL's socket list",
+        lambda L, D: "virbr0" in L.net_devices and _has(D, "virbr0", "bridge")
+        and {"mlx5_0:1", "mlx5_1:1"} <= set(L.net_devices)),
+    "nccl-1597-aws-p5en-efa-ofi-libfabric.log": (
+        "aws-ofi-nccl plugin, provider efa, 16 NICs",
+        lambda L, D: L.network == "Libfabric" and "provider efa, 16 NICs" in L.plugins.get("aws-ofi-nccl", "")
+        and _has(D, "network plugin 'Libfabric'")),
+    "aws-ofi-nccl-889-cloudwatch-efa-provider-empty.log": (
+        "efa provider found no device; bootstrap eth0 through CloudWatch prefixes",
+        lambda L, D: L.bootstrap == {"eth0": {"10.36.29.253"}} and L.version == "2.21.5"
+        and _has(D, "no EFA device")),
+    "aws-ofi-nccl-24-horovod-mpirun-prefix-libfabric-av.log": (
+        "NET/AWS Libfabric label kept whole; WARN Couldn't open AV",
+        lambda L, D: L.transports.get("NET/AWS Libfabric") == 3 and L.transports.get("P2P/IPC") == 6
+        and _has(D, "Couldn't open AV")),
+    "nccl-899-gdr-disabled-no-module-net-ib-without-gdrdma.log": (
+        "GDR disabled (no module); NET/IB channels without GDRDMA",
+        lambda L, D: L.transports == {"NET/IB": 11} and L.gdr_why.get("mlx5_1") == "no module"
+        and _has(D, "without GPUDirect RDMA") and _has(D, "disabled for mlx5_1 (no module)")),
+    "nccl-1537-roce-gdr-disabled-peermem-loaded.log": (
+        "RoCE mlx5_0/1 with GDR disabled for both",
+        lambda L, D: L.net_devices == {"mlx5_0:1": "RoCE", "mlx5_1:1": "RoCE"} and L.gdr == {"mlx5_0": False, "mlx5_1": False}
+        and L.oob == {"primaryip": {"10.10.10.10"}} and _has(D, "disabled for mlx5_0")),
+    "nccl-952-hpcx-plugin-ib-not-found-net-socket-channels.log": (
+        "inter-node channels via NET/Socket; bootstrap on IPoIB ibp12s0; HPC-X plugin",
+        lambda L, D: L.transports.get("NET/Socket") == 2 and L.bootstrap == {"ibp12s0": {"10.149.0.32"}}
+        and _has(D, "TCP sockets") and "nccl_rdma_sharp_plugin" in L.plugins.get("net plugin", "")),
+    "nccl-1297-vllm-ray-ib-hca-rxe0-soft-roce.log": (
+        "NCCL_IB_HCA set to rxe0, a software RDMA device",
+        lambda L, D: L.ib_hca == "rxe0" and L.net_devices == {"rxe0:1": "RoCE"} and _has(D, "rxe0", "software RDMA")),
+    "fastsafetensors-36-ray-double-prefix-2-nodes.log": (
+        "2 ranks on 2 nodes through double Ray prefixes",
+        lambda L, D: (L.ranks, L.nodes) == (2, 2) and L.hosts == {"spark2"}),
+    "nccl-tests-166-shm-socket-connect-abort-chain.log": (
+        "failure rooted in the connect to 10.0.0.2; SHM inside the node",
+        lambda L, D: L.transports == {"SHM/direct/direct": 2}
+        and D[-4].startswith("WARN (line 4)") and "Connect to 10.0.0.2" in L.failures[0].root
+        and not _has(D, "link-local or loopback")
+        and L.failures[0].frames == 6),
+    "ray-46795-megatron-actor-prefix-p2p-ipc-read.log": (
+        "P2P/IPC/read through the Ray prefix",
+        lambda L, D: L.transports == {"P2P/IPC/read": 9} and L.hosts == {"t-20240725161813-n7hxb-worker-1"}),
+    "horovod-584-lo-and-link-local-interfaces-bootstrap-refused.log": (
+        "lo and a link-local address among NCCL's interfaces; bootstrap connection refused",
+        lambda L, D: _has(D, "lo is a loopback") and _has(D, "eth1", "link-local")
+        and _has(D, "Connection refused", "bootstrap.cu")),
+    "nccl-367-docker-bridge-bootstrap-172-17.log": (
+        "bootstrap on Docker's bridge address 172.17.0.2; sockets because libibverbs is missing",
+        lambda L, D: _has(D, "172.17.0.2", "Docker's default bridge") and _has(D, "TCP sockets", "libibverbs")),
+    "nccl-857-libibverbs-missing-socket-eth0.log": (
+        "sockets over eth0 because libibverbs is missing",
+        lambda L, D: L.network == "Socket" and L.ibverbs_missing and _has(D, "TCP sockets", "libibverbs")),
+    "nccl-733-k8s-pod-box-prefix-ib-three-hcas.log": (
+        "IB with mlx5_0..2 through terminal prefixes",
+        lambda L, D: L.network == "IB" and set(L.net_devices) == {"mlx5_0:1", "mlx5_1:1", "mlx5_2:1"}
+        and L.bootstrap == {"eth0": {"172.17.80.45"}}),
+    "pytorch-68893-ansi-prefix-veth-link-local-socket.log": (
+        "veth with a link-local address in NCCL's interfaces",
+        lambda L, D: "veth75fa783" in L.net_devices and _has(D, "veth75fa783", "container, bridge or tunnel")
+        and L.transports == {"NET/Socket": 1}),
+    "lightning-14986-bootstrap-root-rank-already-checked-in.log": (
+        "bootstrap root: rank 1 of 8 already checked in",
+        lambda L, D: _has(D, "rank 1 of 8 ranks has already checked in") and L.net_devices == {"mlx5_0:1": "IB"}),
+    "espnet-1940-line-numbers-ib-disabled-ring-net-socket.log": (
+        "NCCL_IB_DISABLE=1 -> sockets over eth0",
+        lambda L, D: L.env.get("NCCL_IB_DISABLE") == "1" and L.transports == {"NET/Socket": 2}
+        and _has(D, "TCP sockets", "NCCL_IB_DISABLE=1")),
+    "nccl-529-ip6tnl0-tunnel-and-veth-socket-interfaces.log": (
+        "ip6tnl0 (link-local) and veth0 chosen as socket interfaces",
+        lambda L, D: list(L.net_devices) == ["ip6tnl0", "veth0"] and _has(D, "ip6tnl0", "link-local")
+        and _has(D, "veth0", "container, bridge or tunnel")),
+    "nccl-975-bootstrap-connect-link-local-ib1.log": (
+        "bootstrap connect to a link-local address on ib1 is the one cause",
+        lambda L, D: D[0].startswith("WARN (line 20)") and "fe80::966d:ae03:a2:8cf0%ib1" in D[0]
+        and _has(D, "further error returns without their WARN") and _has(D, "link-local or loopback address")),
+    "nccl-1053-socket-ifname-lo-bgp-unnumbered.log": (
+        "NCCL_SOCKET_IFNAME=lo -> 127.0.0.1",
+        lambda L, D: L.net_devices == {"lo": "Socket"} and _has(D, "lo is a loopback")
+        and not L.gdr),  # "GPU Direct RDMA Disabled for HCA 0 'lo'" is NET/Socket's, not an HCA's
+    "nccl-1814-bond0-socket-ifname-bootstrap.log": (
+        "bootstrap over bond0 (a bond is real fabric)",
+        lambda L, D: L.bootstrap == {"bond0": {"172.36.134.184"}} and not _has(D, "bond0 is a")),
+    "uccl-172-rdma-plugin-network-comm-init-16-ranks.log": (
+        "network plugin RDMA_Plugin; one 16-rank communicator",
+        lambda L, D: L.network == "RDMA_Plugin" and list(L.comms) == ["0xcca15dfb770775be"]
+        and L.comms["0xcca15dfb770775be"]["nranks"] == 16 and _has(D, "network plugin 'RDMA_Plugin'")),
+    "nccl-1652-gcp-a3-tcpx-rx-ctrl-timeout.log": (
+        "TCPX plugin rx ctrl timeouts on enp12s0/enp134s0",
+        lambda L, D: "GPUDirect-TCPX" in L.plugins and _has(D, "rx ctrl timeout", "enp12s0") and L.warning_count == 2),
+    "nccl-1291-gh200-bootstrap-ib0-link-local-vs-bond0.log": (
+        "hosts bootstrap over different interfaces, one link-local",
+        lambda L, D: _has(D, "different interfaces", "gh1: ib0", "gh2: bond0") and _has(D, "ib0", "link-local")
+        and not _has(D, "X.X.X.X", "link-local")),  # a masked address is not judged
+    "nccl-380-roce-ibv-create-cq-failed.log": (
+        "RoCE mlx5_1 without GDRDMA; ibv_create_cq failed",
+        lambda L, D: L.net_devices == {"mlx5_1:1": "RoCE"} and L.transports == {"NET/IB": 2}
+        and _has(D, "ibv_create_cq failed")),
+    "nccl-tests-185-dgx-h100-roce-mlx5-10-11.log": (
+        "RoCE mlx5_10 and mlx5_11; bootstrap enp220s0np0",
+        lambda L, D: L.net_devices == {"mlx5_10:1": "RoCE", "mlx5_11:1": "RoCE"} and L.version == "2.19.3"
+        and L.bootstrap == {"enp220s0np0": {"11.1.128.128", "11.1.128.136"}}),
+    "nccl-tests-228-ib-hca-set-to-prefix-list.log": (
+        "NCCL_IB_HCA set to a prefix list",
+        lambda L, D: L.ib_hca == "mlx5_2:1,mlx5_0:1" and _has(D, "entries are prefixes")
+        and set(L.net_devices) == {"mlx5_0:1", "mlx5_2:1"}),
+    "nccl-1538-nvls-multicast-available.log": (
+        "NVLS multicast available",
+        lambda L, D: L.nvls == {0: True, 2: True, 5: True, 6: True, 7: True} and not _has(D, "NVLS")),
+    "aws-ofi-nccl-715-sagemaker-timestamps-nvls-not-available.log": (
+        "NVLS multicast not available",
+        lambda L, D: set(L.nvls) == {1, 2, 3, 5, 6, 7} and not any(L.nvls.values())
+        and _has(D, "NVLS", "not available", "1, 2, 3, 5, 6, 7")),
+    "nccl-1405-ib-plugin-completion-error-status-12.log": (
+        "NET/IB completion errors status 12 from one peer",
+        lambda L, D: L.warning_count == 3 and _has(D, "status=12", "10.216.210.236", "proxy.cc")),
+    "nv-peer-memory-56-ib-oob-ib0-ib-disable-0.log": (
+        "IB mlx5_0 with OOB on IPoIB ib0",
+        lambda L, D: L.net_devices == {"mlx5_0:1": "IB"} and L.oob == {"ib0": {"192.168.11.1"}}
+        and L.env == {"NCCL_IB_DISABLE": "0"}),
+    "corpus-2node-16rank-roce-gdrdma-pxn.log": (
+        "16 ranks on 2 nodes, GDRDMA inter-node, debugging variables set",
+        lambda L, D: (L.ranks, L.nodes) == (16, 2) and set(L.transports) == {"P2P/IPC", "NET/IB/GDRDMA"}
+        and _has(D, "NCCL_NET_GDR_LEVEL=PIX")),
+    "corpus-net-ib-completion-status4-hang.log": (
+        "NET/IB completion status 4 (twice) through application timestamps",
+        lambda L, D: L.warning_count == 2 and L.failures[0].count == 2 and _has(D, "status=4", "(x2)")),
+    "corpus-rccl-docker-socket-eth0.log": (
+        "RCCL in Docker: sockets over eth0 on the docker bridge; invalid device pointer",
+        lambda L, D: L.flavour == "RCCL" and _has(D, "TCP sockets") and _has(D, "Docker's default bridge")
+        and _has(D, "invalid device pointer")),
+}
+
+
+def test_every_fixture_has_a_case_and_a_source_header():
+    files = {p.name for p in LOGS.glob("*.log")}
+    assert files == set(CASES) and len(files) >= 30
+    for name in files:
+        head = (LOGS / name).read_text().splitlines()[0]
+        assert head.startswith(("# source:", "#ccdiag-source:")), name
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_real_log_gives_its_threads_key_fact(name):
+    log = read_nccl_log(str(LOGS / name))
+    diffs = compare(log, None)
+    fact, predicate = CASES[name]
+    assert predicate(log, diffs), f"{name}: {fact}\n" + "\n".join(diffs)
+
+
+def test_streamed_file_and_pasted_text_read_the_same(tmp_path):
+    from ccdiag.nccl.logread import parse_nccl_log
+
+    text = "\n".join((LOGS / n).read_text() for n in sorted(CASES))
+    path = tmp_path / "all.log"
+    path.write_text(text)
+    a, b = read_nccl_log(str(path)), parse_nccl_log(text)
+    assert a.to_json() == b.to_json() and a.lines == b.lines == len(text.splitlines())
+
+
+def test_a_line_longer_than_a_chunk_is_cut_and_the_lines_after_it_are_read(tmp_path, monkeypatch):
+    """SYNTHESIZED junk line (no NCCL text) between two real lines, longer than the reader's chunk."""
+    from ccdiag.nccl import logread
+
+    monkeypatch.setattr(logread, "CHUNK", 1 << 12)
+    real = (LOGS / "nccl-447-gcp-slurm-socket-eth0-hang.log").read_text().splitlines()
+    lines = [l for l in real if not l.startswith("#")]
+    path = tmp_path / "long.log"
+    path.write_text(lines[0] + "\n" + "x" * (1 << 16) + "\n" + "\n".join(lines[1:]) + "\n")
+    log = read_nccl_log(str(path))
+    assert log.network == "Socket" and log.bootstrap == {"eth0": {"10.0.0.33", "10.0.0.34"}}
+
+
+def test_ib_hca_prefix_names_the_hcas_it_also_catches_on_the_node():
+    """The real log's NCCL_IB_HCA=mlx5_2:1,mlx5_0:1 against a node (SYNTHESIZED rails) that has mlx5_20."""
+    from ccdiag.nccl.knobs import SET, Knob, Recommendation
+
+    rails = {f"mlx5_{i}": [f"GPU{i}"] for i in (0, 1, 2, 20)}
+    rec = Recommendation((Knob("NCCL_IB_HCA", SET, "=mlx5_0:1,mlx5_1:1,mlx5_2:1,mlx5_20:1", "rails", (),
+                               details={"rails": rails, "left_out": {}}),), "node")
+    log = read_nccl_log(str(LOGS / "nccl-tests-228-ib-hca-set-to-prefix-list.log"))
+    diffs = compare(log, rec)
+    assert any("mlx5_2 also selects mlx5_20" in d for d in diffs)
+    assert any("rails present on the node but unused by NCCL: mlx5_1, mlx5_20" in d for d in diffs)
+
+
+def test_log_json_report_validates_against_the_schema():
+    import json
+
+    import jsonschema
+
+    from cli_runner import run
+
+    repo = pathlib.Path(__file__).resolve().parent.parent
+    schema = json.loads((repo / "ccdiag" / "schema" / "report.schema.json").read_text())
+    code, out, _ = run("nccl", "--log", str(LOGS / "nccl-975-bootstrap-connect-link-local-ib1.log"),
+                       "--replay", str(repo / "samples" / "hgx-h100-8gpu-healthy.snap.tar.gz"), "--json")
+    doc = json.loads(out)
+    jsonschema.validate(doc, schema)
+    assert code == 0 and doc["nccl_log"]["failures"][0]["root"].startswith("error 2 returned")
+    assert any("link-local" in d for d in doc["nccl_log"]["differences"])
