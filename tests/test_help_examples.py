@@ -102,3 +102,19 @@ def test_every_extra_hint_in_the_code_is_a_pip_install_line_that_works_from_the_
         for path in base.rglob("*.py"):
             hints += re.findall(r"pip install '[^']*\[\w+\]'", path.read_text())
     assert hints and all(re.fullmatch(r"pip install '\.\[(gpu|mpi|daemon|test)\]'", h) for h in hints), hints
+
+
+def test_no_command_is_left_without_examples():
+    """Every command and sub-command, including ones added later, has an Examples block."""
+    import click
+
+    from ccdiag.cli import COMMANDS, cli
+
+    ctx = click.Context(cli)
+    missing = []
+    for name in COMMANDS:
+        cmd = cli.get_command(ctx, name)
+        subs = [(f"{name} {s}", cmd.get_command(ctx, s)) for s in cmd.list_commands(ctx)] \
+            if isinstance(cmd, click.Group) else []
+        missing += [n for n, c in [(name, cmd), *subs] if c is not None and "Examples:" not in (c.epilog or "")]
+    assert missing == []
