@@ -298,7 +298,7 @@ def test_slowdown_persisting_over_window_is_said():
 
 
 def test_temperature_above_policy_warns():
-    """A model neither NVML nor ccdiag's thermal table has limits for: the policy's limit."""
+    """A model neither NVML nor the hardware catalogue has limits for: the policy's limit."""
     ctx = S.context(S.with_gpu(S.healthy_runs(), 0, temperature_c=88.0, name="NVIDIA L40S"))
     f = one(run(ctx, "gpu.temperature"), "warn")
     assert f.component.gpu == 0 and f.expected == "<= 85 C"
@@ -310,7 +310,7 @@ def test_temperature_above_policy_warns():
 def test_temperature_without_nvml_limits_uses_the_models_table_limits():
     ctx = S.context(S.with_gpu(S.healthy_runs(), 0, temperature_c=88.0), policy=Policy(temperature_warn_c=90.0))
     f = one(run(ctx, "gpu.temperature"), "warn")  # within 5 C of the H100's slowdown (89 C)
-    assert "slowdown limit (89 C)" in f.summary and "gpu_thermal_limits.json" in f.expected_source
+    assert "slowdown limit (89 C)" in f.summary and "hardware catalogue (H100-SXM5" in f.expected_source
 
 
 # the GPU's own limits, as a Hopper GPU reports them (shutdown 92, slowdown 89, max operating 87,

@@ -48,6 +48,34 @@ def test_classify_slow_host_vs_slow_link():
     assert "eth0" in f[0].summary
 
 
+def test_classify_follows_the_shared_rule_where_every_pair_of_a_host_is_slow():
+    from ccdiag import outliers
+
+    hosts = ["h0", "h1", "h2", "h3"]
+    # h2 slow with every peer: the same answer as the shared rule on the slower directions
+    m = _matrix(4, slow={(0, 2): 0.006, (1, 2): 0.006, (3, 2): 0.006})
+    shared = outliers.classify({(hosts[a], hosts[b]): min(m[a][b], m[b][a]) for a in range(4)
+                                for b in range(a + 1, 4)}, fraction=0.5)
+    cls = pairs.classify(m, hosts, 0.5)
+    assert cls["slow_hosts"] == list(shared.slow_members) == ["h2"]
+    assert cls["reference_gbyte_s"] == shared.reference and cls["floor_gbyte_s"] == shared.floor
+    # h0's only measured pair is slow: one pair names a link, not a host (the shared rule wants two)
+    m = _matrix(4, slow={(0, 1): 0.006})
+    for b in (2, 3):
+        m[0][b] = m[b][0] = None
+    cls = pairs.classify(m, hosts, 0.5)
+    assert cls["slow_hosts"] == [] and [(x["a"], x["b"]) for x in cls["slow_links"]] == [("h0", "h1")]
+
+
+def test_classify_fewer_than_three_measured_hosts_is_unknown_not_pass():
+    hosts = ["h0", "h1", "h2"]
+    m = _matrix(3)
+    m[0][2] = m[2][0] = m[1][2] = m[2][1] = None  # h2 never measured
+    cls = pairs.classify(m, hosts, 0.5)
+    assert cls["reference_gbyte_s"] is None and cls["slow_hosts"] == [] and cls["slow_links"] == []
+    assert [f.status for f in pairs.findings(cls, hosts, "eth0", 0.5)] == ["unknown"]
+
+
 def test_classify_healthy_is_one_pass():
     cls = pairs.classify(_matrix(5), [f"h{i}" for i in range(5)], 0.5)
     f = pairs.findings(cls, [f"h{i}" for i in range(5)], "eth0", 0.5)
@@ -210,8 +238,8 @@ def test_two_hosts_on_a_link_at_5_percent_of_line_rate_fail_by_capability():
     fs, named = capability.judge(m, cap, hosts, [], "eth0")
     assert [f.status for f in fs] == ["fail"] and named == {(0, 1)}
     assert "a <-> b" in fs[0].summary and "5%" in fs[0].summary
-    # the relative analysis alone passes it: the median is this one link
-    assert [f.status for f in pairs.findings(pairs.classify(m, hosts, 0.5), hosts, "eth0", 0.5)] == ["pass"]
+    # the relative analysis cannot judge it: two hosts have no fleet, so it says UNKNOWN, never pass
+    assert [f.status for f in pairs.findings(pairs.classify(m, hosts, 0.5), hosts, "eth0", 0.5)] == ["unknown"]
     # virtual interfaces report no rate: unknown, unless the user gives one
     cap = capability.path_capability(hosts, links, {})
     assert [f.status for f in capability.judge(m, cap, hosts, [], "eth0")[0]] == ["unknown"]

@@ -47,12 +47,14 @@ def test_a_rail_nic_on_the_other_socket_is_the_misplaced_component():
 
 
 def test_95c_without_nvml_thresholds_fails_on_the_table_limits():
-    """NVML gives no thresholds: the model's limits come from ccdiag/data/gpu_thermal_limits.json
-    (H100 SXM5: shutdown 92 C), so 95 C fails rather than warning against the policy default."""
+    """NVML gives no thresholds: the model's limits come from the hardware catalogue (H100 SXM5:
+    shutdown 92 C, inferred from the H800's), so 95 C fails rather than warning against the policy
+    default."""
     res = N.result("hot-no-thresholds")
     temps = {f.component.gpu: f for f in res.findings if f.check == "gpu.temperature"}
     assert temps[7].status == FAIL and "shutdown limit (92 C)" in temps[7].summary
-    assert "gpu_thermal_limits.json" in temps[7].expected_source
+    assert "hardware catalogue (H100-SXM5" in temps[7].expected_source
+    assert "INFERRED from the H800" in temps[7].expected_source
     assert all(temps[i].status == PASS for i in range(7))
 
 
@@ -64,8 +66,9 @@ def test_an_sm_clock_set_below_same_model_peers_fails():
     assert healthy == [PASS]
 
 
-def test_the_hardware_catalogue_comes_first_for_thermal_limits():
-    """H800: the catalogue has its limits (a real nvidia-smi -q); the H100 comes from the small table."""
+def test_the_hardware_catalogue_is_the_one_source_of_thermal_limits():
+    """H800: the catalogue has its limits (a real nvidia-smi -q); the H100's are there too, inferred
+    from the H800's and saying so; a model without limits in the catalogue gets none."""
     import dataclasses as dc
 
     from ccdiag.checks.gpu import _with_thermal_limits
@@ -75,4 +78,9 @@ def test_the_hardware_catalogue_comes_first_for_thermal_limits():
     assert (g.temp_shutdown_c, g.temp_slowdown_c) == (92, 89) and src.startswith("hardware catalogue")
     g, src = _with_thermal_limits(dc.replace(g, name="NVIDIA H100 80GB HBM3", temp_shutdown_c=None,
                                              temp_slowdown_c=None, temp_gpu_max_c=None))
-    assert g.temp_shutdown_c == 92 and "gpu_thermal_limits.json" in src
+    assert g.temp_shutdown_c == 92 and src.startswith("hardware catalogue (H100-SXM5") and "INFERRED" in src
+    g, src = _with_thermal_limits(Gpu(index=0, name="NVIDIA A100 80GB PCIe"))
+    assert (g.temp_slowdown_c, g.temp_shutdown_c, g.temp_gpu_max_c, g.temp_mem_max_c) == (89, 92, 85, 95)
+    assert src.startswith("hardware catalogue (A100-PCIE")
+    g, src = _with_thermal_limits(Gpu(index=0, name="NVIDIA L40S"))
+    assert g.temp_shutdown_c is None and src.startswith("the GPU's own")

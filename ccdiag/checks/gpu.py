@@ -11,10 +11,7 @@ action) fails a node; idle clocks, software power capping and historic counts ne
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections import Counter
-from functools import lru_cache
-from importlib import resources
 from typing import Any
 
 from ccdiag.checks import CheckContext, check
@@ -517,36 +514,20 @@ def check_clocks(ctx: CheckContext) -> list[Finding]:
 SLOWDOWN_MARGIN_C = 5.0
 
 
-THERMAL_TABLE = "ccdiag/data/gpu_thermal_limits.json"
-
-
-@lru_cache(maxsize=1)
-def thermal_limits() -> dict[str, dict]:
-    """Temperature limits by NVML model name, for GPUs whose NVML gives no thresholds."""
-    text = resources.files("ccdiag").joinpath("data/gpu_thermal_limits.json").read_text(encoding="utf-8")
-    return json.loads(text)["models"]
-
-
 def _with_thermal_limits(g: Any) -> tuple[Any, str]:
-    """``g`` with known limits where NVML reported none at all, and who says so: the hardware
-    catalogue first, then ccdiag/data/gpu_thermal_limits.json for models the catalogue has no
-    limits for yet (its entries belong in the catalogue)."""
+    """``g`` with known limits where NVML reported none at all, and who says so. The hardware
+    catalogue is the one place such limits live (a GPU model is added there once, with its sources);
+    a model it has no limits for keeps the GPU's own (none), and the policy's limit speaks."""
     own = "the GPU's own limits (NVML temperature thresholds)"
     if g.temp_slowdown_c is not None or g.temp_shutdown_c is not None or g.temp_gpu_max_c is not None:
         return g, own
     model = gpu_by_name(g.name)
-    if model is not None and model.thermal("slowdown") is not None and model.thermal("shutdown") is not None:
-        g = dataclasses.replace(g, temp_slowdown_c=model.thermal("slowdown"), temp_shutdown_c=model.thermal("shutdown"),
-                                temp_gpu_max_c=model.thermal("max_operating"),
-                                temp_mem_max_c=g.temp_mem_max_c or model.thermal("memory_max_operating"))
-        return g, f"hardware catalogue ({model.key}: {'; '.join(model.sources)})"
-    entry = thermal_limits().get(g.name or "")
-    if entry is None:
+    if model is None or model.thermal("slowdown") is None or model.thermal("shutdown") is None:
         return g, own
-    g = dataclasses.replace(g, temp_slowdown_c=float(entry["slowdown_c"]), temp_shutdown_c=float(entry["shutdown_c"]),
-                            temp_gpu_max_c=float(entry["gpu_max_c"]),
-                            temp_mem_max_c=g.temp_mem_max_c or float(entry["mem_max_c"]))
-    return g, f"{THERMAL_TABLE} ({g.name}: {entry['source']})"
+    g = dataclasses.replace(g, temp_slowdown_c=model.thermal("slowdown"), temp_shutdown_c=model.thermal("shutdown"),
+                            temp_gpu_max_c=model.thermal("max_operating"),
+                            temp_mem_max_c=g.temp_mem_max_c or model.thermal("memory_max_operating"))
+    return g, f"hardware catalogue ({model.key}: {'; '.join(model.sources)})"
 
 
 @check("gpu.temperature", needs=(PROBE_NVML,))

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import dataclasses
 import socket
-import statistics
 import time
 
+from ccdiag import outliers
 from ccdiag.cluster import ifaces as ifacemod
 from ccdiag.cluster.mpictx import (Deadline, DeadlineExpired, Outstanding, barrier, bcast_obj, gather_to_root,
                                    load_numpy, wait_one)
-from ccdiag.findings import FAIL, PASS, Component, Evidence, Finding
+from ccdiag.findings import FAIL, PASS, UNKNOWN, Component, Evidence, Finding
 
 TAG_PAIR = 5000
 #: per round: the partners' candidate lists and per-step listen ports (one tag per round keeps the
@@ -419,43 +419,42 @@ def merge_matrix(results: dict[int, dict], hosts: list[str]) -> list[list[float 
 
 
 def classify(m, hosts: list[str], margin: float) -> dict:
-    """Slow hosts (slow with every peer) apart from slow links (slow with one peer only).
+    """Slow hosts (slow with every peer) apart from slow links (slow with one peer only), by the
+    project's one rule for that question, :func:`ccdiag.outliers.classify`: each pair's figure is its
+    slower direction, the reference is the median of the hosts' own median pair bandwidths (one bad
+    host cannot drag it down), and a pair below ``1 - margin`` of it is slow.
 
-    The reference is the median of the hosts' own median pair bandwidths, which one bad host cannot
-    drag down (it would be half the pairs of a 4-host matrix)."""
+    Where that rule differs from a plain "every pair of this host is slow": a host is named only when
+    at least one pair without it is fine, so when every pair is slow no host is singled out and the
+    pairs stay slow links; the absolute judgement against each path's line rate
+    (:func:`ccdiag.cluster.capability.judge`, its whole-fabric finding) is what covers that case.
+    Fewer than three measured hosts, or a reference of nothing, cannot be compared:
+    ``reference_gbyte_s`` is None then and :func:`findings` says UNKNOWN."""
     n = len(hosts)
-
-    def pair(a: int, b: int) -> float | None:
-        vals = [v for v in (m[a][b], m[b][a]) if v is not None]
-        return min(vals) if vals else None
-
-    # pairs never measured (a run cut short) are left out, never taken for slow ones
-    got: dict[tuple[int, int], float] = {}
+    figures: dict[tuple[str, str], float] = {}
     for a in range(n):
-        for b in range(n):
-            v = pair(a, b) if a != b else None
-            if v is not None:
-                got[(a, b)] = v
-    per_host = {hosts[a]: statistics.median([v for (x, _), v in got.items() if x == a])
-                for a in range(n) if any(x == a for x, _ in got)}
-    ref = statistics.median(per_host.values()) if per_host else 0.0
-    floor = ref * (1 - margin)
-    slow_pairs = {(a, b) for (a, b), v in got.items() if a < b and v < floor}
-    slow_hosts = [hosts[a] for a in range(n)
-                  if n >= 3 and hosts[a] in per_host
-                  and all((min(a, b), max(a, b)) in slow_pairs for b in range(n) if b != a and (a, b) in got)]
-    links = []
-    for a, b in sorted(slow_pairs):
-        if hosts[a] in slow_hosts or hosts[b] in slow_hosts:
-            continue
-        links.append({"a": hosts[a], "b": hosts[b], "a_to_b_gbyte_s": m[a][b], "b_to_a_gbyte_s": m[b][a]})
-    return {"reference_gbyte_s": ref, "floor_gbyte_s": floor, "host_median_gbyte_s": per_host,
-            "slow_hosts": slow_hosts, "slow_links": links}
+        for b in range(a + 1, n):
+            vals = [v for v in (m[a][b], m[b][a]) if v is not None]
+            if vals:  # pairs never measured (a run cut short) are left out, never taken for slow ones
+                figures[(hosts[a], hosts[b])] = min(vals)
+    res = outliers.classify(figures, fraction=1 - margin)
+    idx = {h: i for i, h in enumerate(hosts)}
+    links = [{"a": a, "b": b, "a_to_b_gbyte_s": m[idx[a]][idx[b]], "b_to_a_gbyte_s": m[idx[b]][idx[a]]}
+             for a, b in res.slow_pairs]
+    return {"reference_gbyte_s": res.reference, "floor_gbyte_s": res.floor,
+            "host_median_gbyte_s": dict(res.member_medians),
+            "slow_hosts": sorted(res.slow_members, key=idx.__getitem__), "slow_links": links}
 
 
 def findings(cls: dict, hosts: list[str], iface: str, margin: float) -> list[Finding]:
-    out = []
     ref, floor = cls["reference_gbyte_s"], cls["floor_gbyte_s"]
+    if ref is None:
+        return [Finding(check="cluster.pairs", status=UNKNOWN, component=Component(kind="node", name="all hosts"),
+                        summary=(f"no fleet reference over {iface}: fewer than three of {len(hosts)} hosts have a "
+                                 "measured pair, or every measured pair carried nothing, so a slow host cannot be "
+                                 "told from a slow link"),
+                        remedy="measure at least three hosts; a transfer that failed is listed with the matrix")]
+    out = []
     for h in cls["slow_hosts"]:
         med = cls["host_median_gbyte_s"][h]
         out.append(Finding(

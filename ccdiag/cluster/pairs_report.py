@@ -117,7 +117,7 @@ class PairsReport:
             d = f.details
             if f.check == "cluster.link_slow" and (min(idx[d["a"]], idx[d["b"]]), max(idx[d["a"]], idx[d["b"]])) in named:
                 continue  # the absolute finding names this link already
-            if f.status == PASS and (len(hosts) < 3 or absolute):
+            if (f.status in (PASS, UNKNOWN) and len(hosts) < 3) or (f.status == PASS and absolute):
                 continue  # two hosts have no fleet to compare with; an absolute finding speaks instead
             keep.append(f)
         if not absolute and len(hosts) < 3:
@@ -137,7 +137,7 @@ class PairsReport:
         for mat in pm.iface_matrices(results, hosts):
             icls, ifs = pm.iface_findings(mat, self.margin)
             # two hosts on a subnet have no fleet to compare with: their "within the median" is no verdict
-            found += [f for f in ifs if not (f.status == PASS and len(mat["hosts"]) < 3)]
+            found += [f for f in ifs if not (f.status in (PASS, UNKNOWN) and len(mat["hosts"]) < 3)]
             nets.append({"net": mat["net"], "iface": mat["label"], "hosts": mat["hosts"], "ifaces": mat["ifaces"],
                          "matrix_mbyte_s": [[None if v is None else round(v * 1000, 3) for v in row]
                                             for row in mat["matrix_gbyte_s"]],

@@ -25,11 +25,13 @@ dev 3``, error returns ``misc/socket.cc:564 -> 2`` climbing after a ``NCCL WARN`
 
 from __future__ import annotations
 
+import enum
 import ipaddress
 import re
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from ccdiag.errors import UserInputError
 
@@ -56,10 +58,16 @@ _NET = re.compile(r"Using network (\S+)")
 _OFI = re.compile(r"NET/OFI Selected [Pp]rovider is (\w+)(?: \(found (\d+) nics\))?")
 _PLUGIN_PATH = re.compile(r"Plugin Path : (\S+)")
 
-DOCKER_BRIDGE = ipaddress.ip_network("172.17.0.0/16")
+DOCKER_BRIDGE = ipaddress.IPv4Network("172.17.0.0/16")
 
 
-_UNSEEN = object()
+class _Unseen(enum.Enum):
+    """A prefix not read before (an Enum member, so a type checker tells it from a cached ``None``)."""
+    UNSEEN = 0
+
+
+_UNSEEN = _Unseen.UNSEEN
+_V = TypeVar("_V")
 
 
 class LogError(UserInputError, ValueError):
@@ -131,7 +139,8 @@ class _Reader:
         self.first_other: tuple[int, str] | None = None
         self.open_chains: dict[str, Failure] = {}
         self.prefix_host: dict[str, str | None] = {}
-        self.via_cache: dict[str, str | None] = {}
+        # keyed by the text after " via ": str on the line path, bytes on the block path (never equal)
+        self.via_cache: dict[str | bytes, str | None] = {}
         self.failure_by_root: dict[str, Failure] = {}
         self.seen: set[tuple[str, str | None]] = set()  # bounded; cleared when full
         self.norm_cache: dict[str, str] = {}
@@ -560,9 +569,16 @@ def _ordered_lines(r: _Reader, data: bytes, base: int) -> None:
 
 def _remember(r: _Reader, kind: str | None, raw: bytes) -> None:
     """Keep what a WARN or error-return line did, so the same line again costs a lookup (bounded)."""
-    cache, done = (r.warn_cache, r.last_warn) if kind == "warn" else (r.frame_cache, r.last_frame)
-    if kind is None or done is None:
+    if kind is None:
         return
+    if kind == "warn":
+        if r.last_warn is not None:
+            _bounded_put(r.warn_cache, raw, r.last_warn)
+    elif r.last_frame is not None:
+        _bounded_put(r.frame_cache, raw, r.last_frame)
+
+
+def _bounded_put(cache: dict[bytes, _V], raw: bytes, done: _V) -> None:
     if len(cache) >= 4096:
         cache.clear()
     cache[raw] = done
@@ -691,7 +707,8 @@ def read_nccl_log(path: str) -> NcclLog:
 
 # -- what differs from the node's facts -------------------------------------------------------------------
 def _rails_of(rec: object | None) -> str | None:
-    return getattr(rec, "settings", dict)().get("NCCL_IB_HCA") if rec is not None else None
+    settings = getattr(rec, "settings", None)  # None for no record, or one without settings
+    return settings().get("NCCL_IB_HCA") if settings is not None else None
 
 
 def _d_sockets(log: NcclLog, rec: object | None) -> list[str]:

@@ -159,9 +159,11 @@ def file_pairs(text: str) -> tuple[set[str], set[str], dict[str, tuple[str, ...]
     return set(gpus), set(nics), pairs
 
 
-def check_topo_file(path: str, text: str | None, gpu_bdfs: Mapping[str, str], nic_bdfs: Mapping[str, str],
+def check_topo_file(path: str, text: str | None, gpu_bdfs: Mapping[str, str | None],
+                    nic_bdfs: Mapping[str, str | None],
                     nearest: Mapping[str, tuple[str, ...]] | None) -> TopoFileCheck:
-    """``gpu_bdfs``/``nic_bdfs``: label -> bus id on the node; ``nearest``: GPU label -> NIC labels the
+    """``gpu_bdfs``/``nic_bdfs``: label -> bus id on the node (None where unknown: not looked for in the
+    file); ``nearest``: GPU label -> NIC labels the
     node's own tree puts nearest (None when the tree cannot tell, as in a flattened VM)."""
     if text is None:
         return TopoFileCheck(path, False)

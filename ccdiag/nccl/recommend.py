@@ -147,12 +147,12 @@ def _ib_hca(layout: Layout, env: Mapping[str, str], env_source: str) -> tuple[Kn
     faults: dict[str, str] = {}
     for p in ports:
         ev.append(_port_fact(p))
-        why = _port_left_out(p, majority, any_v2)
-        if why and not p.active:
-            faults[f"{p.nic}:{p.port}"] = why  # this node's fault: the shared list keeps the rail
+        drop = _port_left_out(p, majority, any_v2)
+        if drop and not p.active:
+            faults[f"{p.nic}:{p.port}"] = drop  # this node's fault: the shared list keeps the rail
             chosen.append((p.nic, p.port))
-        elif why:
-            left_out[f"{p.nic}:{p.port}"] = why
+        elif drop:
+            left_out[f"{p.nic}:{p.port}"] = drop
         else:
             chosen.append((p.nic, p.port))
     up = [c for c in chosen if f"{c[0]}:{c[1]}" not in faults]
@@ -321,12 +321,14 @@ def _topo_file(layout: Layout, env: Mapping[str, str], xml: str | None,
     var = "NCCL_TOPO_FILE"
     set_now = env.get(var)
     provider = _provider_topo(layout, set_now) if set_now else _provider_topo(layout)
-    if set_now and (provider is not None or platforms.required_here(plat, var)):
+    # the platform that requires the file, held as a Platform (not Optional) for what names it below
+    vendor = plat if plat is not None and platforms.required_here(plat, var) else None
+    if set_now and (provider is not None or vendor is not None):
         found, conf = _check_topo(layout, provider) if provider is not None else (
             f"{set_now} was not readable through ccdiag's view of the node, so it was not checked", MEDIUM)
-        label = f"vendor-required on {plat.title} ({plat.source}); " if platforms.required_here(plat, var) else ""
+        label = f"vendor-required on {vendor.title} ({vendor.source}); " if vendor is not None else ""
         return Knob(var, SET, set_now, f"{label}kept: {found}", (Fact(var, set_now, "settings present"),), conf,
-                    {"vendor_required": plat.key if platforms.required_here(plat, var) else None}), {}
+                    {"vendor_required": vendor.key if vendor is not None else None}), {}
     if layout.flattened and provider is not None:
         found, conf = _check_topo(layout, provider)
         return Knob(var, SET, provider.path, layout.flattened + f". The provider ships {provider.path}: {found}",

@@ -81,7 +81,7 @@ def pairing(topo: Any) -> dict[int, list[tuple[Any, list[Any]]]] | None:
         nn = sorted((n for n in nics if n.numa == numa), key=lambda d: d.bdf)
         if not nn:
             return None  # GPUs without a local NIC: the pairing is not a NUMA-local one
-        groups = [(n, []) for n in nn]
+        groups: list[tuple[Any, list[Any]]] = [(n, []) for n in nn]
         for i, g in enumerate(ng):
             groups[i * len(nn) // len(ng)][1].append(g)
         out[numa] = groups
