@@ -29,6 +29,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+from ccdiag import procgroups
 from ccdiag.nvmlcall import DRIVER_MISSING, NOT_RECORDED, NvmlCallError, NvmlFacade
 from ccdiag.snapshot import SnapshotData, SnapshotError, base_meta
 
@@ -321,6 +322,7 @@ class LiveHost(Host):
             return CommandResult(argv, None, "", "", 0.0, False, "permission denied")
         except OSError as exc:
             return CommandResult(argv, None, "", "", 0.0, False, f"could not start: {exc.strerror or exc}")
+        procgroups.register(proc.pid)
         with self._procs_lock:
             self._procs.add(proc)
         timed_out = False
@@ -343,6 +345,7 @@ class LiveHost(Host):
                         pass
                 out, err = b"", b""
         if proc.returncode is not None:
+            procgroups.forget(proc.pid)
             with self._procs_lock:
                 self._procs.discard(proc)
         duration = time.monotonic() - start

@@ -19,6 +19,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from ccdiag import procgroups
+
 #: bytes of one line the child may print (a line longer than this is cut and ignored)
 MAX_LINE_BYTES = 1 << 20
 #: seconds between SIGTERM and SIGKILL, and for reaping after SIGKILL
@@ -60,6 +62,7 @@ def run_worker(request: dict, budget_s: float, on_line: Callable[[dict], None] |
     except OSError as exc:
         run.fatal = f"cannot start {module}: {exc.strerror or exc}"
         return run
+    procgroups.register(proc.pid)
     try:
         proc.stdin.write(json.dumps(request).encode())
         proc.stdin.close()
@@ -133,6 +136,7 @@ def _stop(proc: subprocess.Popen, run: WorkerRun) -> None:
                 continue
     try:
         run.returncode = proc.wait(KILL_GRACE_S)
+        procgroups.forget(proc.pid)
     except subprocess.TimeoutExpired:
         run.returncode = None  # stuck in the kernel: abandoned, never waited on forever
     for f in (proc.stdout, proc.stderr):
