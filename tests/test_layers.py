@@ -32,7 +32,7 @@ ALLOWED = {
                  "benchparse", "cluster"},
 }
 #: leaf modules any room may use: errors, exit codes, data model, rates, findings, policy, output
-SHARED = {"errors", "userfiles", "exitcodes", "model", "linkrates", "findings", "policy", "tomlread", "output", "__init__",
+SHARED = {"errors", "userfiles", "procgroups", "exitcodes", "model", "linkrates", "findings", "policy", "tomlread", "output", "__init__",
           "__version__"}
 
 
