@@ -41,7 +41,7 @@ from ccdiag.exporters import isolation, sanity, sdnotify
 from ccdiag.exporters.collection import REPLY_GRACE_S, CollectionProcess
 from ccdiag.exporters.collector import CycleCollector
 from ccdiag.exporters.cycle import DEFAULT_MAX_STALE_S, CycleState
-from ccdiag.exporters.server import MetricsServer, parse_listen
+from ccdiag.exporters.server import DEFAULT_MAX_REQUESTS, MetricsServer, parse_listen
 from ccdiag.exporters.webconfig import WebConfig, load_web_config
 from ccdiag.findings import UNKNOWN, Component, Evidence, Finding
 from ccdiag.host import Host, LiveHost, ReplayHost
@@ -61,18 +61,23 @@ DEFAULT_LISTEN = "127.0.0.1:9835"
 DEFAULT_INTERVAL_S = 15.0
 DEFAULT_DEADLINE_S = 30.0
 CONFIG_KEYS = {"listen": str, "interval": float, "policy": str, "web_config": str, "deadline": float,
-               "max_stale": float, "probes": list, "telemetry_path": str}
+               "max_stale": float, "probes": list, "telemetry_path": str, "max_requests": int}
 #: the lower bound of each duration; the command line enforces the same ones. A tiny interval would be
 #: a busy loop and a tiny deadline abandons every probe, so both are refused rather than clamped.
 MIN_INTERVAL_S = 0.1
 MIN_DEADLINE_S = 0.5
+#: the most --web.max-requests may be: each admitted request may take a thread, and threads count
+#: against the unit's TasksMax (systemd/ccdiag-exporter.service)
+MAX_REQUESTS_LIMIT = 1024
 #: seconds a collection child gets beyond the cycle's deadline to start and send its result
 CHILD_GRACE_S = 3.0
 #: how a setting is named in messages, per source: the file's key or the command line's option
 FILE_KEYS = {"listen": "listen", "interval_s": "interval", "deadline_s": "deadline",
-             "max_stale_s": "max_stale", "probes": "probes", "telemetry_path": "telemetry_path"}
+             "max_stale_s": "max_stale", "probes": "probes", "telemetry_path": "telemetry_path",
+             "max_requests": "max_requests"}
 OPTION_KEYS = {"listen": "--web.listen-address", "interval_s": "--interval", "deadline_s": "--deadline",
-               "max_stale_s": "max_stale", "probes": "probes", "telemetry_path": "--web.telemetry-path"}
+               "max_stale_s": "max_stale", "probes": "probes", "telemetry_path": "--web.telemetry-path",
+               "max_requests": "--web.max-requests"}
 
 
 class CycleError(RuntimeError):
@@ -95,6 +100,7 @@ class DaemonConfig:
     replay: str | None = None
     root: str = "/"
     telemetry_path: str = "/metrics"
+    max_requests: int = DEFAULT_MAX_REQUESTS
 
     def validate(self, source: str = "configuration", keys: dict[str, str] = FILE_KEYS) -> "DaemonConfig":
         """``self`` when every setting is usable, else :class:`ConfigError` naming ``source`` and the key.
@@ -115,6 +121,9 @@ class DaemonConfig:
         path = self.telemetry_path
         if not path.startswith("/") or path in ("/", "/-/healthy", "/-/ready") or any(c.isspace() for c in path):
             raise ConfigError(f"{source}: {keys['telemetry_path']} must be a path like /metrics, not {path!r}")
+        if isinstance(self.max_requests, bool) or not (1 <= self.max_requests <= MAX_REQUESTS_LIMIT):
+            raise ConfigError(f"{source}: {keys['max_requests']} must be a whole number from 1 to "
+                              f"{MAX_REQUESTS_LIMIT}, not {self.max_requests!r}")
         if not self.probes:
             raise ConfigError(f"{source}: {keys['probes']} must name at least one probe "
                               f"(known: {', '.join(ALL_PROBES)})")
@@ -431,7 +440,8 @@ class Daemon:
         if self.isolate and not self._collection.alive:
             self._collection.start()  # before the server starts a thread
         self.server = MetricsServer(parse_listen(self.config.listen), self.collector, lambda: self.web,
-                                    self.health, self.ready, metrics_path=self.config.telemetry_path)
+                                    self.health, self.ready, metrics_path=self.config.telemetry_path,
+                                    max_requests=self.config.max_requests)
         self._server_thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.2},
                                                name="ccdiag-http", daemon=True)
         self._server_thread.start()
