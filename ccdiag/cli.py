@@ -60,7 +60,8 @@ def cli(verbose: int) -> None:
     """ccdiag: is this GPU node fit to run a job, and if not, what exactly is broken?
 
     Every command reads the live machine, or with --replay FILE a snapshot recorded anywhere.
-    Exit codes: 0 ok, 1 check failed, 2 usage/input error, 3 could not evaluate, 4 internal error.
+    Exit codes: 0 ok, 1 check failed, 2 usage/input error, 3 could not evaluate, 4 internal error;
+    143/129/130 ended by SIGTERM/SIGHUP/SIGINT (what ccdiag had started is killed first).
     """
     from ccdiag.output import setup_logging
 
@@ -144,7 +145,7 @@ def _install_signal_handlers() -> None:
 
 
 def _terminated(exc: Terminated) -> None:
-    procgroups.kill_all(closing=True)
+    procgroups.shutdown()  # a probe thread may be starting a command right now
     _say(f"ccdiag: terminated by {signal.Signals(exc.signum).name}")
     sys.exit(128 + exc.signum)
 

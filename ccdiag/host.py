@@ -314,15 +314,16 @@ class LiveHost(Host):
                 return CommandResult(argv, None, "", "", 0.0, True, "not started: the run's deadline had passed")
             timeout = min(timeout, remaining)
         try:
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, start_new_session=True, env=env)
+            with procgroups.starting():
+                proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, start_new_session=True, env=env)
+                procgroups.register(proc.pid)
         except FileNotFoundError:
             return CommandResult(argv, None, "", "", 0.0, False, "not found")
         except PermissionError:
             return CommandResult(argv, None, "", "", 0.0, False, "permission denied")
         except OSError as exc:
             return CommandResult(argv, None, "", "", 0.0, False, f"could not start: {exc.strerror or exc}")
-        procgroups.register(proc.pid)
         with self._procs_lock:
             self._procs.add(proc)
         timed_out = False

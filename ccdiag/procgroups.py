@@ -14,14 +14,17 @@ parent, which can kill them even when the child itself is stuck in a C call and 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
-from typing import Callable
+import time
+from typing import Callable, Iterator
 
 _lock = threading.Lock()
 _groups: set[int] = set()
 _closing = False
+_starting = 0  # runners between "about to start" and "registered"
 #: called as ``fn(pgid)`` when a group starts and ``fn(pgid, gone=True)`` when it was reaped
 _listeners: list[Callable[..., None]] = []
 
@@ -31,6 +34,26 @@ def _kill(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError, OSError):
         pass
+
+
+class Terminating(OSError):
+    """ccdiag is going down: no command is started any more."""
+
+
+@contextlib.contextmanager
+def starting() -> Iterator[None]:
+    """Around starting a command and registering its group, so that :func:`shutdown` can wait for
+    a start under way instead of exiting while the new process is not yet registered."""
+    global _starting
+    with _lock:
+        if _closing:
+            raise Terminating("ccdiag is terminating; command not started")
+        _starting += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _starting -= 1
 
 
 def register(pgid: int) -> None:
@@ -94,10 +117,25 @@ def kill_all(closing: bool = False) -> int:
     return len(groups)
 
 
+def shutdown(wait_s: float = 2.0) -> int:
+    """From ordinary code (not a signal handler), as ccdiag exits: refuse new commands, wait up to
+    ``wait_s`` for starts under way to register, and kill every group. Returns how many."""
+    global _closing
+    _closing = True
+    end = time.monotonic() + wait_s
+    while time.monotonic() < end:
+        with _lock:
+            if _starting == 0:
+                break
+        time.sleep(0.01)
+    return kill_all(closing=True)
+
+
 def reset_after_fork() -> None:
     """In a forked child: the parent's groups are not the child's to kill."""
-    global _lock, _closing
+    global _lock, _closing, _starting
     _lock = threading.Lock()
+    _starting = 0
     _groups.clear()
     _listeners.clear()
     _closing = False

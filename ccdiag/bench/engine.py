@@ -56,13 +56,14 @@ def run_worker(request: dict, budget_s: float, on_line: Callable[[dict], None] |
     # the child keeps a little less than the whole budget, so it can say so itself
     request = {**request, "budget_s": max(0.1, budget_s - 1.0)}
     try:
-        proc = subprocess.Popen(worker_command(module), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, start_new_session=True,
-                                env=env if env is not None else dict(os.environ))
+        with procgroups.starting():
+            proc = subprocess.Popen(worker_command(module), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, start_new_session=True,
+                                    env=env if env is not None else dict(os.environ))
+            procgroups.register(proc.pid)
     except OSError as exc:
         run.fatal = f"cannot start {module}: {exc.strerror or exc}"
         return run
-    procgroups.register(proc.pid)
     try:
         proc.stdin.write(json.dumps(request).encode())
         proc.stdin.close()

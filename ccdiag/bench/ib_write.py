@@ -200,9 +200,10 @@ def perftest_argv(job: dict, ctx: BenchContext, tcp_port: int) -> list[str]:
 
 
 def _spawn(argv: list[str], env: dict) -> subprocess.Popen:
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            start_new_session=True, env=env)
-    procgroups.register(proc.pid)
+    with procgroups.starting():
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                start_new_session=True, env=env)
+        procgroups.register(proc.pid)
     return proc
 
 
