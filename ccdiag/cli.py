@@ -135,13 +135,19 @@ def _ignore_repeat(signum: int, frame) -> None:
     procgroups.kill_all(closing=True)
 
 
-def _install_signal_handlers() -> None:
+def _install_signal_handlers() -> dict:
+    """Install the handlers; returns the previous ones (restored when :func:`main` returns, for
+    a caller that runs ccdiag in its own process, as the tests do)."""
+    previous = {}
     for sig in TERMINATING_SIGNALS:
         try:
-            if signal.getsignal(sig) is not signal.SIG_IGN:  # nohup'd: stay ignored
+            old = signal.getsignal(sig)
+            if old is not signal.SIG_IGN:  # nohup'd: stay ignored
                 signal.signal(sig, _on_terminate)
+                previous[sig] = old
         except (ValueError, OSError):  # not the main thread (ccdiag called as a library)
             pass
+    return previous
 
 
 def _terminated(exc: Terminated) -> None:
@@ -158,11 +164,14 @@ def main(argv: list[str] | None = None) -> None:
     if broken:
         _say(f"ccdiag: {broken}")
         sys.exit(int(ExitCode.INTERNAL))
-    _install_signal_handlers()
+    previous = _install_signal_handlers()
     try:
         _run(argv)
     except Terminated as exc:
         _terminated(exc)
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old if old is not None else signal.SIG_DFL)
 
 
 def _run(argv: list[str] | None) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 
 import click
 
-from ccdiag.commands.common import host_options, make_host, write_report
+from ccdiag.commands.common import host_options, make_host, try_write_report
 from ccdiag.errors import InputError
 from ccdiag.exitcodes import ExitCode
 
@@ -147,8 +147,7 @@ def run_command(names, replay, root, as_json, output, budget, size_bytes, iters,
     doc = None
     if as_json or output:
         doc = bench_report(observed, results, code, replay, time.monotonic() - t0)
-    if output:
-        write_report(doc, output)
+    unwritten = try_write_report(doc, output) if output else None
     if as_json:
         from ccdiag.output import emit_json
 
@@ -157,6 +156,8 @@ def run_command(names, replay, root, as_json, output, budget, size_bytes, iters,
         from ccdiag.commands.bench_render import print_results
 
         print_results(results, int(code), observed.hostname)
+    if unwritten:  # the results are printed and the exit code stays the measurement's
+        click.echo(f"ccdiag: {unwritten} (the results are on stdout)", err=True)
     return int(code)
 
 

@@ -23,7 +23,7 @@ import click
 
 from ccdiag.checkrun import DEFAULT_DEADLINE_S, DEFAULT_WINDOW_S, EnvFileError, close_host, evaluate, load_env_file
 from ccdiag.commands.snapshot import default_name
-from ccdiag.commands.common import host_options, make_host, write_report
+from ccdiag.commands.common import host_options, make_host, try_write_report
 from ccdiag.errors import InputError
 from ccdiag.exitcodes import ExitCode
 from ccdiag.host import RecordingHost
@@ -158,8 +158,7 @@ def command(replay, root, policy_file, env_file, timeout, window, as_json, outpu
         doc = build_report("check", result.meta, runs=result.runs, topology=result.topology,
                            findings=result.findings, exit_code=result.exit_code,
                            run_info=result.run_info(replay), extra=extra)
-    if output:
-        write_report(doc, output)
+    unwritten = try_write_report(doc, output) if output else None
     if as_json:
         from ccdiag.output import emit_json
 
@@ -170,6 +169,8 @@ def command(replay, root, policy_file, env_file, timeout, window, as_json, outpu
         print_result(result.findings, result.exit_code, result.hostname, result.timed_out, quiet, strict)
     if snap_path:
         click.echo(f"ccdiag: failure snapshot written to {snap_path}", err=True)
+    if unwritten:  # the verdict is printed and the exit code stays the node's
+        click.echo(f"ccdiag: {unwritten} (the verdict is on stdout)", err=True)
     sys.stdout.flush()
     return int(result.exit_code)
 
