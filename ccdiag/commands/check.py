@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import socket
 import sys
+import time
 
 import click
 
@@ -29,6 +30,20 @@ from ccdiag.exitcodes import ExitCode
 from ccdiag.host import RecordingHost
 from ccdiag.policy import PolicyError, load_policy
 
+
+
+#: above this many GPUs and NICs, check's JSON carries the GPU rows of the all-pairs level matrix
+#: only (3,000 NICs make 9 million cells); ``ccdiag topo --json`` always has the whole matrix
+CHECK_MATRIX_MAX_ENDS = 512
+#: seconds of --timeout kept for building and writing the report after the evaluation
+REPORT_RESERVE_S = 2.0
+
+
+def evaluation_budget(timeout: float, started: float, reporting: bool) -> float:
+    """What is left of ``timeout`` for the evaluation: less what opening the host or snapshot
+    took, and less :data:`REPORT_RESERVE_S` when a report is to be written (never below 1 s)."""
+    left = timeout - (time.monotonic() - started) - (REPORT_RESERVE_S if reporting else 0.0)
+    return max(1.0, min(timeout, left))
 
 
 def _save_failure_snapshot(host: RecordingHost, result, directory: str, env: dict | None,
@@ -92,6 +107,7 @@ def _save_failure_snapshot(host: RecordingHost, result, directory: str, env: dic
 def command(replay, root, policy_file, env_file, timeout, window, as_json, output, strict, snapshot_dir, only,
             textfile_dir, quiet, load_links, bench):
     """Judge this node (or a snapshot) and exit 0 ok, 1 failed, 2 bad input, 3 could not evaluate."""
+    started = time.monotonic()
     policy = None
     if policy_file:
         try:
@@ -118,6 +134,8 @@ def command(replay, root, policy_file, env_file, timeout, window, as_json, outpu
         click.echo("ccdiag: --snapshot-on-fail ignored: the data already comes from a snapshot", err=True)
     record = bool(snapshot_dir) and not replay
     host = make_host(replay, root, record=record)
+    # --timeout bounds the whole run: what reading the snapshot took, and the report still to write
+    timeout = evaluation_budget(timeout, started, reporting=bool(as_json or output or textfile_dir))
     result = None
     try:
         budget = None
@@ -155,7 +173,8 @@ def command(replay, root, policy_file, env_file, timeout, window, as_json, outpu
             extra["failure_snapshot"] = snap_path
         if result.bench:
             extra["bench"] = [b.to_json() for b in result.bench]
-        doc = build_report("check", result.meta, runs=result.runs, topology=result.topology,
+        topology = result.topology.to_json(max_matrix_ends=CHECK_MATRIX_MAX_ENDS) if result.topology else None
+        doc = build_report("check", result.meta, runs=result.runs, topology=topology,
                            findings=result.findings, exit_code=result.exit_code,
                            run_info=result.run_info(replay), extra=extra)
     unwritten = try_write_report(doc, output) if output else None

@@ -24,6 +24,8 @@ MAX_LINE = 64 << 10
 
 _MARK = re.compile(r"NCCL (INFO|WARN) ")
 _PREFIX = re.compile(r"([\w.\-]+):(\d+):(\d+) \[(\d+)\] ")
+#: characters before the NCCL mark searched for the host:pid:tid [rank] prefix
+_PREFIX_WINDOW = 320
 _VERSION = re.compile(r"\b(R?CCL|NCCL) version (\d+\.\d+\.\d+)\S*")
 _USING_NET = re.compile(r"Using network (\w+)")
 _NET_DEVS = re.compile(r"NET/(IB|Socket) : Using (.*)")
@@ -86,7 +88,9 @@ def parse_nccl_log(text: str, source: str = "<log>") -> NcclLog:
             continue
         log.nccl_lines += 1
         body = _REPEAT.sub("", line[m.end():]).rstrip()
-        p = _PREFIX.search(line[:m.start()])
+        # the prefix ends where the mark starts, and a host name is at most 253 characters: searching
+        # only that window keeps a line of 50,000 '-' from costing a quadratic regex search
+        p = _PREFIX.search(line[max(0, m.start() - _PREFIX_WINDOW):m.start()])
         if p:
             log.hosts.add(p.group(1))
         if m.group(1) == "WARN":
