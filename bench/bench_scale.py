@@ -19,7 +19,6 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from synth.scale import build_scale_node  # noqa: E402
 
 
 def _time_s(args: list[str]) -> tuple[float, int]:
@@ -54,7 +53,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for nics, gpus in sizes:
             path = f"{tmp}/scale-{nics}-{gpus}.snap.tar.gz"
-            build_scale_node(nics, gpus).save(path)
+            # built in a child: Linux carries a process's peak RSS over to the children it starts,
+            # so a bench process that built the 3,000-NIC node would inflate every later figure
+            subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]); "
+                            "from synth.scale import build_scale_node; "
+                            "build_scale_node(int(sys.argv[2]), int(sys.argv[3])).save(sys.argv[4], 0o644)",
+                            str(ROOT / "tests"), str(nics), str(gpus), path], check=True, timeout=900)
             check_s, check_rc = _time_s(["check", "--replay", path])
             topo_s, topo_rc = _time_s(["topo", "--replay", path, "--json"])
             row = {"rdma_devices": nics, "gpus": gpus, "check_s": check_s, "check_exit": check_rc,
