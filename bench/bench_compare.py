@@ -23,7 +23,6 @@ import os
 import pathlib
 import platform
 import random
-import resource
 import shutil
 import subprocess
 import sys

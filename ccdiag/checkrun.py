@@ -4,8 +4,8 @@
 prolog, from a Prometheus scrape and from the replay of its snapshot.
 
 The run is bounded and split into stages (:mod:`ccdiag.stages`): the probes (both samples of the
-window) share the probing stage, which ends before the deadline by the judge's reserve
-(:func:`ccdiag.probing.run_probes` abandons a probe still running at its end, and the sampling
+window, both read by :func:`ccdiag.observe.observe`) share the probing stage, which ends before the
+deadline by the judge's reserve (a probe still running at its end is abandoned, and the sampling
 window is shortened to fit); topology plus checks then run on a worker until the judging stage's
 end. A hung ``nvidia-smi`` or NVML call therefore costs at most the probing share, becomes an
 ``unknown`` finding naming the call the probe was blocked in, and the checks still judge what the
@@ -25,9 +25,6 @@ Exit code rule (see :mod:`ccdiag.exitcodes`):
 from __future__ import annotations
 
 import dataclasses
-import os
-import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable
@@ -35,12 +32,11 @@ from typing import Any, Iterable
 from ccdiag.exitcodes import ExitCode
 from ccdiag.findings import FAIL, STATUSES, UNKNOWN, WARN, Component, Evidence, Finding, worst
 from ccdiag.host import Host
+from ccdiag.observe import Observation, observe
+from ccdiag.observe import close_host as observe_close_host
 from ccdiag.policy import DEFAULT_POLICY, Policy
-from ccdiag.probing import ALL_PROBES, FAILED, TIMEOUT, ProbeRun, run_probes
+from ccdiag.probing import FAILED, TIMEOUT, ProbeRun
 from ccdiag.stages import Budget, StageTimeout, run_stage
-
-#: probes whose counters are judged by their change over the window; re-read in the second epoch
-COUNTER_PROBES = ("nvml", "infiniband", "pcie")
 
 #: default bound on a whole evaluation, well inside Slurm's 60 s health-check/prolog budgets
 DEFAULT_DEADLINE_S = 30.0
@@ -124,81 +120,7 @@ def exit_code_for(findings: Iterable[Finding], timed_out: bool = False, strict: 
     return ExitCode.OK
 
 
-# -- where a probe hung ----------------------------------------------------------------------------
-def _blocked_in(thread_ident: int) -> str | None:
-    """The host-door call a stuck probe thread is waiting in (an NVML call, a command, a file).
-
-    Best effort, CPython only: walks the thread's current stack from the innermost frame outwards
-    and names the first door operation found, so the finding says ``nvmlDeviceGetUUID(6)`` or
-    ```nvidia-smi topo -m``` instead of only "the nvml probe timed out".
-    """
-    frames = getattr(sys, "_current_frames", None)
-    if frames is None:
-        return None
-    frame = frames().get(thread_ident)
-    while frame is not None:
-        code = frame.f_code
-        fname = os.path.basename(code.co_filename)
-        loc = frame.f_locals
-        if fname == "nvmlcall.py":
-            if code.co_name == "_run" and "label" in loc:
-                from ccdiag.nvmlcall import call_name
-
-                return f"NVML call {call_name(loc['label'], tuple(loc.get('args') or ()))}"
-            if code.co_name == "_ensure_init":
-                return "NVML call nvmlInit()"
-            if code.co_name == "call" and "fn" in loc:
-                from ccdiag.nvmlcall import call_name
-
-                return f"NVML call {call_name(loc['fn'], tuple(loc.get('args') or ()))}"
-        elif fname == "host.py":
-            if code.co_name == "run" and "argv" in loc:
-                return "command `" + " ".join(str(a) for a in loc["argv"]) + "`"
-            if code.co_name in ("_read_real", "_list_real") and "real" in loc:
-                return f"read of {loc['real']}"
-            if code.co_name == "read_kmsg":
-                return "read of /dev/kmsg"
-        frame = frame.f_back
-    return None
-
-
-def _probe_threads() -> set[threading.Thread]:
-    # Thread objects, not idents: an abandoned thread that exits frees its ident for a new one
-    return {t for t in threading.enumerate() if t.name.startswith("probe-") and t.ident}
-
-
-def _run_probes_traced(host: Host, names: list[str], deadline: float) -> dict[str, ProbeRun]:
-    """:func:`run_probes`, then for each probe abandoned at the deadline add to its error what it
-    was blocked in (threads started by this call only, told apart from earlier abandoned ones)."""
-    before = _probe_threads()
-    runs = run_probes(host, names, deadline=deadline)
-    if any(r.status == TIMEOUT for r in runs.values()):
-        fresh = {t.ident: t.name[len("probe-"):] for t in _probe_threads() - before}
-        by_probe = {probe: ident for ident, probe in fresh.items()}
-        for name, run in runs.items():
-            if run.status != TIMEOUT or name not in by_probe:
-                continue
-            where = _blocked_in(by_probe[name])
-            if where:
-                runs[name] = dataclasses.replace(run, error=f"{run.error}; blocked in {where}")
-    return runs
-
-
 # -- the evaluation --------------------------------------------------------------------------------
-def _replay_window(host: Host) -> tuple[bool, float]:
-    """(has a second epoch, its window) for a replayed snapshot."""
-    meta = host.meta()
-    try:
-        epochs = int(meta.get("epochs") or 1)
-    except (TypeError, ValueError):
-        epochs = 1
-    try:
-        window = float(meta.get("window_s") or 0.0)
-    except (TypeError, ValueError):
-        window = 0.0
-    return epochs >= 2, window
-
-
 def _timeout_findings(runs: dict[str, ProbeRun], findings: list[Finding], sample: str) -> list[Finding]:
     """An ``unknown`` finding for every probe abandoned at its deadline (or broken by a bug) that the
     checks did not already report, so neither can ever pass silently."""
@@ -243,80 +165,54 @@ def evaluate(host: Host, policy: Policy | None = None, window_s: float = 0.0,
              env_source: str | None = None, *, strict: bool = False, only: Iterable[str] | None = None,
              probes: Iterable[str] | None = None, budget: Budget | None = None,
              load_links: bool = False) -> CheckResult:
-    """Probe ``host``, sample counters again after ``window_s``, build the topology, run the checks.
+    """Observe ``host`` (:func:`ccdiag.observe.observe`: probes, a second counter sample after
+    ``window_s``), then build the topology and run the checks.
 
     On a replayed snapshot with two epochs the recorded window is used and nothing sleeps; on one
     with a single epoch there is no second sample. ``env`` defaults to the host's NCCL/CUDA
     environment. ``only``: check-id prefixes to run. ``probes``: probe names (default: all).
     ``budget``: the stage ends to keep (default: :meth:`Budget.plan` of ``deadline_s``; a caller
     adding a benchmark stage plans one with its share). ``load_links``: on a live host, keep every
-    GPU's PCIe link busy (:mod:`ccdiag.linkload`) while the first sample is read, so link speeds
+    GPU's PCIe link busy (:mod:`ccdiag.busy_pcie_links`) while the first sample is read, so link speeds
     are judged under load. Returns within ``deadline_s`` plus about a
     second whatever the host does; raises :class:`ccdiag.stages.StageError` when a stage raised.
     """
     policy = policy or DEFAULT_POLICY
     budget = budget or Budget.plan(deadline_s)
-    t0 = budget.start
     started_at = time.time()
-    if hasattr(host, "deadline"):
-        # commands started by probes never outlive the probing stage, even ones a probe starts late
-        host.deadline = budget.probe_end
-    names = list(probes or ALL_PROBES)
-    load = None
-    if load_links:
-        from ccdiag.linkload import LinkLoad
-
-        load = LinkLoad(max_s=max(0.5, min(5.0, budget.left(budget.probe_end) / 2)))
-        load.start(bool(host.live))
-    try:
-        runs = _run_probes_traced(host, names, budget.probe_end)
-    finally:
-        load_state = load.stop() if load is not None else None
-    timed_out = any(r.status == TIMEOUT for r in runs.values())
-
-    later: dict[str, ProbeRun] | None = None
-    effective_window = 0.0
-    counter_names = [n for n in COUNTER_PROBES if n in runs and runs[n].usable]
-    if host.live:
-        # the window and the second pass share what is left of the probing stage
-        room = budget.left(budget.probe_end)
-        if window_s > 0 and counter_names and room > 0.2:
-            effective_window = min(float(window_s), room / 2)
-            host.next_epoch(effective_window)
-            later = _run_probes_traced(host, counter_names, budget.probe_end)
-    else:
-        has_later, recorded_window = _replay_window(host)
-        if has_later and counter_names:
-            host.next_epoch(0.0)
-            effective_window = recorded_window
-            later = _run_probes_traced(host, counter_names, budget.probe_end)
-    if later is not None:
-        timed_out = timed_out or any(r.status == TIMEOUT for r in later.values())
-
-    meta = host.meta()
-    if load_state is not None:
-        meta = {**meta, "link_load": load_state.to_json()}
+    # commands started by probes never outlive the probing stage, even ones a probe starts late
+    obs = observe(host, probes, budget.probe_end, window_s=window_s, load_links=load_links)
     if env is None:
         env = host.environ()
         # a replay judges the settings the recording run judged, and names them the same way
-        env_source = env_source or meta.get("env_source") or "environment"
+        env_source = env_source or obs.meta.get("env_source")
     env_source = env_source or "environment"
-    ctx_kwargs = dict(runs=runs, later=later, window_s=effective_window, policy=policy, env=dict(env),
-                      env_source=env_source, now=host.now(), meta=meta)
+    findings, timed_out = _judge(obs, policy, dict(env), env_source, host.now(), only, budget, deadline_s)
+    code = exit_code_for(findings, timed_out, strict)
+    return CheckResult(runs=obs.runs, later=obs.later, topology=obs.built_topology, findings=findings,
+                       exit_code=int(code), timed_out=timed_out, window_s=obs.window_s,
+                       deadline_s=float(deadline_s), duration_s=time.monotonic() - budget.start,
+                       started_at=started_at, observed_at=host.now(), meta=obs.meta, policy=policy,
+                       env_source=env_source, strict=strict, budget=budget)
 
-    def judge() -> tuple[Any, list[Finding]]:
-        from ccdiag.checks import CheckContext, run_checks
-        from ccdiag.topology import build_topology
 
+def _judge(obs: Observation, policy: Policy, env: dict[str, str], env_source: str, now: float,
+           only: Iterable[str] | None, budget: Budget, deadline_s: float) -> tuple[list[Finding], bool]:
+    """The topology and the checks, on a worker bounded by the judging stage's end; returns the
+    sorted findings (with one for each probe that timed out or broke) and whether time ran out."""
+    ctx_kwargs = dict(runs=obs.runs, later=obs.later, window_s=obs.window_s, policy=policy, env=env,
+                      env_source=env_source, now=now, meta=obs.meta)
+
+    def judge() -> list[Finding]:
         from ccdiag.causes import link_causes
+        from ccdiag.checks import CheckContext, run_checks
 
-        topology = build_topology(runs)
-        return topology, link_causes(list(run_checks(CheckContext(topology=topology, **ctx_kwargs), only=only)))
+        return link_causes(list(run_checks(CheckContext(topology=obs.topology, **ctx_kwargs), only=only)))
 
-    topology: Any = None
+    timed_out = obs.timed_out
     findings: list[Finding]
     try:
-        topology, findings = run_stage("judge", judge, budget.judge_end)
+        findings = run_stage("judge", judge, budget.judge_end)
         if not findings and not only:
             findings.append(Finding(
                 check="check.none", status=UNKNOWN, component=Component("node", "ccdiag"),
@@ -325,16 +221,11 @@ def evaluate(host: Host, policy: Policy | None = None, window_s: float = 0.0,
     except StageTimeout as exc:
         timed_out = True
         findings = [_deadline_finding(deadline_s, exc.budget_s)]
-    findings += _timeout_findings(runs, findings, "first")
-    if later:
-        findings += _timeout_findings(later, findings, "second")
+    findings += _timeout_findings(obs.runs, findings, "first")
+    if obs.later:
+        findings += _timeout_findings(obs.later, findings, "second")
     findings.sort(key=Finding.sort_key)
-    code = exit_code_for(findings, timed_out, strict)
-    return CheckResult(runs=runs, later=later, topology=topology, findings=findings,
-                       exit_code=int(code), timed_out=timed_out, window_s=effective_window,
-                       deadline_s=float(deadline_s), duration_s=time.monotonic() - t0, started_at=started_at,
-                       observed_at=host.now(), meta=meta, policy=policy, env_source=env_source, strict=strict,
-                       budget=budget)
+    return findings, timed_out
 
 
 #: seconds of a check's deadline that ``--bench quick`` asks for (Budget.plan caps it at half of
@@ -364,64 +255,9 @@ def add_benchmarks(result: CheckResult, host: Host, names: Iterable[str] = (), e
 
 
 def close_host(host: Host, timeout: float = 0.5, result: CheckResult | None = None) -> None:
-    """``host.close()`` bounded in time: NVML shutdown waits on a lock a hung call may still hold.
-    After a run that timed out nothing is called at all: a driver that hung once is not poked again."""
-    if result is not None and result.timed_out:
-        return
-    t = threading.Thread(target=host.close, name="ccdiag-close", daemon=True)
-    t.start()
-    t.join(timeout)
+    """:func:`ccdiag.observe.close_host` after an evaluation: nothing is called on a host whose run
+    timed out."""
+    observe_close_host(host, timeout, timed_out=result is not None and result.timed_out)
 
 
-# -- environment files ---------------------------------------------------------------------------
-class EnvFileError(ValueError):
-    """A line of an environment file that is not ``KEY=VALUE``."""
-
-
-def parse_env_file(text: str, source: str = "<env>") -> dict[str, str]:
-    """``KEY=VALUE`` lines as a shell ``source``-able env file writes them: blank lines and ``#``
-    comments skipped, an ``export`` prefix allowed, single or double quotes removed (a value in
-    single quotes is literal; double quotes honour ``\\"`` and ``\\\\``), an unquoted value ends at
-    `` #``."""
-    env: dict[str, str] = {}
-    for n, raw in enumerate(text.splitlines(), 1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        if line.startswith("export ") or line.startswith("export\t"):
-            line = line[len("export"):].strip()
-        key, sep, value = line.partition("=")
-        key = key.strip()
-        if not sep or not key or not (key[0].isalpha() or key[0] == "_") or \
-                not all(c.isalnum() or c == "_" for c in key):
-            raise EnvFileError(f"{source}:{n}: expected KEY=VALUE, got {raw.strip()!r}")
-        value = value.strip()
-        if value[:1] in ("'", '"'):
-            quote = value[0]
-            end = value.rfind(quote)
-            if end == 0:
-                raise EnvFileError(f"{source}:{n}: unterminated {quote} quote in {key}")
-            inner = value[1:end]
-            if quote == '"':
-                inner = inner.replace('\\"', '"').replace("\\\\", "\\")
-            value = inner
-        else:
-            hash_at = value.find(" #")
-            if hash_at >= 0:
-                value = value[:hash_at].rstrip()
-        env[key] = value
-    return env
-
-
-def load_env_file(path: str) -> dict[str, str]:
-    from ccdiag.userfiles import UserFileError, read_user_text
-
-    try:
-        text = read_user_text(path, "environment file", 1 << 20)
-    except UserFileError as exc:
-        raise EnvFileError(str(exc)) from None
-    return parse_env_file(text, source=path)
-
-
-__all__ = ["CheckResult", "COUNTER_PROBES", "DEFAULT_DEADLINE_S", "EnvFileError", "close_host", "evaluate",
-           "exit_code_for", "load_env_file", "parse_env_file"]
+__all__ = ["CheckResult", "DEFAULT_DEADLINE_S", "close_host", "evaluate", "exit_code_for"]

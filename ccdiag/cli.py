@@ -182,6 +182,7 @@ def _run(argv: list[str] | None) -> None:
     except Terminated:
         raise
     except CcdiagError as exc:
+        # UserInputError (every parse and file error a user can cause) is one: exit 2, one line
         _say(f"ccdiag: {exc}")
         sys.exit(int(exc.exit_code))
     except click.exceptions.Exit as exc:
@@ -211,12 +212,8 @@ def _run(argv: list[str] | None) -> None:
         if broken:
             _say(f"ccdiag: {broken}")
             sys.exit(int(ExitCode.INTERNAL))
-        from ccdiag.snapshot import SnapshotError
         from ccdiag.stages import StageError
 
-        if isinstance(exc, SnapshotError):
-            _say(f"ccdiag: {exc}")
-            sys.exit(int(ExitCode.USAGE))
         where, cause = "", exc
         if isinstance(exc, StageError):
             where, cause = f" in the {exc.stage} stage", exc.cause

@@ -27,9 +27,9 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 
-from ccdiag import procgroups
+from ccdiag import inflight, procgroups
 from ccdiag.nvmlcall import DRIVER_MISSING, NOT_RECORDED, NvmlCallError, NvmlFacade
 from ccdiag.snapshot import SnapshotData, SnapshotError, base_meta
 
@@ -141,13 +141,46 @@ def resolve_path(path: str, lookup_link: Callable[[str], str | None], max_hops: 
     return "/" + "/".join(resolved)
 
 
-class Host:
-    """The interface every probe uses. Subclasses supply the primitives marked ``_``."""
+@runtime_checkable
+class Host(Protocol):
+    """The host door as probes, commands and the daemon see it: files under a root, commands with a
+    deadline, NVML, the kernel log, interface facts, metadata, epochs. :class:`LiveHost`,
+    :class:`RecordingHost` and :class:`ReplayHost` implement it; code takes a ``Host`` and never
+    asks which one it got."""
+
+    live: bool
+    epoch: int
+    #: absolute ``time.monotonic()`` bound on every command started from now on (None: per-call only)
+    deadline: float | None
+
+    def realpath(self, path: str) -> str: ...
+    def read_bytes(self, path: str, max_bytes: int = ...) -> bytes: ...
+    def read_text(self, path: str, max_bytes: int = ...) -> str: ...
+    def read_attr(self, path: str) -> str: ...
+    def read_link(self, path: str) -> str: ...
+    def list_dir(self, path: str) -> list[str]: ...
+    def exists(self, path: str) -> bool: ...
+    def is_dir(self, path: str) -> bool: ...
+    def run(self, argv: Sequence[str], timeout: float = ...) -> "CommandResult": ...
+    def nvml(self, fn: str, *args: Any) -> Any: ...
+    def read_kmsg(self) -> list[str]: ...
+    def net_interfaces(self) -> dict: ...
+    def statvfs(self, path: str) -> dict: ...
+    def environ(self) -> dict[str, str]: ...
+    def meta(self) -> dict: ...
+    def now(self) -> float: ...
+    def next_epoch(self, seconds: float) -> None: ...
+    def close(self) -> None: ...
+
+
+class BaseHost:
+    """What the three faces of the door share. Subclasses supply the primitives marked ``_``."""
 
     live: bool = False
 
     def __init__(self) -> None:
         self.epoch = 0
+        self.deadline: float | None = None
 
     # -- primitives (subclasses) ---------------------------------------------------------
     def _lookup_link(self, path: str) -> str | None:
@@ -240,7 +273,7 @@ class Host:
 
 
 # ---------------------------------------------------------------------------------------------
-class LiveHost(Host):
+class LiveHost(BaseHost):
     """The real machine. ``root`` lets tests and support engineers point it at a copied tree."""
 
     live = True
@@ -249,8 +282,6 @@ class LiveHost(Host):
                  nvml_call_timeout: float = 3.0):
         super().__init__()
         self.root = os.path.abspath(root)
-        #: absolute time.monotonic() bound for every command of this run (None: per-call timeouts only)
-        self.deadline: float | None = None
         self._procs: set[subprocess.Popen] = set()
         self._procs_lock = threading.Lock()
         if nvml is None and (self.root == "/" or nvml_binding is not None):
@@ -267,6 +298,13 @@ class LiveHost(Host):
             return None
 
     def _read_real(self, real: str, max_bytes: int) -> bytes:
+        inflight.enter(f"read of {real}")
+        try:
+            return self._read_file(real, max_bytes)
+        finally:
+            inflight.leave()
+
+    def _read_file(self, real: str, max_bytes: int) -> bytes:
         try:
             fd = os.open(self._fs(real), os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
         except OSError as exc:
@@ -289,10 +327,13 @@ class LiveHost(Host):
             os.close(fd)
 
     def _list_real(self, real: str) -> list[str]:
+        inflight.enter(f"read of {real}")
         try:
             return os.listdir(self._fs(real))
         except OSError as exc:
             raise _error_from_oserror(real, exc) from None
+        finally:
+            inflight.leave()
 
     def _kind_real(self, real: str) -> str | None:
         try:
@@ -306,6 +347,13 @@ class LiveHost(Host):
         """Run ``argv`` with a hard deadline: SIGKILL to its whole process group, then a bounded
         wait, so a child stuck in the kernel (``nvidia-smi`` on a wedged GPU) cannot hold us."""
         argv = tuple(str(a) for a in argv)
+        inflight.enter("command `" + " ".join(argv) + "`")
+        try:
+            return self._run_command(argv, timeout)
+        finally:
+            inflight.leave()
+
+    def _run_command(self, argv: tuple[str, ...], timeout: float) -> CommandResult:
         env = dict(os.environ, LC_ALL="C", LANG="C")
         start = time.monotonic()
         if self.deadline is not None:
@@ -367,6 +415,13 @@ class LiveHost(Host):
     # kernel log ---------------------------------------------------------------------------
     def read_kmsg(self, max_records: int = 200000, max_seconds: float = 3.0) -> list[str]:
         """Records of ``/dev/kmsg`` (one per line), read without blocking."""
+        inflight.enter("read of /dev/kmsg")
+        try:
+            return self._read_kmsg(max_records, max_seconds)
+        finally:
+            inflight.leave()
+
+    def _read_kmsg(self, max_records: int, max_seconds: float) -> list[str]:
         path = self._fs("/dev/kmsg")
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
@@ -393,8 +448,16 @@ class LiveHost(Host):
             os.close(fd)
         return lines
 
-    # psutil-backed facts --------------------------------------------------------------------
+    # interface facts and metadata: the machine's own when live, the tree's under a root ---------
     def net_interfaces(self) -> dict:
+        """Addresses (``addrs``) and kernel link state (``stats``) per interface. Live: psutil's view
+        of this machine. Under a root: only what the tree holds (IPv6 addresses from
+        ``/proc/net/if_inet6``; IPv4 addresses live in netlink, not in files, so a tree has none),
+        never this machine's interfaces."""
+        if self.root != "/":
+            from ccdiag.netfacts import tree_net_facts
+
+            return tree_net_facts(self)
         import psutil
 
         fam = {socket.AF_INET: "inet", socket.AF_INET6: "inet6", getattr(psutil, "AF_LINK", -1): "link"}
@@ -416,9 +479,19 @@ class LiveHost(Host):
         return {"total_bytes": st.f_blocks * st.f_frsize, "free_bytes": st.f_bavail * st.f_frsize}
 
     def environ(self) -> dict[str, str]:
+        """The NCCL/CUDA settings of this process; none under a root, whose environment is not the
+        tree's (judge a tree's settings with ``--env-file``)."""
+        if self.root != "/":
+            return {}
         return {k: v for k, v in os.environ.items() if k.startswith(RECORDED_ENV_PREFIXES)}
 
     def meta(self) -> dict:
+        """Host name, kernel and architecture: this machine's when live, the tree's under a root
+        (from its /proc/sys/kernel files; None where the tree does not say)."""
+        if self.root != "/":
+            from ccdiag.netfacts import tree_identity
+
+            return base_meta(**tree_identity(self), python=platform.python_version(), root=self.root, source="live")
         uname = platform.uname()
         return base_meta(hostname=socket.gethostname(), kernel=uname.release, machine=uname.machine,
                          python=platform.python_version(), root=self.root, source="live")
@@ -593,7 +666,7 @@ class RecordingHost(LiveHost):
 
 
 # ---------------------------------------------------------------------------------------------
-class ReplayHost(Host):
+class ReplayHost(BaseHost):
     """Answers every question of the door from a snapshot; never touches the machine."""
 
     live = False
@@ -733,6 +806,6 @@ def open_host(replay: str | None = None, root: str = "/", record: bool = False) 
 
 
 __all__ = [
-    "CommandResult", "Host", "HostReadError", "LiveHost", "RecordingHost", "ReplayHost",
+    "BaseHost", "CommandResult", "Host", "HostReadError", "LiveHost", "RecordingHost", "ReplayHost",
     "SnapshotError", "open_host", "resolve_path", "normpath",
 ]

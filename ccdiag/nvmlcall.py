@@ -20,6 +20,8 @@ import queue
 import threading
 from typing import Any, Callable
 
+from ccdiag import inflight
+
 # Error classes. Keep in sync with the README's "NVML errors" table.
 NOT_SUPPORTED = "not_supported"
 NOT_FOUND = "not_found"
@@ -213,7 +215,11 @@ class NvmlFacade:
     def _run(self, label: str, args: tuple, thunk: Callable[[], Any], timeout: float, device: int | None) -> Any:
         if self._worker is None:
             self._worker = _Worker()
-        finished, box = self._worker.submit(thunk, timeout)
+        inflight.enter(f"NVML call {call_name(label, args)}")
+        try:
+            finished, box = self._worker.submit(thunk, timeout)
+        finally:
+            inflight.leave()
         if not finished:
             # the worker is stuck inside the driver: abandon it, remember who hung
             self._worker = None
@@ -276,6 +282,15 @@ class NvmlFacade:
 
     # -- the API -------------------------------------------------------------------
     def call(self, fn: str, *args: Any) -> Any:
+        """``fn(*args)`` through the worker, its result as plain JSON values; raises :class:`NvmlCallError`.
+        While it runs (or waits for a hung call before it) the call is announced in :mod:`ccdiag.inflight`."""
+        inflight.enter(f"NVML call {call_name(fn, args)}")
+        try:
+            return self._call(fn, *args)
+        finally:
+            inflight.leave()
+
+    def _call(self, fn: str, *args: Any) -> Any:
         with self._lock:
             if self._hung_global:
                 raise NvmlCallError(fn, args, HUNG, None, "an earlier NVML call hung; NVML not called again")

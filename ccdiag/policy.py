@@ -17,10 +17,12 @@ import math
 import re
 import time
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ccdiag.errors import UserInputError
 from ccdiag.tomlread import TomlError
 from ccdiag.tomlread import loads as toml_loads
+from ccdiag.probenames import PROBE_INFINIBAND, PROBE_NVML, PROBE_PCIE
 
 
 @dataclass(frozen=True)
@@ -94,7 +96,7 @@ FIELD_HELP: dict[str, str] = {
 _INTERNAL = ("source",)
 
 
-class PolicyError(ValueError):
+class PolicyError(UserInputError, ValueError):
     """A policy file that cannot be used; the message names the file and, where known, the line."""
 
 
@@ -253,6 +255,9 @@ def to_toml(policy: Policy, header: list[str] | None = None) -> str:
 # -- from a healthy node ------------------------------------------------------------------------
 from ccdiag.linkrates import pcie_gen  # noqa: E402 - re-exported for callers of this module
 
+if TYPE_CHECKING:
+    from ccdiag.topology.model import Topology
+
 
 def _min(values: list) -> Any:
     values = [v for v in values if v is not None]
@@ -295,7 +300,7 @@ def _link_caps(pcie_obs: Any, nvml_obs: Any) -> tuple[list, list]:
     return gens, widths
 
 
-def policy_from_observations(runs: dict, topology: Any = None) -> Policy:
+def policy_from_observations(runs: dict, topology: Topology | None = None) -> Policy:
     """The standard a fleet of nodes like this healthy one is held to.
 
     GPU count and model come from NVML; minimum PCIe generation and width from what each GPU and NIC
@@ -303,9 +308,9 @@ def policy_from_observations(runs: dict, topology: Any = None) -> Policy:
     IB rate and port count from the ports that are ACTIVE.
     ``topology`` is accepted for symmetry with the checks; everything needed is in the probe runs.
     """
-    nvml = _usable(runs, "nvml")
-    pcie = _usable(runs, "pcie")
-    ib = _usable(runs, "infiniband")
+    nvml = _usable(runs, PROBE_NVML)
+    pcie = _usable(runs, PROBE_PCIE)
+    ib = _usable(runs, PROBE_INFINIBAND)
     values: dict[str, Any] = {}
     if nvml is not None:
         gpus = [g for g in nvml.gpus if g.failed is None]

@@ -12,12 +12,15 @@ from __future__ import annotations
 import json
 import time
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ccdiag import __version__
 from ccdiag.findings import STATUSES, Finding, worst
-from ccdiag.model import to_jsonable
+from ccdiag.readings import to_jsonable
 from ccdiag.probing import ProbeRun
+
+if TYPE_CHECKING:
+    from ccdiag.topology.model import Topology
 
 SCHEMA_VERSION = "1.2.0"
 
@@ -47,7 +50,7 @@ def verdict_section(findings: list[Finding], exit_code: int) -> dict:
             "reason": drain_reason(findings)}
 
 
-def build_report(kind: str, meta: dict, runs: dict[str, ProbeRun] | None = None, topology: Any = None,
+def build_report(kind: str, meta: dict, runs: dict[str, ProbeRun] | None = None, topology: Topology | None = None,
                  findings: list[Finding] | None = None, exit_code: int | None = None,
                  run_info: dict | None = None, extra: dict | None = None) -> dict:
     """Assemble a report. ``topology`` is anything with ``to_json()`` (or a dict)."""

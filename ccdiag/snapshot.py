@@ -29,13 +29,15 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from ccdiag.errors import UserInputError
+
 
 FORMAT = "ccdiag-snapshot"
 FORMAT_VERSION = 1
 _DOCS = ("meta.json", "index.json", "commands.json", "nvml.json")
 
 
-class SnapshotError(Exception):
+class SnapshotError(UserInputError):
     """A snapshot file that cannot be used (missing, not a snapshot, corrupt, newer format)."""
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from ccdiag.errors import UserInputError
+
 try:
     import tomllib as _toml
 except ModuleNotFoundError:  # pragma: no cover - Python 3.10 with tomli installed
@@ -18,7 +20,7 @@ except ModuleNotFoundError:  # pragma: no cover - Python 3.10 with tomli install
         _toml = None  # type: ignore[assignment]
 
 
-class TomlError(ValueError):
+class TomlError(UserInputError, ValueError):
     """A TOML text that cannot be read; the message names its source."""
 
 

@@ -11,11 +11,13 @@ from __future__ import annotations
 import os
 import stat
 
+from ccdiag.errors import UserInputError
+
 #: the largest input ccdiag reads from one user-named file (a snapshot of a large node is a few MB)
 DEFAULT_MAX_BYTES = 256 << 20
 
 
-class UserFileError(OSError):
+class UserFileError(UserInputError, OSError):
     """A user-named file that cannot be read as one; ``str()`` says what and why in one line."""
 
 

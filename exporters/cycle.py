@@ -21,11 +21,15 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from ccdiag.findings import Finding
-from ccdiag.model import normalize_bdf
+from ccdiag.readings import normalize_bdf
 from ccdiag.probing import ProbeRun
+from ccdiag.probenames import PROBE_KMSG, PROBE_NVML
+
+if TYPE_CHECKING:
+    from ccdiag.topology.model import Topology
 
 #: default bound on serving a failed probe's last good data (seconds)
 DEFAULT_MAX_STALE_S = 300.0
@@ -38,10 +42,10 @@ class Cycle:
     completed_at: float  # wall-clock time the cycle finished
     duration_s: float = 0.0
     findings: tuple[Finding, ...] | None = None  # None when the checks did not run
-    topology: Any = None
+    topology: Topology | None = None
     stale: frozenset = frozenset()  # probes whose data comes from an earlier cycle
     last_success: Mapping[str, float] = field(default_factory=dict)
-    xid_counts: Mapping[tuple, int] | None = None  # (bdf, xid) -> records; None: count ``data["kmsg"]``
+    xid_counts: Mapping[tuple, int] | None = None  # (bdf, xid) -> records; None: count ``data[PROBE_KMSG]``
     stages: Mapping[str, bool] = field(default_factory=dict)  # "topology", "checks" -> worked
     number: int = 1
     #: bus id -> the GPU's UUID when it last answered: a GPU lost since keeps its UUID label, so
@@ -116,9 +120,9 @@ class CycleState:
         data = fresh_data(result)
         for name, value in data.items():
             self.last_good[name] = (completed_at, value)
-        if "kmsg" in data:
-            self._tally_xids(data["kmsg"])
-        for g in getattr(data.get("nvml"), "gpus", ()) or ():
+        if PROBE_KMSG in data:
+            self._tally_xids(data[PROBE_KMSG])
+        for g in getattr(data.get(PROBE_NVML), "gpus", ()) or ():
             bdf = normalize_bdf(g.bus_id)
             if bdf and g.uuid and len(self.known_uuids) < 4096:
                 self.known_uuids[bdf] = g.uuid

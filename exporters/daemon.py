@@ -37,6 +37,7 @@ from typing import Any, Callable
 
 from ccdiag import procgroups
 from ccdiag.checkrun import CheckResult, close_host, evaluate
+from ccdiag.errors import UserInputError
 from ccdiag.exporters import isolation, sanity, sdnotify
 from ccdiag.exporters.collection import REPLY_GRACE_S, CollectionProcess
 from ccdiag.exporters.collector import CycleCollector
@@ -84,7 +85,7 @@ class CycleError(RuntimeError):
     """The evaluation of a cycle raised (in the collection child); the message is its error."""
 
 
-class ConfigError(ValueError):
+class ConfigError(UserInputError, ValueError):
     """A daemon configuration that cannot be used; the message names the file and key."""
 
 

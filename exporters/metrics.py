@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import platform
 import re
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
@@ -18,9 +18,13 @@ from ccdiag import __version__
 from ccdiag.exporters import spec as S
 from ccdiag.exporters.cycle import Cycle, xid_keys
 from ccdiag.findings import STATUSES, Finding
-from ccdiag.model import normalize_bdf
+from ccdiag.readings import normalize_bdf
 from ccdiag.probing import OK, PARTIAL, UNAVAILABLE
 from ccdiag.topology.levels import UNKNOWN
+from ccdiag.probenames import PROBE_INFINIBAND, PROBE_KMSG, PROBE_NVML, PROBE_PCIE, PROBE_SYSTEM
+
+if TYPE_CHECKING:
+    from ccdiag.topology.model import Topology
 
 #: kernel modules whose presence decides whether GPU or RDMA work can run
 WATCHED_MODULES = ("nvidia", "nvidia_uvm", "nvidia_modeset", "nvidia_peermem", "nv_peer_mem", "gdrdrv",
@@ -146,7 +150,7 @@ def _xid_counts(cycle: Cycle) -> dict[tuple, int]:
     if cycle.xid_counts is not None:
         return dict(cycle.xid_counts)
     counts: dict[tuple, int] = {}
-    for bdf, code in xid_keys(cycle.data.get("kmsg")).values():
+    for bdf, code in xid_keys(cycle.data.get(PROBE_KMSG)).values():
         counts[(bdf, code)] = counts.get((bdf, code), 0) + 1
     return counts
 
@@ -161,13 +165,13 @@ def _with_lost_ids(cycle: Cycle, nvml: Any) -> Any:
 
     if nvml is None:
         return None
-    pcie = cycle.data.get("pcie")
+    pcie = cycle.data.get(PROBE_PCIE)
     pci = None
     if pcie is not None:
         pci = [d for d in pcie.devices if d.kind == "gpu" and (d.vendor_id or NVIDIA_VENDOR).lower() == NVIDIA_VENDOR]
     nvml = with_inferred_bus_ids(nvml, pci)
     known = dict(cycle.known_uuids)
-    for e in getattr(cycle.data.get("kmsg"), "events", ()) or ():
+    for e in getattr(cycle.data.get(PROBE_KMSG), "events", ()) or ():
         if e.kind == "gpu_uuid" and e.bdf and e.device:
             known.setdefault(e.bdf, e.device)
     gpus = tuple(dataclasses.replace(g, uuid=known.get(normalize_bdf(g.bus_id) or "")) if not g.uuid and
@@ -279,7 +283,7 @@ def _gts(gts: float | None) -> float | None:
     return None if gts is None else gts * 1e9
 
 
-def _nearest_gpus(topology: Any) -> dict[str, list[tuple[str, str]]]:
+def _nearest_gpus(topology: Topology | None) -> dict[str, list[tuple[str, str]]]:
     """NIC label -> the GPUs it serves (those for which it is at their best level), with that level.
 
     What :meth:`Topology.gpus_near_nic` answers for one NIC, for all NICs at once: each GPU's
@@ -301,7 +305,7 @@ def _nearest_gpus(topology: Any) -> dict[str, list[tuple[str, str]]]:
     return served
 
 
-def _near(topology: Any, nic: str, served: dict[str, list[tuple[str, str]]]) -> list[tuple[str, str]]:
+def _near(topology: Topology | None, nic: str, served: dict[str, list[tuple[str, str]]]) -> list[tuple[str, str]]:
     if topology is None:
         return []
     if not topology.has_device(nic):  # a NIC the topology does not know serves no GPU we can name
@@ -309,7 +313,7 @@ def _near(topology: Any, nic: str, served: dict[str, list[tuple[str, str]]]) -> 
     return list(served.get(topology.label(topology.node_id(nic)), ()))
 
 
-def _infiniband(out: _Families, ib: Any, topology: Any, nvml: Any) -> None:
+def _infiniband(out: _Families, ib: Any, topology: Topology | None, nvml: Any) -> None:
     by_index = {g.index: g for g in getattr(nvml, "gpus", ()) or ()}
     topo_gpus = {}
     if topology is not None:
@@ -376,11 +380,11 @@ def families(cycle: Cycle, *, interval_s: float | None = None, cycles_total: int
     """Every family of ``cycle`` except the scrape-time age (see :func:`age_family`)."""
     out = _Families()
     _self_metrics(out, cycle, interval_s, cycles_total)
-    nvml = _with_lost_ids(cycle, cycle.data.get("nvml"))
-    _system(out, cycle.data.get("system"), nvml)
+    nvml = _with_lost_ids(cycle, cycle.data.get(PROBE_NVML))
+    _system(out, cycle.data.get(PROBE_SYSTEM), nvml)
     _gpus(out, cycle, nvml)
-    _pcie(out, cycle.data.get("pcie"))
-    _infiniband(out, cycle.data.get("infiniband"), cycle.topology, nvml)
+    _pcie(out, cycle.data.get(PROBE_PCIE))
+    _infiniband(out, cycle.data.get(PROBE_INFINIBAND), cycle.topology, nvml)
     _checks(out, cycle.findings)
     fams = out.ordered()
     return [f for f in fams if include(f.name)] if include else fams

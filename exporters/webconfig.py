@@ -42,6 +42,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+from ccdiag.errors import UserInputError
+
 TLS_VERSIONS = {"TLS10": ssl.TLSVersion.TLSv1, "TLS11": ssl.TLSVersion.TLSv1_1,
                 "TLS12": ssl.TLSVersion.TLSv1_2, "TLS13": ssl.TLSVersion.TLSv1_3}
 CLIENT_AUTH = {"NoClientCert": ssl.CERT_NONE, "VerifyClientCertIfGiven": ssl.CERT_OPTIONAL,
@@ -52,7 +54,7 @@ _TOP_KEYS = {"tls_server_config", "http_server_config", "basic_auth_users"}
 _DUMMY_HASH = b"$2b$10$A4Q1bH9R5VTiMjlINiOfUueDEnst0a59t3KaeEX9kUzEeTrSbSzWC"
 
 
-class WebConfigError(ValueError):
+class WebConfigError(UserInputError, ValueError):
     """A web configuration that cannot be used; the message names the file and the setting."""
 
 

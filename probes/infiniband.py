@@ -20,11 +20,11 @@ import re
 from dataclasses import dataclass
 
 from ccdiag.host import HostReadError
-from ccdiag.model import ReadError
-from ccdiag.probing import ProbeUnavailable
+from ccdiag.readings import ReadError
+from ccdiag.probing import PROBE_INFINIBAND, ProbeUnavailable, probe
 from ccdiag.probes._sysfs import BDF_RE, MAX_DECIMAL_DIGITS, attr, decimal, listing, parse_int, read_error
 
-NAME = "infiniband"
+NAME = PROBE_INFINIBAND
 TIMEOUT_S = 10.0
 
 IB_CLASS = "/sys/class/infiniband"
@@ -236,6 +236,7 @@ def _read_device(host, name: str) -> IbDevice:
     )
 
 
+@probe(order=40, what="InfiniBand ports", counters=True)
 def collect(host) -> IbObservation:
     """Every RDMA device and port the kernel knows."""
     try:

@@ -25,10 +25,11 @@ import re
 from dataclasses import dataclass
 
 from ccdiag.host import HostReadError
-from ccdiag.model import ReadError, normalize_bdf
+from ccdiag.readings import ReadError, normalize_bdf
+from ccdiag.probing import PROBE_KMSG, probe
 from ccdiag.probes._sysfs import read_error
 
-NAME = "kmsg"
+NAME = PROBE_KMSG
 TIMEOUT_S = 5.0
 
 DMESG_ARGV = ("dmesg", "--kernel", "--raw")
@@ -214,6 +215,7 @@ def _read_lines(host, errors: list[ReadError]) -> tuple[list[str] | None, str | 
     return None, None
 
 
+@probe(order=60, what="kernel log (XIDs)", log=True)
 def collect(host) -> KmsgObservation:
     """Events from the first kernel-log source that answers."""
     errors: list[ReadError] = []

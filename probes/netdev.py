@@ -13,11 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ccdiag.host import HostReadError
-from ccdiag.model import ReadError
-from ccdiag.probing import ProbeUnavailable
+from ccdiag.readings import ReadError
+from ccdiag.probing import PROBE_NETDEV, ProbeUnavailable, probe
 from ccdiag.probes._sysfs import BDF_RE, attr, link_basename, listing, parse_int, read_error
 
-NAME = "netdev"
+NAME = PROBE_NETDEV
 TIMEOUT_S = 5.0
 
 NET_CLASS = "/sys/class/net"
@@ -137,6 +137,19 @@ def _read_interface(host, name: str, facts: dict, in_sysfs: bool) -> NetInterfac
     )
 
 
+#: the kernel's one plain file in /sys/class/net (present once the bonding module is loaded)
+BONDING_MASTERS = "bonding_masters"
+
+
+def _is_plain_file(host, path: str) -> bool:
+    """A file, not an interface's directory (or a link to one). A snapshot recorded before files
+    here were told apart may not say what ``bonding_masters`` is: it is never an interface."""
+    if host.exists(path):
+        return not host.is_dir(path)
+    return path.rsplit("/", 1)[-1] == BONDING_MASTERS
+
+
+@probe(order=50, what="network interfaces")
 def collect(host) -> NetdevObservation:
     """Every interface psutil or /sys/class/net knows."""
     errors: list[ReadError] = []
@@ -145,7 +158,8 @@ def collect(host) -> NetdevObservation:
     except Exception as exc:  # noqa: BLE001 - psutil can fail in odd containers; sysfs may still answer
         errors.append(ReadError("net_interfaces", "io", f"{type(exc).__name__}: {exc}"))
         facts = {}
-    sysfs_names = listing(host, NET_CLASS, errors) or []
+    # /sys/class/net also holds plain files (``bonding_masters`` once the bonding module is loaded)
+    sysfs_names = [n for n in listing(host, NET_CLASS, errors) or [] if not _is_plain_file(host, f"{NET_CLASS}/{n}")]
     names = set(sysfs_names) | set(facts.get("addrs", {})) | set(facts.get("stats", {}))
     if not names:
         raise ProbeUnavailable(f"no network interfaces: {NET_CLASS} absent and no interface facts")

@@ -59,7 +59,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ccdiag.model import ReadError, normalize_bdf
+from ccdiag.readings import ReadError, normalize_bdf
 from ccdiag.nvmlcall import (
     DRIVER_MISSING,
     GPU_FAILED_CLASSES,
@@ -69,9 +69,9 @@ from ccdiag.nvmlcall import (
     NvmlCallError,
     call_name,
 )
-from ccdiag.probing import ProbeUnavailable
+from ccdiag.probing import PROBE_NVML, ProbeUnavailable, probe
 
-NAME = "nvml"
+NAME = PROBE_NVML
 TIMEOUT_S = 15.0
 
 # -- NVML constants (nvml.h values, as nvidia-ml-py exposes them; kept here so the probe never
@@ -729,6 +729,7 @@ def _unavailable(exc: NvmlCallError) -> None:
         raise ProbeUnavailable(f"NVIDIA driver not loaded / NVML library not found: {exc.message}") from None
 
 
+@probe(order=30, what="GPU state from NVML", counters=True)
 def collect(host) -> NvmlObservation:
     """Read everything listed in the module docstring. Raises ProbeUnavailable without a driver."""
     sysr = _Reader(host, stop_on_gpu_failure=False)

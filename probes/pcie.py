@@ -24,11 +24,11 @@ import struct
 from dataclasses import dataclass
 
 from ccdiag.host import HostReadError
-from ccdiag.model import ReadError
-from ccdiag.probing import ProbeUnavailable
+from ccdiag.readings import ReadError
+from ccdiag.probing import PROBE_PCIE, ProbeUnavailable, probe
 from ccdiag.probes._sysfs import BDF_RE, attr, link_basename, parse_int, read_error
 
-NAME = "pcie"
+NAME = PROBE_PCIE
 TIMEOUT_S = 10.0
 
 PCI_DEVICES = "/sys/bus/pci/devices"
@@ -239,6 +239,7 @@ def _is_endpoint_of_interest(host, bdf: str, errors: list[ReadError]) -> bool:
     return not host.exists(f"{base}/physfn")
 
 
+@probe(order=20, what="PCIe links", counters=True)
 def collect(host) -> PcieObservation:
     """Every GPU, NIC and NVSwitch function and every bridge above them."""
     errors: list[ReadError] = []

@@ -13,10 +13,11 @@ import re
 from dataclasses import dataclass
 
 from ccdiag.host import HostReadError
-from ccdiag.model import ReadError
+from ccdiag.readings import ReadError
+from ccdiag.probing import PROBE_SYSTEM, probe
 from ccdiag.probes._sysfs import attr, decimal, listing, read_error
 
-NAME = "system"
+NAME = PROBE_SYSTEM
 TIMEOUT_S = 8.0
 
 FABRIC_MANAGER_ARGV = ("systemctl", "is-active", "nvidia-fabricmanager")
@@ -106,10 +107,20 @@ def parse_nvidia_version(text: str) -> str | None:
     return m.group(1) if m else None
 
 
+#: RLIM_INFINITY as a number: ``~0UL`` (16 EiB - 1) on most architectures, ``LONG_MAX`` on a few
+#: (include/uapi/asm-generic/resource.h, arch/mips); a limit at or above it is no limit
+RLIM_INFINITY_VALUES = (2**64 - 1, 2**63 - 1)
+
+
+def _is_unlimited(s: str) -> bool:
+    value = decimal(s)
+    return s == "unlimited" or s == "infinity" or (value is not None and value in RLIM_INFINITY_VALUES)
+
+
 def parse_memlock(text: str) -> tuple[int | None, int | None, bool | None]:
     """(soft, hard, unlimited) from /proc/<pid>/limits' "Max locked memory" line. A limit that
-    reads "unlimited" is None with ``unlimited`` True (both soft and hard must be unlimited for
-    True; a finite soft limit is what registration runs into)."""
+    reads "unlimited" (or RLIM_INFINITY written as its number, 18446744073709551615) is None with
+    ``unlimited`` True when the soft limit is: a finite soft limit is what registration runs into."""
     for line in text.splitlines():
         if line.startswith("Max locked memory"):
             fields = line[len("Max locked memory"):].split()
@@ -117,10 +128,10 @@ def parse_memlock(text: str) -> tuple[int | None, int | None, bool | None]:
                 return None, None, None
 
             def value(s: str) -> int | None:
-                return None if s == "unlimited" else decimal(s)
+                return None if _is_unlimited(s) else decimal(s)
 
             soft, hard = value(fields[0]), value(fields[1])
-            return soft, hard, fields[0] == "unlimited"
+            return soft, hard, _is_unlimited(fields[0])
     return None, None, None
 
 
@@ -200,6 +211,7 @@ def _iommu(host, cmdline: str | None, errors: list[ReadError]) -> str | None:
     return iommu_mode(cmdline, listing(host, "/sys/class/iommu"), group_type)
 
 
+@probe(order=10, what="modules, fabric manager, limits")
 def collect(host) -> SystemObservation:
     """Facts about the node; every one may be None with the reason beside it."""
     errors: list[ReadError] = []

@@ -8,6 +8,7 @@ import os
 import pathlib
 
 import pytest
+from fastloop import check_every_module_imported, mark_real_components_slow
 
 TESTS = pathlib.Path(__file__).resolve().parent
 REPO = TESTS.parent
@@ -35,6 +36,7 @@ def nvidia_present() -> bool:
 
 
 def pytest_collection_modifyitems(config, items):
+    mark_real_components_slow(items)
     present = nvidia_present()
     for item in items:
         marker = item.get_closest_marker("gpu")
@@ -58,3 +60,7 @@ def _quiet_env(monkeypatch):
     for key in list(os.environ):
         if key.startswith(("NCCL_", "CUDA_VISIBLE", "CCDIAG_")):
             monkeypatch.delenv(key, raising=False)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    check_every_module_imported(session)

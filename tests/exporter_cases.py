@@ -13,7 +13,7 @@ import re
 
 from ccdiag.checkrun import CheckResult
 from ccdiag.findings import Component, Finding
-from ccdiag.model import ReadError
+from ccdiag.readings import ReadError
 from ccdiag.probes.infiniband import IbDevice, IbObservation, IbPort
 from ccdiag.probes.kmsg import KernelEvent, KmsgObservation
 from ccdiag.probes.nvml import Gpu, NvLink, NvmlObservation

@@ -163,7 +163,7 @@ def gpu_gone(index: int = 3) -> CheckContext:
 
 
 def gpu_lost(index: int = 5) -> CheckContext:
-    from ccdiag.model import ReadError
+    from ccdiag.readings import ReadError
     runs = with_gpu(healthy_runs(), index, failed="gpu_lost", ecc_volatile_uncorrected=None,
                     ecc_aggregate_uncorrected=None, remapped_rows_pending=None, remapped_rows_failure=None,
                     temperature_c=None, nvlinks=(),

@@ -9,7 +9,8 @@ import pathlib
 import pytest
 
 from ccdiag import checks
-from ccdiag.checkrun import EnvFileError, evaluate, exit_code_for, parse_env_file
+from ccdiag.checkrun import evaluate, exit_code_for
+from ccdiag.envfile import EnvFileError, parse_env_file
 from ccdiag.exitcodes import ExitCode
 from ccdiag.findings import FAIL, PASS, SKIP, UNKNOWN, WARN, Component, Evidence, Finding
 from ccdiag.host import ReplayHost

@@ -11,7 +11,7 @@ import pytest
 import scenarios_fabric as S
 from ccdiag.checks import run_checks
 from ccdiag.findings import STATUSES
-from ccdiag.model import to_jsonable
+from ccdiag.readings import to_jsonable
 
 SCENARIOS = {
     "healthy": lambda: S.make_ctx(),

@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from ccdiag.checks import run_checks
-from ccdiag.model import ReadError
+from ccdiag.readings import ReadError
 from ccdiag.policy import Policy
 from ccdiag.probing import ProbeRun
 import scenarios_gpu as S

@@ -10,7 +10,7 @@ import scenarios_fabric as S
 from ccdiag.checks import REGISTRY, load_all, run_checks
 from ccdiag.checks.pcie import acs, aer, gen_of, link_speed, link_width, replay
 from ccdiag.findings import FAIL, PASS, SKIP, UNKNOWN, WARN
-from ccdiag.model import ReadError
+from ccdiag.readings import ReadError
 from ccdiag.policy import Policy
 from ccdiag.probing import ProbeRun
 

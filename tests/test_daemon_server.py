@@ -74,14 +74,13 @@ def http_threads() -> int:
 
 
 def test_idle_connections_hold_no_thread_and_scrapes_keep_answering(serve):
-    srv = serve()
+    srv = serve(max_requests=4)
     assert get(srv.url) == 200
-    threads = http_threads()
     idle = [connect(srv) for _ in range(100)]
     wait_for(lambda: srv.pending >= 100)
     for _ in range(20):
         assert get(srv.url) == 200
-    assert http_threads() == threads  # the scrape's worker was reused; no thread per connection
+    assert 1 <= http_threads() <= 4  # workers up to the bound, none per connection
     for s in idle:
         s.close()
 

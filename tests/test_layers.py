@@ -32,7 +32,8 @@ ALLOWED = {
                  "benchparse", "cluster"},
 }
 #: leaf modules any room may use: errors, exit codes, data model, rates, findings, policy, output
-SHARED = {"errors", "userfiles", "procgroups", "exitcodes", "model", "linkrates", "findings", "policy", "tomlread", "output", "__init__",
+SHARED = {"errors", "envfile", "probenames", "userfiles", "procgroups", "exitcodes", "readings", "linkrates", "findings", "policy", "tomlread",
+          "output", "__init__",
           "__version__"}
 
 
@@ -41,7 +42,7 @@ def room_of(module: str) -> str | None:
     if parts[0] != "ccdiag" or len(parts) < 2:
         return None
     head = parts[1]
-    if head in ("host", "nvmlcall", "snapshot", "linkload"):  # linkload drives the GPUs: a door to the machine
+    if head in ("host", "nvmlcall", "snapshot", "busy_pcie_links", "inflight", "netfacts"):  # doors to the machine
         return "host"
     if head in ("probes", "probing"):
         return "probes"
@@ -55,7 +56,7 @@ def room_of(module: str) -> str | None:
         return "exporters"
     if head in ("report", "render", "redact"):  # redaction keeps what the probes read: downstream of them
         return "report"
-    if head in ("checkrun", "stages"):
+    if head in ("checkrun", "stages", "observe"):
         return "run"
     if head in ("commands", "cli", "__main__"):
         return "commands"

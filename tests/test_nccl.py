@@ -63,6 +63,18 @@ BY_HAND = {
     "rtx3090-x2-nvlink-bridge-nv4-lxc-spaces.txt": (None, None),
     # one NIC (NIC0 = mlx5_2), NODE to GPU0-3 and SYS to GPU4-7: it is every GPU's nearest.
     "v100-sxm2-x8-hybrid-cube-mesh-nv1-nv2-1nic-gpunumaid.txt": ("=mlx5_2", None),
+    # fused-cell pastes (read after their repairs). B200: each GPU PXB to one NIC (GPU0 NIC4, GPU1 NIC7,
+    # GPU2 NIC8, GPU3 NIC9, GPU4 NIC10, GPU5 NIC13, GPU6 NIC14, GPU7 NIC15; NICk = mlx5_k), the rest
+    # NODE or SYS; NV18: no order.
+    "b200-x8-nv18-16nic-fused-pxbnode-syssys-nccl-tests-333.txt": (
+        "=mlx5_4,mlx5_7,mlx5_8,mlx5_9,mlx5_10,mlx5_13,mlx5_14,mlx5_15", None),
+    # A100: all 8 NICs PHB to every GPU (NIC7's 'PH' read from its mirror): all are rails; NV12: no order.
+    "a100-sxm4-x8-nv12-8nic-fused-phb-affinity-ph0-115.txt": (
+        "=mlx5_0,mlx5_1,mlx5_2,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_7", None),
+    # H100: GPU0-2 PIX NIC0-2, GPU3 NIC5, GPU4 NIC6, GPU5 NIC7 (from 'PIXNODE'), GPU6 NIC8, GPU7 NIC11;
+    # NIC3/4/9/10 NODE to every GPU. The operator's own NCCL_IB_HCA in the same file names these 8.
+    "h100-x8-nv18-12nic-fused-pixnode-x-node-slurmv4.txt": (
+        "=mlx5_0,mlx5_1,mlx5_2,mlx5_5,mlx5_6,mlx5_7,mlx5_8,mlx5_11", None),
     # no NIC; GPU pairs (0,1) (2,3) ... PIX, NODE within a NUMA node, SYS across: index order.
     "x8-pcie-only-2numa-pix-pairs-node-sys-no-nic-spaces.txt": (None, "GPU0,GPU1,GPU2,GPU3,GPU4,GPU5,GPU6,GPU7"),
 }

@@ -14,7 +14,7 @@ import pytest
 from ccdiag.checkrun import evaluate
 from ccdiag.exitcodes import ExitCode
 from ccdiag.host import ReplayHost
-from ccdiag.model import to_jsonable
+from ccdiag.readings import to_jsonable
 from ccdiag.probing import ALL_PROBES, run_probes
 from ccdiag.snapshot import SnapshotData
 

@@ -7,7 +7,7 @@ import pathlib
 import pytest
 
 from ccdiag.host import RecordingHost, ReplayHost
-from ccdiag.model import to_jsonable
+from ccdiag.readings import to_jsonable
 from ccdiag.probing import ALL_PROBES, run_probes
 from ccdiag.snapshot import SnapshotData
 

@@ -82,3 +82,31 @@ def parse_ttar(text: str, prefix: str = "/sys", snap: SnapshotData | None = None
             raise ValueError(f"ttar: unexpected line {i}: {line[:60]!r}")
     flush(None)
     return snap
+
+
+def extract_ttar(source: str | pathlib.Path, dest: str | pathlib.Path, prefix: str = "/sys",
+                 skip: tuple[str, ...] = ()) -> None:
+    """Write the archive at ``source`` as a real tree under ``dest`` (``dest/sys/...``), symlinks
+    included, so ``--root dest`` reads it as a copied machine; paths starting with one of ``skip``
+    (host paths, e.g. ``/sys/class/net/eth0``) are left out."""
+    import os
+
+    snap = load_ttar(source, prefix)
+    root = pathlib.Path(dest)
+
+    def keep(path: str) -> bool:
+        return not any(path == s or path.startswith(s.rstrip("/") + "/") for s in skip)
+
+    for d in sorted(snap.dirs):
+        if keep(d):
+            (root / d.lstrip("/")).mkdir(parents=True, exist_ok=True)
+    for path, data in snap.files.get(0, {}).items():
+        if keep(path) and isinstance(data, bytes):
+            target = root / path.lstrip("/")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+    for path, link in snap.links.items():
+        if keep(path):
+            target = root / path.lstrip("/")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.symlink(link, target)

@@ -55,7 +55,8 @@ class Engine:
         self.size = int(req.get("size_bytes") or (256 << 20))
         self.iters = max(1, int(req.get("iters") or 5))
         self.reps = max(1, int(req.get("reps") or DEFAULT_REPS))
-        self.warmup = max(0, int(req.get("warmup") if req.get("warmup") is not None else DEFAULT_WARMUP))
+        warmup = req.get("warmup")
+        self.warmup = max(0, int(warmup if warmup is not None else DEFAULT_WARMUP))
         self.deadline = time.monotonic() + float(req.get("budget_s") or 60.0)
         self.numa_cpus = {int(k): cpulist_cpus(v) for k, v in (req.get("numa_cpus") or {}).items()}
         self.allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()

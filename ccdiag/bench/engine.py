@@ -64,6 +64,8 @@ def run_worker(request: dict, budget_s: float, on_line: Callable[[dict], None] |
     except OSError as exc:
         run.fatal = f"cannot start {module}: {exc.strerror or exc}"
         return run
+    # the three pipes were asked for above
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
     try:
         proc.stdin.write(json.dumps(request).encode())
         proc.stdin.close()
@@ -80,7 +82,7 @@ def run_worker(request: dict, budget_s: float, on_line: Callable[[dict], None] |
             run.timed_out = True
             break
         for key, _ in sel.select(timeout=min(left, 0.5)):
-            chunk = os.read(key.fileobj.fileno(), 65536)
+            chunk = os.read(key.fd, 65536)
             if not chunk:
                 sel.unregister(key.fileobj)
                 open_streams -= 1
@@ -142,6 +144,7 @@ def _stop(proc: subprocess.Popen, run: WorkerRun) -> None:
         run.returncode = None  # stuck in the kernel: abandoned, never waited on forever
     for f in (proc.stdout, proc.stderr):
         try:
-            f.close()
+            if f is not None:
+                f.close()
         except OSError:
             pass

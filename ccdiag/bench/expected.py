@@ -8,9 +8,12 @@ path is blamed on what the measurements share (:mod:`.localize`).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ccdiag.bench.result import Expected
+
+if TYPE_CHECKING:
+    from ccdiag.topology.model import Topology
 
 
 def _desc(link: Any, current: bool) -> str | None:
@@ -28,7 +31,7 @@ def _from_paths(cap: Any, cur: Any, kind: str, source: str) -> Expected:
         level=cap.level, kind=kind, source=source, links=tuple(l.name for l in cap.links))
 
 
-def _missing(topology: Any, *names: str) -> str | None:
+def _missing(topology: Topology | None, *names: str) -> str | None:
     """The first name the topology cannot place: absent, or a GPU NVML lost (its links unknown)."""
     for n in names:
         if topology is None or not topology.has_device(n):
@@ -42,25 +45,25 @@ def _missing(topology: Any, *names: str) -> str | None:
     return None
 
 
-def host_device(topology: Any, gpu: str, bidir: bool = False) -> Expected | None:
+def host_device(topology: Topology | None, gpu: str, bidir: bool = False) -> Expected | None:
     """Host memory on the GPU's own NUMA node <-> the GPU: the PCIe path to the root complex."""
-    if _missing(topology, gpu):
+    if topology is None or _missing(topology, gpu):
         return None
     cap, cur = topology.expected_h2d(gpu), topology.expected_h2d(gpu, current=True)
     return _from_paths(cap, cur, "pcie_bidir" if bidir else "pcie",
                        f"topology: PCIe path host->{gpu}, bottleneck link")
 
 
-def peer(topology: Any, a: str, b: str) -> Expected | None:
+def peer(topology: Topology | None, a: str, b: str) -> Expected | None:
     """GPU a -> GPU b: NVLink count x per-link rate, or the PCIe bottleneck of their path."""
-    if _missing(topology, a, b):
+    if topology is None or _missing(topology, a, b):
         return None
     cap, cur = topology.path_bandwidth(a, b), topology.current_path_bandwidth(a, b)
     kind = "nvlink" if (cap.level or "").startswith("NV") else "pcie"
     return _from_paths(cap, cur, kind, f"topology: path {a}->{b} ({cap.level}), bottleneck link")
 
 
-def staged(topology: Any, a: str, b: str) -> Expected | None:
+def staged(topology: Topology | None, a: str, b: str) -> Expected | None:
     """A copy between GPUs without peer access goes through host memory: down one GPU's PCIe path
     and up the other's. Expected: the slower of the two paths (the copy engines overlap the halves)."""
     ea, eb = host_device(topology, a), host_device(topology, b)
@@ -73,18 +76,18 @@ def staged(topology: Any, a: str, b: str) -> Expected | None:
                     source=f"topology: {a}->host->{b}, the slower PCIe path", links=ea.links + eb.links)
 
 
-def gpu_nic(topology: Any, gpu: str, nic: str) -> Expected | None:
+def gpu_nic(topology: Topology | None, gpu: str, nic: str) -> Expected | None:
     """GPU memory -> NIC -> wire (GPUDirect RDMA): the smaller of the PCIe path and the port rate."""
-    if _missing(topology, gpu, nic):
+    if topology is None or _missing(topology, gpu, nic):
         return None
     cap = topology.expected_gpu_nic(gpu, nic)
     cur = topology.expected_gpu_nic(gpu, nic, current=True)
     return _from_paths(cap, cur, "rdma", f"topology: {gpu}->{nic} ({cap.level}) then the port's wire")
 
 
-def host_nic(topology: Any, nic: str) -> Expected | None:
+def host_nic(topology: Topology | None, nic: str) -> Expected | None:
     """Host memory -> NIC -> wire: the NIC's PCIe path to its root complex, then the port rate."""
-    if _missing(topology, nic):
+    if topology is None or _missing(topology, nic):
         return None
     cap, cur = topology.expected_h2d(nic), topology.expected_h2d(nic, current=True)
     node = topology.node_id(nic)
@@ -99,7 +102,7 @@ def host_nic(topology: Any, nic: str) -> Expected | None:
     return best
 
 
-def ring(topology: Any, gpus: list[str], nodes: int = 1, nics_per_node: list[str] | None = None) -> Expected | None:
+def ring(topology: Topology | None, gpus: list[str], nodes: int = 1, nics_per_node: list[str] | None = None) -> Expected | None:
     """Bus bandwidth a ring over ``gpus`` can reach: the slowest hop between consecutive GPUs, and
     across nodes the node's RDMA rails together (NCCL runs rings over every rail at once, so the
     ideal multi-node busbw is the node's aggregate NIC bandwidth: 8 x 50 GB/s NDR gives ~400,
@@ -112,7 +115,7 @@ def ring(topology: Any, gpus: list[str], nodes: int = 1, nics_per_node: list[str
         if a == b:
             continue
         e = peer(topology, a, b)
-        if e is not None and e.gbyte_s is not None and (best is None or e.gbyte_s < best.gbyte_s):
+        if e is not None and e.gbyte_s is not None and (best is None or e.gbyte_s < cast(float, best.gbyte_s)):
             best = e
     if nodes > 1 and nics_per_node:
         total = cur = 0.0

@@ -11,7 +11,7 @@ expected value of its path from the topology (:mod:`.expected`), and into findin
 from __future__ import annotations
 
 import statistics
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ccdiag.bench import expected as exp
 from ccdiag.bench.judge import judge, judge_against_peers
@@ -19,6 +19,9 @@ from ccdiag.bench.localize import localize
 from ccdiag.bench.registry import Benchmark, BenchContext, module_missing, register
 from ccdiag.bench.result import ERROR, PARTIAL, RAN, TIMEOUT, BenchResult, Measurement
 from ccdiag.findings import PASS, UNKNOWN, WARN, Component, Evidence, Finding
+
+if TYPE_CHECKING:
+    from ccdiag.topology.model import Topology
 
 ENGINE = "cupy-ce"
 #: a GPU that copies this much faster from a remote NUMA node than from its own has its NUMA
@@ -168,7 +171,7 @@ def _error_findings(name: str, ms: list[Measurement]) -> list[Finding]:
     return out
 
 
-def numa_findings(ms: list[Measurement], topology: Any) -> list[Finding]:
+def numa_findings(ms: list[Measurement], topology: Topology) -> list[Finding]:
     """Host->device from the GPU's own NUMA node against a remote one: a remote penalty is placement
     advice; a GPU faster from the remote node has its NUMA affinity misreported."""
     local = {m.dst: m for m in ms if m.op == "h2d" and m.direction == "uni" and not m.extra.get("remote_numa")

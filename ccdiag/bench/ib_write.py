@@ -23,7 +23,7 @@ import socket
 import statistics
 import subprocess
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ccdiag import procgroups
 from ccdiag.bench import expected as exp
@@ -31,6 +31,10 @@ from ccdiag.bench.judge import judge
 from ccdiag.bench.registry import Benchmark, BenchContext, module_missing, register
 from ccdiag.bench.result import ERROR, PARTIAL, RAN, TIMEOUT, BenchResult, Measurement
 from ccdiag.findings import FAIL, PASS, UNKNOWN, WARN, Component, Evidence, Finding
+from ccdiag.probenames import PROBE_INFINIBAND
+
+if TYPE_CHECKING:
+    from ccdiag.topology.model import Topology
 
 #: message size of the bandwidth test: large enough that per-message costs vanish (the production
 #: GPUDirect check uses 8 MiB messages)
@@ -65,7 +69,7 @@ def rdma_ports(ctx: BenchContext) -> list[dict]:
 
 def cuda_ordinal(ctx: BenchContext, gpu: str) -> int | None:
     """The CUDA ordinal of a GPU when CUDA_DEVICE_ORDER=PCI_BUS_ID (engines are started so)."""
-    gpus = sorted((g for g in ctx.topology.gpus() if g.bdf), key=lambda g: g.bdf)
+    gpus = sorted((g for g in ctx.topology.gpus() if g.bdf), key=lambda g: g.bdf or "")
     for i, g in enumerate(gpus):
         if g.label == gpu:
             return i
@@ -165,7 +169,7 @@ def _gid_index(ctx: BenchContext, nic: str, port: int) -> int | None:
     infiniband probe, read the way `ccdiag nccl` reads it."""
     from ccdiag.nccl.layout import gid_facts
 
-    ib = ctx.runs.get("infiniband") if ctx.runs else None
+    ib = ctx.runs.get(PROBE_INFINIBAND) if ctx.runs else None
     for dev in getattr(getattr(ib, "data", None), "devices", ()) or ():
         if dev.name != nic:
             continue
@@ -282,7 +286,7 @@ def _error_lines(text: str) -> str:
     return "; ".join(lines[:3])[:400]
 
 
-def findings(ms: list[Measurement], topology: Any) -> list[Finding]:
+def findings(ms: list[Measurement], topology: Topology) -> list[Finding]:
     """GPU figure against host figure per port: which side of the port is at fault."""
     out: list[Finding] = []
     by_port: dict[str, dict[str, Measurement]] = {}
@@ -292,9 +296,9 @@ def findings(ms: list[Measurement], topology: Any) -> list[Finding]:
         dev, _, num = port.partition(":")
         comp = Component("ib_port", f"{dev} port {num}", device=dev, port=int(num) if num.isdigit() else None)
         g, h = pair.get("gpu"), pair.get("host")
-        for m in (g, h):
-            if m is not None and m.error:
-                out.append(Finding("bench.ib_write.error", UNKNOWN, comp, f"{m.src}->{port}: could not measure: {m.error}",
+        for one in (g, h):
+            if one is not None and one.error:
+                out.append(Finding("bench.ib_write.error", UNKNOWN, comp, f"{one.src}->{port}: could not measure: {one.error}",
                                    remedy="Check `ibv_devinfo -d " + dev + "`, that the port is ACTIVE, and for GPU "
                                           "buffers that nvidia_peermem is loaded (`lsmod | grep peermem`)."))
         judged = [m for m in (g, h) if m is not None and m.status in (PASS, WARN, FAIL)]

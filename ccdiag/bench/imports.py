@@ -18,13 +18,16 @@ link's rate (nccl-tests issues #153 and #212), so such figures are reported, nev
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ccdiag.bench import expected as exp
 from ccdiag.bench.judge import judge, judge_against_peers
 from ccdiag.bench.localize import localize
 from ccdiag.bench.result import RAN, BenchResult, Expected, Measurement
 from ccdiag.findings import FAIL, UNKNOWN, Component, Evidence, Finding
+
+if TYPE_CHECKING:
+    from ccdiag.topology.model import Topology
 
 #: text that shows NCCL was set to, or chose, an algorithm whose busbw is not a link's rate (a
 #: plugin probe such as "Failed to find ncclCollNetPlugin_v10 symbol" says nothing of the kind)
@@ -53,7 +56,7 @@ class MatrixTopology:
         return []
 
 
-def _expected(topology: Any, kind: str, *names: str) -> Expected | None:
+def _expected(topology: Topology, kind: str, *names: str) -> Expected | None:
     if isinstance(topology, MatrixTopology):
         level = topology.level(names[0], names[-1]) if len(names) == 2 and all(map(topology.has_device, names)) else None
         return Expected(None, level=level, kind="pcie" if kind != "p2p" else "nvlink",
@@ -86,7 +89,7 @@ def _gpu(i: Any) -> str:
 
 
 # -- nvbandwidth --------------------------------------------------------------------------------
-def from_nvbandwidth(parsed: Any, topology: Any, policy: Any, source: str) -> list[Measurement]:
+def from_nvbandwidth(parsed: Any, topology: Topology | None, policy: Any, source: str) -> list[Measurement]:
     out = []
     for name, case in parsed.testcases.items():
         for mat in case.matrices:
@@ -121,7 +124,7 @@ def from_nvbandwidth(parsed: Any, topology: Any, policy: Any, source: str) -> li
 
 
 # -- p2pBandwidthLatencyTest --------------------------------------------------------------------
-def _cuda_to_label(parsed: Any, topology: Any) -> dict[int, str]:
+def _cuda_to_label(parsed: Any, topology: Topology | None) -> dict[int, str]:
     """CUDA ordinal -> topology GPU label, by the PCI address the sample prints."""
     out = {}
     by_bdf = {}
@@ -139,7 +142,7 @@ def _cuda_to_label(parsed: Any, topology: Any) -> dict[int, str]:
     return out
 
 
-def from_p2plat(parsed: Any, topology: Any, policy: Any, source: str) -> list[Measurement]:
+def from_p2plat(parsed: Any, topology: Topology | None, policy: Any, source: str) -> list[Measurement]:
     names = _cuda_to_label(parsed, topology)
     out: list[Measurement] = []
     mats = ((parsed.unidir_p2p_enabled_gbyte_s, "uni", True), (parsed.bidir_p2p_enabled_gbyte_s, "bidir", True),
@@ -176,7 +179,7 @@ def from_p2plat(parsed: Any, topology: Any, policy: Any, source: str) -> list[Me
 
 
 # -- perftest -------------------------------------------------------------------------------------
-def from_perftest(parsed: Any, topology: Any, policy: Any, source: str) -> list[Measurement]:
+def from_perftest(parsed: Any, topology: Topology | None, policy: Any, source: str) -> list[Measurement]:
     if parsed.kind != "bw" or not parsed.bw_rows:
         return []
     row = max(parsed.bw_rows, key=lambda r: r.size_bytes or 0)
@@ -202,7 +205,7 @@ def from_perftest(parsed: Any, topology: Any, policy: Any, source: str) -> list[
 
 
 # -- nccl-tests -----------------------------------------------------------------------------------
-def nccl_findings(parsed: Any, text: str, topology: Any, policy: Any, source: str) -> tuple[list[Measurement], list[Finding]]:
+def nccl_findings(parsed: Any, text: str, topology: Topology | None, policy: Any, source: str) -> tuple[list[Measurement], list[Finding]]:
     ms: list[Measurement] = []
     findings: list[Finding] = []
     hit = IN_NETWORK.search(text[:1 << 24])
@@ -256,7 +259,7 @@ def nccl_findings(parsed: Any, text: str, topology: Any, policy: Any, source: st
     return ms, findings
 
 
-def import_file(text: str, topology: Any, policy: Any, source: str, perftest_unit: str | None = None) -> BenchResult:
+def import_file(text: str, topology: Topology, policy: Any, source: str, perftest_unit: str | None = None) -> BenchResult:
     """Parse one file (any supported tool) and judge it. Raises BenchParseError on a bad file.
     ``perftest_unit``: the bandwidth unit of a perftest JSON file ("MiB/sec" or "Gb/sec"), which the
     JSON itself does not record."""

@@ -62,9 +62,9 @@ def judge_against_peers(ms: Iterable[Measurement], group_of: dict[str, str] | No
                 m.status = PASS if m.gbyte_s and m.gbyte_s > 0 else UNKNOWN
                 m.note = m.note or "one GPU of its model: no peer to compare with"
             continue
-        med = statistics.median(m.gbyte_s for m in members)
+        med = statistics.median(m.gbyte_s for m in members if m.gbyte_s is not None)  # all are, see above
         for m in members:
-            m.ratio = m.gbyte_s / med if med > 0 else None
+            m.ratio = m.gbyte_s / med if med > 0 and m.gbyte_s is not None else None
             m.status = (UNKNOWN if m.ratio is None else FAIL if m.ratio < PEER_FAIL_BELOW
                         else WARN if m.ratio < PEER_WARN_BELOW else PASS)
             m.typical = f">= {PEER_WARN_BELOW:.0%} of the peers' median"

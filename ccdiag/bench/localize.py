@@ -18,10 +18,13 @@ A healthy run gives one ``pass`` finding per benchmark with the range of ratios 
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Iterable, cast
 
-from ccdiag.bench.result import Measurement
+from ccdiag.bench.result import Expected, Measurement
 from ccdiag.findings import FAIL, PASS, WARN, Component, Evidence, Finding
+
+if TYPE_CHECKING:
+    from ccdiag.topology.model import Topology
 
 BAD = (FAIL, WARN)
 #: a figure within this fraction of the trained links' expectation is "explained" by them
@@ -48,7 +51,7 @@ def _evidence(ms: list[Measurement], limit: int = 8) -> tuple[Evidence, ...]:
     return tuple(out)
 
 
-def _link_component(topology: Any, name: str) -> Component:
+def _link_component(topology: Topology | None, name: str) -> Component:
     link = None
     if topology is not None:
         link = next((l for l in topology.links() if l.name == name), None)
@@ -88,7 +91,7 @@ def _remedy_for_link(comp: Component, trained: bool) -> str:
             "PCIe errors (AER counters), ACS/IOMMU settings, and the slot's BIOS settings.")
 
 
-def localize(bench: str, ms: list[Measurement], topology: Any = None) -> list[Finding]:
+def localize(bench: str, ms: list[Measurement], topology: Topology | None = None) -> list[Finding]:
     """Findings for one benchmark's judged measurements (see the module docstring)."""
     check = f"bench.{bench}"
     judged = [m for m in ms if m.gbyte_s is not None and m.status in (PASS, WARN, FAIL)]
@@ -116,7 +119,7 @@ def localize(bench: str, ms: list[Measurement], topology: Any = None) -> list[Fi
         else:
             pool.append(m)
     for name, group in by_trained.items():
-        e = group[0].expected
+        e = cast("Expected", group[0].expected)  # grouped by its expected's trained bottleneck above
         comp = _link_component(topology, name)
         findings.append(Finding(
             f"{check}.slow_link", _worst(group), comp,

@@ -8,10 +8,15 @@ which ``ccdiag bench`` prints as a skip, never as a traceback.
 
 from __future__ import annotations
 
-import importlib.util
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:
+    from ccdiag.bench.result import BenchResult
+    from ccdiag.topology.model import Topology
+
+from ccdiag.probenames import PROBE_NVML
 
 #: default bytes per copy and timed rounds; quick mode (``check --bench quick``) uses the second pair
 DEFAULT_SIZE_BYTES = 256 << 20
@@ -26,7 +31,7 @@ class BenchContext:
     observations, the policy (thresholds), sizes, and one absolute deadline."""
 
     host: Any
-    topology: Any
+    topology: Topology
     runs: dict
     policy: Any = None
     size_bytes: int | None = None
@@ -64,7 +69,7 @@ class BenchContext:
             return ("a replayed snapshot cannot be measured: run `ccdiag bench` on the node itself, or judge "
                     "figures you already have with `ccdiag bench import`")
         if self.topology is None or not self.topology.gpus():
-            nvml = self.runs.get("nvml") if self.runs else None
+            nvml = self.runs.get(PROBE_NVML) if self.runs else None
             err = getattr(nvml, "error", None)
             return "no NVIDIA GPU in this node's topology" + (f" (NVML: {err})" if err else "")
         if not self.usable_gpus():
@@ -76,6 +81,7 @@ def module_missing(name: str, install: str, env: dict | None = None) -> str | No
     """The reason an optional module cannot be used, found without importing it. ``env``: the
     environment engine child processes get; its PYTHONPATH is searched first, as the child will."""
     import importlib.machinery
+    import importlib.util
     import os
 
     try:
@@ -99,6 +105,11 @@ class Benchmark:
     quick_budget_s: float = 5.0
 
     def applicable(self, ctx: BenchContext) -> str | None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def run(self, ctx: BenchContext, budget_s: float) -> BenchResult:  # pragma: no cover - interface
+        """Measure within ``budget_s``; engines that measure several benchmarks at once run them
+        through their group runner instead."""
         raise NotImplementedError
 
 

@@ -13,7 +13,7 @@ import statistics
 from dataclasses import dataclass, field
 
 from ccdiag.findings import Finding
-from ccdiag.model import to_jsonable
+from ccdiag.readings import to_jsonable
 
 #: outcomes of one benchmark
 RAN = "ran"  # every planned measurement was made

@@ -12,6 +12,8 @@ rather than spend memory on a file that cannot be one run's output.
 
 from __future__ import annotations
 
+from ccdiag.errors import UserInputError
+
 #: the largest input a parser reads; the biggest real outputs (nvbandwidth -a on a 72-GPU NVL72 rack,
 #: an NCCL_DEBUG=INFO nccl-tests log of a few hundred ranks) are a few MiB
 MAX_BYTES = 16 << 20
@@ -31,7 +33,7 @@ def clip(text: str, limit: int = QUOTE_LIMIT) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
-class BenchParseError(ValueError):
+class BenchParseError(UserInputError, ValueError):
     """Text that cannot be read as the tool's output without guessing, or past a bound.
 
     ``line_no`` is 1-based and always set (a refusal of the whole input names the line where the

@@ -14,7 +14,8 @@ from typing import Any, Callable, Iterable
 
 from ccdiag.checks.context import REGISTRY, CheckContext
 from ccdiag.findings import SKIP, UNKNOWN, Component, Evidence, Finding
-from ccdiag.model import ReadError, normalize_bdf
+from ccdiag.readings import ReadError, normalize_bdf
+from ccdiag.probenames import PROBE_NVML, PROBE_SMI_TOPO
 from ccdiag.probing import TIMEOUT, UNAVAILABLE
 
 NVIDIA_VENDOR = "0x10de"
@@ -26,16 +27,6 @@ NOT_APPLICABLE = ("not_supported", "not_found")
 #: the node as a component (findings about the node as a whole)
 NODE = Component("node", "node")
 
-#: what each probe reads, for findings about a probe that gave nothing
-PROBE_WHAT = {
-    "nvml": "GPU state from NVML",
-    "kmsg": "kernel log (XIDs)",
-    "pcie": "PCIe links",
-    "infiniband": "InfiniBand ports",
-    "system": "modules, fabric manager, limits",
-    "netdev": "network interfaces",
-    "smi_topo": "nvidia-smi topology",
-}
 
 
 # ---------------------------------------------------------------- naming
@@ -158,7 +149,7 @@ def unusable_probe_finding(ctx: CheckContext, check_id: str, probe: str, what: s
         return Finding(check_id, SKIP, NODE, f"{what}: probe {probe} was not run",
                        details={"probe": probe, "probe_status": None})
     details = {"probe": probe, "probe_status": run.status}
-    if probe == "nvml":
+    if probe == PROBE_NVML:
         pci = nvidia_pci_gpus(ctx)
         if run.status == UNAVAILABLE and pci is not None and not pci:
             return Finding(check_id, SKIP, NODE, "No NVIDIA GPU on this node (NVML absent, none on PCI).",
@@ -177,7 +168,7 @@ def unusable_probe_finding(ctx: CheckContext, check_id: str, probe: str, what: s
 
 def probe_timeout_remedy(probe: str) -> str:
     """What to do about a probe that hung: a wedged GPU driver for NVML, a D-state read otherwise."""
-    if probe in ("nvml", "smi_topo"):
+    if probe in (PROBE_NVML, PROBE_SMI_TOPO):
         return ("A hung NVML call usually means a wedged driver or GPU: look for XID 79/119 in the kernel log, "
                 "drain the node and reset or reboot.")
     return ("Re-run; if it hangs again, look for processes in D state (ps -eo stat,pid,cmd | grep ^D) "
@@ -246,7 +237,7 @@ def with_inferred_bus_ids(nvml: Any, pci: list | None) -> Any:
 def nvml_gate(ctx: CheckContext, check_id: str) -> tuple[Any, list[Finding]]:
     """(NVML observation with inferred bus ids, []) when NVML data is usable, else (None, [the gate
     finding])."""
-    gated = gate(ctx, check_id, probes=("nvml",))
+    gated = gate(ctx, check_id, probes=(PROBE_NVML,))
     if gated is not None:
         return None, [gated]
     return with_inferred_bus_ids(ctx.nvml, nvidia_pci_gpus(ctx)), []

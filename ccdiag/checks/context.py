@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from ccdiag.findings import Finding
 from ccdiag.policy import DEFAULT_POLICY, Policy
+from ccdiag.probenames import (PROBE_INFINIBAND, PROBE_KMSG, PROBE_NETDEV, PROBE_NVML, PROBE_PCIE, PROBE_SMI_TOPO,
+                               PROBE_SYSTEM)
 from ccdiag.probing import ProbeRun
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -84,28 +86,28 @@ class CheckContext:
     # typed access to the first sample's observations (None when that probe gave nothing usable)
     @property
     def nvml(self) -> "NvmlObservation | None":
-        return self.data("nvml")
+        return self.data(PROBE_NVML)
 
     @property
     def pcie(self) -> "PcieObservation | None":
-        return self.data("pcie")
+        return self.data(PROBE_PCIE)
 
     @property
     def infiniband(self) -> "IbObservation | None":
-        return self.data("infiniband")
+        return self.data(PROBE_INFINIBAND)
 
     @property
     def netdev(self) -> "NetdevObservation | None":
-        return self.data("netdev")
+        return self.data(PROBE_NETDEV)
 
     @property
     def kmsg(self) -> "KmsgObservation | None":
-        return self.data("kmsg")
+        return self.data(PROBE_KMSG)
 
     @property
     def system(self) -> "SystemObservation | None":
-        return self.data("system")
+        return self.data(PROBE_SYSTEM)
 
     @property
     def smi_topo(self) -> "SmiTopoObservation | None":
-        return self.data("smi_topo")
+        return self.data(PROBE_SMI_TOPO)

@@ -14,6 +14,7 @@ from ccdiag.checks.infiniband import all_ports, is_active, port_path
 from ccdiag.checks.common import gate, node_component, policy_source
 from ccdiag.findings import FAIL, PASS, SKIP, UNKNOWN, WARN, Component, Evidence, Finding
 from ccdiag.nccl.lists import nccl_match, parse_nccl_list
+from ccdiag.probenames import PROBE_INFINIBAND, PROBE_NVML, PROBE_SYSTEM
 from ccdiag.probing import UNAVAILABLE
 
 MIB = 1 << 20
@@ -48,16 +49,16 @@ def _nccl_int(value: str) -> int | None:
 # ---------------------------------------------------------------- transport switches
 
 def _rdma_present(ctx: CheckContext) -> bool:
-    ib = ctx.data("infiniband")
+    ib = ctx.data(PROBE_INFINIBAND)
     return bool(ib is not None and all_ports(ib))
 
 
 def _gpu_count(ctx: CheckContext) -> int | None:
-    nvml = ctx.data("nvml")
+    nvml = ctx.data(PROBE_NVML)
     return len(nvml.gpus) if nvml is not None else None
 
 
-@check("env.nccl_disable", uses=("infiniband", "nvml"))
+@check("env.nccl_disable", uses=(PROBE_INFINIBAND, PROBE_NVML))
 def nccl_disable(ctx: CheckContext) -> list[Finding]:
     """NCCL_P2P_DISABLE / NCCL_IB_DISABLE / NCCL_SHM_DISABLE switch transports off: debugging knobs
     that quietly cost bandwidth when left in a job script."""
@@ -71,10 +72,11 @@ def nccl_disable(ctx: CheckContext) -> list[Finding]:
             out.append(Finding("env.nccl_disable", PASS, _env_comp(var), f"{var}=0 (transport enabled)", ev))
             continue
         moot = None
-        if var == "NCCL_IB_DISABLE" and ctx.runs.get("infiniband") and not _rdma_present(ctx) \
-                and ctx.runs["infiniband"].status in ("ok", "partial", UNAVAILABLE):
+        if var == "NCCL_IB_DISABLE" and ctx.runs.get(PROBE_INFINIBAND) and not _rdma_present(ctx) \
+                and ctx.runs[PROBE_INFINIBAND].status in ("ok", "partial", UNAVAILABLE):
             moot = "no RDMA devices on this node, so nothing is lost"
-        if var == "NCCL_P2P_DISABLE" and _gpu_count(ctx) is not None and _gpu_count(ctx) < 2:
+        gpu_count = _gpu_count(ctx) if var == "NCCL_P2P_DISABLE" else None
+        if gpu_count is not None and gpu_count < 2:
             moot = "fewer than two GPUs, so nothing is lost"
         if moot:
             out.append(Finding("env.nccl_disable", PASS, _env_comp(var), f"{var}={ctx.env[var]}: {moot}", ev))
@@ -160,17 +162,17 @@ def socket_ifname(ctx: CheckContext) -> list[Finding]:
 
 # ---------------------------------------------------------------- NCCL_IB_HCA
 
-@check("env.ib_hca", uses=("infiniband",))
+@check("env.ib_hca", uses=(PROBE_INFINIBAND,))
 def ib_hca(ctx: CheckContext) -> list[Finding]:
     """NCCL_IB_HCA names HCAs and ports that exist and are active (and no prefix catches extra HCAs)."""
     var = "NCCL_IB_HCA"
     if not ctx.env.get(var, "").strip():
         return [Finding("env.ib_hca", SKIP, _env_comp(var), f"{var} not set: NCCL uses every active HCA")]
-    run = ctx.runs.get("infiniband")
+    run = ctx.runs.get(PROBE_INFINIBAND)
     if run is None or not (run.usable or run.status == UNAVAILABLE):
-        return [gate(ctx, "env.ib_hca", "RDMA devices", probes=("infiniband",)) or
+        return [gate(ctx, "env.ib_hca", "RDMA devices", probes=(PROBE_INFINIBAND,)) or
                 Finding("env.ib_hca", UNKNOWN, node_component(), "RDMA devices not read")]
-    devices = list(ctx.data("infiniband").devices) if run.usable else []
+    devices = list(ctx.data(PROBE_INFINIBAND).devices) if run.usable else []
     spec = parse_nccl_list(ctx.env[var])
     comp = _env_comp(var)
     ev = [_env_ev(ctx, var), Evidence("HCAs", {d.name: {p.port: p.state for p in d.ports} for d in devices},
@@ -237,11 +239,11 @@ def _policy_or_default(ctx: CheckContext, key: str, default_why: str) -> str:
     return policy_source(ctx, key) if ctx.policy.source else f"built-in default ({default_why})"
 
 
-@check("env.shm", needs=("system",), what="/dev/shm size")
+@check("env.shm", needs=(PROBE_SYSTEM,), what="/dev/shm size")
 def shm(ctx: CheckContext) -> list[Finding]:
     """/dev/shm large enough for NCCL's shared-memory buffers (containers default to 64 MiB)."""
     comp = Component("limit", "/dev/shm")
-    size = ctx.data("system").shm_bytes
+    size = ctx.data(PROBE_SYSTEM).shm_bytes
     want = ctx.policy.min_shm_bytes
     if size is None:
         return [Finding("env.shm", UNKNOWN, comp, "/dev/shm size could not be read")]
@@ -259,19 +261,21 @@ def shm(ctx: CheckContext) -> list[Finding]:
                "on the host remount larger (`mount -o remount,size=... /dev/shm`).")]
 
 
-@check("env.memlock", uses=("system", "infiniband"))
+@check("env.memlock", uses=(PROBE_SYSTEM, PROBE_INFINIBAND))
 def memlock(ctx: CheckContext) -> list[Finding]:
     """Locked-memory limit high enough for RDMA memory registration (unlimited unless the policy says)."""
     comp = Component("limit", "memlock (RLIMIT_MEMLOCK)")
     if not _rdma_present(ctx):
-        run = ctx.runs.get("infiniband")
-        if run is not None and run.status not in ("ok", "partial", UNAVAILABLE):
-            return [gate(ctx, "env.memlock", "RDMA devices", probes=("infiniband",))]
+        run = ctx.runs.get(PROBE_INFINIBAND)
+        stopped = gate(ctx, "env.memlock", "RDMA devices", probes=(PROBE_INFINIBAND,)) \
+            if run is not None and run.status not in ("ok", "partial", UNAVAILABLE) else None
+        if stopped is not None:
+            return [stopped]
         return [Finding("env.memlock", SKIP, comp, "no RDMA devices: the locked-memory limit does not matter")]
-    gated = gate(ctx, "env.memlock", "locked-memory limit", probes=("system",))
+    gated = gate(ctx, "env.memlock", "locked-memory limit", probes=(PROBE_SYSTEM,))
     if gated:
         return [gated]
-    s = ctx.data("system")
+    s = ctx.data(PROBE_SYSTEM)
     ev = (Evidence("memlock soft/hard", {"soft": s.memlock_soft_bytes, "hard": s.memlock_hard_bytes,
                                          "unlimited": s.memlock_unlimited}, "RLIMIT_MEMLOCK of the ccdiag process"),)
     want = ctx.policy.min_memlock_bytes

@@ -16,17 +16,18 @@ from ccdiag.checks import CheckContext, check
 from ccdiag.checks.common import (NODE, NVML, gpu_by_bdf, gpu_component, not_read, nvidia_pci_gpus, nvml_gate,
                                   nvswitches_on_pci, per_gpu, policy_source, read_error)
 from ccdiag.findings import FAIL, PASS, SKIP, UNKNOWN, WARN, Component, Evidence, Finding
-from ccdiag.model import normalize_bdf
+from ccdiag.readings import normalize_bdf
 from ccdiag.probes.nvml import clock_event_names
+from ccdiag.probenames import PROBE_NVML, PROBE_PCIE, PROBE_SYSTEM
 from ccdiag.probing import TIMEOUT, UNAVAILABLE
 
 # ----------------------------------------------------------------------------- presence / driver
 
-@check("gpu.driver_unavailable", uses=("nvml", "pcie"))
+@check("gpu.driver_unavailable", uses=(PROBE_NVML, PROBE_PCIE))
 def check_driver(ctx: CheckContext) -> list[Finding]:
     """NVML must answer when the bus shows NVIDIA GPUs: a missing or hung driver makes every GPU unusable."""
     cid = "gpu.driver_unavailable"
-    run = ctx.runs.get("nvml")
+    run = ctx.runs.get(PROBE_NVML)
     pci = nvidia_pci_gpus(ctx)
     expected = ctx.policy.expected_gpu_count
     if run is not None and run.usable:
@@ -68,7 +69,7 @@ def _container_restricted(ctx: CheckContext) -> str | None:
     """NVIDIA_VISIBLE_DEVICES limits what NVML shows inside a container while sysfs still lists
     every GPU on the host; comparing the two there would be a false alarm."""
     env = dict(ctx.env)
-    sysobs = ctx.data("system")
+    sysobs = ctx.data(PROBE_SYSTEM)
     if sysobs is not None and sysobs.environ:
         env = {**sysobs.environ, **env}
     val = env.get("NVIDIA_VISIBLE_DEVICES")
@@ -77,7 +78,7 @@ def _container_restricted(ctx: CheckContext) -> str | None:
     return None
 
 
-@check("gpu.count", needs=("nvml",), uses=("pcie",))
+@check("gpu.count", needs=(PROBE_NVML,), uses=(PROBE_PCIE,))
 def check_count(ctx: CheckContext) -> list[Finding]:
     """The GPUs NVML sees, the GPUs on the PCI bus and the policy's count must agree; a GPU can
     drop out of the driver without any XID (seen in the field), and only PCI still shows it."""
@@ -149,15 +150,15 @@ def check_count(ctx: CheckContext) -> list[Finding]:
                            expected_source="PCI enumeration" if pci is not None else "nvmlDeviceGetCount()",
                            remedy="See gpu.lost: drain the node, then reset or reboot."))
     if not out:
-        ev = [Evidence("GPU count", n, "nvmlDeviceGetCount()")]
+        seen: list[Evidence] = [Evidence("GPU count", n, "nvmlDeviceGetCount()")]
         if pci is not None:
-            ev.append(Evidence("NVIDIA GPUs on PCI", len(pci), "/sys/bus/pci/devices"))
+            seen.append(Evidence("NVIDIA GPUs on PCI", len(pci), "/sys/bus/pci/devices"))
         summary = f"{n} GPU(s) visible to NVML"
         if restricted is not None:
             summary += f" (container restricted to NVIDIA_VISIBLE_DEVICES={restricted}; PCI not compared)"
         elif pci is not None:
             summary += ", matching PCI"
-        out.append(Finding(cid, PASS, NODE, summary + ".", evidence=tuple(ev),
+        out.append(Finding(cid, PASS, NODE, summary + ".", evidence=tuple(seen),
                            expected=f"{expected} GPUs" if expected is not None else None,
                            expected_source=policy_source(ctx) if expected is not None else None))
     return out
@@ -172,7 +173,7 @@ FAILED_STATES = {
 }
 
 
-@check("gpu.lost", needs=("nvml",))
+@check("gpu.lost", needs=(PROBE_NVML,))
 def check_lost(ctx: CheckContext) -> list[Finding]:
     """A GPU whose NVML calls fail with GPU_IS_LOST / unknown error / timeout is unusable until reset."""
     cid = "gpu.lost"
@@ -203,7 +204,7 @@ def _norm_version(v: str | None) -> str | None:
     return v.strip() if v and v.strip() else None
 
 
-@check("gpu.driver_version", needs=("nvml",), uses=("system",))
+@check("gpu.driver_version", needs=(PROBE_NVML,), uses=(PROBE_SYSTEM,))
 def check_driver_version(ctx: CheckContext) -> list[Finding]:
     """The user-space driver (NVML) and the loaded kernel module must be the same release; a
     mismatch is what an upgrade without reboot or a container with foreign libraries leaves."""
@@ -211,7 +212,7 @@ def check_driver_version(ctx: CheckContext) -> list[Finding]:
     nvml, gated = nvml_gate(ctx, cid)
     if gated:
         return gated
-    sysobs = ctx.data("system")
+    sysobs = ctx.data(PROBE_SYSTEM)
     user = _norm_version(nvml.driver_version)
     kernel = _norm_version(sysobs.nvidia_driver_version) if sysobs is not None else None
     ev = (Evidence("NVML driver version", user, "nvmlSystemGetDriverVersion()"),
@@ -232,7 +233,7 @@ def check_driver_version(ctx: CheckContext) -> list[Finding]:
 ECC_FN = ("nvmlDeviceGetTotalEccErrors", "nvmlDeviceGetMemoryErrorCounter")
 
 
-@check("gpu.ecc", needs=("nvml",))
+@check("gpu.ecc", needs=(PROBE_NVML,))
 def check_ecc(ctx: CheckContext) -> list[Finding]:
     """Volatile (since last reset) uncorrectable ECC errors mean corrupted results are possible
     now; aggregate (lifetime) ones are history that the row remapper should have dealt with."""
@@ -286,7 +287,7 @@ def _ecc_disabled(cid: str, g: Any) -> Finding:
 
 
 def _later_gpu(ctx: CheckContext, g: Any) -> Any:
-    later = ctx.later_data("nvml")
+    later = ctx.later_data(PROBE_NVML)
     if later is None:
         return None
     for lg in later.gpus:
@@ -303,7 +304,7 @@ ROW_REMAP_UNCORRECTABLE_WARN = 512
 RETIRED_TABLE_FULL = 62
 
 
-@check("gpu.remapped_rows", needs=("nvml",))
+@check("gpu.remapped_rows", needs=(PROBE_NVML,))
 def check_remapped_rows(ctx: CheckContext) -> list[Finding]:
     """Row remapping (Ampere+) and page retirement (earlier GPUs) take bad memory out of service,
     but only after a GPU reset; a pending remap or retirement means the bad memory is still in use."""
@@ -377,7 +378,7 @@ def _judge_retired(cid: str, g: Any, comp: Component) -> Finding:
     return Finding(cid, PASS, comp, f"GPU{g.index}: {total} retired page(s), none pending.", evidence=ev)
 
 
-@check("gpu.recovery_action", needs=("nvml",))
+@check("gpu.recovery_action", needs=(PROBE_NVML,))
 def check_recovery_action(ctx: CheckContext) -> list[Finding]:
     """The driver's own verdict on what the GPU needs (reset, reboot, drain); DCGM once reported
     healthy while this said reset, so it is read directly."""
@@ -429,7 +430,7 @@ def is_fault_reason(name: str) -> bool:
     return name.startswith("hw_") or name.startswith("sw_thermal")
 
 
-@check("gpu.clocks", needs=("nvml",))
+@check("gpu.clocks", needs=(PROBE_NVML,))
 def check_clocks(ctx: CheckContext) -> list[Finding]:
     """Clocks held down by hardware (thermal, power brake) slow every collective the GPU joins."""
     cid = "gpu.clocks"
@@ -472,7 +473,7 @@ def check_clocks(ctx: CheckContext) -> list[Finding]:
 SLOWDOWN_MARGIN_C = 5.0
 
 
-@check("gpu.temperature", needs=("nvml",))
+@check("gpu.temperature", needs=(PROBE_NVML,))
 def check_temperature(ctx: CheckContext) -> list[Finding]:
     """Temperature against the GPU's own limits (NVML thresholds: slowdown, shutdown, maximum operating,
     memory maximum), GPU and HBM; the policy's limit only where the GPU reports none."""
@@ -534,7 +535,7 @@ def check_temperature(ctx: CheckContext) -> list[Finding]:
 
 # ----------------------------------------------------------------------------- configuration
 
-@check("gpu.persistence_mode", needs=("nvml",))
+@check("gpu.persistence_mode", needs=(PROBE_NVML,))
 def check_persistence(ctx: CheckContext) -> list[Finding]:
     """Without persistence mode the driver tears the GPUs down between clients; every job start
     then pays driver initialisation and NVML queries are slow."""
@@ -559,7 +560,7 @@ def check_persistence(ctx: CheckContext) -> list[Finding]:
     return per_gpu(ctx, cid, judge)
 
 
-@check("gpu.mig", needs=("nvml",))
+@check("gpu.mig", needs=(PROBE_NVML,))
 def check_mig(ctx: CheckContext) -> list[Finding]:
     """A pending MIG mode change applies only after a reset, and a node mixing MIG and full GPUs
     breaks schedulers and NCCL jobs that assume identical devices."""
@@ -602,7 +603,7 @@ def check_mig(ctx: CheckContext) -> list[Finding]:
     return out
 
 
-@check("gpu.processes", needs=("nvml",))
+@check("gpu.processes", needs=(PROBE_NVML,))
 def check_processes(ctx: CheckContext) -> list[Finding]:
     """Compute processes left on a GPU before a job hold memory and SMs the job expects to own."""
     cid = "gpu.processes"
@@ -628,7 +629,7 @@ def check_processes(ctx: CheckContext) -> list[Finding]:
     return per_gpu(ctx, cid, judge)
 
 
-@check("gpu.model", needs=("nvml",))
+@check("gpu.model", needs=(PROBE_NVML,))
 def check_model(ctx: CheckContext) -> list[Finding]:
     """A node with the wrong GPU model (or a mixed one) breaks fleet-wide expectations."""
     cid = "gpu.model"
@@ -663,7 +664,7 @@ FABRIC_BAD = ("not_started", "in_progress")
 FABRIC_STATUS_OK = ("success", "ok", "nvml_success")
 
 
-@check("gpu.fabric_manager", needs=("nvml",), uses=("system", "pcie"))
+@check("gpu.fabric_manager", needs=(PROBE_NVML,), uses=(PROBE_SYSTEM, PROBE_PCIE))
 def check_fabric_manager(ctx: CheckContext) -> list[Finding]:
     """On NVSwitch systems the fabric manager must have registered every GPU with the fabric;
     until then CUDA cannot use NVLink peers (jobs fail or fall back to PCIe)."""
@@ -677,7 +678,7 @@ def check_fabric_manager(ctx: CheckContext) -> list[Finding]:
         return [Finding(cid, SKIP, NODE, "No NVSwitch on this node; fabric manager not needed.")]
     ev_sw = Evidence("NVSwitches", [d.bdf for d in switches] or f"{len(switch_links)} GPU links to a switch",
                      "/sys/bus/pci/devices" if switches else "nvmlDeviceGetNvLinkRemoteDeviceType")
-    sysobs = ctx.data("system")
+    sysobs = ctx.data(PROBE_SYSTEM)
     fm = sysobs.fabric_manager if sysobs is not None else None
     ev_fm = Evidence("nvidia-fabricmanager", fm, "systemctl is-active nvidia-fabricmanager")
     out: list[Finding] = []

@@ -15,7 +15,8 @@ from typing import Any, Iterable
 from ccdiag.checks import CheckContext, check
 from ccdiag.checks.common import counter_delta, gate, gpu_ids, node_component, policy_source, second_sample
 from ccdiag.findings import FAIL, PASS, SKIP, STATUS_RANK, UNKNOWN, WARN, Component, Evidence, Finding
-from ccdiag.model import normalize_bdf
+from ccdiag.readings import normalize_bdf
+from ccdiag.probenames import PROBE_INFINIBAND, PROBE_KMSG, PROBE_NETDEV, PROBE_NVML, PROBE_PCIE, PROBE_SYSTEM
 from ccdiag.topology.levels import UNKNOWN as UNKNOWN_LEVEL
 from ccdiag.topology.levels import gpudirect_capable, level_rank
 
@@ -75,7 +76,7 @@ _NO_SM = ("The physical link is up but the port was not activated: no subnet man
           "Check that the subnet manager (opensm or UFM) is running and sees this port.")
 
 
-@check("ib.port_state", needs=("infiniband",), what="IB port state")
+@check("ib.port_state", needs=(PROBE_INFINIBAND,), what="IB port state")
 def port_state(ctx: CheckContext) -> list[Finding]:
     """Every port ACTIVE with the physical link up; Polling/Disabled/INIT named with their cause."""
     ib, skip = _ib_or_skip(ctx, "ib.port_state", "IB port state")
@@ -129,7 +130,7 @@ def _model(dev: Any, port: Any) -> tuple:
     return (dev.hca_type, dev.board_id, port.link_layer)
 
 
-@check("ib.rate", needs=("infiniband",), what="IB port rate")
+@check("ib.rate", needs=(PROBE_INFINIBAND,), what="IB port rate")
 def rate(ctx: CheckContext) -> list[Finding]:
     """Active ports at full width (4X on InfiniBand), at the rate of their siblings and the policy."""
     ib, skip = _ib_or_skip(ctx, "ib.rate", "IB port rate")
@@ -222,7 +223,22 @@ def _judge_counters(grew: dict[str, int], window_s: float, min_warn: int) -> lis
     return out
 
 
-@check("ib.counters", needs=("infiniband",), what="IB error counters")
+def _unreadable_counters(d: Any, p: Any, p2: Any) -> Finding | None:
+    """``unknown`` when not one error counter could be read in both samples (every file refused,
+    not provided, or garbage): a port whose counters say nothing must not pass. Names what failed."""
+    if any(k in p.counters and k in p2.counters for k in COUNTERS):
+        return None
+    comp = port_component(d, p)
+    failed = [e for e in (*p.errors, *p2.errors) if "/counters/" in e.source or e.source.endswith("/counters")]
+    ev = tuple(Evidence(e.source.rsplit("/", 1)[-1], f"{e.kind}: {e.message}", e.source) for e in failed[:8])
+    why = ", ".join(sorted({f"{e.source.rsplit('/', 1)[-1]} ({e.kind})" for e in failed})) or "no error counter files"
+    return Finding("ib.counters", UNKNOWN, comp, f"{comp.name}: no error counter could be read: {why}", ev,
+                   expected=f"readable {', '.join(COUNTERS)}",
+                   remedy="Read the counters as root (`perfquery` or `cat /sys/class/infiniband/<dev>/ports/<n>/"
+                          "counters/*`); 'N/A (no PMA)' means the port's management agent does not provide them.")
+
+
+@check("ib.counters", needs=(PROBE_INFINIBAND,), what="IB error counters")
 def counters(ctx: CheckContext) -> list[Finding]:
     """Port error counters by their increase over the window; lifetime totals are never a verdict."""
     ib, skip = _ib_or_skip(ctx, "ib.counters", "IB error counters")
@@ -231,7 +247,7 @@ def counters(ctx: CheckContext) -> list[Finding]:
     nonzero = {f"{d.name}:{p.port}": {k: (p.counters or {}).get(k) for k in COUNTERS
                                        if (p.counters or {}).get(k)}
                for d, p in all_ports(ib) if any((p.counters or {}).get(k) for k in COUNTERS)}
-    later, no_window = second_sample(ctx, "infiniband", "ib.counters", "IB error counters", nonzero)
+    later, no_window = second_sample(ctx, PROBE_INFINIBAND, "ib.counters", "IB error counters", nonzero)
     if no_window:
         return [no_window]
     after = {(d.name, p.port): p for d, p in all_ports(later)}
@@ -242,6 +258,10 @@ def counters(ctx: CheckContext) -> list[Finding]:
         if p.counters is None or p2 is None or p2.counters is None:
             out.append(Finding("ib.counters", SKIP if not p.errors else UNKNOWN, comp,
                                f"{comp.name}: counters not readable in both samples"))
+            continue
+        unreadable = _unreadable_counters(d, p, p2)
+        if unreadable is not None:
+            out.append(unreadable)
             continue
         grew = {k: dv for k in COUNTERS
                 for dv in [counter_delta(p.counters.get(k), p2.counters.get(k))] if dv}
@@ -287,16 +307,16 @@ def _flap_target(ib: Any, netdev: Any, event: Any) -> tuple[Any, Any] | None:
     return dev, port
 
 
-@check("ib.link_flaps", needs=("infiniband",), uses=("kmsg",), what="IB link flaps")
+@check("ib.link_flaps", needs=(PROBE_INFINIBAND,), uses=(PROBE_KMSG,), what="IB link flaps")
 def link_flaps(ctx: CheckContext) -> list[Finding]:
     """Link-down events for RDMA ports in the kernel log within the policy window."""
     ib, skip = _ib_or_skip(ctx, "ib.link_flaps", "IB link flaps")
     if skip:
         return [skip]
-    gated = gate(ctx, "ib.link_flaps", "IB link flaps (kernel log)", probes=("kmsg",))
+    gated = gate(ctx, "ib.link_flaps", "IB link flaps (kernel log)", probes=(PROBE_KMSG,))
     if gated:
         return [gated]
-    km = ctx.data("kmsg")
+    km = ctx.data(PROBE_KMSG)
     window = ctx.policy.xid_window_s
     recent = []
     for e in km.events:
@@ -309,7 +329,7 @@ def link_flaps(ctx: CheckContext) -> list[Finding]:
         return [Finding("ib.link_flaps", PASS, node_component("IB links"),
                         f"no IB/RoCE link-down events in the kernel log within {window / 3600:g} h",
                         expected="no link-down events", expected_source="policy xid_window_s")]
-    netdev = ctx.data("netdev")
+    netdev = ctx.data(PROBE_NETDEV)
     groups: dict[tuple[str, int | None], tuple[Component, list[Any]]] = {}
     for e in recent:
         target = _flap_target(ib, netdev, e)
@@ -346,7 +366,7 @@ def _zero_gid(gid: str) -> bool:
     return not gid.replace(":", "").strip("0")
 
 
-@check("ib.roce_gid", needs=("infiniband",), what="RoCE GIDs")
+@check("ib.roce_gid", needs=(PROBE_INFINIBAND,), what="RoCE GIDs")
 def roce_gid(ctx: CheckContext) -> list[Finding]:
     """Every active RoCE (Ethernet link layer) port has a routable RoCE v2 GID."""
     ib, skip = _ib_or_skip(ctx, "ib.roce_gid", "RoCE GIDs")
@@ -369,9 +389,14 @@ def roce_gid(ctx: CheckContext) -> list[Finding]:
                                f"{comp.name}: RoCE v2 GID index {routable[0].index} ({routable[0].gid})",
                                (Evidence("RoCE v2 GIDs", [g.index for g in routable], src),)))
             continue
-        if not p.gids and p.errors:
-            out.append(Finding("ib.roce_gid", UNKNOWN, comp, f"{comp.name}: GID table not readable",
-                               tuple(Evidence("read error", e.message or e.kind, e.source) for e in p.errors)))
+        if not p.gids:
+            # no GID read at all (gids/ absent or refused): nothing to judge, never a missing RoCE v2 GID
+            gid_dir = port_path(d.name, p.port, "gids")
+            ev = tuple(Evidence("read error", e.message or e.kind, e.source) for e in p.errors) or \
+                (Evidence("gids", "absent or empty", gid_dir),)
+            out.append(Finding("ib.roce_gid", UNKNOWN, comp, f"{comp.name}: GID table not readable ({gid_dir})", ev,
+                               remedy="Read the GID table on the node itself (`show_gids`); a container may not "
+                                      "expose gids/ and gid_attrs/."))
             continue
         netdevs = ", ".join(d.netdevs) or "its netdev"
         if v2:
@@ -395,10 +420,10 @@ def roce_gid(ctx: CheckContext) -> list[Finding]:
 # ---------------------------------------------------------------- GPUDirect RDMA
 
 def _gpu_count(ctx: CheckContext) -> int:
-    nvml = ctx.data("nvml")
+    nvml = ctx.data(PROBE_NVML)
     if nvml is not None and nvml.gpus:
         return len(nvml.gpus)
-    pcie = ctx.data("pcie")
+    pcie = ctx.data(PROBE_PCIE)
     return sum(1 for d in getattr(pcie, "devices", ()) or () if d.kind == "gpu")
 
 
@@ -467,7 +492,7 @@ def _affinity(ctx: CheckContext, ib: Any) -> list[Finding]:
     return out
 
 
-@check("ib.gpudirect", needs=("infiniband",), uses=("system", "nvml"), what="GPUDirect RDMA")
+@check("ib.gpudirect", needs=(PROBE_INFINIBAND,), uses=(PROBE_SYSTEM, PROBE_NVML), what="GPUDirect RDMA")
 def gpudirect(ctx: CheckContext) -> list[Finding]:
     """GPUDirect RDMA prerequisites: nvidia_peermem loaded, and each GPU near an RDMA NIC."""
     ib, skip = _ib_or_skip(ctx, "ib.gpudirect", "GPUDirect RDMA")
@@ -482,11 +507,11 @@ def gpudirect(ctx: CheckContext) -> list[Finding]:
     if ctx.policy.require_peermem is False:
         out.append(Finding("ib.gpudirect", SKIP, comp, "peer-memory module not required by the policy"))
     else:
-        gated = gate(ctx, "ib.gpudirect", "kernel modules", probes=("system",))
+        gated = gate(ctx, "ib.gpudirect", "kernel modules", probes=(PROBE_SYSTEM,))
         if gated:
             out.append(gated)
         else:
-            mods = set(ctx.data("system").modules)
+            mods = set(ctx.data(PROBE_SYSTEM).modules)
             loaded = [m for m in PEERMEM_MODULES if m in mods]
             ev = (Evidence("peer-memory module", loaded or "none loaded", "/proc/modules"),)
             if loaded:

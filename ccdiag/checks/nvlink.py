@@ -15,7 +15,8 @@ from ccdiag.checks import CheckContext, check
 from ccdiag.checks.common import (NODE, gpu_by_bdf, gpu_component, nvml_gate, nvswitches_on_pci, policy_source,
                                   second_sample)
 from ccdiag.findings import FAIL, PASS, SKIP, UNKNOWN, WARN, Component, Evidence, Finding
-from ccdiag.model import normalize_bdf
+from ccdiag.readings import normalize_bdf
+from ccdiag.probenames import PROBE_NVML
 
 #: DCGM common/DcgmGPUHardwareLimits.h: DCGM_LIMIT_MAX_NVLINK_ERROR (replay/recovery per window)
 RECOVERY_FAIL_DELTA = 1
@@ -74,7 +75,7 @@ def expected_links(ctx: CheckContext, g: Any, nvml: Any, has_switch: bool) -> tu
     return None, None
 
 
-@check("nvlink.down", needs=("nvml",))
+@check("nvlink.down", needs=(PROBE_NVML,))
 def check_down(ctx: CheckContext) -> list[Finding]:
     """NVLinks that should be up but are not: NCCL then routes over fewer links or over PCIe."""
     cid = "nvlink.down"
@@ -135,7 +136,7 @@ def _judge_gpu_links(cid: str, g: Any, exp: int | None, exp_src: str | None, pee
                     evidence=ev, expected=f"{exp} active", expected_source=exp_src, remedy=remedy)]
 
 
-@check("nvlink.asymmetric", needs=("nvml",))
+@check("nvlink.asymmetric", needs=(PROBE_NVML,))
 def check_asymmetric(ctx: CheckContext) -> list[Finding]:
     """Two GPUs wired to each other must see the same number of active links from both ends."""
     cid = "nvlink.asymmetric"
@@ -174,7 +175,7 @@ def check_asymmetric(ctx: CheckContext) -> list[Finding]:
     return out
 
 
-@check("nvlink.errors", needs=("nvml",))
+@check("nvlink.errors", needs=(PROBE_NVML,))
 def check_errors(ctx: CheckContext) -> list[Finding]:
     """NVLink error counters judged by their increase over the sampling window, never by totals."""
     cid = "nvlink.errors"
@@ -183,7 +184,7 @@ def check_errors(ctx: CheckContext) -> list[Finding]:
         return gated
     if not any(g.nvlinks for g in nvml.gpus):
         return [Finding(cid, SKIP, NODE, "No NVLink on this node.")]
-    later, no_window = second_sample(ctx, "nvml", cid, "NVLink error counters")
+    later, no_window = second_sample(ctx, PROBE_NVML, cid, "NVLink error counters")
     if no_window:
         return [no_window]
     window = ctx.window_s

@@ -11,15 +11,16 @@ lifetime totals a reboot-free year accumulates.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, cast
 
 from ccdiag.checks import CheckContext, check
 from ccdiag.checks.common import (GpuId, counter_delta, gpu_activity, gpu_ids, nic_names, node_component,
                                   policy_source, second_sample, sysfs_path)
 from ccdiag.findings import FAIL, PASS, SKIP, UNKNOWN, WARN, Component, Evidence, Finding
 from ccdiag.linkrates import pcie_gen as gen_of
-from ccdiag.model import normalize_bdf
+from ccdiag.readings import normalize_bdf
 from ccdiag.topology.pcie_tree import BRIDGE_KINDS, ENDPOINT_KINDS, PcieTree, common_hops, parent_bdf
+from ccdiag.probenames import PROBE_NVML, PROBE_PCIE
 
 #: Replays (and, by the same bit-error budget, correctable errors) per lane per minute that a
 #: link at BER 1e-12 may show; above this the link is worse than spec. Gen1/Gen2 are not in the
@@ -261,7 +262,7 @@ def _policy_min(ctx: CheckContext, names: Names, d: Any, a: _Attr, check_id: str
 
 
 def _link_check(ctx: CheckContext, a: _Attr, check_id: str) -> list[Finding]:
-    names = Names(ctx, ctx.pcie.devices)
+    names = Names(ctx, ctx.data("pcie").devices)  # the checks calling this need the pcie probe
     endpoints = names.endpoints()
     if not endpoints:
         return [Finding(check_id, SKIP, node_component(), "no GPU, NIC or NVSwitch PCIe functions found")]
@@ -272,8 +273,9 @@ def _link_check(ctx: CheckContext, a: _Attr, check_id: str) -> list[Finding]:
             dev = names.devices.get(hop)
             if dev is not None and hop not in judged:
                 judged[hop] = _judge_hop(ctx, names, dev, a, check_id)
-                if judged[hop][1] is not None:
-                    findings.append(judged[hop][1])
+                hop_finding = judged[hop][1]
+                if hop_finding is not None:
+                    findings.append(hop_finding)
     nvml_limit = _nvml_gen_limits(ctx, names) if a is SPEED else {}
     for e in endpoints:
         hops = [h for h in (list(e.path) or [e.bdf]) if h in judged] or [e.bdf]
@@ -295,7 +297,7 @@ def _link_check(ctx: CheckContext, a: _Attr, check_id: str) -> list[Finding]:
                                     tuple(Evidence("read error", err.message or err.kind, err.source)
                                           for err in e.errors)))
             continue
-        notes = [judged[h][2] for h in hops if judged.get(h, ("",))[0] == "note"]
+        notes = [cast(str, judged[h][2]) for h in hops if judged.get(h, ("",))[0] == "note"]  # a note has its text
         if notes:
             summary = notes[0] if len(notes) == 1 else "; ".join(notes)
         else:
@@ -332,13 +334,13 @@ def _nvml_gen_limits(ctx: CheckContext, names: Names) -> dict[str, Finding]:
     return out
 
 
-@check("pcie.link_width", needs=("pcie",), what="PCIe link width")
+@check("pcie.link_width", needs=(PROBE_PCIE,), what="PCIe link width")
 def link_width(ctx: CheckContext) -> list[Finding]:
     """Every GPU/NIC/NVSwitch link and every bridge on its path at its full lane count."""
     return _link_check(ctx, WIDTH, "pcie.link_width")
 
 
-@check("pcie.link_speed", needs=("pcie",), uses=("nvml",), what="PCIe link speed")
+@check("pcie.link_speed", needs=(PROBE_PCIE,), uses=(PROBE_NVML,), what="PCIe link speed")
 def link_speed(ctx: CheckContext) -> list[Finding]:
     """Link speed at capability; GPU links judged only when the GPU is busy (idle GPUs downclock)."""
     return _link_check(ctx, SPEED, "pcie.link_speed")
@@ -346,7 +348,7 @@ def link_speed(ctx: CheckContext) -> list[Finding]:
 
 @check("pcie.link_load")
 def link_load(ctx: CheckContext) -> list[Finding]:
-    """Whether the GPUs' links were kept busy while their speed was read (see ccdiag.linkload)."""
+    """Whether the GPUs' links were kept busy while their speed was read (see ccdiag.busy_pcie_links)."""
     info = ctx.meta.get("link_load")
     if not info:
         return [Finding("pcie.link_load", SKIP, node_component(), "GPU links were not loaded while read (a replay, "
@@ -391,10 +393,10 @@ def _budget(gen: int | None, width: int | None, window_s: float) -> float | None
     return REPLAY_BUDGET_PER_LANE_PER_MIN.get(gen, 0.0) * width * window_s / 60.0
 
 
-@check("pcie.aer", needs=("pcie",), what="PCIe AER counters")
+@check("pcie.aer", needs=(PROBE_PCIE,), what="PCIe AER counters")
 def aer(ctx: CheckContext) -> list[Finding]:
     """AER counters on GPUs, NICs and every port above them, judged by their change over the window."""
-    devices = ctx.pcie.devices
+    devices = ctx.data("pcie").devices  # needs=("pcie",): never None here
     names = Names(ctx, devices)
     with_aer = [d for d in devices if d.aer_fatal is not None or d.aer_nonfatal is not None
                 or d.aer_correctable is not None]
@@ -403,7 +405,7 @@ def aer(ctx: CheckContext) -> list[Finding]:
     lifetime = {d.bdf: {"fatal": _total(d.aer_fatal), "nonfatal": _total(d.aer_nonfatal),
                         "correctable": _total(d.aer_correctable)}
                 for d in with_aer if _total(d.aer_fatal) or _total(d.aer_nonfatal) or _total(d.aer_correctable)}
-    later, no_window = second_sample(ctx, "pcie", "pcie.aer", "AER counters", lifetime)
+    later, no_window = second_sample(ctx, PROBE_PCIE, "pcie.aer", "AER counters", lifetime)
     if no_window:
         return [no_window]
     after = {d.bdf: d for d in later.devices}
@@ -454,13 +456,13 @@ def aer(ctx: CheckContext) -> list[Finding]:
 
 # ---------------------------------------------------------------- NVML replay counter
 
-@check("pcie.replay", needs=("nvml",), what="GPU PCIe replay counters")
+@check("pcie.replay", needs=(PROBE_NVML,), what="GPU PCIe replay counters")
 def replay(ctx: CheckContext) -> list[Finding]:
     """PCIe replay counter of each GPU (NVML) against the bit-error budget of its link, over the window."""
-    gpus = [g for g in ctx.nvml.gpus if g.failed is None]
+    gpus = [g for g in ctx.data("nvml").gpus if g.failed is None]  # needs=("nvml",): never None here
     if not gpus:
         return [Finding("pcie.replay", SKIP, node_component(), "no GPU to read replay counters from")]
-    later, no_window = second_sample(ctx, "nvml", "pcie.replay", "replay counters")
+    later, no_window = second_sample(ctx, PROBE_NVML, "pcie.replay", "replay counters")
     if no_window:
         return [no_window]
     after = {g.index: g for g in later.gpus}
@@ -470,7 +472,7 @@ def replay(ctx: CheckContext) -> list[Finding]:
                          bdf=normalize_bdf(g.bus_id))
         g2 = after.get(g.index)
         delta = counter_delta(g.pcie_replay_counter, g2.pcie_replay_counter if g2 else None)
-        if delta is None:
+        if delta is None or g2 is None:
             out.append(Finding("pcie.replay", SKIP, comp, f"GPU{g.index}: replay counter not comparable "
                                "across the window (not read, or reset)"))
             continue
@@ -503,10 +505,10 @@ def _acs_unreadable(d: Any) -> bool:
                                       for e in d.errors)
 
 
-@check("pcie.acs", needs=("pcie",), what="PCIe ACS")
+@check("pcie.acs", needs=(PROBE_PCIE,), what="PCIe ACS")
 def acs(ctx: CheckContext) -> list[Finding]:
     """ACS redirection on bridges between GPUs and NICs forces GPUDirect traffic through the CPU."""
-    names = Names(ctx, ctx.pcie.devices)
+    names = Names(ctx, ctx.data("pcie").devices)  # needs=("pcie",): never None here
     gpus = [e for e in names.endpoints() if e.kind == "gpu"]
     nics = [e for e in names.endpoints() if e.kind == "nic"]
     if not gpus or not nics:

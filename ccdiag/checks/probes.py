@@ -9,9 +9,9 @@ needed it could not judge, which must never read as pass. A probe whose subsyste
 from __future__ import annotations
 
 from ccdiag.checks import CheckContext, check
-from ccdiag.checks.common import PROBE_WHAT, probe_timeout_remedy
+from ccdiag.checks.common import probe_timeout_remedy
 from ccdiag.findings import PASS, UNKNOWN, Component, Evidence, Finding
-from ccdiag.probing import FAILED, TIMEOUT
+from ccdiag.probing import FAILED, TIMEOUT, probe_what
 
 def _component(name: str) -> Component:
     return Component("probe", name, device=name)
@@ -34,7 +34,7 @@ def check_timeouts(ctx: CheckContext) -> list[Finding]:
                 continue
             remedy = probe_timeout_remedy(name)
             out.append(Finding("probe.timeout", UNKNOWN, _component(name),
-                               f"Probe {name} ({PROBE_WHAT.get(name, name)}) timed out{label}; checks that need it "
+                               f"Probe {name} ({probe_what(name)}) timed out{label}; checks that need it "
                                "are not judged.",
                                evidence=(Evidence("status", run.status, "ccdiag probe runner"),
                                          Evidence("duration s", round(run.duration_s, 3), "ccdiag probe runner"),
@@ -56,7 +56,7 @@ def check_failures(ctx: CheckContext) -> list[Finding]:
             if run.status != FAILED:
                 continue
             out.append(Finding("probe.failed", UNKNOWN, _component(name),
-                               f"Probe {name} ({PROBE_WHAT.get(name, name)}) failed{label}: {run.error}",
+                               f"Probe {name} ({probe_what(name)}) failed{label}: {run.error}",
                                evidence=(Evidence("status", run.status, "ccdiag probe runner"),
                                          Evidence("error", run.error, "ccdiag probe runner")),
                                remedy="This host differs from what the probe expects or ccdiag has a bug: attach "

@@ -19,7 +19,8 @@ from typing import Any
 from ccdiag.checks import CheckContext, check
 from ccdiag.checks.common import NODE, gpu_by_bdf, gpu_component, nvml_gate, policy_source
 from ccdiag.findings import FAIL, PASS, SKIP, UNKNOWN, WARN, Component, Evidence, Finding
-from ccdiag.model import normalize_bdf
+from ccdiag.readings import normalize_bdf
+from ccdiag.probenames import PROBE_KMSG, PROBE_NVML
 
 CATALOGUE_SOURCE = ("ccdiag XID catalogue (ccdiag/data/xid_catalog.json, from NVIDIA's XID catalogue, DCGM, "
                     "k8s-device-plugin)")
@@ -92,13 +93,13 @@ def _remedy(entry: XidEntry, gpu_label: str, index: int | None) -> str:
     return f"{base} Note: {entry.note}." if entry.note else base
 
 
-@check("xid.recent", uses=("kmsg", "nvml"))
+@check("xid.recent", uses=(PROBE_KMSG, PROBE_NVML))
 def check_xids(ctx: CheckContext) -> list[Finding]:
     """XIDs in the kernel log within the policy window, one finding per GPU and XID code."""
     cid = "xid.recent"
     nvml, gated = nvml_gate(ctx, cid)
-    run = ctx.runs.get("kmsg")
-    kmsg = ctx.data("kmsg")
+    run = ctx.runs.get(PROBE_KMSG)
+    kmsg = ctx.data(PROBE_KMSG)
     no_xids = kmsg is None or not any(e.kind in ("xid", "fallen_off_bus") for e in kmsg.events)
     if gated and gated[0].status == SKIP and no_xids:
         return gated  # no GPU here and nothing in the log that says otherwise
@@ -119,7 +120,7 @@ def check_xids(ctx: CheckContext) -> list[Finding]:
     uuids: dict[str, str] = {}  # "NVRM: GPU at PCI:...: GPU-<uuid>" names GPUs NVML may have lost
     for ev in kmsg.events:
         if ev.kind == "gpu_uuid" and ev.bdf and ev.device:
-            uuids[_key_bdf(ev.bdf)] = ev.device
+            uuids[normalize_bdf(ev.bdf) or ev.bdf] = ev.device
             continue
         if ev.kind == "xid" and ev.code is not None:
             code = ev.code

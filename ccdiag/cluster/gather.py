@@ -17,6 +17,7 @@ from collections import Counter
 from ccdiag import __version__
 from ccdiag.cluster.mpictx import Deadline, bcast_obj, gather_to_root
 from ccdiag.findings import FAIL, PASS, WARN, Component, Evidence, Finding
+from ccdiag.probenames import PROBE_INFINIBAND, PROBE_NVML
 
 #: facts compared across hosts (by key prefix), and how bad a difference from the majority is
 FACT_SEVERITY = {
@@ -42,9 +43,9 @@ def facts_from_report(doc: dict) -> dict:
     keys (``pcie_link GPU3 <- 0000:5c:00.0``, ``ib_port_rate_gbit_s mlx5_4/1``) so a difference
     names the one link or port that differs."""
     probes = doc.get("probes", {})
-    nvml = (probes.get("nvml") or {}).get("data") or {}
+    nvml = (probes.get(PROBE_NVML) or {}).get("data") or {}
     gpus = nvml.get("gpus") or []
-    ib = ((probes.get("infiniband") or {}).get("data") or {}).get("devices") or []
+    ib = ((probes.get(PROBE_INFINIBAND) or {}).get("data") or {}).get("devices") or []
     topo = doc.get("topology") or {}
     facts = {
         "ccdiag_version": (doc.get("tool") or {}).get("version"),
@@ -73,11 +74,13 @@ def check_body(comm, work: Deadline, ident: dict, replay: str | None, timeout_s:
     from ccdiag.cluster.pairs import plan
 
     got = gather_to_root(comm, ident.get("host", "?"), work.sooner(max(1.0, work.left_s() / 4)))
-    the_plan = plan(got.objs) if comm.rank == 0 else None
-    if comm.rank == 0 and got.missing:
-        the_plan = dict(plan(got.objs), absent=got.missing)
+    the_plan = None
+    extra: dict = {}
+    if comm.rank == 0:
+        assert got is not None  # the root holds every rank's answer
+        the_plan = dict(plan(got.objs), absent=got.missing) if got.missing else plan(got.objs)
+        extra = {"rank_hosts": dict(got.objs)}
     the_plan = bcast_obj(comm, the_plan, work, "cluster check set-up")
-    extra = {"rank_hosts": dict(got.objs)} if comm.rank == 0 else {}
     if comm.rank not in the_plan["leaders"]:
         return {"leader": False, **extra}
     _injected_stall(comm.rank)
@@ -101,17 +104,11 @@ def _injected_stall(rank: int) -> None:
 
 
 def _make_host(path: str | None):
-    """The live machine, or a snapshot (a bad one is an input error naming the file)."""
-    from ccdiag.errors import InputError
+    """The live machine, or a snapshot (a bad one is a :class:`ccdiag.snapshot.SnapshotError`, a
+    user-input error naming the file)."""
     from ccdiag.host import LiveHost, ReplayHost
-    from ccdiag.snapshot import SnapshotError
 
-    if not path:
-        return LiveHost("/")
-    try:
-        return ReplayHost(path)
-    except SnapshotError as exc:
-        raise InputError(str(exc)) from None
+    return ReplayHost(path) if path else LiveHost("/")
 
 
 def run_node_check(ident: dict, rank: int, replay: str | None, timeout_s: float, reports_dir: str | None,

@@ -16,7 +16,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import socket
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, Sequence
 
 # the project's one list of names that never carry traffic between hosts (NCCL's socket choice uses it)
 from ccdiag.nccl.recommend import NOT_FABRIC, VIRTUAL_BUT_FABRIC
@@ -67,7 +67,7 @@ def network_of(cand: Mapping) -> str:
     return str(ipaddress.IPv4Interface(f"{cand['address']}/{cand['prefix']}").network)
 
 
-def common_pairs(mine: list[Mapping], theirs: list[Mapping]) -> list[tuple[dict, dict]]:
+def common_pairs(mine: Sequence[Mapping], theirs: Sequence[Mapping]) -> list[tuple[dict, dict]]:
     """``(my candidate, peer candidate)`` for every pair of addresses on one subnet, as both hosts
     see it (same network and prefix on both sides: a mismatched mask is a misconfiguration, and
     the pair is left out rather than measured through a router). One pair per subnet: the first

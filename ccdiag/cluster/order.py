@@ -47,7 +47,8 @@ def best_order(m, nodes: list[int]) -> list[int]:
         return list(nodes)
     if len(nodes) <= EXACT_MAX:
         first, rest = nodes[0], nodes[1:]
-        best, best_s = None, None
+        best: list[int] = list(nodes)
+        best_s: tuple[float, float] | None = None
         for perm in itertools.permutations(rest):
             order = [first, *perm]
             s = _score(order, m)
@@ -59,7 +60,8 @@ def best_order(m, nodes: list[int]) -> list[int]:
 
 def _heuristic(m, nodes: list[int]) -> list[int]:
     t_end = time.monotonic() + HEURISTIC_TIME_S
-    best, best_s = None, None
+    best: list[int] = list(nodes)
+    best_s: tuple[float, float] | None = None
     for start in nodes:
         order, left = [start], set(nodes) - {start}
         while left:
@@ -74,6 +76,7 @@ def _heuristic(m, nodes: list[int]) -> list[int]:
             break
     improved = True
     n = len(best)
+    assert best_s is not None  # nodes is never empty here
     while improved and time.monotonic() < t_end:
         improved = False
         for i in range(1, n - 1):

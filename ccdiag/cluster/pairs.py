@@ -74,6 +74,7 @@ def measure(comm, ident: dict, size_bytes: int, iters: int, warmup: int, work: D
     got = gather_to_root(comm, ident.get("host", "?"), work.sooner(max(1.0, work.left_s() / 4)))
     the_plan = None
     if comm.rank == 0:
+        assert got is not None  # the root holds every rank's answer
         if got.missing:
             from ccdiag.cluster.mpictx import DeadlineExpired
 

@@ -156,10 +156,11 @@ def ring_first_step(comm, buf, tmp, deadline: Deadline, seg_elems: int) -> float
     cr = (r - 1) % n
     base = bounds[cr][0]
     t0 = time.perf_counter()
+    (recv_lo, recv_hi), (send_lo, send_hi) = bounds[cr], bounds[r]
     recvs = [comm.Irecv(tmp[a - base:b - base], source=left, tag=TAG_RING + j)
-             for j, (a, b) in enumerate(seg_bounds(*bounds[cr], nseg))]
+             for j, (a, b) in enumerate(seg_bounds(recv_lo, recv_hi, nseg))]
     sends = [comm.Isend(buf[a:b], dest=right, tag=TAG_RING + j)
-             for j, (a, b) in enumerate(seg_bounds(*bounds[r], nseg))]
+             for j, (a, b) in enumerate(seg_bounds(send_lo, send_hi, nseg))]
     wait_all(recvs, [left] * len(recvs), deadline, "ring hop timing")
     took = time.perf_counter() - t0
     wait_all(sends, [right] * len(sends), deadline, "ring hop timing")

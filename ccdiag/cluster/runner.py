@@ -120,6 +120,7 @@ def run_ranks(budget_s: float, body: Callable, report: Callable[[RankOutcome], i
     code = 0
     ok = True
     if comm.rank == 0:
+        assert got is not None  # the root holds every rank's answer
         out = RankOutcome(size=comm.size, answers=got.objs, missing=got.missing)
         for r, a in got.objs.items():
             if a.get("error"):

@@ -78,7 +78,7 @@ def run_sweep(comm, cfg: SweepConfig, deadline: Deadline, reserve_s: float, log=
     """Run the sweep on this rank; returns this rank's raw results (rank 0 merges them with
     :func:`merge`). Raises DeadlineExpired when a peer stops answering."""
     MPI = load_mpi()
-    np = load_numpy()
+    load_numpy()  # fails early, with its own message, where numpy is missing
     xp = _array_module(cfg.device)
     n, r = comm.size, comm.rank
     algos = list(ALGOS)
@@ -156,7 +156,7 @@ def run_sweep(comm, cfg: SweepConfig, deadline: Deadline, reserve_s: float, log=
         prev_size = size
         if log and r == 0:
             log(f"size {size} bytes done in {last_total_s:.2f} s")
-        del buf, tmp
+        buf = tmp = None  # drop the arrays before the next size allocates (the lambdas above name them)
     if out["sizes"]:
         out["hops"] = _hop_timing(comm, xp, max(out["sizes"]), cfg, deadline)
     return out

@@ -13,13 +13,16 @@ from __future__ import annotations
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
 from ccdiag.commands.common import host_options, make_host, try_write_report
 from ccdiag.errors import InputError
 from ccdiag.exitcodes import ExitCode
+
+if TYPE_CHECKING:
+    from ccdiag.topology.model import Topology
 
 #: subcommands that are not benchmark names
 SUBCOMMANDS = ("list", "import", "allreduce", "pairs")
@@ -54,12 +57,9 @@ def group(ctx):
 def _load_policy(policy_file):
     if not policy_file:
         return None
-    from ccdiag.policy import PolicyError, load_policy
+    from ccdiag.policy import load_policy
 
-    try:
-        return load_policy(policy_file)
-    except PolicyError as exc:
-        raise InputError(str(exc)) from None
+    return load_policy(policy_file)
 
 
 @dataclass(frozen=True)
@@ -67,7 +67,7 @@ class Observed:
     """What the benchmarks are judged against: the probes' runs, the topology, the host's metadata."""
 
     runs: dict
-    topology: Any
+    topology: Topology
     meta: dict
 
     @property
@@ -79,12 +79,12 @@ def _observe(replay, root, deadline_s: float):
     """The node's topology, read by the same probes and builder as `ccdiag topo` (no check runs:
     nothing here is judged but the benchmarks). The host is closed before any engine starts, so
     NVML is not held while CUDA child processes work."""
-    from ccdiag.commands.topo import gather
+    from ccdiag.commands.topo import topology_probes
+    from ccdiag.observe import observe
 
     host = make_host(replay, root)
-    meta = host.meta()
-    runs, topology, _, _ = gather(host, timeout=deadline_s)
-    return host, Observed(runs, topology, meta)
+    obs = observe(host, topology_probes(), time.monotonic() + deadline_s, close=True)
+    return host, Observed(obs.runs, obs.topology, obs.meta)
 
 
 def _progress():
@@ -212,17 +212,14 @@ def import_command(files, replay, root, from_smi, as_json, policy_file, strict, 
     from ccdiag.bench.imports import MatrixTopology, import_file
     from ccdiag.bench.runner import exit_code
     from ccdiag.benchparse.errors import BenchParseError
-    from ccdiag.userfiles import UserFileError, read_user_text
+    from ccdiag.userfiles import read_user_text
 
     if from_smi and replay:
         raise click.UsageError("--from-smi and --replay both name a topology: give one")
     policy = _load_policy(policy_file)
     texts = []
     for f in files:
-        try:
-            texts.append((f, read_user_text(f, "benchmark output")))
-        except UserFileError as exc:
-            raise InputError(str(exc)) from None
+        texts.append((f, read_user_text(f, "benchmark output")))
     t0 = time.monotonic()
     observed = None
     if from_smi:
@@ -230,8 +227,6 @@ def import_command(files, replay, root, from_smi, as_json, policy_file, strict, 
 
         try:
             topology = MatrixTopology(parse_topo_matrix(read_user_text(from_smi, "nvidia-smi topo -m")))
-        except UserFileError as exc:
-            raise InputError(str(exc)) from None
         except TopoParseError as exc:
             raise InputError(f"{from_smi}: not an nvidia-smi topo -m matrix: {exc}") from None
     else:

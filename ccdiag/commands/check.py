@@ -22,13 +22,14 @@ import time
 
 import click
 
-from ccdiag.checkrun import DEFAULT_DEADLINE_S, DEFAULT_WINDOW_S, EnvFileError, close_host, evaluate, load_env_file
+from ccdiag.checkrun import DEFAULT_DEADLINE_S, DEFAULT_WINDOW_S, close_host, evaluate
 from ccdiag.commands.snapshot import default_name
 from ccdiag.commands.common import host_options, make_host, try_write_report
 from ccdiag.errors import InputError
 from ccdiag.exitcodes import ExitCode
 from ccdiag.host import RecordingHost
-from ccdiag.policy import PolicyError, load_policy
+from ccdiag.envfile import load_env_file
+from ccdiag.policy import load_policy
 
 
 
@@ -108,75 +109,29 @@ def command(replay, root, policy_file, env_file, timeout, window, as_json, outpu
             textfile_dir, quiet, load_links, bench):
     """Judge this node (or a snapshot) and exit 0 ok, 1 failed, 2 bad input, 3 could not evaluate."""
     started = time.monotonic()
-    policy = None
-    if policy_file:
-        try:
-            policy = load_policy(policy_file)
-        except PolicyError as exc:
-            raise InputError(str(exc)) from None
-    env = None
-    env_source = None
-    if env_file:
-        try:
-            env = load_env_file(env_file)
-        except EnvFileError as exc:
-            raise InputError(str(exc)) from None
-        env_source = f"env file {env_file}"
-    if only:
-        from ccdiag.checks import load_all
-
-        names = list(load_all())
-        unmatched = [p for p in only if not any(n.startswith(p) for n in names)]
-        if unmatched:
-            raise InputError(f"--only {unmatched[0]}: no check id starts with it "
-                             f"(checks: {', '.join(sorted(names)) or 'none installed'})")
+    policy = load_policy(policy_file) if policy_file else None
+    env = load_env_file(env_file) if env_file else None
+    env_source = f"env file {env_file}" if env_file else None
+    _refuse_unknown_prefixes(only)
     if snapshot_dir and replay:
         click.echo("ccdiag: --snapshot-on-fail ignored: the data already comes from a snapshot", err=True)
     record = bool(snapshot_dir) and not replay
     host = make_host(replay, root, record=record)
     # --timeout bounds the whole run: what reading the snapshot took, and the report still to write
-    timeout = evaluation_budget(timeout, started, reporting=bool(as_json or output or textfile_dir))
+    timeout = evaluation_budget(timeout, started, reporting=any((as_json, output, textfile_dir)))
     result = None
+    snap_path = None
     try:
-        budget = None
-        if bench:
-            from ccdiag.checkrun import QUICK_BENCH_S
-            from ccdiag.stages import Budget
-
-            budget = Budget.plan(timeout, bench_s=QUICK_BENCH_S)
-        result = evaluate(host, policy, window_s=window, deadline_s=timeout, env=env, env_source=env_source,
-                          strict=strict, only=only or None, load_links=load_links and not replay, budget=budget)
-        if bench:
-            from ccdiag.checkrun import add_benchmarks
-
-            result = add_benchmarks(result, host)
-        snap_path = None
+        result = _judge(host, policy, env, env_source, timeout=timeout, window=window, strict=strict, only=only,
+                        load_links=load_links and not replay, bench=bench)
         if record and result.exit_code == ExitCode.FAIL:
             assert isinstance(host, RecordingHost)
             snap_path = _save_failure_snapshot(host, result, snapshot_dir, env, env_source)
     finally:
         close_host(host, result=result)
-
     if textfile_dir:
-        from ccdiag.exporters.textfile import write_textfile
-
-        try:
-            write_textfile(textfile_dir, result)
-        except (OSError, ValueError) as exc:
-            raise InputError(f"cannot write textfile in {textfile_dir}: {getattr(exc, 'strerror', None) or exc}") from None
-    doc = None
-    if as_json or output:
-        from ccdiag.report import build_report
-
-        extra = {"policy": _policy_section(result.policy)}
-        if snap_path:
-            extra["failure_snapshot"] = snap_path
-        if result.bench:
-            extra["bench"] = [b.to_json() for b in result.bench]
-        topology = result.topology.to_json(max_matrix_ends=CHECK_MATRIX_MAX_ENDS) if result.topology else None
-        doc = build_report("check", result.meta, runs=result.runs, topology=topology,
-                           findings=result.findings, exit_code=result.exit_code,
-                           run_info=result.run_info(replay), extra=extra)
+        _write_textfile(textfile_dir, result)
+    doc = _report(result, replay, snap_path) if (as_json or output) else None
     unwritten = try_write_report(doc, output) if output else None
     if as_json:
         from ccdiag.output import emit_json
@@ -192,6 +147,60 @@ def command(replay, root, policy_file, env_file, timeout, window, as_json, outpu
         click.echo(f"ccdiag: {unwritten} (the verdict is on stdout)", err=True)
     sys.stdout.flush()
     return int(result.exit_code)
+
+
+def _refuse_unknown_prefixes(only) -> None:
+    """An ``--only`` prefix no check id starts with is bad input: it would silently judge nothing."""
+    if not only:
+        return
+    from ccdiag.checks import load_all
+
+    names = list(load_all())
+    unmatched = [p for p in only if not any(n.startswith(p) for n in names)]
+    if unmatched:
+        raise InputError(f"--only {unmatched[0]}: no check id starts with it "
+                         f"(checks: {', '.join(sorted(names)) or 'none installed'})")
+
+
+def _judge(host, policy, env, env_source, *, timeout, window, strict, only, load_links, bench):
+    """The evaluation, with ``--bench quick``'s benchmarks in their own share of the deadline."""
+    budget = None
+    if bench:
+        from ccdiag.checkrun import QUICK_BENCH_S
+        from ccdiag.stages import Budget
+
+        budget = Budget.plan(timeout, bench_s=QUICK_BENCH_S)
+    result = evaluate(host, policy, window_s=window, deadline_s=timeout, env=env, env_source=env_source,
+                      strict=strict, only=only or None, load_links=load_links, budget=budget)
+    if bench:
+        from ccdiag.checkrun import add_benchmarks
+
+        result = add_benchmarks(result, host)
+    return result
+
+
+def _write_textfile(directory: str, result) -> None:
+    from ccdiag.exporters.textfile import write_textfile
+
+    try:
+        write_textfile(directory, result)
+    except (OSError, ValueError) as exc:
+        raise InputError(f"cannot write textfile in {directory}: {getattr(exc, 'strerror', None) or exc}") from None
+
+
+def _report(result, replay: str | None, snap_path: str | None) -> dict:
+    """The ``kind: check`` JSON report."""
+    from ccdiag.report import build_report
+
+    extra = {"policy": _policy_section(result.policy)}
+    if snap_path:
+        extra["failure_snapshot"] = snap_path
+    if result.bench:
+        extra["bench"] = [b.to_json() for b in result.bench]
+    topology = result.topology.to_json(max_matrix_ends=CHECK_MATRIX_MAX_ENDS) if result.topology else None
+    return build_report("check", result.meta, runs=result.runs, topology=topology,
+                        findings=result.findings, exit_code=result.exit_code,
+                        run_info=result.run_info(replay), extra=extra)
 
 
 def _policy_section(policy) -> dict:

@@ -10,7 +10,6 @@ import click
 
 from ccdiag.errors import InputError
 from ccdiag.host import Host, LiveHost, RecordingHost, ReplayHost
-from ccdiag.snapshot import SnapshotError
 
 
 def host_options(func: Callable) -> Callable:
@@ -28,12 +27,10 @@ def host_options(func: Callable) -> Callable:
 
 
 def make_host(replay: str | None, root: str = "/", record: bool = False) -> Host:
-    """The host for a command, with snapshot problems turned into one-line input errors."""
+    """The host for a command: a replayed snapshot (an unusable one is a :class:`SnapshotError`, exit 2),
+    a tree under ``root``, or the live machine (recording what it reads when ``record``)."""
     if replay:
-        try:
-            return ReplayHost(replay)
-        except SnapshotError as exc:
-            raise InputError(str(exc)) from None
+        return ReplayHost(replay)
     if not os.path.isdir(root):
         raise InputError(f"--root {root}: not a directory")
     return RecordingHost(root) if record else LiveHost(root)

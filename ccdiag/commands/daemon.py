@@ -54,20 +54,13 @@ def command(replay, root, listen, telemetry_path, max_requests, interval, config
     3 when the cycle itself could not complete (the error is on stderr and the exposition printed
     has no cycle in it).
     """
-    from ccdiag.exporters.daemon import ConfigError, Daemon, load_config
-    from ccdiag.exporters.webconfig import WebConfigError
-    from ccdiag.policy import PolicyError
-    from ccdiag.snapshot import SnapshotError
-
+    from ccdiag.exporters.daemon import Daemon, load_config
     overrides = {"listen": listen, "telemetry_path": telemetry_path, "max_requests": max_requests,
                  "interval_s": interval,
                  "web_config": web_config, "policy": policy,
                  "deadline_s": deadline, "replay": replay, "root": root if root != "/" else None}
-    try:
-        config = load_config(config_file, overrides)
-        daemon = Daemon(config, reload_config=lambda: load_config(config_file, overrides))
-    except (ConfigError, WebConfigError, PolicyError, SnapshotError) as exc:
-        raise InputError(str(exc)) from None
+    config = load_config(config_file, overrides)
+    daemon = Daemon(config, reload_config=lambda: load_config(config_file, overrides))
     if once:
         completed = daemon.run_cycle()
         sys.stdout.buffer.write(daemon.collector.exposition())

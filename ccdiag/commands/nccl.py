@@ -16,27 +16,25 @@ from ccdiag.commands.common import host_options, make_host
 from ccdiag.errors import InputError, NotEvaluated
 from ccdiag.exitcodes import ExitCode
 from ccdiag.output import sanitize_text
+from ccdiag.probenames import PROBE_INFINIBAND, PROBE_NETDEV, PROBE_NVML, PROBE_PCIE, PROBE_SYSTEM
 
 FORMATS = ("text", "env", "nccl.conf", "json")
+#: what the recommender reads: devices, links, ports, interfaces and modules (no kernel log, no
+#: nvidia-smi matrix: the topology is built from the node itself)
+NCCL_PROBES = (PROBE_SYSTEM, PROBE_PCIE, PROBE_NVML, PROBE_INFINIBAND, PROBE_NETDEV)
 
 
 def _read(path: str, what: str) -> str:
-    from ccdiag.userfiles import UserFileError, read_user_text
+    from ccdiag.userfiles import read_user_text
 
-    try:
-        return read_user_text(path, what, 64 << 20)
-    except UserFileError as exc:
-        raise InputError(str(exc)) from None
+    return read_user_text(path, what, 64 << 20)
 
 
 def _settings_present(host, env_file: str | None) -> tuple[dict[str, str], str]:
-    from ccdiag.checkrun import EnvFileError, parse_env_file
+    from ccdiag.envfile import EnvFileError, parse_env_file
 
     if env_file:
-        try:
-            return parse_env_file(_read(env_file, "environment"), env_file), f"env file {env_file}"
-        except EnvFileError as exc:
-            raise InputError(str(exc)) from None
+        return parse_env_file(_read(env_file, "environment"), env_file), f"env file {env_file}"
     env = {k: v for k, v in (host.environ() if host is not None else {}).items() if k.startswith("NCCL_")}
     source = "environment"
     if host is not None and host.exists("/etc/nccl.conf"):
@@ -54,12 +52,10 @@ def _settings_present(host, env_file: str | None) -> tuple[dict[str, str], str]:
 def node_recommendation(host, env: dict[str, str], env_source: str, timeout: float = 30.0):
     """(recommendation, runs, topology) of a host door: the probes the recommender reads, then the topology."""
     from ccdiag.nccl.recommend import recommend
-    from ccdiag.probing import run_probes
-    from ccdiag.topology import build_topology
+    from ccdiag.observe import observe
 
-    runs = run_probes(host, ["system", "pcie", "nvml", "infiniband", "netdev"], deadline=time.monotonic() + timeout)
-    topo = build_topology(runs)
-    return recommend(topo, runs, env=env, env_source=env_source), runs, topo
+    obs = observe(host, NCCL_PROBES, time.monotonic() + timeout)
+    return recommend(obs.topology, obs.runs, env=env, env_source=env_source), obs.runs, obs.topology
 
 
 @click.command(name="nccl")
@@ -86,12 +82,9 @@ def command(replay, root, from_smi, log_file, env_file, fmt, as_json, output, to
         raise InputError("--from-smi and --replay read different things; give one")
     log = None
     if log_file:
-        from ccdiag.nccl.logread import LogError, parse_nccl_log
+        from ccdiag.nccl.logread import parse_nccl_log
 
-        try:
-            log = parse_nccl_log(_read(log_file, "NCCL log"), log_file)
-        except LogError as exc:
-            raise InputError(str(exc)) from None
+        log = parse_nccl_log(_read(log_file, "NCCL log"), log_file)
     host = None
     meta: dict = {}
     if from_smi:
@@ -108,13 +101,15 @@ def command(replay, root, from_smi, log_file, env_file, fmt, as_json, output, to
     elif log is not None and not replay and root == "/" and not env_file:
         rec, subject = None, f"the log {log_file}"
     else:
+        from ccdiag.observe import close_host
+
         host = make_host(replay, root)
         try:
             env, env_source = _settings_present(host, env_file)
             rec, runs, topo = node_recommendation(host, env, env_source, timeout)
             meta = host.meta()
         finally:
-            host.close()
+            close_host(host)
         if not topo.gpus() and not topo.nics() and not any(r.usable for r in runs.values()):
             raise NotEvaluated("nothing could be read from this node: " +
                                "; ".join(f"{n}: {r.status}" for n, r in runs.items()))

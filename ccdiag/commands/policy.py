@@ -15,11 +15,13 @@ from ccdiag.commands.common import host_options, make_host
 from ccdiag.errors import InputError, NotEvaluated
 from ccdiag.exitcodes import ExitCode
 from ccdiag.output import sanitize, sanitize_text
-from ccdiag.policy import FIELD_HELP, Policy, PolicyError, file_keys, init_header, load_policy, \
+from ccdiag.probenames import PROBE_INFINIBAND, PROBE_NVML, PROBE_PCIE
+from ccdiag.policy import FIELD_HELP, Policy, file_keys, init_header, load_policy, \
     policy_from_observations, to_toml
 
 #: probes whose observations a policy is made from
-POLICY_PROBES = ("nvml", "pcie", "infiniband")
+#: what a policy is made from: the GPUs, their PCIe links and the RDMA ports
+POLICY_PROBES = (PROBE_NVML, PROBE_PCIE, PROBE_INFINIBAND)
 
 
 @click.group(name="policy")
@@ -41,23 +43,16 @@ def init(replay, root, output, timeout, force):
     """
     import os
 
-    from ccdiag.checkrun import close_host
-    from ccdiag.probing import run_probes
+    from ccdiag.observe import observe
 
     if output and os.path.exists(output) and not force:
         raise InputError(f"{output} exists; pass --force to overwrite it")
-    host = make_host(replay, root)
-    try:
-        runs = run_probes(host, POLICY_PROBES, deadline=time.monotonic() + timeout)
-        meta = host.meta()
-    finally:
-        close_host(host)
-    if not any(r.usable for r in runs.values()):
+    obs = observe(make_host(replay, root), POLICY_PROBES, time.monotonic() + timeout, close=True)
+    runs, meta = obs.runs, obs.meta
+    if not obs.usable:
         why = "; ".join(f"{n}: {r.status}{' (' + r.error + ')' if r.error else ''}" for n, r in runs.items())
         raise NotEvaluated(f"nothing to make a policy from ({why})")
-    from ccdiag.topology import build_topology
-
-    topology = build_topology(runs)
+    topology = obs.topology
     policy = policy_from_observations(runs, topology)
     for line in _unhealthy_signs(runs):
         click.echo(sanitize(f"ccdiag: warning: {line}; a policy should come from a healthy node - review it"), err=True)
@@ -82,12 +77,12 @@ def init(replay, root, output, timeout, force):
 def _unhealthy_signs(runs) -> list[str]:
     """What in the observations says this node is not the healthy reference a policy assumes."""
     signs = []
-    nvml = runs.get("nvml")
+    nvml = runs.get(PROBE_NVML)
     if nvml is not None and nvml.usable:
         lost = [f"GPU{g.index} {g.failed}" for g in nvml.data.gpus if g.failed]
         if lost:
             signs.append("failed GPUs counted: " + ", ".join(lost))
-    ib = runs.get("infiniband")
+    ib = runs.get(PROBE_INFINIBAND)
     if ib is not None and ib.usable:
         down = [f"{d.name} port {p.port} {p.state or '?'}" for d in ib.data.devices for p in d.ports
                 if p.link_layer != "Ethernet" and p.state != "ACTIVE"]
@@ -101,10 +96,7 @@ def _unhealthy_signs(runs) -> list[str]:
 @click.option("--json", "as_json", is_flag=True, help="Print the effective policy as JSON.")
 def show(file, as_json):
     """Show the effective policy FILE sets: each value, whether it comes from the file or the default."""
-    try:
-        policy = load_policy(file)
-    except PolicyError as exc:
-        raise InputError(str(exc)) from None
+    policy = load_policy(file)
     in_file = file_keys(file)
     rows = []
     for name in Policy.field_names():

@@ -18,7 +18,8 @@ from ccdiag.errors import InputError
 from ccdiag.exitcodes import ExitCode
 from ccdiag.host import RecordingHost, ReplayHost
 from ccdiag.output import console, emit_json
-from ccdiag.probing import ALL_PROBES, run_probes
+from ccdiag.observe import close_host, observe
+from ccdiag.probing import ALL_PROBES, resampled_probes
 from ccdiag.report import build_report
 
 
@@ -67,15 +68,14 @@ def command(replay, root, output, redact, window, timeout, probes, as_json, mode
         snap = host.snap
     else:
         assert isinstance(host, RecordingHost)
-        runs = run_probes(host, names, deadline=time.monotonic() + timeout)
-        if window > 0:
-            host.next_epoch(window)
-            run_probes(host, [n for n in names if n in ("nvml", "infiniband", "pcie", "kmsg")],
-                       deadline=time.monotonic() + timeout)
+        # both passes and the window under one deadline: each pass gets --timeout, the window in full
+        obs = observe(host, names, time.monotonic() + 2 * timeout + window, window_s=window,
+                      resample=[n for n in resampled_probes() if n in names], fit_window=False)
+        runs = obs.runs
         host.environ()
         snap = host.snapshot(window_s=window, probes={n: r.status for n, r in runs.items()},
                              recorded_probes=names)
-        host.close()
+        close_host(host, timed_out=obs.timed_out)
     counts: dict[str, int] = {}
     if redact:
         from ccdiag.redact import redact as do_redact

@@ -19,11 +19,18 @@ from ccdiag.commands.common import host_options, make_host
 from ccdiag.errors import InputError
 from ccdiag.exitcodes import ExitCode
 from ccdiag.output import sanitize_text
+from ccdiag.probenames import PROBE_KMSG, PROBE_NETDEV, PROBE_NVML, PROBE_PCIE, PROBE_SMI_TOPO
 from ccdiag.topology.affinity import limiting_link
 from ccdiag.topology.levels import level_rank
 
-PROBES = ("system", "pcie", "nvml", "infiniband", "netdev", "smi_topo")
 DEFAULT_DEADLINE_S = 20.0
+
+
+def topology_probes() -> tuple[str, ...]:
+    """Every registered probe but the kernel log: what the topology and its cross-checks read."""
+    from ccdiag.probing import all_probes
+
+    return tuple(n for n in all_probes() if n != PROBE_KMSG)
 
 
 def _gbyte_s_text(v: float | None) -> str:
@@ -31,12 +38,9 @@ def _gbyte_s_text(v: float | None) -> str:
 
 
 def _read_text_file(path: str, what: str) -> str:
-    from ccdiag.userfiles import UserFileError, read_user_text
+    from ccdiag.userfiles import read_user_text
 
-    try:
-        return read_user_text(path, what, 16 << 20)
-    except UserFileError as exc:
-        raise InputError(str(exc)) from None
+    return read_user_text(path, what, 16 << 20)
 
 
 # -- rendering -----------------------------------------------------------------------------------
@@ -257,7 +261,7 @@ def _round(v: float | None) -> float | None:
 
 
 def _netdev_rows(runs) -> list[list[str]]:
-    run = runs.get("netdev")
+    run = runs.get(PROBE_NETDEV)
     data = getattr(run, "data", None)
     rows = []
     for itf in getattr(data, "interfaces", ()) or ():
@@ -271,11 +275,11 @@ def _netdev_rows(runs) -> list[list[str]]:
 
 def _gpu_absence(runs) -> str:
     """Why there are no GPUs, in the words the probes gave."""
-    nvml = runs.get("nvml")
+    nvml = runs.get(PROBE_NVML)
     why = []
     if nvml is not None and nvml.status != "ok":
         why.append(f"NVML {nvml.status}" + (f": {nvml.error}" if nvml.error else ""))
-    pcie = runs.get("pcie")
+    pcie = runs.get(PROBE_PCIE)
     if pcie is not None and pcie.status not in ("ok", "partial"):
         why.append(f"PCIe {pcie.status}" + (f": {pcie.error}" if pcie.error else ""))
     return "; ".join(why)
@@ -474,21 +478,15 @@ def _show_p2p(p, path: str, as_json: bool, output: str | None) -> int:
 
 
 def gather(host, timeout: float = DEFAULT_DEADLINE_S):
-    """Run the topology probes on ``host`` under one deadline and build the topology.
+    """Observe ``host`` with the topology probes under one deadline (:func:`ccdiag.observe.observe`,
+    which lets go of the host afterwards) and compare the topology with nvidia-smi's matrix.
 
     Returns (probe runs, topology, nvidia-smi's parsed matrix or None, mismatches or None)."""
-    from ccdiag.probing import run_probes
-    from ccdiag.topology import build_topology
+    from ccdiag.observe import observe
 
-    try:
-        runs = run_probes(host, PROBES, deadline=time.monotonic() + timeout)
-    finally:
-        try:
-            host.close()
-        except Exception:  # noqa: BLE001 - closing NVML must not hide the result
-            pass
-    topo = build_topology(runs)
-    smi = runs.get("smi_topo")
+    obs = observe(host, topology_probes(), time.monotonic() + timeout, close=True)
+    runs, topo = obs.runs, obs.topology
+    smi = runs.get(PROBE_SMI_TOPO)
     smi_matrix = getattr(getattr(smi, "data", None), "matrix", None)
     smi_diffs = topo.compare_smi(smi_matrix) if (smi_matrix is not None and topo.gpus()) else None
     return runs, topo, smi_matrix, smi_diffs

@@ -9,9 +9,12 @@ that need the node stay ``None`` so the recommender can say what it could not de
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from ccdiag.topology.levels import UNKNOWN, level_rank
+
+if TYPE_CHECKING:
+    from ccdiag.topology.model import Topology
 
 
 @dataclass(frozen=True)
@@ -94,7 +97,7 @@ def _looks_flattened(layout_levels: dict, gpus: list[str], nics: list[str], swit
     return None
 
 
-def layout_from_topology(topo: Any, runs: Mapping[str, Any] | None = None) -> Layout:
+def layout_from_topology(topo: Topology, runs: Mapping[str, Any] | None = None) -> Layout:
     """From a built :class:`ccdiag.topology.model.Topology` and the probe runs it was built from."""
     from ccdiag.topology.builder import probe_data
 

@@ -17,7 +17,10 @@ Line formats (NCCL's ``INFO`` messages in ``src/init.cc``, ``src/transport/net_i
 from __future__ import annotations
 
 import re
+from typing import Any
 from dataclasses import dataclass, field
+
+from ccdiag.errors import UserInputError
 
 MAX_BYTES = 64 << 20
 MAX_LINE = 64 << 10
@@ -38,7 +41,7 @@ _RANKS = re.compile(r"\bnRanks (\d+) nNodes (\d+) localRanks (\d+)")
 _REPEAT = re.compile(r"\s*[\[(]?(?:repeated|message repeated) \d+ times?[\])]?\s*$", re.IGNORECASE)
 
 
-class LogError(ValueError):
+class LogError(UserInputError, ValueError):
     """Not an NCCL log (or past the bounds); the message names what was seen instead."""
 
 
@@ -161,11 +164,17 @@ _HANDLERS = ((_USING_NET, _net), (_NET_DEVS, _devs), (_GDR, _gdr), (_VIA, _via),
              (_CHANNEL, _channel), (_RANKS, _ranks), (re.compile(r"NET/IB : No device found"), _no_dev))
 
 
-def compare(log: NcclLog, rec: object | None) -> list[str]:
+def _settings(rec: Any) -> dict[str, Any]:
+    """The recommendation's settings by name, or none when ``rec`` has no ``settings()``."""
+    fn = getattr(rec, "settings", None)
+    return fn() if callable(fn) else {}
+
+
+def compare(log: NcclLog, rec: Any | None) -> list[str]:
     """Differences between what NCCL chose and what the node's facts and the recommendation say."""
     out = []
     if log.network == "Socket":
-        if rec is not None and getattr(rec, "settings", lambda: {})().get("NCCL_IB_HCA"):
+        if rec is not None and _settings(rec).get("NCCL_IB_HCA"):
             out.append("NCCL used sockets although the node has RDMA rails "
                        f"({rec.settings()['NCCL_IB_HCA']}): check NCCL_IB_DISABLE, the rdma-core libraries in the "
                        "container, and /dev/infiniband")
@@ -177,7 +186,7 @@ def compare(log: NcclLog, rec: object | None) -> list[str]:
             out.append(f"GPUDirect RDMA disabled for {hca}: nvidia_peermem (or dma-buf support) missing, or the "
                        "GPU is too far from the NIC")
     if rec is not None:
-        want = getattr(rec, "settings", lambda: {})().get("NCCL_IB_HCA")
+        want = _settings(rec).get("NCCL_IB_HCA")
         if want and log.net_devices:
             from ccdiag.nccl.lists import parse_nccl_list
 

@@ -16,13 +16,16 @@ NCCL user guide (``docs/userguide/source/env.rst``) and NCCL's ``src/misc/socket
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from ccdiag.nccl.knobs import DEFAULT, EXPERIMENT, HIGH, INFO, LOW, MEDIUM, REMOVE, SET, Fact, Knob, Recommendation
 from ccdiag.nccl.layout import Layout, PortFacts, layout_from_matrix, layout_from_topology
 from ccdiag.nccl.lists import exact_list
 from ccdiag.topology.levels import UNKNOWN, gpudirect_capable, level_rank
 from ccdiag.topology.model import natural_key
+
+if TYPE_CHECKING:
+    from ccdiag.topology.model import Topology
 
 #: interface name prefixes that never carry NCCL traffic between hosts (containers, bridges, tunnels)
 NOT_FABRIC = ("lo", "docker", "br-", "virbr", "veth", "cni", "flannel", "cali", "vxlan", "tun", "tap", "lxc",
@@ -44,7 +47,7 @@ DEBUGGING = {
 TOPO_FILE_PATH = "/etc/nccl/ccdiag-topology.xml"
 
 
-def recommend(topology: Any, observations: Mapping[str, Any] | None = None, results: Mapping[str, Any] | None = None,
+def recommend(topology: Topology, observations: Mapping[str, Any] | None = None, results: Mapping[str, Any] | None = None,
               policy: Any = None, env: Mapping[str, str] | None = None,
               env_source: str = "environment") -> Recommendation:
     """Settings for the node described by ``topology`` and the probe runs/observations it was built

@@ -12,8 +12,11 @@ file ("a PCI tree functionally equivalent to the host").
 from __future__ import annotations
 
 import platform
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from xml.etree import ElementTree as ET
+
+if TYPE_CHECKING:
+    from ccdiag.topology.model import Topology
 
 GPU_CLASS = "0x030200"  # 3D controller
 NIC_CLASS = "0x020700"  # InfiniBand controller (NCCL keys on the busid, not the class)
@@ -42,11 +45,11 @@ def _gts(gen: int | None) -> str:
     return {1: "2.5", 2: "5.0", 3: "8.0", 4: "16.0", 5: "32.0", 6: "64.0"}.get(gen or 0, "")
 
 
-def topology_xml(topo: Any, runs: Any = None) -> str:
+def topology_xml(topo: Topology, runs: Any = None) -> str:
     """The GPUs and NICs of ``topo`` under one ``cpu`` element per NUMA node, in NCCL's format."""
     system = ET.Element("system", {"version": "1"})
     numas = sorted({d.numa for d in list(topo.gpus()) + list(topo.nics()) if d.numa is not None}) or [0]
-    cpus = {}
+    cpus: dict[int | None, ET.Element] = {}
     for n in numas:
         cpus[n] = ET.SubElement(system, "cpu", {"numaid": str(n), "affinity": cpulist_mask(topo.numa_cpus.get(n)),
                                                 "arch": platform.machine() or "x86_64"})
@@ -55,10 +58,10 @@ def topology_xml(topo: Any, runs: Any = None) -> str:
             continue
         parent = cpus.get(g.numa, cpus[numas[0]])
         _pci(parent, g.bdf, GPU_CLASS, topo.up_link.get(g.node))
-    for n in topo.nics():
-        if not n.bdf:
+    for nic in topo.nics():
+        if not nic.bdf:
             continue
-        parent = cpus.get(n.numa, cpus[numas[0]])
-        _pci(parent, n.bdf, NIC_CLASS, topo.up_link.get(n.node))
+        parent = cpus.get(nic.numa, cpus[numas[0]])
+        _pci(parent, nic.bdf, NIC_CLASS, topo.up_link.get(nic.node))
     ET.indent(system, "  ")
     return ET.tostring(system, encoding="unicode") + "\n"

@@ -69,7 +69,7 @@ def gpu_affinity(topo: "Topology", gpu: "GpuNode", nstates: dict[str, dict] | No
     nstates = nic_states(topo) if nstates is None else nstates
     state = gpu_state(gpu)
     near = topo.nearest_nics(gpu.label)
-    entry = {"state": state, "nearest": [], "level": None, "nearest_down": False, "usable": [],
+    entry: dict[str, Any] = {"state": state, "nearest": [], "level": None, "nearest_down": False, "usable": [],
              "usable_level": None, "via": None, "gbyte_s": None, "current_gbyte_s": None, "bottleneck": None}
     if not near:
         return entry

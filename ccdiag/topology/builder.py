@@ -15,12 +15,13 @@ from __future__ import annotations
 from typing import Any
 
 from ccdiag.linkrates import pcie_gen
-from ccdiag.model import normalize_bdf
+from ccdiag.readings import normalize_bdf
 from ccdiag.topology.bandwidth import pcie_desc, pcie_gbyte_s, wire_gbyte_s
 from ccdiag.topology.mismatch import Mismatch
 from ccdiag.topology.pcie_tree import PcieTree
 from ccdiag.topology.model import (GpuNode, Link, NicNode, Topology, TopologyParts, natural_key,
                                    nvlink_bundle)
+from ccdiag.probenames import PROBE_INFINIBAND, PROBE_NETDEV, PROBE_NVML, PROBE_PCIE, PROBE_SYSTEM
 
 ENDPOINT_KINDS = ("gpu", "nic", "nvswitch", "other")
 
@@ -56,11 +57,11 @@ class Builder:
     def __init__(self, runs: Any):
         self.t = TopologyParts()
         self.g = self.t.graph
-        self.pcie = probe_data(runs, "pcie")
-        self.nvml = probe_data(runs, "nvml")
-        self.ib = probe_data(runs, "infiniband")
-        self.system = probe_data(runs, "system")
-        self.netdev = probe_data(runs, "netdev")
+        self.pcie = probe_data(runs, PROBE_PCIE)
+        self.nvml = probe_data(runs, PROBE_NVML)
+        self.ib = probe_data(runs, PROBE_INFINIBAND)
+        self.system = probe_data(runs, PROBE_SYSTEM)
+        self.netdev = probe_data(runs, PROBE_NETDEV)
         self.devs: dict[str, Any] = {}
         self.node_of_bdf: dict[str, str] = {}
 
@@ -279,7 +280,7 @@ class Builder:
             for l in g.nvlinks:
                 if l.remote_device_type == "switch" and l.remote_bus_id:
                     bdf = normalize_bdf(l.remote_bus_id)
-                    node = self.node_of_bdf.get(bdf) or f"nvswitch:{bdf}"
+                    node = (self.node_of_bdf.get(bdf) if bdf is not None else None) or f"nvswitch:{bdf}"
                     if node not in self.g:
                         self.g.add_node(node, kind="nvswitch", label=bdf, bdf=bdf, numa=None)
                     sw.add(node)

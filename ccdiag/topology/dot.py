@@ -6,7 +6,10 @@ link trained down is drawn red so it stands out in a support ticket.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ccdiag.topology.model import Topology
 
 SHAPES = {"numa": "box3d", "host_bridge": "box", "root_port": "box", "switch": "box",
           "gpu": "box", "nic": "box", "nvswitch": "hexagon", "wire": "plaintext", "pci": "ellipse"}
@@ -19,7 +22,7 @@ def _q(s: Any) -> str:
     return '"' + str(s).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
-def render_dot(topo: Any) -> str:
+def render_dot(topo: Topology) -> str:
     g = topo.graph
     out = ["graph ccdiag_topology {", "  graph [rankdir=TB, fontname=Helvetica];",
            "  node [fontname=Helvetica, fontsize=10, style=filled, fillcolor=white];",

@@ -22,18 +22,46 @@ cycle), and duplicated ends. tests/test_topology_fastrows.py checks equality wit
 from __future__ import annotations
 
 import operator
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ccdiag.topology.levels import UNKNOWN
 
+if TYPE_CHECKING:
+    from ccdiag.topology.model import Topology
 
-def level_rows(topo: Any, ends: list[str]) -> list[list[str]]:
+Path = tuple[str, ...]
+
+
+def level_rows(topo: Topology, ends: list[str]) -> list[list[str]]:
     """``[[topo.level(a, b) or "X" on the diagonal for b in ends] for a in ends]``, quickly."""
     n = len(ends)
-    parent, inner, nodes = topo._parent, topo._inner, topo.graph.nodes
-    kinds = [nodes[e].get("kind") for e in ends]
+    slow, paths = _root_paths(topo, ends)
+    fast = sorted(paths, key=lambda j: paths[j])  # columns in root-path order: subtrees contiguous
+    forest = _Forest(topo)
+    forest.add_columns([paths[j] for j in fast])
+    where = {j: k for k, j in enumerate(fast)}
+    order = [where.get(j, -1) for j in range(n)]
+    rows: list[list[str]] = []
+    for i in range(n):
+        if i in slow or i not in paths:
+            rows.append([])
+            continue
+        srow = forest.sorted_row(paths[i])
+        # a slow column's cell ("") is filled from level() below
+        row = [srow[k] if k >= 0 else "" for k in order] if slow else _pick(srow, order)
+        row[i] = "X"
+        rows.append(row)
+    _fill_cells_by_level(topo, ends, rows, slow, paths)
+    return rows
+
+
+def _root_paths(topo: Topology, ends: list[str]) -> tuple[set[int], dict[int, Path]]:
+    """The ends the ranges cannot answer (no parent, inner nodes, a chain ending in a cycle, or any
+    duplicated end), and each other end's ancestor chain from the top down."""
+    parent, inner = topo._parent, topo._inner
     slow: set[int] = set()
-    paths: dict[int, tuple[str, ...]] = {}
+    paths: dict[int, Path] = {}
     for j, e in enumerate(ends):
         p = parent.get(e)
         if p is None or e in inner:
@@ -44,94 +72,102 @@ def level_rows(topo: Any, ends: list[str]) -> list[list[str]]:
             slow.add(j)
             continue
         paths[j] = tuple(reversed(chain))
-    if len(set(ends)) != n:
-        slow = set(range(n))
-        paths = {}
+    if len(set(ends)) != len(ends):
+        return set(range(len(ends))), {}
+    return slow, paths
 
-    fast = sorted(paths, key=lambda j: paths[j])  # columns in root-path order: subtrees contiguous
-    where = {j: k for k, j in enumerate(fast)}
-    is_switch = {}
 
-    def switch(x: str) -> int:
-        v = is_switch.get(x)
+@dataclass
+class _Forest:
+    """The PCIe forest seen from the sorted columns: for each root path prefix (root .. x), the
+    columns [lo, hi) below x and, for each, how many switches lie strictly below x on its side."""
+
+    topo: Topology
+    ranges: dict[Path, list[int]] = field(default_factory=dict)
+    below: dict[Path, list[int]] = field(default_factory=dict)
+    tops: list[str] = field(default_factory=list)
+    _switch: dict[str, int] = field(default_factory=dict)
+    _templates: dict[tuple[Path, int], list[str]] = field(default_factory=dict)
+    _rows: dict[str, list[str]] = field(default_factory=dict)
+    _width: int = 0
+
+    def switch(self, x: str) -> int:
+        v = self._switch.get(x)
         if v is None:
-            v = is_switch[x] = 1 if nodes[x].get("kind") == "switch" else 0
+            v = self._switch[x] = 1 if self.topo.graph.nodes[x].get("kind") == "switch" else 0
         return v
 
-    # ranges and per-LCA templates: for prefix (root path to x), the columns [lo, hi) below x and,
-    # for each, whether the switches strictly below x on its side number 0, 1 or more
-    ranges: dict[tuple[str, ...], list[int]] = {}
-    below: dict[tuple[str, ...], list[int]] = {}
-    for k, j in enumerate(fast):
-        path = paths[j]
-        # switches at depths d+1.. of this path, for each depth d
-        suffix = [0] * (len(path) + 1)
-        for d in range(len(path) - 1, -1, -1):
-            suffix[d] = suffix[d + 1] + switch(path[d])
-        for d in range(len(path)):
-            pre = path[:d + 1]
-            r = ranges.get(pre)
-            if r is None:
-                ranges[pre] = [k, k + 1]
-                below[pre] = [suffix[d + 1]]
-            else:
-                r[1] = k + 1
-                below[pre].append(suffix[d + 1])
-    templates: dict[tuple[tuple[str, ...], int], list[str]] = {}
-
-    def template(pre: tuple[str, ...], a: int) -> list[str]:
-        """Levels of the columns below ``pre[-1]`` for a row contributing ``a`` bridges there."""
-        t = templates.get((pre, a))
-        if t is None:
-            kind = nodes[pre[-1]].get("kind")
-            if kind == "numa":
-                t = ["NODE"] * len(below[pre])
-            elif kind == "host_bridge":
-                t = ["PHB"] * len(below[pre])
-            else:
-                t = ["PIX" if a + b <= 1 else "PXB" for b in below[pre]]
-            templates[(pre, a)] = t
-        return t
-
-    tops = sorted({paths[j][0] for j in fast})
-
-    def numa_of(top: str):
-        return nodes[top].get("numa") if nodes[top].get("kind") == "numa" else None
-
-    order = [where.get(j, -1) for j in range(n)]
-    sorted_rows: dict[str, list[str]] = {}
-    rows: list[list[str]] = []
-    for i, a in enumerate(ends):
-        if i in slow or i not in paths:
-            rows.append([])
-            continue
-        path = paths[i]
-        p = path[-1]
-        srow = sorted_rows.get(p)
-        if srow is None:
-            srow = [UNKNOWN] * len(fast)
-            my_numa = numa_of(path[0])
-            for top in tops:
-                if top == path[0]:
-                    continue
-                their = numa_of(top)
-                lvl = "SYS" if my_numa is not None and their is not None and my_numa != their else UNKNOWN
-                lo, hi = ranges[(top,)]
-                srow[lo:hi] = [lvl] * (hi - lo)
-            suffix = 0
-            mine = [0] * (len(path) + 1)
-            for d in range(len(path) - 1, -1, -1):
-                mine[d] = suffix = suffix + switch(path[d])
+    def add_columns(self, sorted_paths: list[Path]) -> None:
+        for k, path in enumerate(sorted_paths):
+            suffix = self._switches_below(path)
             for d in range(len(path)):
                 pre = path[:d + 1]
-                lo, hi = ranges[pre]
-                # this row's bridges: switches below x on its side, plus x itself when a switch
-                srow[lo:hi] = template(pre, mine[d + 1] + switch(path[d]))
-            sorted_rows[p] = srow
-        row = [srow[k] if k >= 0 else None for k in order] if slow else _pick(srow, order)
-        row[i] = "X"
-        rows.append(row)
-    # cells the ranges do not answer: GPU pairs, slow rows and columns
+                r = self.ranges.get(pre)
+                if r is None:
+                    self.ranges[pre] = [k, k + 1]
+                    self.below[pre] = [suffix[d + 1]]
+                else:
+                    r[1] = k + 1
+                    self.below[pre].append(suffix[d + 1])
+        self.tops = sorted({path[0] for path in sorted_paths})
+        self._width = len(sorted_paths)
+
+    def _switches_below(self, path: Path) -> list[int]:
+        """``out[d]``: the switches at depths d.. of ``path``."""
+        out = [0] * (len(path) + 1)
+        for d in range(len(path) - 1, -1, -1):
+            out[d] = out[d + 1] + self.switch(path[d])
+        return out
+
+    def template(self, pre: Path, a: int) -> list[str]:
+        """Levels of the columns below ``pre[-1]`` for a row contributing ``a`` bridges there."""
+        t = self._templates.get((pre, a))
+        if t is None:
+            kind = self.topo.graph.nodes[pre[-1]].get("kind")
+            if kind == "numa":
+                t = ["NODE"] * len(self.below[pre])
+            elif kind == "host_bridge":
+                t = ["PHB"] * len(self.below[pre])
+            else:
+                t = ["PIX" if a + b <= 1 else "PXB" for b in self.below[pre]]
+            self._templates[(pre, a)] = t
+        return t
+
+    def _numa_of(self, top: str) -> object:
+        node = self.topo.graph.nodes[top]
+        return node.get("numa") if node.get("kind") == "numa" else None
+
+    def sorted_row(self, path: Path) -> list[str]:
+        """The levels from an end whose root path is ``path`` to every column, in column order;
+        shared by the ends under the same parent."""
+        srow = self._rows.get(path[-1])
+        if srow is not None:
+            return srow
+        srow = [UNKNOWN] * self._width
+        my_numa = self._numa_of(path[0])
+        for top in self.tops:
+            if top == path[0]:
+                continue
+            their = self._numa_of(top)
+            lvl = "SYS" if my_numa is not None and their is not None and my_numa != their else UNKNOWN
+            lo, hi = self.ranges[(top,)]
+            srow[lo:hi] = [lvl] * (hi - lo)
+        mine = self._switches_below(path)
+        for d in range(len(path)):
+            pre = path[:d + 1]
+            lo, hi = self.ranges[pre]
+            # deeper ancestors overwrite shallower ones; this row's bridges: switches below x on its
+            # side, plus x itself when a switch
+            srow[lo:hi] = self.template(pre, mine[d + 1] + self.switch(path[d]))
+        self._rows[path[-1]] = srow
+        return srow
+
+
+def _fill_cells_by_level(topo: Topology, ends: list[str], rows: list[list[str]], slow: set[int],
+                         paths: dict[int, Path]) -> None:
+    """The cells the ranges do not answer, from ``topo.level``: GPU pairs, slow rows and columns."""
+    n = len(ends)
+    kinds = [topo.graph.nodes[e].get("kind") for e in ends]
     gpus = [j for j in range(n) if kinds[j] == "gpu"]
     for i in range(n):
         if i in slow or i not in paths:
@@ -144,7 +180,6 @@ def level_rows(topo: Any, ends: list[str]) -> list[list[str]]:
             for j in gpus:
                 if j != i:
                     row[j] = topo.level(ends[i], ends[j])
-    return rows
 
 
 def _pick(srow: list[str], order: list[int]) -> list[str]:

@@ -7,9 +7,12 @@ and the one nvidia-smi printed (live, recorded, or pasted into a ticket).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ccdiag.probes.smi_topo import EXTRA_COLUMNS, TopoMatrix, cells_equal
+
+if TYPE_CHECKING:
+    from ccdiag.topology.model import Topology
 
 #: the legend nvidia-smi prints under the matrix (its wording, so a rendered matrix reads the same)
 SMI_LEGEND = {
@@ -23,11 +26,11 @@ SMI_LEGEND = {
 }
 
 
-def to_topo_matrix(topo: Any) -> TopoMatrix:
+def to_topo_matrix(topo: Topology) -> TopoMatrix:
     labels, cells, info = topo.matrix_rows()
-    cpu = {}
-    numa = {}
-    gnuma = {}
+    cpu: dict[str, str | None] = {}
+    numa: dict[str, str | None] = {}
+    gnuma: dict[str, str | None] = {}
     legend = {}
     for label in labels:
         facts = info.get(label, {})
@@ -46,7 +49,7 @@ def to_topo_matrix(topo: Any) -> TopoMatrix:
                       extra_columns=tuple(EXTRA_COLUMNS) if any(l.startswith("GPU") for l in labels) else ())
 
 
-def compare(topo: Any, smi: TopoMatrix) -> list[str]:
+def compare(topo: Topology, smi: TopoMatrix) -> list[str]:
     """nvidia-smi's matrix against ccdiag's: "nvidia-smi vs ccdiag: GPU0 - mlx5_1: NODE vs PIX"."""
     mine = to_topo_matrix(topo)
     diffs = cells_equal(smi, mine)

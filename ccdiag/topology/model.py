@@ -26,7 +26,7 @@ from typing import Any, Iterable, Mapping
 
 import networkx as nx
 
-from ccdiag.model import normalize_bdf
+from ccdiag.readings import normalize_bdf
 from ccdiag.topology import affinity as _affinity
 from ccdiag.topology.bandwidth import nvlink_gbyte_s
 from ccdiag.topology.fastrows import level_rows
@@ -217,7 +217,8 @@ class Topology:
         index: dict[str, str] = {}
         by_bdf: dict[str, str] = {}
         # a GPU's or RDMA NIC's own label always names it, whatever other node shares the word
-        for dev in (*self._gpus, *self._nics):
+        devices: tuple[GpuNode | NicNode, ...] = (*self._gpus, *self._nics)
+        for dev in devices:
             if dev.label and dev.node in self._graph:
                 index.setdefault(dev.label, dev.node)
         for n, attrs in self._graph.nodes(data=True):
