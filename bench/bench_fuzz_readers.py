@@ -155,7 +155,7 @@ def read(reader: str, path: str) -> str:
             except ConfigError:
                 return "refused"
         elif reader == "env_file":
-            from ccdiag.checkrun import EnvFileError, load_env_file
+            from ccdiag.envfile import EnvFileError, load_env_file
 
             try:
                 load_env_file(path)
@@ -256,8 +256,13 @@ def main() -> int:
             print(reader, {k: v for k, v in results[reader].items() if k != "first_failures"}, flush=True)
     from results_file import write_result
 
-    doc = {"command": "python bench/bench_fuzz_readers.py " + " ".join(sys.argv[1:]),
-           "per_reader": args.per_reader, "snapshots": args.snapshots, "seed": args.seed, "wall_s": round(time.monotonic() - t0, 1),
+    command = "python bench/bench_fuzz_readers.py " + " ".join(sys.argv[1:])
+    for r in results.values():
+        r["command"] = command
+    if args.only and os.path.exists(RESULTS):  # re-running some readers keeps the others' figures
+        with open(RESULTS) as fh:
+            results = {**json.load(fh).get("readers", {}), **results}
+    doc = {"command": command, "seed": args.seed, "wall_s": round(time.monotonic() - t0, 1),
            "internal_errors": sum(r["internal"] for r in results.values()), "readers": results,
            "host": {"python": platform.python_version(), "cpus": os.cpu_count()}}
     write_result(RESULTS, doc, echo=False)
