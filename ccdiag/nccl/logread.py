@@ -36,8 +36,9 @@ _NET_DEV = re.compile(r"\[(\d+)\]([\w.\-]+)(?::(\d+))?(?:/(IB|RoCE))?")
 _GDR = re.compile(r"GPU Direct RDMA (Enabled|Disabled) for HCA (\d+) '([\w.\-]+)'")
 _VIA = re.compile(r" via ((?:P2P|SHM|NET|NVLS|CollNet|COLLNET)[\w/().\-]*)")
 _ENV = re.compile(r"\b(NCCL_[A-Z0-9_]+) set by environment to (\S*?)\.?\s*$")
-_CHANNEL = re.compile(r"\bChannel (\d+)/(\d+) ")
-_RANKS = re.compile(r"\bnRanks (\d+) nNodes (\d+) localRanks (\d+)")
+# counts of at most 9 digits: a longer one is no count NCCL prints (and int() refuses 4,300+ digits)
+_CHANNEL = re.compile(r"\bChannel (\d{1,9})/(\d{1,9}) ")
+_RANKS = re.compile(r"\bnRanks (\d{1,9}) nNodes (\d{1,9}) localRanks (\d{1,9})")
 _REPEAT = re.compile(r"\s*[\[(]?(?:repeated|message repeated) \d+ times?[\])]?\s*$", re.IGNORECASE)
 
 
@@ -70,6 +71,18 @@ class NcclLog:
                 "nccl_lines": self.nccl_lines, "ib_no_device": self.no_ib_device}
 
 
+#: the "message repeated N times" suffix is looked for in this many trailing characters only
+_REPEAT_WINDOW = 80
+
+
+def _without_repeat(body: str) -> str:
+    """``body`` without syslog's repeat suffix. Searched in the tail only: the pattern starts with
+    ``\\s*``, so over a whole line of 20,000 spaces a search is quadratic (seconds per line)."""
+    tail_at = max(0, len(body) - _REPEAT_WINDOW)
+    r = _REPEAT.search(body, tail_at)
+    return body[:r.start()].rstrip() if r else body
+
+
 def parse_nccl_log(text: str, source: str = "<log>") -> NcclLog:
     if len(text) > MAX_BYTES:
         raise LogError(f"{source}: larger than {MAX_BYTES >> 20} MiB; pass the part around the problem")
@@ -90,7 +103,7 @@ def parse_nccl_log(text: str, source: str = "<log>") -> NcclLog:
                 first_other = (n, line.strip()[:80])
             continue
         log.nccl_lines += 1
-        body = _REPEAT.sub("", line[m.end():]).rstrip()
+        body = _without_repeat(line[m.end():].rstrip())
         # the prefix ends where the mark starts, and a host name is at most 253 characters: searching
         # only that window keeps a line of 50,000 '-' from costing a quadratic regex search
         p = _PREFIX.search(line[max(0, m.start() - _PREFIX_WINDOW):m.start()])
