@@ -82,6 +82,15 @@ def tasks(proc: psutil.Process) -> int:
     return n
 
 
+def fewest_processes(proc: psutil.Process, samples: int = 8) -> int:
+    """The fewest processes in the daemon's tree over a few seconds: a cycle's child comes and goes."""
+    seen = []
+    for _ in range(samples):
+        seen.append(len(tree(proc)))
+        time.sleep(0.3)
+    return min(seen)
+
+
 def cycles_total(text: str) -> int:
     m = re.search(r"^ccdiag_collection_cycles_total (\S+)$", text, re.M)
     return int(float(m.group(1))) if m else -1
@@ -199,7 +208,7 @@ def phase(name: str, holder: Holder, seconds: float, daemon: psutil.Process, scr
     time.sleep(12)  # one header timeout (10 s) and then some: whatever the server held is gone
     out["descriptors_after"] = daemon.num_fds()
     # the daemon and its collection process, plus a cycle's child while one runs: the fewest seen
-    out["processes_after"] = min(len(tree(daemon)) + 0 * time.sleep(0.3) for _ in range(8))
+    out["processes_after"] = fewest_processes(daemon)
     print(name, out, flush=True)
     return out
 
