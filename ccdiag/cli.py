@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import importlib
 import os
+import signal
 import sys
 
 import click
 
+from ccdiag import procgroups
 from ccdiag.exitcodes import ExitCode
 
 #: command name -> (module, attribute, one-line help)
@@ -79,7 +81,8 @@ def cli(verbose: int) -> None:
     """ccdiag: is this GPU node fit to run a job, and if not, what exactly is broken?
 
     Every command reads the live machine, or with --replay FILE a snapshot recorded anywhere.
-    Exit codes: 0 ok, 1 check failed, 2 usage/input error, 3 could not evaluate, 4 internal error.
+    Exit codes: 0 ok, 1 check failed, 2 usage/input error, 3 could not evaluate, 4 internal error;
+    143/129/130 ended by SIGTERM/SIGHUP/SIGINT (what ccdiag had started is killed first).
     """
     from ccdiag.output import setup_logging
 
@@ -125,16 +128,79 @@ def _say(message: str) -> None:
     click.echo(sanitize_text(message), err=True)
 
 
+class Terminated(BaseException):
+    """SIGTERM or SIGHUP arrived: unwinds the command (its ``finally`` blocks remove temporary
+    files) to :func:`main`, which exits ``128 + signum``. A ``BaseException``, so no ``except
+    Exception`` on the way can swallow it."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+#: signals that end a command; the daemon installs its own handlers (stop, reload) over these
+TERMINATING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+def _on_terminate(signum: int, frame) -> None:
+    """Kill every process group ccdiag started (they run in sessions of their own, so a signal to
+    ccdiag's group never reaches them), then unwind. Once here, a group started later is killed as
+    it registers; a second signal during the unwinding is not raised again."""
+    procgroups.kill_all(closing=True)
+    for sig in TERMINATING_SIGNALS:
+        signal.signal(sig, _ignore_repeat)
+    raise Terminated(signum)
+
+
+def _ignore_repeat(signum: int, frame) -> None:
+    procgroups.kill_all(closing=True)
+
+
+def _install_signal_handlers() -> dict:
+    """Install the handlers; returns the previous ones (restored when :func:`main` returns, for
+    a caller that runs ccdiag in its own process, as the tests do)."""
+    previous = {}
+    for sig in TERMINATING_SIGNALS:
+        try:
+            old = signal.getsignal(sig)
+            if old is not signal.SIG_IGN:  # nohup'd: stay ignored
+                signal.signal(sig, _on_terminate)
+                previous[sig] = old
+        except (ValueError, OSError):  # not the main thread (ccdiag called as a library)
+            pass
+    return previous
+
+
+def _terminated(exc: Terminated) -> None:
+    procgroups.shutdown()  # a probe thread may be starting a command right now
+    _say(f"ccdiag: terminated by {signal.Signals(exc.signum).name}")
+    sys.exit(128 + exc.signum)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point: maps every outcome to a documented exit code."""
-    from ccdiag.errors import CcdiagError
 
     broken = _check_install()
     if broken:
         _say(f"ccdiag: {broken}")
         sys.exit(int(ExitCode.INTERNAL))
+    previous = _install_signal_handlers()
+    try:
+        _run(argv)
+    except Terminated as exc:
+        _terminated(exc)
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old if old is not None else signal.SIG_DFL)
+
+
+def _run(argv: list[str] | None) -> None:
+    from ccdiag.errors import CcdiagError
+
     try:
         rv = cli.main(args=argv, prog_name="ccdiag", standalone_mode=False)
+    except Terminated:
+        raise
     except CcdiagError as exc:
         # UserInputError (every parse and file error a user can cause) is one: exit 2, one line
         _say(f"ccdiag: {exc}")
@@ -145,9 +211,11 @@ def main(argv: list[str] | None = None) -> None:
         exc.show()
         sys.exit(int(ExitCode.USAGE))
     except click.exceptions.Abort:
+        procgroups.kill_all(closing=True)
         click.echo("ccdiag: aborted", err=True)
         sys.exit(130)
     except KeyboardInterrupt:
+        procgroups.kill_all(closing=True)
         click.echo("ccdiag: interrupted", err=True)
         sys.exit(130)
     except BrokenPipeError:

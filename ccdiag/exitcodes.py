@@ -32,3 +32,12 @@ EXIT_CODE_DOCS = {
                        "traceback). Also ccdiag run from a source tree that was never installed "
                        "(`ccdiag is not installed here: ...`).",
 }
+
+#: the codes of a command ended by a signal (not an :class:`ExitCode`: one per signal). SIGTERM and
+#: SIGHUP are handled: every process group ccdiag started is killed first, then ccdiag exits
+#: 128 + the signal's number, as a shell reports a process the signal ended. ``ccdiag daemon``
+#: handles both itself (SIGTERM stops it with 0, SIGHUP reloads its settings).
+SIGNAL_EXIT_CODES = {"SIGTERM": 143, "SIGHUP": 129, "SIGINT": 130}
+SIGNAL_EXIT_DOC = ("Ended by a signal: 128 + its number (143 SIGTERM, 129 SIGHUP, 130 SIGINT/Ctrl-C); every "
+                   "command ccdiag had started (`nvidia-smi`, benchmarks) is killed first. `ccdiag daemon` "
+                   "stops with 0 on SIGTERM and reloads on SIGHUP.")

@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 
-from ccdiag import inflight
+from ccdiag import inflight, procgroups
 from ccdiag.nvmlcall import DRIVER_MISSING, NOT_RECORDED, NvmlCallError, NvmlFacade
 from ccdiag.snapshot import SnapshotData, SnapshotError, base_meta
 
@@ -362,8 +362,10 @@ class LiveHost(BaseHost):
                 return CommandResult(argv, None, "", "", 0.0, True, "not started: the run's deadline had passed")
             timeout = min(timeout, remaining)
         try:
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, start_new_session=True, env=env)
+            with procgroups.starting():
+                proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, start_new_session=True, env=env)
+                procgroups.register(proc.pid)
         except FileNotFoundError:
             return CommandResult(argv, None, "", "", 0.0, False, "not found")
         except PermissionError:
@@ -392,6 +394,7 @@ class LiveHost(BaseHost):
                         pass
                 out, err = b"", b""
         if proc.returncode is not None:
+            procgroups.forget(proc.pid)
             with self._procs_lock:
                 self._procs.discard(proc)
         duration = time.monotonic() - start

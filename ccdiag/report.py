@@ -74,7 +74,9 @@ def build_report(kind: str, meta: dict, runs: dict[str, ProbeRun] | None = None,
 
 
 def dumps(report: dict) -> str:
-    return json.dumps(report, indent=2, sort_keys=True, default=str)
+    from ccdiag.output import json_text
+
+    return json_text(report).rstrip("\n")
 
 
 def load_schema() -> dict:

@@ -156,10 +156,12 @@ class SnapshotData:
         # gzip with a fixed header time: the same content always gives the same bytes
         return gzip.compress(buf.getvalue(), compresslevel=6, mtime=mtime)
 
-    def save(self, path: str) -> None:
-        data = self.to_bytes()
-        with open(path, "wb") as fh:
-            fh.write(data)
+    def save(self, path: str, mode: int = 0o600) -> None:
+        """Write the snapshot atomically (a full disk leaves the old file whole), for its owner
+        only by default: it carries the kernel log, host names and serials."""
+        from ccdiag.output import write_atomic
+
+        write_atomic(path, self.to_bytes(), mode)
 
     # -- reading --------------------------------------------------------------------
     @classmethod

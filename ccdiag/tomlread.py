@@ -6,6 +6,7 @@ callers want one answer: the document, or one line naming the file and what is w
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from ccdiag.errors import UserInputError
@@ -30,4 +31,11 @@ def loads(text: str, source: str) -> dict[str, Any]:
     try:
         return _toml.loads(text)
     except _toml.TOMLDecodeError as exc:
+        raise TomlError(f"{source}: not valid TOML: {exc}") from None
+    except ValueError as exc:
+        # the parser turns digits into int() itself, and Python refuses a string of more than
+        # 4,300 digits (CVE-2020-10735): no setting of ccdiag's is that large
+        if "integer string conversion" in str(exc):
+            raise TomlError(f"{source}: not usable TOML: an integer of more than "
+                            f"{getattr(sys, 'get_int_max_str_digits', lambda: 4300)()} digits") from None
         raise TomlError(f"{source}: not valid TOML: {exc}") from None

@@ -35,12 +35,14 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from ccdiag import procgroups
 from ccdiag.checkrun import CheckResult, close_host, evaluate
 from ccdiag.errors import UserInputError
 from ccdiag.exporters import isolation, sanity, sdnotify
+from ccdiag.exporters.collection import REPLY_GRACE_S, CollectionProcess
 from ccdiag.exporters.collector import CycleCollector
 from ccdiag.exporters.cycle import DEFAULT_MAX_STALE_S, CycleState
-from ccdiag.exporters.server import MetricsServer, parse_listen
+from ccdiag.exporters.server import DEFAULT_MAX_REQUESTS, MetricsServer, parse_listen
 from ccdiag.exporters.webconfig import WebConfig, load_web_config
 from ccdiag.findings import UNKNOWN, Component, Evidence, Finding
 from ccdiag.host import Host, LiveHost, ReplayHost
@@ -59,18 +61,23 @@ DEFAULT_LISTEN = "127.0.0.1:9643"
 DEFAULT_INTERVAL_S = 15.0
 DEFAULT_DEADLINE_S = 30.0
 CONFIG_KEYS = {"listen": str, "interval": float, "policy": str, "web_config": str, "deadline": float,
-               "max_stale": float, "probes": list, "telemetry_path": str}
+               "max_stale": float, "probes": list, "telemetry_path": str, "max_requests": int}
 #: the lower bound of each duration; the command line enforces the same ones. A tiny interval would be
 #: a busy loop and a tiny deadline abandons every probe, so both are refused rather than clamped.
 MIN_INTERVAL_S = 0.1
 MIN_DEADLINE_S = 0.5
+#: the most --web.max-requests may be: each admitted request may take a thread, and threads count
+#: against the unit's TasksMax (systemd/ccdiag-exporter.service)
+MAX_REQUESTS_LIMIT = 1024
 #: seconds a collection child gets beyond the cycle's deadline to start and send its result
 CHILD_GRACE_S = 3.0
 #: how a setting is named in messages, per source: the file's key or the command line's option
 FILE_KEYS = {"listen": "listen", "interval_s": "interval", "deadline_s": "deadline",
-             "max_stale_s": "max_stale", "probes": "probes", "telemetry_path": "telemetry_path"}
+             "max_stale_s": "max_stale", "probes": "probes", "telemetry_path": "telemetry_path",
+             "max_requests": "max_requests"}
 OPTION_KEYS = {"listen": "--web.listen-address", "interval_s": "--interval", "deadline_s": "--deadline",
-               "max_stale_s": "max_stale", "probes": "probes", "telemetry_path": "--web.telemetry-path"}
+               "max_stale_s": "max_stale", "probes": "probes", "telemetry_path": "--web.telemetry-path",
+               "max_requests": "--web.max-requests"}
 
 
 class CycleError(RuntimeError):
@@ -93,6 +100,7 @@ class DaemonConfig:
     replay: str | None = None
     root: str = "/"
     telemetry_path: str = "/metrics"
+    max_requests: int = DEFAULT_MAX_REQUESTS
 
     def validate(self, source: str = "configuration", keys: dict[str, str] = FILE_KEYS) -> "DaemonConfig":
         """``self`` when every setting is usable, else :class:`ConfigError` naming ``source`` and the key.
@@ -113,6 +121,9 @@ class DaemonConfig:
         path = self.telemetry_path
         if not path.startswith("/") or path in ("/", "/-/healthy", "/-/ready") or any(c.isspace() for c in path):
             raise ConfigError(f"{source}: {keys['telemetry_path']} must be a path like /metrics, not {path!r}")
+        if isinstance(self.max_requests, bool) or not (1 <= self.max_requests <= MAX_REQUESTS_LIMIT):
+            raise ConfigError(f"{source}: {keys['max_requests']} must be a whole number from 1 to "
+                              f"{MAX_REQUESTS_LIMIT}, not {self.max_requests!r}")
         if not self.probes:
             raise ConfigError(f"{source}: {keys['probes']} must name at least one probe "
                               f"(known: {', '.join(ALL_PROBES)})")
@@ -198,6 +209,33 @@ def _with_hung(result: CheckResult | None, hung: list[str]) -> CheckResult:
     return dataclasses.replace(result, runs=runs, findings=findings, timed_out=True)
 
 
+def _runner(cfg: DaemonConfig, host: Host, policy: Policy, probes: list[str]) -> Callable[[], CheckResult]:
+    """What one collection child runs: the evaluation ``ccdiag check`` runs, of ``probes``."""
+    def go() -> CheckResult:
+        if isinstance(host, ReplayHost):
+            host.epoch = 0  # every cycle replays the snapshot from its first sample
+        env = None if not host.live else {}
+        return evaluate(host, policy, 0.0, cfg.deadline_s, env,
+                        None if env is None else "none (the daemon has no job environment)", probes=probes)
+    return go
+
+
+def _merge(result: CheckResult | None, runs: dict[str, ProbeRun]) -> CheckResult:
+    """The main child's ``result`` with the runs of every child (``runs``) in it, and an unknown
+    finding for each probe that did not deliver; without a result (no checks ran), the runs that
+    were delivered are still served."""
+    if result is None:
+        findings = [_hung_finding(n, why="killed") for n, r in runs.items() if r.status == TIMEOUT]
+        return CheckResult(runs=runs, later=None, topology=None, findings=sorted(findings, key=Finding.sort_key),
+                           exit_code=3, timed_out=True)
+    if set(runs) != set(result.runs) or any(runs[n] is not result.runs.get(n) for n in runs):
+        extra = [_hung_finding(n, why="killed") for n in runs
+                 if n not in result.runs and runs[n].status == TIMEOUT]
+        findings = sorted(list(result.findings) + extra, key=Finding.sort_key)
+        result = dataclasses.replace(result, runs={**result.runs, **runs}, findings=findings)
+    return result
+
+
 class Daemon:
     """The collection loop, the endpoint and the signal handling around them."""
 
@@ -227,9 +265,9 @@ class Daemon:
         if isolate is None:  # CCDIAG_DAEMON_IN_PROCESS=1: the old way, for comparing (bench_daemon_stall)
             isolate = isolation.supported() and os.environ.get("CCDIAG_DAEMON_IN_PROCESS", "") in ("", "0")
         self.isolate = isolate
-        self._stuck: list[isolation.Job] = []  # children that could not exit, with their probes
         self._quarantine: set[str] = set()  # probes that kept a child from finishing in time
-        self._jobs: list[isolation.Job] = []  # the children of the cycle running now
+        #: forks the cycles' children; started before the server's threads (see :mod:`.collection`)
+        self._collection = CollectionProcess(_runner, self._open_host, self.host)
         self.last_error: str | None = None  # why the latest cycle was not published, if it was not
 
     # -- configuration ----------------------------------------------------------------------
@@ -273,12 +311,7 @@ class Daemon:
     def _blocked(self, cfg: DaemonConfig) -> list[str]:
         """Probes not to start this cycle: a probe thread still alive in this process (cycles run
         in-process), or a probe of an earlier child that could not exit (stuck in the kernel)."""
-        still = []
-        for job in self._stuck:
-            if not isolation.reap(job):
-                still.append(job)
-        self._stuck = still
-        held = {p for job in still for p in job.probes}
+        held = set(self._collection.request(("held",), REPLY_GRACE_S)) if self.isolate else set()
         return [n for n in cfg.probes if n in held or _probe_thread_alive(n)]
 
     def _evaluate(self, cfg: DaemonConfig, host: Host, policy: Policy, names: list[str]) -> CheckResult | None:
@@ -288,32 +321,24 @@ class Daemon:
         of its own, beside the main one, until one delivers in time, so one pathological input costs
         that probe its fresh data but no longer every other probe's, nor the checks'.
         """
-        def run(probes: list[str]) -> Callable[[], CheckResult]:
-            def go() -> CheckResult:
-                if isinstance(host, ReplayHost):
-                    host.epoch = 0  # every cycle replays the snapshot from its first sample
-                env = None if not host.live else {}
-                return evaluate(host, policy, 0.0, cfg.deadline_s, env,
-                                None if env is None else "none (the daemon has no job environment)",
-                                probes=probes)
-            return go
-
         if not self.isolate:
-            return run(names)() if names else None
-        quarantined = [n for n in names if n in self._quarantine]
+            return _runner(cfg, host, policy, names)() if names else None
         main = [n for n in names if n not in self._quarantine]
-        jobs = []
-        if main:
-            jobs.append(isolation.start(run(main), tuple(main)))
-        for name in quarantined:  # one child each: a probe that stalls its child stalls only itself
-            jobs.append(isolation.start(run([name]), (name,)))
-        self._jobs = jobs  # for stop(): children never outlive the daemon
+        # one child each for the quarantined: a probe that stalls its child stalls only itself
+        groups = ([main] if main else []) + [[n] for n in names if n in self._quarantine]
         # the budget the evaluation keeps to, and a margin for starting and sending the result
-        isolation.wait(jobs, time.monotonic() + cfg.deadline_s + CHILD_GRACE_S)
+        budget = cfg.deadline_s + CHILD_GRACE_S
+        jobs = self._collection.request(("cycle", cfg, policy, groups, budget), budget + REPLY_GRACE_S)
+        runs = self._delivered(jobs, cfg.deadline_s)
+        main_job = jobs[0] if main else None
+        if main_job is not None and main_job.result is None and main_job.error and not main_job.killed:
+            raise CycleError(main_job.error)  # the evaluation itself broke: a bug, not a probe's failure
+        return _merge(main_job.result if main_job is not None else None, runs)
+
+    def _delivered(self, jobs: list[isolation.Job], deadline_s: float) -> dict[str, ProbeRun]:
+        """Each probe's run as its child delivered it, or a ``timeout`` run; updates the quarantine."""
         runs: dict[str, ProbeRun] = {}
         for job in jobs:
-            if not job.exited:
-                self._stuck.append(job)
             delivered = dict(job.runs)
             if job.result is not None:
                 delivered.update(job.result.runs)
@@ -321,26 +346,13 @@ class Daemon:
                 if name in delivered:
                     self._quarantine.discard(name)
                     runs[name] = delivered[name]
-                else:
-                    why = "killed at the cycle's deadline" if job.killed else (job.error or "no result")
-                    runs[name] = ProbeRun(name, TIMEOUT, cfg.deadline_s, None,
-                                          f"probe {name} did not deliver: collection child {why}")
-                    if job.killed:
-                        self._quarantine.add(name)
-        main_job = jobs[0] if main else None
-        if main_job is not None and main_job.result is None and main_job.error and not main_job.killed:
-            raise CycleError(main_job.error)  # the evaluation itself broke: a bug, not a probe's failure
-        result = main_job.result if main_job is not None else None
-        if result is None:  # no checks ran: the probes that delivered are still served
-            findings = [_hung_finding(n, why="killed") for n, r in runs.items() if r.status == TIMEOUT]
-            return CheckResult(runs=runs, later=None, topology=None, findings=sorted(findings, key=Finding.sort_key),
-                               exit_code=3, timed_out=True)
-        if set(runs) != set(result.runs) or any(runs[n] is not result.runs.get(n) for n in runs):
-            extra = [_hung_finding(n, why="killed") for n in runs
-                     if n not in result.runs and runs[n].status == TIMEOUT]
-            findings = sorted(list(result.findings) + extra, key=Finding.sort_key)
-            result = dataclasses.replace(result, runs={**result.runs, **runs}, findings=findings)
-        return result
+                    continue
+                why = "killed at the cycle's deadline" if job.killed else (job.error or "no result")
+                runs[name] = ProbeRun(name, TIMEOUT, deadline_s, None,
+                                      f"probe {name} did not deliver: collection child {why}")
+                if job.killed:
+                    self._quarantine.add(name)
+        return runs
 
     @staticmethod
     def _sane(result: CheckResult) -> CheckResult:
@@ -425,13 +437,26 @@ class Daemon:
     # -- lifecycle ------------------------------------------------------------------------------
     def start(self) -> None:
         """Bind the endpoint and start the collection loop (returns at once)."""
+        if self.isolate and not self._collection.alive:
+            self._collection.start()  # before the server starts a thread
         self.server = MetricsServer(parse_listen(self.config.listen), self.collector, lambda: self.web,
-                                    self.health, self.ready, metrics_path=self.config.telemetry_path)
+                                    self.health, self.ready, metrics_path=self.config.telemetry_path,
+                                    max_requests=self.config.max_requests)
         self._server_thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.2},
                                                name="ccdiag-http", daemon=True)
         self._server_thread.start()
         self._loop = threading.Thread(target=self._collect_loop, name="ccdiag-collect", daemon=True)
         self._loop.start()
+
+    def restart_collection(self) -> None:
+        """End the collection process (killing what it runs) and fork a fresh one from this
+        process as it is now. Only while no cycle runs: the daemon itself never needs it (a
+        collection process that ended is started again by the next cycle), but a test that patched
+        a probe in this process reaches the collection children only through a fresh fork."""
+        with self._cycle_lock:
+            self._collection.stop()
+            if self.isolate:
+                self._collection.start()
 
     def stop(self) -> None:
         self._stop.set()
@@ -440,11 +465,11 @@ class Daemon:
         if self.server is not None:
             self.server.shutdown()
             self.server.server_close()
-        for job in list(self._jobs):
-            isolation.kill(job)
+        self._collection.stop()  # kills the children of a cycle still running, and their commands
         if self._loop is not None:
             self._loop.join(2.0)  # a cycle in a hung call is abandoned: its thread is a daemon
         close_host(self.host)
+        procgroups.kill_all()  # commands of in-process cycles still running
 
     def serve(self, on_started: Callable[[], None] | None = None) -> int:
         """Start, then run until SIGTERM/SIGINT (main thread only). Returns the exit status."""

@@ -20,8 +20,16 @@ exit even when killed; the daemon keeps such children in view and does not start
 again until they are gone (:class:`Job` reports ``exited``).
 
 The child sends length-prefixed pickles on a pipe: each probe's first run as soon as it completes
-(so a child killed later still delivers the probes that finished), then the result or the error.
-The parent reads them with ``select`` against the deadline, bounded in size, then kills the child.
+(so a child killed later still delivers the probes that finished), every process group a command
+of it started (commands run in sessions of their own, out of reach of a signal to the child), then
+the result or the error. The parent reads them through a ``selectors`` poller (never ``select()``,
+which fails outright once a descriptor number passes 1,023) against the deadline, bounded in size;
+whatever way :func:`wait` ends, every child it was given is killed if still running, its command
+groups with it, and reaped.
+
+The parent that forks these children is the daemon's collection process (:mod:`.collection`): a
+single-threaded process started before any server thread, so no lock another thread held at the
+moment of the fork can be inherited locked by a child.
 """
 
 from __future__ import annotations
@@ -29,9 +37,9 @@ from __future__ import annotations
 import copyreg
 import os
 import pickle
-import threading
-import select
+import selectors
 import signal
+import threading
 import struct
 import time
 import types
@@ -68,6 +76,7 @@ class Job:
     error: str | None = None
     killed: bool = False  # still running at its deadline (or sent too much) and killed
     exited: bool = False  # reaped; False: stuck in the kernel, still holding what its probes held
+    groups: set = field(default_factory=set)  # process groups its commands run in, not yet reaped
     _buf: bytearray = field(default_factory=bytearray)
     _total: int = 0
 
@@ -107,7 +116,10 @@ def _child(fd: int, fn: Callable[[], Any]) -> None:
         max_fd = 4096
     os.closerange(3, fd)
     os.closerange(fd + 1, max_fd)
-    from ccdiag import probing
+    from ccdiag import procgroups, probing
+
+    procgroups.reset_after_fork()
+    procgroups.add_listener(lambda pgid, gone=False: _send(fd, "ungroup" if gone else "group", pgid))
 
     real_run_one = probing.run_one
     sent: set[str] = set()
@@ -116,7 +128,10 @@ def _child(fd: int, fn: Callable[[], Any]) -> None:
         run = real_run_one(host, name)
         if name not in sent:  # the first sample; a second one (counters) comes with the result
             sent.add(name)
-            _send(fd, "probe", (name, run))
+            try:
+                _send(fd, "probe", (name, run))
+            except OSError:  # the parent is gone (stopping): nothing left to tell
+                os._exit(0)
         return run
 
     probing.run_one = run_one
@@ -166,6 +181,10 @@ def _feed(job: Job, data: bytes) -> None:
         if kind == "probe":
             name, run = payload
             job.runs[name] = run
+        elif kind == "group":
+            job.groups.add(int(payload))
+        elif kind == "ungroup":
+            job.groups.discard(int(payload))
         elif kind == "result":
             job.result = payload
         elif kind == "error":
@@ -183,16 +202,29 @@ def _finish(job: Job, kill: bool) -> None:
         except ProcessLookupError:
             pass
     reap(job, wait_s=1.0)
+    kill_groups(job)
+
+
+def kill_groups(job: Job) -> None:
+    """SIGKILL the process groups of the child's commands that it did not reap itself (it was
+    killed first, or gave up on a command stuck past its deadline)."""
+    for pgid in list(job.groups):
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    job.groups.clear()
 
 
 def kill(job: Job) -> None:
-    """Kill a child that is still running (the daemon is stopping). Only the signal: the thread
-    reading the child sees its pipe close and reaps it."""
+    """Kill a child that is still running, and its commands (the daemon is stopping). Only the
+    signals: whoever reads the child sees its pipe close and reaps it."""
     if not job.exited:
         try:
             os.kill(job.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+    kill_groups(job)
 
 
 def reap(job: Job, wait_s: float = 0.0) -> bool:
@@ -212,30 +244,40 @@ def reap(job: Job, wait_s: float = 0.0) -> bool:
     return job.exited
 
 
+def _read(job: Job) -> None:
+    try:
+        data = os.read(job.fd, 1 << 20)
+    except OSError as exc:
+        job.error = job.error or f"reading from the collection child: {exc}"
+        data = b""
+    if not data:
+        _finish(job, kill=False)
+    else:
+        _feed(job, data)
+
+
 def wait(jobs: list[Job], deadline: float) -> None:
     """Read every job's messages until it closes its end or ``deadline`` (``time.monotonic()``)
-    passes; a job still running then is killed. Returns when all are done."""
-    while True:
-        live = {j.fd: j for j in jobs if not j.done}
-        if not live:
-            return
-        left = deadline - time.monotonic()
-        if left <= 0:
-            for j in live.values():
-                _finish(j, kill=True)
-            return
-        try:
-            ready, _, _ = select.select(list(live), [], [], min(left, 1.0))
-        except InterruptedError:  # pragma: no cover - PEP 475 retries select itself
-            continue
-        for fd in ready:
-            job = live[fd]
-            try:
-                data = os.read(fd, 1 << 20)
-            except OSError as exc:
-                job.error = job.error or f"reading from the collection child: {exc}"
-                data = b""
-            if not data:
-                _finish(job, kill=False)
-            else:
-                _feed(job, data)
+    passes. However it returns (an exception included), every job is done: killed if it was still
+    running, its command groups killed, and reaped if it could exit."""
+    sel = selectors.DefaultSelector()
+    try:
+        for job in jobs:
+            if not job.done:
+                sel.register(job.fd, selectors.EVENT_READ, job)
+        while sel.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            for key, _ in sel.select(min(left, 1.0)):
+                job = key.data
+                _read(job)
+                if job.done:
+                    sel.unregister(key.fd)
+    finally:
+        sel.close()
+        for job in jobs:
+            if not job.done:
+                _finish(job, kill=True)
+            elif job.groups:
+                kill_groups(job)

@@ -7,7 +7,8 @@ daemon-only ones: collection age, interval, cycle count), so dashboards and aler
 either; node_exporter's own ``node_textfile_mtime_seconds`` gives its age.
 
 The file is written to a temporary name that does not end in ``.prom`` (the collector ignores it)
-and renamed over the old one, so node_exporter never reads half a file. No sample carries a
+and renamed over the old one, so node_exporter never reads half a file. Its permissions follow the
+caller's umask: it names hosts, GPUs and findings, so who may read it is the site's decision. No sample carries a
 timestamp: the textfile collector refuses files that do.
 """
 
@@ -44,5 +45,6 @@ def write_textfile(directory: str, result: Any, *, filename: str = DEFAULT_FILEN
     if not os.path.isdir(directory):
         raise FileNotFoundError(f"textfile directory {directory} does not exist")
     path = os.path.join(directory, filename)
-    write_atomic(path, render_textfile(result, completed_at).decode("utf-8"), mode=0o644)
+    # the caller's umask decides who may read it (the check unit's UMask=0022 lets node_exporter)
+    write_atomic(path, render_textfile(result, completed_at))
     return path

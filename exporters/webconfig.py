@@ -19,16 +19,20 @@ request; settings this implementation does not honour (cipher_suites, curve_pref
 rate_limit, client_allowed_sans) are refused with a message rather than silently ignored, because
 a security setting that looks applied but is not is worse than none.
 
-A bcrypt check costs tens of milliseconds by design, so a successful (user, password) pair is
-remembered by its SHA-256 for the life of the configuration; a failed one is checked again every
-time. An unknown user still pays one bcrypt check, so response time does not reveal which user
-names exist.
+A bcrypt check costs tens of milliseconds by design, so every (user, password) pair checked is
+remembered by the SHA-256 of the password with its answer, for the life of the configuration: a
+client repeating a wrong password costs a dictionary lookup, not a bcrypt. The failures remembered
+are bounded (the oldest forgotten first), so a flood of distinct wrong passwords cannot grow the
+daemon. bcrypt checks run one at a time, so that flood costs one core at most, and the bounded
+number of requests served at once (``--web.max-requests``) bounds how many wait. An unknown user
+still pays one bcrypt check, so response time does not reveal which user names exist.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import collections
 import hashlib
 import hmac
 import importlib.util
@@ -54,13 +58,20 @@ class WebConfigError(UserInputError, ValueError):
     """A web configuration that cannot be used; the message names the file and the setting."""
 
 
+#: wrong (user, password) pairs remembered per configuration
+MAX_FAILED_REMEMBERED = 4096
+
+
 class BasicAuth:
     """Checks ``Authorization: Basic`` headers against bcrypt hashes."""
 
     def __init__(self, users: dict[str, str]):
         self.users = {u: h.encode() for u, h in users.items()}
         self._ok: set[tuple[str, bytes]] = set()
+        self._failed: collections.OrderedDict[tuple[str, bytes], None] = collections.OrderedDict()
         self._lock = threading.Lock()
+        self._bcrypt_lock = threading.Lock()  # one bcrypt at a time
+        self.bcrypt_checks = 0  # how many were run (benchmarks read it)
 
     def check(self, header: str | None) -> bool:
         if not header or not header.startswith("Basic "):
@@ -72,20 +83,41 @@ class BasicAuth:
         if not sep:
             return False
         digest = hashlib.sha256(password.encode()).digest()
+        known = self._known(user, digest)
+        if known is not None:
+            return known
+        with self._bcrypt_lock:
+            known = self._known(user, digest)  # checked by another request while this one waited
+            if known is not None:
+                return known
+            ok = self._bcrypt(user, password)
+        with self._lock:
+            if ok:
+                self._ok.add((user, digest))
+            else:
+                self._failed[(user, digest)] = None
+                while len(self._failed) > MAX_FAILED_REMEMBERED:
+                    self._failed.popitem(last=False)
+        return ok
+
+    def _known(self, user: str, digest: bytes) -> bool | None:
+        """The remembered answer for this pair, or ``None``."""
         with self._lock:
             if any(u == user and hmac.compare_digest(d, digest) for u, d in self._ok):
                 return True
+            if (user, digest) in self._failed:
+                return False
+        return None
+
+    def _bcrypt(self, user: str, password: str) -> bool:
         import bcrypt
 
         hashed = self.users.get(user)
+        self.bcrypt_checks += 1
         try:
-            ok = bcrypt.checkpw(password.encode(), hashed or _DUMMY_HASH) and hashed is not None
+            return bcrypt.checkpw(password.encode(), hashed or _DUMMY_HASH) and hashed is not None
         except ValueError:  # a malformed hash in the file
-            ok = False
-        if ok:
-            with self._lock:
-                self._ok.add((user, digest))
-        return ok
+            return False
 
 
 @dataclass

@@ -245,6 +245,12 @@ def collect(host) -> IbObservation:
         if exc.kind == "missing":
             raise ProbeUnavailable(f"no RDMA devices: {IB_CLASS} absent") from None
         raise ProbeUnavailable(f"no RDMA devices readable: {IB_CLASS}: {exc.message}") from None
+    # a name the kernel cannot give a device ("", ".", "..", one with a "/": only a corrupted
+    # snapshot or tree lists one) would name the class directory or another path: read as an error
+    bad = [n for n in names if not n or n in (".", "..") or "/" in n]
+    names = [n for n in names if n not in bad]
+    errors = tuple(ReadError(f"{IB_CLASS}/{n}", "invalid", f"not a device name: {n!r}") for n in bad)
     if not names:
-        raise ProbeUnavailable(f"no RDMA devices: {IB_CLASS} is empty")
-    return IbObservation(devices=tuple(_read_device(host, n) for n in names))
+        raise ProbeUnavailable(f"no RDMA devices: {IB_CLASS} is empty" if not bad else
+                               f"no RDMA devices: {IB_CLASS} lists only invalid names {bad!r}")
+    return IbObservation(devices=tuple(_read_device(host, n) for n in names), errors=errors)

@@ -70,6 +70,9 @@ def cycles(d) -> int:
 
 
 def next_cycle(d, timeout=20.0):
+    """Run one more cycle with what the test patched since the last: cycles are forked from a
+    collection process forked at start, so a patch reaches them through a fresh one."""
+    d.restart_collection()
     n = cycles(d)
     d.request_cycle()
     wait_for(lambda: cycles(d) > n, timeout)

@@ -121,6 +121,7 @@ def test_a_bad_value_fails_that_probe_not_the_cycle(daemon, monkeypatch, bad):
         return dataclasses.replace(obs, gpus=(gpu0,) + tuple(obs.gpus[1:]))
 
     monkeypatch.setattr(nvml_probe, "collect", poisoned)
+    d.restart_collection()  # the patch reaches the cycles' children through a fresh fork
     n = d.collector.cycles_total
     d.request_cycle()
     wait_for(lambda: d.collector.cycles_total > n)

@@ -32,8 +32,8 @@ ALLOWED = {
                  "benchparse", "cluster"},
 }
 #: leaf modules any room may use: errors, exit codes, data model, rates, findings, policy, output
-SHARED = {"errors", "envfile", "probenames", "userfiles", "exitcodes", "readings", "linkrates", "outliers", "findings",
-          "policy", "tomlread", "output", "__init__",
+SHARED = {"errors", "envfile", "probenames", "userfiles", "procgroups", "exitcodes", "readings", "linkrates", "outliers",
+          "findings", "policy", "tomlread", "output", "__init__",
           "__version__"}
 
 

@@ -199,7 +199,9 @@ def test_kernel_log_stays_readable_and_nothing_else_privileged():
 #: [Service] keys allowed to differ between the daemon and the one-shot check
 RUN_SPECIFIC = {"Type", "NotifyAccess", "WatchdogSec", "ExecStart", "ExecReload", "Restart", "RestartSec",
                 "TimeoutStopSec", "TimeoutStartSec", "SuccessExitStatus", "RestrictAddressFamilies",
-                "IPAddressDeny", "UMask", "ReadWritePaths"}
+                "IPAddressDeny", "UMask", "ReadWritePaths",
+                # the exporter serves connections (a descriptor each, a thread per request served)
+                "TasksMax", "LimitNOFILE"}
 
 
 def test_check_service_keeps_the_exporters_sandbox():

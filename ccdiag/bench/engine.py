@@ -19,6 +19,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from ccdiag import procgroups
+
 #: bytes of one line the child may print (a line longer than this is cut and ignored)
 MAX_LINE_BYTES = 1 << 20
 #: seconds between SIGTERM and SIGKILL, and for reaping after SIGKILL
@@ -54,9 +56,11 @@ def run_worker(request: dict, budget_s: float, on_line: Callable[[dict], None] |
     # the child keeps a little less than the whole budget, so it can say so itself
     request = {**request, "budget_s": max(0.1, budget_s - 1.0)}
     try:
-        proc = subprocess.Popen(worker_command(module), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, start_new_session=True,
-                                env=env if env is not None else dict(os.environ))
+        with procgroups.starting():
+            proc = subprocess.Popen(worker_command(module), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, start_new_session=True,
+                                    env=env if env is not None else dict(os.environ))
+            procgroups.register(proc.pid)
     except OSError as exc:
         run.fatal = f"cannot start {module}: {exc.strerror or exc}"
         return run
@@ -135,6 +139,7 @@ def _stop(proc: subprocess.Popen, run: WorkerRun) -> None:
                 continue
     try:
         run.returncode = proc.wait(KILL_GRACE_S)
+        procgroups.forget(proc.pid)
     except subprocess.TimeoutExpired:
         run.returncode = None  # stuck in the kernel: abandoned, never waited on forever
     for f in (proc.stdout, proc.stderr):

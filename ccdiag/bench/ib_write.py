@@ -25,6 +25,7 @@ import subprocess
 import time
 from typing import TYPE_CHECKING
 
+from ccdiag import procgroups
 from ccdiag.bench import expected as exp
 from ccdiag.bench.judge import judge
 from ccdiag.bench.registry import Benchmark, BenchContext, module_missing, register
@@ -204,14 +205,18 @@ def perftest_argv(job: dict, ctx: BenchContext, tcp_port: int) -> list[str]:
 
 
 def _spawn(argv: list[str], env: dict) -> subprocess.Popen:
-    return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            start_new_session=True, env=env)
+    with procgroups.starting():
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                start_new_session=True, env=env)
+        procgroups.register(proc.pid)
+    return proc
 
 
 def _finish(proc: subprocess.Popen, timeout: float) -> tuple[str, bool]:
     """(output, timed out): waits at most ``timeout``, then kills the process group."""
     try:
         out, _ = proc.communicate(timeout=max(0.05, timeout))
+        procgroups.forget(proc.pid)
         return out[:MAX_OUTPUT_BYTES].decode("utf-8", "replace"), False
     except subprocess.TimeoutExpired:
         try:
@@ -220,6 +225,7 @@ def _finish(proc: subprocess.Popen, timeout: float) -> tuple[str, bool]:
             pass
         try:
             out, _ = proc.communicate(timeout=1.0)
+            procgroups.forget(proc.pid)
         except subprocess.TimeoutExpired:
             out = b""
         return (out or b"")[:MAX_OUTPUT_BYTES].decode("utf-8", "replace"), True

@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING
 import click
 
 from ccdiag.examples import epilog
-from ccdiag.commands.common import host_options, make_host, write_report
+from ccdiag.commands.common import host_options, make_host
+from ccdiag.commands.common import try_write_report
 from ccdiag.errors import InputError
 
 if TYPE_CHECKING:
@@ -149,8 +150,7 @@ def run_command(names, replay, root, as_json, output, budget, size_bytes, iters,
     doc = None
     if as_json or output:
         doc = bench_report(observed, results, code, replay, time.monotonic() - t0)
-    if output:
-        write_report(doc, output)
+    unwritten = try_write_report(doc, output) if output else None
     if as_json:
         from ccdiag.output import emit_json
 
@@ -159,6 +159,8 @@ def run_command(names, replay, root, as_json, output, budget, size_bytes, iters,
         from ccdiag.commands.bench_render import print_results
 
         print_results(results, int(code), observed.hostname)
+    if unwritten:  # the results are printed and the exit code stays the measurement's
+        click.echo(f"ccdiag: {unwritten} (the results are on stdout)", err=True)
     return int(code)
 
 

@@ -18,19 +18,34 @@ from __future__ import annotations
 import os
 import socket
 import sys
+import time
 
 import click
 
 from ccdiag.examples import epilog
 from ccdiag.checkrun import DEFAULT_DEADLINE_S, DEFAULT_WINDOW_S, close_host, evaluate
 from ccdiag.commands.snapshot import default_name
-from ccdiag.commands.common import host_options, make_host, write_report
+from ccdiag.commands.common import host_options, make_host, try_write_report
 from ccdiag.errors import InputError
 from ccdiag.exitcodes import ExitCode
 from ccdiag.host import RecordingHost
 from ccdiag.envfile import load_env_file
 from ccdiag.policy import load_policy
 
+
+
+#: above this many GPUs and NICs, check's JSON carries the GPU rows of the all-pairs level matrix
+#: only (3,000 NICs make 9 million cells); ``ccdiag topo --json`` always has the whole matrix
+CHECK_MATRIX_MAX_ENDS = 512
+#: seconds of --timeout kept for building and writing the report after the evaluation
+REPORT_RESERVE_S = 2.0
+
+
+def evaluation_budget(timeout: float, started: float, reporting: bool) -> float:
+    """What is left of ``timeout`` for the evaluation: less what opening the host or snapshot
+    took, and less :data:`REPORT_RESERVE_S` when a report is to be written (never below 1 s)."""
+    left = timeout - (time.monotonic() - started) - (REPORT_RESERVE_S if reporting else 0.0)
+    return max(1.0, min(timeout, left))
 
 
 def _save_failure_snapshot(host: RecordingHost, result, directory: str, env: dict | None,
@@ -94,6 +109,7 @@ def _save_failure_snapshot(host: RecordingHost, result, directory: str, env: dic
 def command(replay, root, policy_file, env_file, timeout, window, as_json, output, strict, snapshot_dir, only,
             textfile_dir, quiet, load_links, bench):
     """Judge this node (or a snapshot) and exit 0 ok, 1 failed, 2 bad input, 3 could not evaluate."""
+    started = time.monotonic()
     policy = load_policy(policy_file) if policy_file else None
     env = load_env_file(env_file) if env_file else None
     env_source = f"env file {env_file}" if env_file else None
@@ -102,6 +118,8 @@ def command(replay, root, policy_file, env_file, timeout, window, as_json, outpu
         click.echo("ccdiag: --snapshot-on-fail ignored: the data already comes from a snapshot", err=True)
     record = bool(snapshot_dir) and not replay
     host = make_host(replay, root, record=record)
+    # --timeout bounds the whole run: what reading the snapshot took, and the report still to write
+    timeout = evaluation_budget(timeout, started, reporting=any((as_json, output, textfile_dir)))
     result = None
     snap_path = None
     try:
@@ -115,8 +133,7 @@ def command(replay, root, policy_file, env_file, timeout, window, as_json, outpu
     if textfile_dir:
         _write_textfile(textfile_dir, result)
     doc = _report(result, replay, snap_path) if (as_json or output) else None
-    if output:
-        write_report(doc, output)
+    unwritten = try_write_report(doc, output) if output else None
     if as_json:
         from ccdiag.output import emit_json
 
@@ -131,6 +148,8 @@ def command(replay, root, policy_file, env_file, timeout, window, as_json, outpu
             click.echo(bench_status_line(result.bench))
     if snap_path:
         click.echo(f"ccdiag: failure snapshot written to {snap_path}", err=True)
+    if unwritten:  # the verdict is printed and the exit code stays the node's
+        click.echo(f"ccdiag: {unwritten} (the verdict is on stdout)", err=True)
     sys.stdout.flush()
     return int(result.exit_code)
 
@@ -183,7 +202,8 @@ def _report(result, replay: str | None, snap_path: str | None) -> dict:
         extra["failure_snapshot"] = snap_path
     if result.bench:
         extra["bench"] = [b.to_json() for b in result.bench]
-    return build_report("check", result.meta, runs=result.runs, topology=result.topology,
+    topology = result.topology.to_json(max_matrix_ends=CHECK_MATRIX_MAX_ENDS) if result.topology else None
+    return build_report("check", result.meta, runs=result.runs, topology=topology,
                         findings=result.findings, exit_code=result.exit_code,
                         run_info=result.run_info(replay), extra=extra)
 

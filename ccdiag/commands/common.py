@@ -36,6 +36,17 @@ def make_host(replay: str | None, root: str = "/", record: bool = False) -> Host
     return RecordingHost(root) if record else LiveHost(root)
 
 
+def try_write_report(doc: dict, output: str) -> str | None:
+    """Write the report; the reason it could not be written, or ``None``. For commands whose
+    verdict must not be lost to an unwritable ``--output``: they print it anyway, keep their exit
+    code and say what failed."""
+    try:
+        write_report(doc, output)
+    except InputError as exc:
+        return str(exc)
+    return None
+
+
 def write_report(doc: dict, output: str) -> None:
     """Write a JSON report to ``output`` atomically; a path that cannot be written is bad input."""
     from ccdiag.output import write_atomic

@@ -23,6 +23,9 @@ from ccdiag.exitcodes import ExitCode
                    "on stderr). --listen is the same option.")
 @click.option("--web.telemetry-path", "telemetry_path", metavar="PATH",
               help="Path under which to expose metrics [default: /metrics].")
+@click.option("--web.max-requests", "max_requests", type=click.IntRange(1, 1024), metavar="N",
+              help="Requests served at once [default: 40]; one more is answered 503 at once. Connections "
+                   "that have not sent a whole request header hold no thread and are closed after 10 s.")
 @click.option("--interval", type=click.FloatRange(min=0.1), metavar="S",
               help="Seconds between collection cycles [default: 15].")
 @click.option("--config", "config_file", metavar="FILE", type=click.Path(dir_okay=False),
@@ -35,7 +38,7 @@ from ccdiag.exitcodes import ExitCode
               help="Bound on one collection cycle [default: 30].")
 @click.option("--once", is_flag=True, help="Run one cycle, print the exposition on stdout and exit: 0 when "
               "the cycle completed (whatever it found), 3 when it could not.")
-def command(replay, root, listen, telemetry_path, interval, config_file, web_config, policy, deadline, once):
+def command(replay, root, listen, telemetry_path, max_requests, interval, config_file, web_config, policy, deadline, once):
     """Serve Prometheus metrics for GPUs, NVLinks, PCIe links and RDMA ports, and every check's status.
 
     Probes run on their own interval, each cycle in a child process killed at the deadline; a
@@ -53,7 +56,8 @@ def command(replay, root, listen, telemetry_path, interval, config_file, web_con
     has no cycle in it).
     """
     from ccdiag.exporters.daemon import Daemon, load_config
-    overrides = {"listen": listen, "telemetry_path": telemetry_path, "interval_s": interval,
+    overrides = {"listen": listen, "telemetry_path": telemetry_path, "max_requests": max_requests,
+                 "interval_s": interval,
                  "web_config": web_config, "policy": policy,
                  "deadline_s": deadline, "replay": replay, "root": root if root != "/" else None}
     config = load_config(config_file, overrides)

@@ -30,6 +30,16 @@ def default_name(hostname: str | None) -> str:
     return f"ccdiag-{(hostname or 'host').split('.')[0]}-{stamp}.snap.tar.gz"
 
 
+def _file_mode(text: str) -> int:
+    try:
+        mode = int(text, 8)
+    except ValueError:
+        mode = -1
+    if not 0 <= mode <= 0o777:
+        raise InputError(f"--mode {text}: expected permissions in octal, e.g. 0600 or 0640")
+    return mode
+
+
 @click.command(name="snapshot", epilog=epilog("snapshot"))
 @host_options
 @click.option("-o", "--output", "output", metavar="FILE",
@@ -41,12 +51,16 @@ def default_name(hostname: str | None) -> str:
               help="Bound on each sampling pass.")
 @click.option("--probe", "probes", multiple=True, type=click.Choice(ALL_PROBES), help="Only these probes (repeatable).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout.")
-def command(replay, root, output, redact, window, timeout, probes, as_json):
+@click.option("--mode", "mode", default="0600", show_default=True, metavar="OCTAL",
+              help="Permissions of the file written: the owner's only by default, since a snapshot carries "
+                   "the kernel log, host names and serials (0640 to share it with a group).")
+def command(replay, root, output, redact, window, timeout, probes, as_json, mode):
     """Record a snapshot of this machine (or re-write a snapshot given with --replay, e.g. to redact it).
 
     Exit 0 when the file was written (even if some probes found nothing: that is recorded too),
     2 on a bad argument or unreadable --replay file.
     """
+    file_mode = _file_mode(mode)
     names = list(probes or ALL_PROBES)
     started = time.monotonic()
     host = make_host(replay, root, record=not replay)
@@ -72,7 +86,7 @@ def command(replay, root, output, redact, window, timeout, probes, as_json):
     if os.path.isdir(path):
         path = os.path.join(path, default_name(snap.meta.get("hostname")))
     try:
-        snap.save(path)
+        snap.save(path, file_mode)
     except OSError as exc:
         raise InputError(f"cannot write snapshot {path}: {exc.strerror or exc}") from None
     size = os.path.getsize(path)

@@ -40,22 +40,25 @@ MAX_LINE = 64 << 10
 MAX_KEPT = 64  # distinct warnings, failure roots, communicators, hosts kept
 
 _PREFIX = re.compile(r"([\w.\-<>]+):(\d+):(\d+) \[(\d+)\] ")
+#: the characters before the NCCL mark searched for the host:pid:tid [rank] prefix (a host name is at
+#: most 253 characters): a line of 50,000 '-' before the mark must not cost a quadratic search
+_PREFIX_WINDOW = 320
 _VERSION = re.compile(r"\b(R?CCL|NCCL) version (\d+\.\d+\.\d+)\S*")
 _REPEAT = re.compile(r"\s*(?:\[repeated \d+x across cluster\]|[\[(]?(?:message )?repeated \d+ times?[\])]?)\s*$",
                      re.IGNORECASE)
 _VIA = re.compile(r" via ((?:P2P|SHM|NVLS|CollNet|COLLNET)\b[\w/().\-]*|NET/[^/]+/\S*|NET/[\w ]+)")
-_DEV = re.compile(r"\[(\d+)\]\s?([\w.\-]+)(?::[\w.\-]+)??(?::(\d+))?(?::\d*)?(?::\d+)?/(IB|RoCE)\b")
-_SOCK_DEV = re.compile(r"\[(\d+)\]([\w.\-]+):([^<\s]*)<")
+_DEV = re.compile(r"\[(\d{1,9})\]\s?([\w.\-]+)(?::[\w.\-]+)??(?::(\d{1,9}))?(?::\d*)?(?::\d+)?/(IB|RoCE)\b")
+_SOCK_DEV = re.compile(r"\[(\d{1,9})\]([\w.\-]+):([^<\s]*)<")
 _IFADDR = re.compile(r"([\w.\-]+):([^<\s]*)(?:<\d+>|$)")
-_GDR = re.compile(r"NET/IB ?: GPU Direct RDMA (Enabled|Disabled) for HCA (\d+) '([\w.\-]+)'(?: \(([^)]*)\))?")
+_GDR = re.compile(r"NET/IB ?: GPU Direct RDMA (Enabled|Disabled) for HCA (\d{1,9}) '([\w.\-]+)'(?: \(([^)]*)\))?")
 _ENV = re.compile(r"\b(NCCL_[A-Z0-9_]+) set (?:by environment )?to (.*?)\.?\s*$")
-_CHANNEL = re.compile(r"Channel (\d+)/(\d+) ")
-_RANKS = re.compile(r"\bnRanks (\d+) nNodes (\d+) localRanks (\d+)")
-_COMM = re.compile(r"\bcomm (0x[0-9a-f]+) rank (\d+) nranks (\d+)(?:.*?commId (0x[0-9a-f]+))?")
-_FRAME = re.compile(r"^([\w/.\-]+\.(?:cc|cu|c|h|cpp)):\d+ -> (\d+)")
-_NVLS = re.compile(r"NVLS multicast support is (not )?available on dev (\d+)")
+_CHANNEL = re.compile(r"Channel (\d{1,9})/(\d{1,9}) ")
+_RANKS = re.compile(r"\bnRanks (\d{1,9}) nNodes (\d{1,9}) localRanks (\d{1,9})")
+_COMM = re.compile(r"\bcomm (0x[0-9a-f]+) rank (\d{1,9}) nranks (\d{1,9})(?:.*?commId (0x[0-9a-f]+))?")
+_FRAME = re.compile(r"^([\w/.\-]+\.(?:cc|cu|c|h|cpp)):\d+ -> (\d{1,9})")
+_NVLS = re.compile(r"NVLS multicast support is (not )?available on dev (\d{1,9})")
 _NET = re.compile(r"Using network (\S+)")
-_OFI = re.compile(r"NET/OFI Selected [Pp]rovider is (\w+)(?: \(found (\d+) nics\))?")
+_OFI = re.compile(r"NET/OFI Selected [Pp]rovider is (\w+)(?: \(found (\d{1,9}) nics\))?")
 _PLUGIN_PATH = re.compile(r"Plugin Path : (\S+)")
 
 DOCKER_BRIDGE = ipaddress.IPv4Network("172.17.0.0/16")
@@ -259,7 +262,7 @@ class _Reader:
         host = self.prefix_host.get(prefix, _UNSEEN)
         if host is not _UNSEEN:
             return host
-        p = _PREFIX.search(prefix)
+        p = _PREFIX.search(prefix[-_PREFIX_WINDOW:])
         host = p.group(1) if p else None
         if len(self.prefix_host) > 4096:
             self.prefix_host.clear()
@@ -325,7 +328,7 @@ class _Reader:
 
 
 def _thread_key(prefix: str) -> str:
-    p = _PREFIX.search(prefix)
+    p = _PREFIX.search(prefix[-_PREFIX_WINDOW:])
     return ":".join(p.group(1, 2, 3)) if p else prefix.strip()
 
 

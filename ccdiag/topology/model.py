@@ -596,11 +596,22 @@ class Topology:
         return compare(self, m)
 
     # -- export ---------------------------------------------------------------------------------
-    def to_json(self) -> dict:
+    def to_json(self, max_matrix_ends: int | None = None) -> dict:
+        """The topology as JSON. With ``max_matrix_ends``, a node with more GPUs and NICs than that
+        gets the GPU rows of the level matrix only (``matrix.omitted`` says so): the all-pairs
+        matrix of 3,000 NICs is 9 million cells, and NIC-to-NIC levels are not what a verdict or
+        NCCL placement reads."""
         labels, info = self._matrix_labels_info()
         ends = [g.node for g in self._gpus] + [n.node for n in self._nics]
-        # rows built directly (no cell dictionary): a node with thousands of NICs has millions of cells
-        rows = level_rows(self, ends)
+        matrix: dict[str, Any] = {"labels": labels, "affinity": info}
+        if max_matrix_ends is not None and len(ends) > max_matrix_ends:
+            matrix["rows"] = [[self.level(g, e) for e in ends] for g in ends[:len(self._gpus)]]
+            matrix["omitted"] = {"rows": "NIC", "ends": len(ends), "limit": max_matrix_ends,
+                                 "why": "the NIC rows of the all-pairs matrix are left out above the limit; "
+                                        "`ccdiag topo --json` has them"}
+        else:
+            # rows built directly (no cell dictionary): a node with thousands of NICs has millions of cells
+            matrix["rows"] = level_rows(self, ends)
         nodes = []
         for n, attrs in sorted(self.graph.nodes(data=True)):
             nodes.append({"id": n, **{k: v for k, v in attrs.items() if k != "nvml"}})
@@ -624,8 +635,7 @@ class Topology:
             "nvswitches": [self.label(s) for s in self.nvswitches],
             "nodes": nodes,
             "links": [l.to_json() for l in self._links],
-            "matrix": {"labels": labels, "rows": rows,
-                       "affinity": info},
+            "matrix": matrix,
             "nic_affinity": {g.label: [list(p) for p in self.nearest_nics(g.label)] for g in self._gpus},
             "expected": expected,
             "nvlinks_expected": {g.label: self.expected_nvlinks(g.label) for g in self._gpus},

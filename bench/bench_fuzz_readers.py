@@ -1,0 +1,274 @@
+"""Fuzzing every reader of a file a user hands ccdiag: internal errors counted per reader.
+
+    python bench/bench_fuzz_readers.py [--per-reader 10000] [--seed 1] [--only READER ...]
+
+Why: exit 4 means a bug in ccdiag, and the inputs behind the ones found so far were all files a
+user can hand it: a benchmark output cut mid-row, a policy with a 5,000-digit integer, a snapshot
+listing an empty device name. Each reader here is given mutations of real inputs, written to a file
+and read the way the command line reads it (through :mod:`ccdiag.userfiles`, the one bounded
+reader), and each outcome is classed: ``result`` (read), ``refused`` (the reader's documented
+error: what the command line turns into exit 2 with one line), ``internal`` (any other exception:
+exit 4), ``slow`` (more than 10 s on one input).
+
+Readers and seeds (nothing synthesized as a seed; the mutations are random):
+
+* ``benchparse``: ``ccdiag bench import`` parsing, seeds tests/fixtures/corpus nccl-tests,
+  nvbandwidth and perftest outputs (each with its source in the corpus index);
+* ``policy``: ``load_policy``, seeds ``ccdiag policy init`` of the two bundled real samples;
+* ``daemon_config``: ``load_config``, seed systemd/daemon.toml;
+* ``env_file``: ``load_env_file``, seeds ``ccdiag nccl --format env`` of the bundled samples and the
+  NCCL_* settings the corpus NCCL logs report;
+* ``nccl_log``: ``parse_nccl_log`` of ``ccdiag nccl --log``, seeds the corpus NCCL logs;
+* ``compare_report``: ``ccdiag compare``'s reading and scan of a JSON report, seeds
+  ``ccdiag check --json`` of the bundled samples (text and JSON-level mutations);
+* ``snapshot``: ``SnapshotData.load``, seeds the bundled samples (the member-level mutations of
+  bench/bench_fuzz.py).
+
+Mutations: character flips, cut and duplicated spans, swapped and dropped lines, truncation, huge
+repeats, 5,000-digit integers, values of another JSON type, deep nesting. Writes
+bench/results/fuzz_readers.json with the counts per reader and the first failing inputs (base64).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import glob
+import json
+import os
+import platform
+import random
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "bench"))
+sys.path.insert(0, os.path.join(REPO, "tests"))
+RESULTS = os.path.join(REPO, "bench", "results", "fuzz_readers.json")
+SAMPLES = sorted(glob.glob(os.path.join(REPO, "samples", "*.snap.tar.gz")))
+CORPUS = os.path.join(REPO, "tests", "fixtures", "corpus")
+SLOW_S = 10
+
+from bench_fuzz import mutate_json, mutate_snapshot, mutate_text  # noqa: E402 - beside this script
+
+HUGE_INT = "9" * 5000
+
+
+class _Slow(Exception):
+    pass
+
+
+def _alarm(_sig, _frame):
+    raise _Slow()
+
+
+def _ccdiag(*args: str) -> str:
+    out = subprocess.run([sys.executable, "-m", "ccdiag", *args], capture_output=True, text=True, timeout=300,
+                         cwd=tempfile.gettempdir())
+    return out.stdout
+
+
+def _corpus(*patterns: str) -> list[str]:
+    texts = []
+    for pattern in patterns:
+        for path in sorted(glob.glob(os.path.join(CORPUS, pattern))):
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                texts.append("".join(ln for ln in fh if not ln.startswith("#ccdiag-")))
+    return texts
+
+
+def seeds() -> dict[str, list]:
+    env_from_logs = []
+    for log in _corpus("nccl-log/*.txt"):
+        pairs = re.findall(r"\b(NCCL_[A-Z0-9_]+) set by environment to (\S+)", log)
+        if pairs:
+            env_from_logs.append("".join(f"{k}={v}\n" for k, v in pairs))
+    return {
+        "benchparse": _corpus("nccl-tests/*.txt", "nvbandwidth/*.txt", "perftest/*.txt"),
+        "policy": [_ccdiag("policy", "init", "--replay", s) for s in SAMPLES],
+        "daemon_config": [open(os.path.join(REPO, "systemd", "daemon.toml")).read()],
+        "env_file": [_ccdiag("nccl", "--replay", s, "--format", "env") for s in SAMPLES] + env_from_logs,
+        "nccl_log": _corpus("nccl-log/*.txt"),
+        "compare_report": [_ccdiag("check", "--replay", s, "--json") for s in SAMPLES],
+        "snapshot": [open(s, "rb").read() for s in SAMPLES],
+    }
+
+
+def mutate_toml(rng: random.Random, text: str) -> str:
+    text = mutate_text(rng, text)
+    if rng.random() < 0.2:  # a number beyond Python's int-conversion limit
+        nums = list(re.finditer(r"(?<![\w.])\d+(?![\w.])", text))
+        if nums:
+            m = rng.choice(nums)
+            text = text[:m.start()] + HUGE_INT + text[m.end():]
+        else:
+            text += f"\nx = {HUGE_INT}\n"
+    return text
+
+
+def mutate(reader: str, rng: random.Random, seed):
+    if reader == "snapshot":
+        return mutate_snapshot(rng, seed)[0]
+    if reader == "compare_report" and rng.random() < 0.5:
+        return mutate_json(rng, seed.encode()).decode("utf-8", "replace")
+    if reader in ("policy", "daemon_config"):
+        return mutate_toml(rng, seed)
+    text = mutate_text(rng, seed)
+    if rng.random() < 0.1:  # a 5,000-digit number in place of one
+        nums = list(re.finditer(r"\d+", text))
+        if nums:
+            m = rng.choice(nums)
+            text = text[:m.start()] + HUGE_INT + text[m.end():]
+    return text
+
+
+def read(reader: str, path: str) -> str:
+    """One read the way the command line does it; "result" or "refused" (anything else raises)."""
+    from ccdiag.userfiles import UserFileError, read_user_text
+
+    try:
+        if reader == "benchparse":
+            from ccdiag.benchparse.detect import parse_any
+            from ccdiag.benchparse.errors import BenchParseError
+
+            try:
+                parse_any(read_user_text(path, "benchmark output"))
+            except BenchParseError:
+                return "refused"
+        elif reader == "policy":
+            from ccdiag.policy import PolicyError, load_policy
+
+            try:
+                load_policy(path)
+            except PolicyError:
+                return "refused"
+        elif reader == "daemon_config":
+            from ccdiag.exporters.daemon import ConfigError, load_config
+
+            try:
+                load_config(path, {})
+            except ConfigError:
+                return "refused"
+        elif reader == "env_file":
+            from ccdiag.envfile import EnvFileError, load_env_file
+
+            try:
+                load_env_file(path)
+            except EnvFileError:
+                return "refused"
+        elif reader == "nccl_log":
+            from ccdiag.nccl.logread import LogError, parse_nccl_log
+
+            try:
+                parse_nccl_log(read_user_text(path, "NCCL log"), path)
+            except LogError:
+                return "refused"
+        elif reader == "compare_report":
+            from ccdiag.cluster import compare
+
+            try:
+                doc = compare.load(path)
+                compare.flatten(doc)
+                compare.scan([path])
+            except ValueError:
+                return "refused"
+        elif reader == "snapshot":
+            from ccdiag.host import ReplayHost
+            from ccdiag.snapshot import SnapshotData, SnapshotError
+
+            try:
+                snap = SnapshotData.load(path)
+                ReplayHost(snap).list_dir("/sys/class/infiniband") if snap.dirs else None
+            except SnapshotError:
+                return "refused"
+            except Exception as exc:  # a host read error of the replay is the reader's answer
+                from ccdiag.host import HostReadError
+
+                if isinstance(exc, HostReadError):
+                    return "refused"
+                raise
+        return "result"
+    except UserFileError:
+        return "refused"
+
+
+def fuzz(reader: str, seed_list: list, n: int, rng: random.Random, tmp: str) -> dict:
+    counts = {"result": 0, "refused": 0, "internal": 0, "slow": 0}
+    failures, slowest = [], (0.0, None)
+    path = os.path.join(tmp, f"input-{reader}")
+    for i in range(n):
+        seed = seed_list[i % len(seed_list)]
+        data = mutate(reader, rng, seed)
+        raw = data if isinstance(data, bytes) else data.encode("utf-8", "surrogatepass")
+        with open(path, "wb") as fh:
+            fh.write(raw)
+        t0 = time.perf_counter()
+        signal.alarm(SLOW_S)
+        try:
+            outcome = read(reader, path)
+        except _Slow:
+            outcome = "slow"
+            if len(failures) < 5:
+                failures.append({"error": f"slower than {SLOW_S} s", "where": "",
+                                 "input_b64": base64.b64encode(raw[:200000]).decode()})
+        except Exception as exc:  # noqa: BLE001 - what the fuzzing is for
+            outcome = "internal"
+            if len(failures) < 5:
+                failures.append({"error": f"{type(exc).__name__}: {str(exc)[:300]}",
+                                 "where": traceback.format_exc().strip().splitlines()[-3][:300],
+                                 "input_b64": base64.b64encode(raw[:20000]).decode()})
+        finally:
+            signal.alarm(0)
+        dt = time.perf_counter() - t0
+        if dt > slowest[0]:
+            slowest = (dt, i)
+        counts[outcome] += 1
+    return {"inputs": n, "seeds": len(seed_list), **counts, "slowest_s": round(slowest[0], 3),
+            "first_failures": failures}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--per-reader", type=int, default=10000)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--only", nargs="*", default=None)
+    ap.add_argument("--snapshots", type=int, default=None,
+                    help="inputs for the snapshot reader (about 1.5 s each on a loaded 2-core machine)")
+    args = ap.parse_args()
+    signal.signal(signal.SIGALRM, _alarm)
+    all_seeds = seeds()
+    results = {}
+    t0 = time.monotonic()
+    with tempfile.TemporaryDirectory() as tmp:
+        for reader, seed_list in all_seeds.items():
+            if args.only and reader not in args.only:
+                continue
+            seed_list = [s for s in seed_list if s]
+            started = time.monotonic()
+            n = args.snapshots if reader == "snapshot" and args.snapshots is not None else args.per_reader
+            results[reader] = fuzz(reader, seed_list, n, random.Random(f"{args.seed}-{reader}"), tmp)
+            results[reader]["wall_s"] = round(time.monotonic() - started, 1)
+            print(reader, {k: v for k, v in results[reader].items() if k != "first_failures"}, flush=True)
+    from results_file import write_result
+
+    command = "python bench/bench_fuzz_readers.py " + " ".join(sys.argv[1:])
+    for r in results.values():
+        r["command"] = command
+    if args.only and os.path.exists(RESULTS):  # re-running some readers keeps the others' figures
+        with open(RESULTS) as fh:
+            results = {**json.load(fh).get("readers", {}), **results}
+    doc = {"command": command, "seed": args.seed, "wall_s": round(time.monotonic() - t0, 1),
+           "internal_errors": sum(r["internal"] for r in results.values()), "readers": results,
+           "host": {"python": platform.python_version(), "cpus": os.cpu_count()}}
+    write_result(RESULTS, doc, echo=False)
+    print(json.dumps({k: v for k, v in doc.items() if k != "readers"}))
+    return 1 if doc["internal_errors"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
