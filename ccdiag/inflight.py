@@ -16,7 +16,7 @@ _lock = threading.Lock()
 _doing: dict[int, list[str]] = {}
 
 
-def enter(what: str) -> None:
+def enter(what: object) -> None:
     """The calling thread starts waiting in ``what`` (pair with :func:`leave` in a ``finally``)."""
     ident = threading.get_ident()
     with _lock:
@@ -40,7 +40,7 @@ def doing(thread_ident: int | None) -> str | None:
         return None
     with _lock:
         stack = _doing.get(thread_ident)
-        return stack[-1] if stack else None
+        return str(stack[-1]) if stack else None  # an entry may be an object that words itself when read
 
 
 __all__ = ["doing", "enter", "leave"]

@@ -158,6 +158,20 @@ def jsonify(value: Any) -> Any:
     return repr(value)
 
 
+class _Waiting:
+    """What a thread waiting in the facade announces, worded when read: its own call, and the call the
+    worker is in at that moment when that is another (a hung nvmlInit another probe started, say)."""
+
+    def __init__(self, facade: Any, what: str):
+        self.facade, self.what = facade, what
+
+    def __str__(self) -> str:
+        running = self.facade._running
+        if running is None or self.what.endswith(running):
+            return self.what
+        return f"{self.what}, waiting behind {running}"
+
+
 class _Worker:
     """One daemon thread that executes NVML calls from a queue. Abandoned when a call hangs."""
 
@@ -201,6 +215,7 @@ class NvmlFacade:
         self._mig_handles: dict[tuple[int, int], Any] = {}
         self._hung_devices: set[int] = set()
         self._hung_global = False
+        self._running: str | None = None  # the call the worker is in now, for what waiters announce
 
     # -- plumbing -----------------------------------------------------------------
     def _load_binding(self) -> Any:
@@ -215,11 +230,13 @@ class NvmlFacade:
     def _run(self, label: str, args: tuple, thunk: Callable[[], Any], timeout: float, device: int | None) -> Any:
         if self._worker is None:
             self._worker = _Worker()
-        inflight.enter(f"NVML call {call_name(label, args)}")
+        self._running = call_name(label, args)
+        inflight.enter(f"NVML call {self._running}")
         try:
             finished, box = self._worker.submit(thunk, timeout)
         finally:
             inflight.leave()
+            self._running = None
         if not finished:
             # the worker is stuck inside the driver: abandon it, remember who hung
             self._worker = None
@@ -284,7 +301,7 @@ class NvmlFacade:
     def call(self, fn: str, *args: Any) -> Any:
         """``fn(*args)`` through the worker, its result as plain JSON values; raises :class:`NvmlCallError`.
         While it runs (or waits for a hung call before it) the call is announced in :mod:`ccdiag.inflight`."""
-        inflight.enter(f"NVML call {call_name(fn, args)}")
+        inflight.enter(_Waiting(self, f"NVML call {call_name(fn, args)}"))
         try:
             return self._call(fn, *args)
         finally:

@@ -47,3 +47,5 @@ def test_the_evaluation_gets_what_the_timeout_leaves():
     assert check_cmd.evaluation_budget(30.0, started, reporting=True) == pytest.approx(
         25.0 - check_cmd.REPORT_RESERVE_S, abs=0.2)
     assert check_cmd.evaluation_budget(3.0, started, reporting=True) == 1.0  # never below a second
+    # a short --timeout keeps a tenth for the report, not 2 s of its 3: the probes still get their time
+    assert check_cmd.evaluation_budget(3.0, time.monotonic(), reporting=True) == pytest.approx(2.7, abs=0.1)

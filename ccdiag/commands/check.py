@@ -37,14 +37,17 @@ from ccdiag.policy import load_policy
 #: above this many GPUs and NICs, check's JSON carries the GPU rows of the all-pairs level matrix
 #: only (3,000 NICs make 9 million cells); ``ccdiag topo --json`` always has the whole matrix
 CHECK_MATRIX_MAX_ENDS = 512
-#: seconds of --timeout kept for building and writing the report after the evaluation
+#: seconds of --timeout kept for building and writing the report after the evaluation, at most
+#: REPORT_RESERVE_SHARE of it (a short --timeout must still leave the probes most of their time)
 REPORT_RESERVE_S = 2.0
+REPORT_RESERVE_SHARE = 0.1
 
 
 def evaluation_budget(timeout: float, started: float, reporting: bool) -> float:
     """What is left of ``timeout`` for the evaluation: less what opening the host or snapshot
-    took, and less :data:`REPORT_RESERVE_S` when a report is to be written (never below 1 s)."""
-    left = timeout - (time.monotonic() - started) - (REPORT_RESERVE_S if reporting else 0.0)
+    took, and less the report's reserve when a report is to be written (never below 1 s)."""
+    reserve = min(REPORT_RESERVE_S, REPORT_RESERVE_SHARE * timeout) if reporting else 0.0
+    left = timeout - (time.monotonic() - started) - reserve
     return max(1.0, min(timeout, left))
 
 
