@@ -183,11 +183,19 @@ def test_hops_inside_one_host_are_never_network_findings():
     rows = hops.hop_table(recs, idents, 4, lambda a, b: "shared memory")
     median, fs = hops.slow_hops(rows, 0.5)
     assert [f.status for f in fs] == ["skip"] and "shared memory" in fs[0].summary
-    # two hosts with two ranks each: only the two hops between hosts are judged
+    # two hosts with two ranks each: both hops between hosts cross their one link, so the ring's median
+    # is that link; no relative verdict (the line rate judges it: capability.judge_hops)
     idents = {r: {"host": "h0" if r < 2 else "h1", "rank": r} for r in range(4)}
     rows = hops.hop_table(recs, idents, 4, lambda a, b: "eth0")
     median, fs = hops.slow_hops(rows, 0.5)
-    assert len(fs) == 2 and all(f.details["src_host"] != f.details["dst_host"] for f in fs)
+    assert [f.status for f in fs] == ["skip"] and "h0, h1" in fs[0].summary and "line rate" in fs[0].summary
+    # three hosts (h0 twice): only the three hops between hosts are judged, the slow one fails
+    idents = {r: {"host": ("h0", "h0", "h1", "h2")[r], "rank": r} for r in range(4)}
+    rows = hops.hop_table(recs, idents, 4, lambda a, b: "eth0")
+    median, fs = hops.slow_hops(rows, 0.5)
+    assert len(fs) == 3 and all(f.details["src_host"] != f.details["dst_host"] for f in fs)
+    failed = [f for f in fs if f.status == "fail"]
+    assert len(failed) == 1 and 2 in (failed[0].details["src_rank"], failed[0].details["dst_rank"])
 
 
 def test_alone_is_refused_and_a_missing_pmi_named():

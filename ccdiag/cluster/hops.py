@@ -57,6 +57,15 @@ def slow_hops(rows: list[dict], margin: float = DEFAULT_MARGIN) -> tuple[float, 
             remedy="to judge the network, run one rank per host across hosts "
                    "(mpirun --map-by ppr:1:node, srun --ntasks-per-node=1)")]
     median = statistics.median(r["gbyte_s"] for r in net)
+    ends = {r["src_host"] for r in net} | {r["dst_host"] for r in net}
+    if len(ends) < 3:
+        # two hosts: both hops cross their one link, so the ring's median is that link and says
+        # nothing of it; the line rate judges it (capability.judge_hops)
+        return median, [Finding(
+            check=CHECK_ID, status=SKIP, component=Component(kind="node", name=", ".join(sorted(ends))),
+            summary=f"two hosts ({', '.join(sorted(ends))}): no other link to compare their link with; "
+                    "it is held to the line rate instead",
+            remedy="give --line-rate-gbit-s where the interfaces report no speed, or run across three or more hosts")]
     floor = median * (1.0 - margin)
     findings = []
     for r in net:
