@@ -457,7 +457,7 @@ class LiveHost(BaseHost):
         if self.root != "/":
             from ccdiag.netfacts import tree_net_facts
 
-            return tree_net_facts(self)
+            return tree_net_facts(self._tree_text)
         import psutil
 
         fam = {socket.AF_INET: "inet", socket.AF_INET6: "inet6", getattr(psutil, "AF_LINK", -1): "link"}
@@ -485,13 +485,20 @@ class LiveHost(BaseHost):
             return {}
         return {k: v for k, v in os.environ.items() if k.startswith(RECORDED_ENV_PREFIXES)}
 
+    def _tree_text(self, path: str) -> str | None:
+        """A small file of the tree (None when it cannot be read): what ccdiag.netfacts parses."""
+        try:
+            return self.read_text(path, 4096)
+        except HostReadError:
+            return None
+
     def meta(self) -> dict:
         """Host name, kernel and architecture: this machine's when live, the tree's under a root
         (from its /proc/sys/kernel files; None where the tree does not say)."""
         if self.root != "/":
             from ccdiag.netfacts import tree_identity
 
-            return base_meta(**tree_identity(self), python=platform.python_version(), root=self.root, source="live")
+            return base_meta(**tree_identity(self._tree_text), python=platform.python_version(), root=self.root, source="live")
         uname = platform.uname()
         return base_meta(hostname=socket.gethostname(), kernel=uname.release, machine=uname.machine,
                          python=platform.python_version(), root=self.root, source="live")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from typing import Callable
 
 #: ``/proc/net/if_inet6``: address (32 hex digits), ifindex, prefix length, scope, flags, name
 _IF_INET6 = re.compile(r"^([0-9a-fA-F]{32})\s+[0-9a-fA-F]+\s+([0-9a-fA-F]{2})\s+[0-9a-fA-F]+\s+[0-9a-fA-F]+\s+(\S+)$")
@@ -40,35 +41,31 @@ def parse_proc_version(text: str) -> str | None:
     return m.group(1) if m else None
 
 
-def _first(host, paths: tuple[str, ...]) -> str | None:
-    from ccdiag.host import HostReadError
-
+def _first(read: Callable[[str], str | None], paths: tuple[str, ...]) -> str | None:
+    """The first non-empty text among ``paths``; ``read`` gives None for a file it cannot read."""
     for path in paths:
-        try:
-            text = host.read_text(path, 4096).strip()
-        except HostReadError:
-            continue
+        text = (read(path) or "").strip()
         if text:
             return text
     return None
 
 
-def tree_net_facts(host) -> dict:
-    """The interface facts of the tree under ``host``'s root: IPv6 addresses where the tree has
+def tree_net_facts(read: Callable[[str], str | None]) -> dict:
+    """The interface facts of a tree whose files ``read`` gives: IPv6 addresses where the tree has
     ``/proc/net/if_inet6``; no IPv4 addresses (they are not kept in files); link state is left to
     the netdev probe's reading of ``/sys/class/net``."""
-    text = _first(host, ("/proc/net/if_inet6",))
+    text = _first(read, ("/proc/net/if_inet6",))
     return {"addrs": parse_if_inet6(text) if text else {}, "stats": {}}
 
 
-def tree_identity(host) -> dict:
+def tree_identity(read: Callable[[str], str | None]) -> dict:
     """``hostname``, ``kernel`` and ``machine`` of the tree (None where it does not say)."""
-    kernel = _first(host, ("/proc/sys/kernel/osrelease",))
+    kernel = _first(read, ("/proc/sys/kernel/osrelease",))
     if kernel is None:
-        version = _first(host, ("/proc/version",))
+        version = _first(read, ("/proc/version",))
         kernel = parse_proc_version(version) if version else None
-    return {"hostname": _first(host, ("/proc/sys/kernel/hostname", "/etc/hostname")), "kernel": kernel,
-            "machine": _first(host, ("/proc/sys/kernel/arch",))}
+    return {"hostname": _first(read, ("/proc/sys/kernel/hostname", "/etc/hostname")), "kernel": kernel,
+            "machine": _first(read, ("/proc/sys/kernel/arch",))}
 
 
 __all__ = ["parse_if_inet6", "parse_proc_version", "tree_identity", "tree_net_facts"]
