@@ -11,7 +11,7 @@ no odd one out and is not judged here.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from typing import Any, Callable
 
 from ccdiag.checks import CheckContext, check
 from ccdiag.checks.common import NODE, gpu_activity, gpu_component, nvml_gate
@@ -35,6 +35,16 @@ def _majority(values: list) -> tuple[Any, int] | None:
 
 def _usable(nvml: Any) -> list:
     return [g for g in sorted(nvml.gpus, key=lambda g: g.index) if not g.failed]
+
+
+def _by_model(nvml: Any, keep: Callable[[Any], bool] = lambda g: True) -> list[tuple[str, list]]:
+    """The usable GPUs that ``keep`` accepts, grouped by model name, in model order: peers are GPUs
+    of one model."""
+    groups: dict[str, list] = {}
+    for g in _usable(nvml):
+        if keep(g):
+            groups.setdefault(g.name or "?", []).append(g)
+    return sorted(groups.items())
 
 
 @check("gpu.peer_model", needs=(PROBE_NVML,))
@@ -78,11 +88,8 @@ def peer_power(ctx: CheckContext) -> list[Finding]:
     if gated:
         return gated
     out: list[Finding] = []
-    by_model: dict[str, list] = {}
-    for g in _usable(nvml):
-        if g.power_limit_w is not None:
-            by_model.setdefault(g.name or "?", []).append(g)
-    for model, gpus in sorted(by_model.items()):
+    by_model = _by_model(nvml, lambda g: g.power_limit_w is not None)
+    for model, gpus in by_model:
         major = _majority([round(g.power_limit_w) for g in gpus]) if len(gpus) >= 3 else None
         if major is None:
             continue
@@ -100,7 +107,7 @@ def peer_power(ctx: CheckContext) -> list[Finding]:
                            "the node's power capping (BMC or DCGM policy) and the GPU's power supply.",
                     details={"power_limit_w": g.power_limit_w, "peers_w": want}))
     if not out:
-        n = sum(len(v) for v in by_model.values())
+        n = sum(len(v) for _, v in by_model)
         if not n:
             return [Finding(cid, SKIP, NODE, "No GPU power limit was read.")]
         out.append(Finding(cid, PASS, NODE, f"{n} GPU power limit(s) consistent with their same-model peers.",
@@ -133,11 +140,8 @@ def peer_clocks(ctx: CheckContext) -> list[Finding]:
     if gated:
         return gated
     out: list[Finding] = []
-    by_model: dict[str, list] = {}
-    for g in _usable(nvml):
-        by_model.setdefault(g.name or "?", []).append(g)
     judged = 0
-    for model, gpus in sorted(by_model.items()):
+    for model, gpus in _by_model(nvml):
         for attr, what, fn in (("clock_sm_max_mhz", "maximum SM clock", "nvmlDeviceGetMaxClockInfo"),
                                ("clock_sm_app_mhz", "applications SM clock", "nvmlDeviceGetApplicationsClock")):
             values = {g.index: getattr(g, attr) for g in gpus if getattr(g, attr)}
@@ -170,11 +174,8 @@ def peer_gen(ctx: CheckContext) -> list[Finding]:
     if gated:
         return gated
     out: list[Finding] = []
-    by_model: dict[str, list] = {}
-    for g in _usable(nvml):
-        by_model.setdefault(g.name or "?", []).append(g)
     judged = 0
-    for model, gpus in sorted(by_model.items()):
+    for model, gpus in _by_model(nvml):
         gens = _idle_gens(gpus)
         major = _majority(list(gens.values())) if len(gens) >= 3 else None
         if major is None:
