@@ -224,6 +224,37 @@ def test_pair_work_shrinks_to_its_share_of_the_budget():
     assert pairs.tcp_blocks(per_byte, 64 * mb, 20, 3, 1.0) == (1, 2)
 
 
+def test_flagged_pairs_are_the_slow_link_and_every_pair_of_a_slow_host_packed_into_disjoint_rounds():
+    """What the retest measures again: a pair below the margin (either direction), and every pair
+    of a host slow with everyone; nothing when fewer than three hosts can be compared."""
+    hosts = ["h0", "h1", "h2", "h3", "h4"]
+    into = {h: {s: 0.117 for s in hosts if s != h} for h in hosts}
+    assert pairs.flagged_pairs(into, hosts, 0.5) == []
+    into["h1"]["h4"] = 0.02  # one direction of one pair far below the rest (a stall or a slow link)
+    assert pairs.flagged_pairs(into, hosts, 0.5) == [(1, 4)]
+    for s in ("h0", "h1", "h3", "h4"):
+        into["h2"][s] = 0.006  # everything into h2 at 5 %
+    flagged = pairs.flagged_pairs(into, hosts, 0.5)
+    assert sorted(flagged) == [(0, 2), (1, 2), (1, 4), (2, 3), (2, 4)]
+    rounds = pairs.disjoint_rounds(flagged)
+    assert sorted(p for r in rounds for p in r) == sorted(flagged)
+    assert all(len({m for p in r for m in p}) == 2 * len(r) for r in rounds)
+    assert len(rounds) == 4  # h2 is in four pairs: four rounds, h1-h4 rides along in one of them
+    assert pairs.flagged_pairs({"h0": {"h1": 0.001}, "h1": {"h0": 0.1}}, ["h0", "h1"], 0.5) == []
+
+
+def test_the_report_lists_every_retested_direction_with_both_figures():
+    from ccdiag.cluster.pairs_report import format_retests, retests
+
+    results = {0: {"leader": True, "host": "h1", "first_gbyte_s": {"h4": 0.0553}, "retest_gbyte_s": {"h4": 0.1171}},
+               1: {"leader": False, "host": "h1"},
+               2: {"leader": True, "host": "h4", "first_gbyte_s": {"h1": 0.117}, "retest_gbyte_s": {"h1": 0.1168}}}
+    rows = retests(results)
+    assert [(r["src_host"], r["dst_host"]) for r in rows] == [("h1", "h4"), ("h4", "h1")]
+    text = format_retests(rows)
+    assert "h4 -> h1 first 55.3 MB/s, again 117.1 MB/s" in text
+
+
 def test_partial_matrix_classifies_what_was_measured_and_lists_the_rest():
     from ccdiag.cluster.pairs_report import missing_pairs
 

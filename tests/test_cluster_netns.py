@@ -290,9 +290,10 @@ def test_pairs_with_its_defaults_prints_the_whole_matrix_of_six_hosts_within_its
         c.line_rate("1gbit")
         rc, out, err, dt = c.run(c.mpirun_argv() + python_argv("bench", "pairs", "--line-rate-gbit-s", "1", "--json"),
                                  200)
-        assert rc == 0, out[-3000:] + err[-2000:]
+        doc = _json(out) if "{" in out else {}
+        # the findings first: the matrix alone fills a truncated failure message
+        assert rc == 0, [f["summary"] for f in doc.get("findings", []) if f["status"] != "pass"] or err[-2000:]
         assert dt < 120 + 30
-        doc = _json(out)
         assert doc["missing_pairs"] == [] and len(doc["hosts"]) == 6
         m = doc["matrix_gbyte_s"]
         assert all(m[i][j] for i in range(6) for j in range(6) if i != j)

@@ -25,6 +25,26 @@ def missing_pairs(m, hosts: list[str]) -> list[str]:
             if i != j and m[i][j] is None]
 
 
+def retests(results: dict) -> list[dict]:
+    """Every direction measured a second time (:func:`ccdiag.cluster.pairs.retest`): into which host,
+    from which, both figures; the matrix holds the better one."""
+    rows = []
+    for res in results.values():
+        if not res or not res.get("leader"):
+            continue
+        for src, again in sorted((res.get("retest_gbyte_s") or {}).items()):
+            rows.append({"src_host": src, "dst_host": res.get("host"),
+                         "first_gbyte_s": (res.get("first_gbyte_s") or {}).get(src), "retest_gbyte_s": again})
+    return sorted(rows, key=lambda r: (str(r["src_host"]), str(r["dst_host"])))
+
+
+def format_retests(rows: list[dict]) -> str:
+    def mb(v):
+        return "-" if v is None else f"{v * 1000:.1f}"
+    return "\n".join(f"# retested (flagged slow): {r['src_host']} -> {r['dst_host']} first {mb(r['first_gbyte_s'])} "
+                     f"MB/s, again {mb(r['retest_gbyte_s'])} MB/s; the matrix keeps the better" for r in rows)
+
+
 def link_label(results: dict) -> str:
     """One name for the links MPI's matrix went over, from what each leader found."""
     names = sorted({v for res in results.values() if res and res.get("leader") for v in (res.get("links") or {}).values()})
@@ -90,8 +110,11 @@ class PairsReport:
         extra = {"hosts": hosts, "iface": label, "size_bytes": self.size_bytes, "rounds": res0["rounds"],
                  "matrix_gbyte_s": matrix, "classification": cls, "ring_order": rec, "missing_pairs": missing,
                  "sizes_used_bytes": {res.get("host"): res.get("size_bytes") for res in results.values()
-                                      if res and res.get("leader")}}
+                                      if res and res.get("leader")},
+                 "retests": retests(results)}
         text = [pm.format_matrix(matrix, hosts, label, self.size_bytes, len(res0["rounds"]))]
+        if extra["retests"]:
+            text.append(format_retests(extra["retests"]))
         if missing:
             text.append(f"# not measured (the run was cut short): {', '.join(missing)}")
         found += self._ifaces(results, hosts, res0, extra, text)
