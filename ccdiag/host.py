@@ -33,8 +33,22 @@ from ccdiag import inflight, procgroups
 from ccdiag.nvmlcall import DRIVER_MISSING, NOT_RECORDED, NvmlCallError, NvmlFacade
 from ccdiag.snapshot import SnapshotData, SnapshotError, base_meta
 
-#: environment variables a snapshot keeps (they steer NCCL and CUDA; nothing else is recorded)
-RECORDED_ENV_PREFIXES = ("NCCL_", "CUDA_", "NVIDIA_", "UCX_", "OMPI_MCA_", "GPU_DEVICE_ORDINAL")
+#: environment variables a snapshot keeps (they steer NCCL and CUDA, and libfabric under NCCL's EFA
+#: plugin, whose ``FI_*`` settings and ``RDMAV_FORK_SAFE`` AWS requires; nothing else is recorded)
+RECORDED_ENV_PREFIXES = ("NCCL_", "CUDA_", "NVIDIA_", "UCX_", "OMPI_MCA_", "GPU_DEVICE_ORDINAL", "FI_",
+                         "RDMAV_FORK_SAFE")
+#: what snapshots recorded before ``meta["environ_recorded"]`` said it (no libfabric variables)
+LEGACY_ENV_PREFIXES = ("NCCL_", "CUDA_", "NVIDIA_", "UCX_", "OMPI_MCA_", "GPU_DEVICE_ORDINAL")
+
+
+def environ_recorded(meta: dict) -> tuple[str, ...]:
+    """The variable prefixes whose absence from a door's :meth:`Host.environ` means "not set": the
+    ``environ_recorded`` of its metadata, else (a snapshot from before it was recorded) the legacy set.
+    Empty under ``--root``, whose process environment is not the tree's."""
+    got = meta.get("environ_recorded")
+    if isinstance(got, list) and all(isinstance(x, str) for x in got):
+        return tuple(got)
+    return LEGACY_ENV_PREFIXES
 
 #: default bound on one file read; sysfs attributes are tiny, this protects against /dev/zero-likes
 MAX_READ_BYTES = 4 << 20
@@ -498,10 +512,12 @@ class LiveHost(BaseHost):
         if self.root != "/":
             from ccdiag.netfacts import tree_identity
 
-            return base_meta(**tree_identity(self._tree_text), python=platform.python_version(), root=self.root, source="live")
+            return base_meta(**tree_identity(self._tree_text), python=platform.python_version(), root=self.root,
+                             source="live", environ_recorded=[])
         uname = platform.uname()
         return base_meta(hostname=socket.gethostname(), kernel=uname.release, machine=uname.machine,
-                         python=platform.python_version(), root=self.root, source="live")
+                         python=platform.python_version(), root=self.root, source="live",
+                         environ_recorded=list(RECORDED_ENV_PREFIXES))
 
     def next_epoch(self, seconds: float) -> None:
         time.sleep(max(0.0, seconds))

@@ -542,6 +542,10 @@ def check_meta(meta: dict) -> None:
     need_number(meta.get("time_epoch"), m, "time_epoch", optional=True, lo=0, hi=1e11)
     need_int(meta.get("format_version", 0), m, "format_version", lo=0, hi=1000)
     need_int(meta.get("epochs", 1), m, "epochs", optional=True, lo=0, hi=MAX_EPOCHS)
+    if "environ_recorded" in meta:
+        rec = meta["environ_recorded"]
+        need(isinstance(rec, list) and all(isinstance(x, str) for x in rec), m, "environ_recorded",
+             "a list of variable prefixes (text)", rec)
 
 
 def check_command(rec, k: int) -> None:

@@ -38,7 +38,8 @@ MEANING = {
 def node_settings(host: Any, runs: Mapping[str, Any], topology: Any) -> dict:
     """``{"settings": {...}, "source": ...}``: the settings ``ccdiag nccl --format env`` would write for this
     host, from the probe runs and topology of its check; or ``{"error": why}`` when none can be computed."""
-    from ccdiag.nccl.present import settings_present
+    from ccdiag.host import environ_recorded
+    from ccdiag.nccl.present import settings_present, unread_prefixes
     from ccdiag.nccl.recommend import recommend
 
     if topology is None:
@@ -46,7 +47,8 @@ def node_settings(host: Any, runs: Mapping[str, Any], topology: Any) -> dict:
     if not topology.gpus() and not topology.nics():
         return {"error": "no GPU and no NIC was read, so there is nothing to recommend"}
     env, source = settings_present(host.environ(), _conf_text(host))
-    rec = recommend(topology, runs, env=env, env_source=source)
+    rec = recommend(topology, runs, env=env, env_source=source,
+                    env_unread=unread_prefixes(environ_recorded(host.meta())))
     return {"settings": rec.settings(), "source": source}
 
 

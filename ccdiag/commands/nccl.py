@@ -68,13 +68,24 @@ def _nccl_conf_text(host) -> str | None:
         return None
 
 
-def node_recommendation(host, env: dict[str, str], env_source: str, timeout: float = 30.0):
+def node_recommendation(host, env: dict[str, str], env_source: str, timeout: float = 30.0,
+                        env_unread: tuple[str, ...] = ()):
     """(recommendation, runs, topology) of a host door: the probes the recommender reads, then the topology."""
     from ccdiag.nccl.recommend import recommend
     from ccdiag.observe import observe
 
     obs = observe(host, NCCL_PROBES, time.monotonic() + timeout)
-    return recommend(obs.topology, obs.runs, env=env, env_source=env_source), obs.runs, obs.topology
+    rec = recommend(obs.topology, obs.runs, env=env, env_source=env_source, env_unread=env_unread)
+    return rec, obs.runs, obs.topology
+
+
+def _unread(host) -> tuple[str, ...]:
+    """The judged variables this door's environment did not cover (an older snapshot's libfabric
+    variables; everything under --root): their absence proves nothing."""
+    from ccdiag.host import environ_recorded
+    from ccdiag.nccl.present import unread_prefixes
+
+    return unread_prefixes(environ_recorded(host.meta()))
 
 
 @click.command(name="nccl", epilog=epilog("nccl"))
@@ -153,7 +164,7 @@ def _from_node(replay, root, env_file, timeout):
     host = make_host(replay, root)
     try:
         env, env_source = _settings_present(host, env_file)
-        rec, runs, topo = node_recommendation(host, env, env_source, timeout)
+        rec, runs, topo = node_recommendation(host, env, env_source, timeout, () if env_file else _unread(host))
         meta = host.meta()
         conf_notes = [] if env_file else _conf_notes(host)
     finally:

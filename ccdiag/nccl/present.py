@@ -31,4 +31,11 @@ def settings_present(environ: Mapping[str, str], conf_text: str | None) -> tuple
     return env, "environment and /etc/nccl.conf" if conf else "environment"
 
 
-__all__ = ["JUDGED_PREFIXES", "settings_present"]
+def unread_prefixes(recorded: tuple[str, ...]) -> tuple[str, ...]:
+    """The judged prefixes the door's environment did not cover (``recorded``: the prefixes it
+    did, :func:`ccdiag.host.environ_recorded`): a variable of these missing from the settings may
+    still be set on the node, so it is judged unknown rather than "not set"."""
+    return tuple(p for p in JUDGED_PREFIXES if not any(p.startswith(r) for r in recorded))
+
+
+__all__ = ["JUDGED_PREFIXES", "settings_present", "unread_prefixes"]
