@@ -181,6 +181,7 @@ class Host(Protocol):
     def net_interfaces(self) -> dict: ...
     def statvfs(self, path: str) -> dict: ...
     def environ(self) -> dict[str, str]: ...
+    def cloud_metadata(self, provider: str) -> str: ...
     def meta(self) -> dict: ...
     def now(self) -> float: ...
     def next_epoch(self, seconds: float) -> None: ...
@@ -270,6 +271,11 @@ class BaseHost:
 
     def environ(self) -> dict[str, str]:
         raise NotImplementedError
+
+    def cloud_metadata(self, provider: str) -> str:
+        """The instance type as the cloud's instance metadata service gives it (:mod:`ccdiag.imds`);
+        raises :class:`HostReadError`. A door without the service says so."""
+        raise HostReadError(f"imds:{provider}", "missing", None, "this door has no instance metadata service")
 
     def meta(self) -> dict:
         raise NotImplementedError
@@ -499,6 +505,20 @@ class LiveHost(BaseHost):
             return {}
         return {k: v for k, v in os.environ.items() if k.startswith(RECORDED_ENV_PREFIXES)}
 
+    def cloud_metadata(self, provider: str) -> str:
+        """One bounded read of the provider's instance metadata service (:func:`ccdiag.imds.fetch`:
+        link-local, at most about a second, once per process); never under a root, whose machine is
+        not this one."""
+        from ccdiag import imds
+
+        where = f"imds:{provider}"
+        if self.root != "/":
+            raise HostReadError(where, "missing", None, "not asked under --root: a copied tree has no metadata service")
+        try:
+            return imds.fetch(provider)
+        except imds.ImdsError as exc:
+            raise HostReadError(where, exc.kind, None, exc.message) from None
+
     def _tree_text(self, path: str) -> str | None:
         """A small file of the tree (None when it cannot be read): what ccdiag.netfacts parses."""
         try:
@@ -678,6 +698,17 @@ class RecordingHost(LiveHost):
             self.snap.environ = dict(env)
         return env
 
+    def cloud_metadata(self, provider: str) -> str:
+        try:
+            text = super().cloud_metadata(provider)
+        except HostReadError as exc:
+            with self._lock:
+                self.snap.imds[provider] = {"error": {"kind": exc.kind, "errno": exc.errno, "message": exc.message}}
+            raise
+        with self._lock:
+            self.snap.imds[provider] = {"text": text}
+        return text
+
     def meta(self) -> dict:
         return dict(self._meta)
 
@@ -813,6 +844,17 @@ class ReplayHost(BaseHost):
 
     def environ(self) -> dict[str, str]:
         return dict(self.snap.environ or {})
+
+    def cloud_metadata(self, provider: str) -> str:
+        """The recorded answer; a snapshot that has none (recorded before ccdiag asked the service, or
+        on a node whose DMI named no such cloud) says so, and nothing is asked on the network."""
+        rec = self.snap.imds.get(provider)
+        if rec is None:
+            raise HostReadError(f"imds:{provider}", "missing", errno.ENOENT, "not in snapshot")
+        if "error" in rec:
+            err = rec["error"]
+            raise HostReadError(f"imds:{provider}", err.get("kind", "io"), err.get("errno"), err.get("message", ""))
+        return str(rec["text"])
 
     def meta(self) -> dict:
         return dict(self.snap.meta)

@@ -488,6 +488,15 @@ def _existing(env: Mapping[str, str], env_source: str, rails_present: bool) -> l
     return out
 
 
+def _instance_note(obs: Any) -> str:
+    """The instance type and where it was read (DMI or the cloud's metadata service), or why it is unknown."""
+    kind = getattr(obs, "instance_type", None)
+    if kind:
+        return f" ({kind}, from {getattr(obs, 'instance_type_source', 'dmi')})"
+    why = getattr(obs, "instance_type_error", None)
+    return f" (instance type unknown: {why})" if why else ""
+
+
 def _recommend(layout: Layout, env: Mapping[str, str], env_source: str, results: Mapping[str, Any],
                xml: str | None, env_unread: tuple[str, ...] = ()) -> Recommendation:
     plat = platforms.detect(layout.platform, env)
@@ -505,7 +514,8 @@ def _recommend(layout: Layout, env: Mapping[str, str], env_source: str, results:
     knobs += _experiments(layout, chosen)
     knobs += _existing(env, env_source, bool(chosen))
     knobs = _vendor(knobs, plat, vendor_env, env_unread)
-    notes = [f"platform: {plat.title}; its vendor-required settings are kept ({plat.source})"] if plat else []
+    notes = [f"platform: {plat.title}{_instance_note(layout.platform)}; its vendor-required settings are kept "
+             f"({plat.source})"] if plat else []
     if layout.source == "smi":
         notes.append("from a pasted nvidia-smi topo -m alone: port numbers and states, link layers, GIDs and network "
                      "interfaces need the node (run `ccdiag nccl` there, or on its snapshot)")
