@@ -91,6 +91,9 @@ def test_a_tie_names_no_odd_host_and_says_unknown(summaries):
     fs = _cluster(summaries, ["healthy", "renamed"])
     assert [f.status for f in fs] == ["unknown"]
     assert "no majority" in fs[0].summary and "1/1" in fs[0].summary
+    # each group named with its own value of the setting that splits them
+    assert "healthy0: NCCL_IB_HCA=" in fs[0].summary and "renamed1: NCCL_IB_HCA=" in fs[0].summary
+    assert "mlx5_7:1" in fs[0].summary and "mlx5_8:1" in fs[0].summary
     fs = _cluster(summaries, ["healthy", "healthy", "renamed", "missing"])  # 2 of 4 is not more than half
     assert [f.status for f in fs] == ["unknown"] and "2/1/1" in fs[0].summary
 

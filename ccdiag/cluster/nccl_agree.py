@@ -134,8 +134,8 @@ def _minority(host: str, mine: dict, majority: dict, nmaj: int, n: int) -> Findi
 def _tie(ranked: list[tuple[str, list[str]]], n: int) -> Finding:
     groups = [{"hosts": sorted(hosts), "settings": json.loads(key)} for key, hosts in ranked]
     first = groups[0]["settings"]
-    said = "; ".join(f"{', '.join(g['hosts'])}: " + (", ".join(f"{k}={_shown(a)}" for k, (a, _) in
-                                                             differences(g["settings"], first).items()) or "as the first")
+    keys = sorted({k for g in groups[1:] for k in differences(g["settings"], first)})
+    said = "; ".join(f"{', '.join(g['hosts'])}: " + ", ".join(f"{k}={_shown(g['settings'].get(k))}" for k in keys)
                      for g in groups)
     return Finding(CHECK, UNKNOWN, Component("cluster", "nccl"),
                    f"the {n} hosts' NCCL recommendations split {'/'.join(str(len(g['hosts'])) for g in groups)} "
