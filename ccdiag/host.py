@@ -33,8 +33,22 @@ from ccdiag import inflight, procgroups
 from ccdiag.nvmlcall import DRIVER_MISSING, NOT_RECORDED, NvmlCallError, NvmlFacade
 from ccdiag.snapshot import SnapshotData, SnapshotError, base_meta
 
-#: environment variables a snapshot keeps (they steer NCCL and CUDA; nothing else is recorded)
-RECORDED_ENV_PREFIXES = ("NCCL_", "CUDA_", "NVIDIA_", "UCX_", "OMPI_MCA_", "GPU_DEVICE_ORDINAL")
+#: environment variables a snapshot keeps (they steer NCCL and CUDA, and libfabric under NCCL's EFA
+#: plugin, whose ``FI_*`` settings and ``RDMAV_FORK_SAFE`` AWS requires; nothing else is recorded)
+RECORDED_ENV_PREFIXES = ("NCCL_", "CUDA_", "NVIDIA_", "UCX_", "OMPI_MCA_", "GPU_DEVICE_ORDINAL", "FI_",
+                         "RDMAV_FORK_SAFE")
+#: what snapshots recorded before ``meta["environ_recorded"]`` said it (no libfabric variables)
+LEGACY_ENV_PREFIXES = ("NCCL_", "CUDA_", "NVIDIA_", "UCX_", "OMPI_MCA_", "GPU_DEVICE_ORDINAL")
+
+
+def environ_recorded(meta: dict) -> tuple[str, ...]:
+    """The variable prefixes whose absence from a door's :meth:`Host.environ` means "not set": the
+    ``environ_recorded`` of its metadata, else (a snapshot from before it was recorded) the legacy set.
+    Empty under ``--root``, whose process environment is not the tree's."""
+    got = meta.get("environ_recorded")
+    if isinstance(got, list) and all(isinstance(x, str) for x in got):
+        return tuple(got)
+    return LEGACY_ENV_PREFIXES
 
 #: default bound on one file read; sysfs attributes are tiny, this protects against /dev/zero-likes
 MAX_READ_BYTES = 4 << 20
@@ -167,6 +181,7 @@ class Host(Protocol):
     def net_interfaces(self) -> dict: ...
     def statvfs(self, path: str) -> dict: ...
     def environ(self) -> dict[str, str]: ...
+    def cloud_metadata(self, provider: str) -> str: ...
     def meta(self) -> dict: ...
     def now(self) -> float: ...
     def next_epoch(self, seconds: float) -> None: ...
@@ -256,6 +271,11 @@ class BaseHost:
 
     def environ(self) -> dict[str, str]:
         raise NotImplementedError
+
+    def cloud_metadata(self, provider: str) -> str:
+        """The instance type as the cloud's instance metadata service gives it (:mod:`ccdiag.imds`);
+        raises :class:`HostReadError`. A door without the service says so."""
+        raise HostReadError(f"imds:{provider}", "missing", None, "this door has no instance metadata service")
 
     def meta(self) -> dict:
         raise NotImplementedError
@@ -485,6 +505,20 @@ class LiveHost(BaseHost):
             return {}
         return {k: v for k, v in os.environ.items() if k.startswith(RECORDED_ENV_PREFIXES)}
 
+    def cloud_metadata(self, provider: str) -> str:
+        """One bounded read of the provider's instance metadata service (:func:`ccdiag.imds.fetch`:
+        link-local, at most about a second, once per process); never under a root, whose machine is
+        not this one."""
+        from ccdiag import imds
+
+        where = f"imds:{provider}"
+        if self.root != "/":
+            raise HostReadError(where, "missing", None, "not asked under --root: a copied tree has no metadata service")
+        try:
+            return imds.fetch(provider)
+        except imds.ImdsError as exc:
+            raise HostReadError(where, exc.kind, None, exc.message) from None
+
     def _tree_text(self, path: str) -> str | None:
         """A small file of the tree (None when it cannot be read): what ccdiag.netfacts parses."""
         try:
@@ -498,10 +532,12 @@ class LiveHost(BaseHost):
         if self.root != "/":
             from ccdiag.netfacts import tree_identity
 
-            return base_meta(**tree_identity(self._tree_text), python=platform.python_version(), root=self.root, source="live")
+            return base_meta(**tree_identity(self._tree_text), python=platform.python_version(), root=self.root,
+                             source="live", environ_recorded=[])
         uname = platform.uname()
         return base_meta(hostname=socket.gethostname(), kernel=uname.release, machine=uname.machine,
-                         python=platform.python_version(), root=self.root, source="live")
+                         python=platform.python_version(), root=self.root, source="live",
+                         environ_recorded=list(RECORDED_ENV_PREFIXES))
 
     def next_epoch(self, seconds: float) -> None:
         time.sleep(max(0.0, seconds))
@@ -662,6 +698,17 @@ class RecordingHost(LiveHost):
             self.snap.environ = dict(env)
         return env
 
+    def cloud_metadata(self, provider: str) -> str:
+        try:
+            text = super().cloud_metadata(provider)
+        except HostReadError as exc:
+            with self._lock:
+                self.snap.imds[provider] = {"error": {"kind": exc.kind, "errno": exc.errno, "message": exc.message}}
+            raise
+        with self._lock:
+            self.snap.imds[provider] = {"text": text}
+        return text
+
     def meta(self) -> dict:
         return dict(self._meta)
 
@@ -797,6 +844,17 @@ class ReplayHost(BaseHost):
 
     def environ(self) -> dict[str, str]:
         return dict(self.snap.environ or {})
+
+    def cloud_metadata(self, provider: str) -> str:
+        """The recorded answer; a snapshot that has none (recorded before ccdiag asked the service, or
+        on a node whose DMI named no such cloud) says so, and nothing is asked on the network."""
+        rec = self.snap.imds.get(provider)
+        if rec is None:
+            raise HostReadError(f"imds:{provider}", "missing", errno.ENOENT, "not in snapshot")
+        if "error" in rec:
+            err = rec["error"]
+            raise HostReadError(f"imds:{provider}", err.get("kind", "io"), err.get("errno"), err.get("message", ""))
+        return str(rec["text"])
 
     def meta(self) -> dict:
         return dict(self.snap.meta)

@@ -310,4 +310,7 @@ def _redact_into(snap: SnapshotData, r: Redactor) -> SnapshotData:
     out.net = _walk({k: v for k, v in snap.net.items()}, r.text)
     out.statvfs = dict(snap.statvfs)
     out.environ = _walk(dict(snap.environ), r.text) if snap.environ is not None else None
+    # Google's answer names the project number (projects/NUM/machineTypes/TYPE): only the type is kept
+    out.imds = {k: ({"text": re.sub(r"projects/[^/]+/", "projects/REDACTED/", v["text"])} if "text" in v else dict(v))
+                for k, v in snap.imds.items()}
     return out

@@ -70,6 +70,8 @@ class SnapshotData:
     net: dict[int, dict] = field(default_factory=dict)  # epoch -> psutil facts | {"error": ...}
     statvfs: dict[str, dict] = field(default_factory=dict)
     environ: dict[str, str] | None = None
+    #: provider -> {"text": answer} | {"error": {...}} of its instance metadata service (ccdiag.imds)
+    imds: dict[str, dict] = field(default_factory=dict)
 
     # -- building -------------------------------------------------------------------
     def put_file(self, path: str, data: bytes | str, epoch: int = 0) -> None:
@@ -150,6 +152,8 @@ class SnapshotData:
                 "statvfs": self.statvfs,
                 "environ": self.environ,
             }
+            if self.imds:  # only when asked: snapshots without it keep their bytes
+                index["imds"] = self.imds
             add_bytes("index.json", json.dumps(index, indent=1, sort_keys=True).encode())
             add_bytes("commands.json", json.dumps(self.commands, indent=1).encode())
             add_bytes("nvml.json", json.dumps(self.nvml, indent=1).encode())
@@ -305,6 +309,13 @@ class SnapshotData:
         need(env is None or isinstance(env, dict) and all(isinstance(v, str) for v in env.values()),
                 ix, "environ", "an object of text values", env)
         snap.environ = {str(k): v for k, v in env.items()} if env is not None else None
+        snap.imds = {}
+        for k, rec in section("imds").items():
+            ok = isinstance(rec, dict) and (isinstance(rec.get("text"), str) or "error" in rec)
+            need(ok, ix, f"imds.{k}", 'an object with "text" or "error"', rec)
+            if "error" in rec:
+                check_read_error(rec["error"], ix, f"imds.{k}.error")
+            snap.imds[str(k)] = dict(rec)
         commands = docs.get("commands.json") or []
         nvml = docs.get("nvml.json") or []
         need(isinstance(commands, list), "commands.json", "", "a list", commands)
@@ -542,6 +553,10 @@ def check_meta(meta: dict) -> None:
     need_number(meta.get("time_epoch"), m, "time_epoch", optional=True, lo=0, hi=1e11)
     need_int(meta.get("format_version", 0), m, "format_version", lo=0, hi=1000)
     need_int(meta.get("epochs", 1), m, "epochs", optional=True, lo=0, hi=MAX_EPOCHS)
+    if "environ_recorded" in meta:
+        rec = meta["environ_recorded"]
+        need(isinstance(rec, list) and all(isinstance(x, str) for x in rec), m, "environ_recorded",
+             "a list of variable prefixes (text)", rec)
 
 
 def check_command(rec, k: int) -> None:

@@ -15,6 +15,13 @@ Identity strings (each provider's documentation of what its VMs report in DMI): 
 ``sys_vendor`` "Microsoft Corporation" with chassis asset tag 7783-7084-3265-9085-8269-3286-77;
 AWS Nitro ``sys_vendor`` "Amazon EC2" with the instance type as ``product_name``; Google
 ``product_name`` "Google Compute Engine"; Oracle ``chassis_asset_tag`` "OracleCloud.com".
+
+The instance type: from DMI where it is there (AWS); else, only when DMI names Azure, Google or
+Oracle, from that cloud's instance metadata service through the door
+(:meth:`ccdiag.host.LiveHost.cloud_metadata`: one link-local read of about a second at most, recorded
+in snapshots, never asked under ``--root`` or on replay; endpoints, headers and fields with their
+sources in :mod:`ccdiag.imds`). ``instance_type_source`` says which: ``dmi``, ``imds`` or ``unknown``
+(with ``instance_type_error`` saying why).
 """
 
 from __future__ import annotations
@@ -55,13 +62,15 @@ class TopoFile:
 class PlatformObservation:
     dmi: dict
     provider: str | None  # "azure" | "aws" | "gcp" | "oci" | None (bare metal, or not recognised)
-    instance_type: str | None  # when DMI carries it (AWS); None elsewhere
+    instance_type: str | None  # from DMI (AWS) or the cloud's metadata service (Azure, GCP, OCI); None when unknown
     container: str | None  # "docker" | "kubernetes" | "podman" | "containerd" | "lxc" | None
     net_plugin_env: str | None  # NCCL_NET_PLUGIN
     net_plugins: tuple[str, ...] = ()  # paths of libnccl-net*.so found
     efa_devices: tuple[str, ...] = ()
     topo_files: tuple[TopoFile, ...] = ()
     errors: tuple[ReadError, ...] = ()
+    instance_type_source: str = "unknown"  # "dmi" | "imds" | "unknown"
+    instance_type_error: str | None = None  # why it is unknown on a cloud (the metadata service's failure)
 
 
 # -- parsers (pure) ------------------------------------------------------------------------------
@@ -80,6 +89,25 @@ def classify(dmi: dict) -> tuple[str | None, str | None]:
     if tag == "OracleCloud.com":
         return "oci", None
     return None, None
+
+
+#: the clouds whose instance type only their metadata service gives (:mod:`ccdiag.imds`)
+IMDS_PROVIDERS = ("azure", "gcp", "oci")
+_AZURE_SIZE = re.compile(r"[A-Za-z][A-Za-z0-9_-]{1,80}")
+_GCP_TYPE = re.compile(r"projects/[^/\s]+/machineTypes/([a-z0-9][a-z0-9-]{0,62})")
+_OCI_SHAPE = re.compile(r"[A-Za-z][A-Za-z0-9.\-]{1,80}")
+
+
+def instance_type_from_imds(provider: str, text: str) -> str | None:
+    """The instance type in a metadata service's answer (Azure ``vmSize`` "Standard_ND96isr_H100_v5",
+    Google ``machine-type`` "projects/NUM/machineTypes/a3-megagpu-8g", Oracle ``shape``
+    "BM.GPU.H100.8"), or None when the answer is not one."""
+    t = text.strip()
+    if provider == "gcp":
+        m = _GCP_TYPE.fullmatch(t)
+        return m.group(1) if m else None
+    pattern = _AZURE_SIZE if provider == "azure" else _OCI_SHAPE if provider == "oci" else None
+    return t if pattern is not None and pattern.fullmatch(t) else None
 
 
 def container_kind(cgroup: str | None, dockerenv: bool, containerenv: bool) -> str | None:
@@ -142,11 +170,29 @@ def _topo_files(host, env: dict, conf: str | None, errors: list[ReadError]) -> t
     return tuple(TopoFile(p, _text(host, p, errors, MAX_TOPO_BYTES), why) for p, why in sorted(named.items()))
 
 
+def _instance_type(host, provider: str | None, from_dmi: str | None) -> tuple[str | None, str, str | None]:
+    """(instance type, where it came from, why unknown): DMI first; the metadata service only on a
+    cloud DMI names whose type only that service gives."""
+    if from_dmi:
+        return from_dmi, "dmi", None
+    if provider not in IMDS_PROVIDERS:
+        return None, "unknown", None
+    try:
+        text = host.cloud_metadata(provider)
+    except HostReadError as exc:
+        return None, "unknown", f"{provider} instance metadata service: {exc.message}"
+    found = instance_type_from_imds(provider, text)
+    if found is None:
+        return None, "unknown", f"{provider} instance metadata service answered {text.strip()[:80]!r}, not an instance type"
+    return found, "imds", None
+
+
 @probe(order=80, what="platform, container and NCCL network plugins")
 def collect(host) -> PlatformObservation:
     errors: list[ReadError] = []
     dmi = _dmi(host, errors)
-    provider, instance = classify(dmi)
+    provider, from_dmi = classify(dmi)
+    instance, instance_source, instance_error = _instance_type(host, provider, from_dmi)
     container = container_kind(_text(host, "/proc/1/cgroup", errors), host.exists("/.dockerenv"),
                                host.exists("/run/.containerenv"))
     try:
@@ -158,4 +204,5 @@ def collect(host) -> PlatformObservation:
     return PlatformObservation(dmi=dmi, provider=provider, instance_type=instance, container=container,
                                net_plugin_env=env.get("NCCL_NET_PLUGIN"), net_plugins=_plugins(host, errors),
                                efa_devices=efa, topo_files=_topo_files(host, env, conf, errors),
-                               errors=tuple(errors))
+                               errors=tuple(errors), instance_type_source=instance_source,
+                               instance_type_error=instance_error)

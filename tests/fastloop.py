@@ -91,6 +91,10 @@ SLOW_TESTS: dict[str, tuple[str, ...]] = {
         "test_integer_noise_and_momentary_readings_do_not_fail_a_small_healthy_fleet",
         "test_malformed_reports_are_each_named_and_the_rest_compared", "test_outliers_name_the_odd_host_only",
     ),
+    "test_cluster_nccl_agree.py": (
+        "test_a_degraded_node_writes_the_shared_settings_of_its_kind", "test_a_single_host_is_skipped_not_passed",
+        "test_a_tie_names_no_odd_host_and_says_unknown", "test_the_host_whose_hca_list_differs_is_named_with_both_values",
+    ),
     "test_crossmember.py": (
         "test_a_consistent_node_has_no_consistency_finding", "test_every_command_survives",
         "test_the_disagreement_is_named",
@@ -149,6 +153,7 @@ SLOW_TESTS: dict[str, tuple[str, ...]] = {
         "test_rccl_in_a_container_fell_back_to_sockets_and_says_why",
        
     ),
+    "test_platform_imds.py": ("test_a_service_that_never_answers_is_bounded_and_remembered",),
     "test_policy.py": (
         "test_a_stricter_policy_fails_the_healthy_node_on_rate_and_count",
         "test_policy_init_then_check_holds_degraded_node_to_it",

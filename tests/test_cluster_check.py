@@ -41,7 +41,9 @@ def test_a_host_without_facts_is_one_finding_not_one_per_fact():
     own finding says why, and no fact is reported as differing because it lacks them."""
     facts = {"ccdiag_version": "0.1.0", "driver_version": "570.133.20", "gpu_count": 8, "kernel": "6.8",
              **{f"pcie_link GPU{i} <- 0000:{i}:00.0": "Gen5 x16" for i in range(8)}}
-    summaries = {r: {"leader": True, "host": f"h{r}", "exit_code": 0, "facts": dict(facts)} for r in range(3)}
+    nccl = {"settings": {"NCCL_IB_HCA": "=mlx5_0:1"}}
+    summaries = {r: {"leader": True, "host": f"h{r}", "exit_code": 0, "facts": dict(facts), "nccl": nccl}
+                 for r in range(3)}
     summaries[3] = {"leader": True, "host": "h3", "exit_code": 2, "error": "h3.snap: not a snapshot", "facts": {}}
     fs = [f for f in gather.cluster_findings(summaries, [], {}) if f.status != "pass"]
     assert len(fs) == 1 and fs[0].check == "cluster.host_check" and fs[0].component.name == "h3"
@@ -86,6 +88,9 @@ def test_cluster_check_over_ranks_names_failing_host_and_a_hung_rank(tmp_path):
         assert doc["verdict"]["failed_hosts"] == [c.hosts[2]]
         odd = {f["check"] for f in doc["findings"] if f["status"] != "pass" and f["component"]["name"] == c.hosts[2]}
         assert "cluster.consistency.gpu_usable" in odd and "cluster.host_check" in odd
+        # the degraded host's own faults are its findings; the NCCL settings it would write are its peers'
+        nccl = [f for f in doc["findings"] if f["check"] == "cluster.nccl_recommendation"]
+        assert [f["status"] for f in nccl] == ["pass"], nccl
         assert sorted(os.listdir(tmp_path / "r")) == sorted(f"{h}.json" for h in c.hosts)
 
         # a rank that hangs before answering (held at a known point, then stopped): named within

@@ -42,7 +42,7 @@ def room_of(module: str) -> str | None:
     if parts[0] != "ccdiag" or len(parts) < 2:
         return None
     head = parts[1]
-    if head in ("host", "nvmlcall", "snapshot", "busy_pcie_links", "inflight", "netfacts"):  # doors to the machine
+    if head in ("host", "nvmlcall", "snapshot", "busy_pcie_links", "inflight", "netfacts", "imds"):  # doors to the machine
         return "host"
     if head in ("probes", "probing"):
         return "probes"

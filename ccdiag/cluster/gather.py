@@ -133,6 +133,7 @@ def run_node_check(ident: dict, rank: int, replay: str | None, timeout_s: float,
     result = None
     try:
         result = evaluate(host, policy, deadline_s=timeout_s, load_links=False)
+        nccl = _nccl_settings(host, result)
     finally:
         close_host(host, result=result)
     doc = build_report("check", result.meta, runs=result.runs, topology=result.topology, findings=result.findings,
@@ -146,7 +147,19 @@ def run_node_check(ident: dict, rank: int, replay: str | None, timeout_s: float,
             **({"error": write_error, "exit_code": 2} if write_error else {}),
             "reason": doc.get("verdict", {}).get("reason"), "timed_out": bool(result.timed_out),
             "failures": [f"{f.check} {f.component.name}: {f.summary}" for f in fails[:20]],
-            "failure_count": len(fails), "facts": facts_from_report(doc)}
+            "failure_count": len(fails), "facts": facts_from_report(doc), "nccl": nccl}
+
+
+def _nccl_settings(host, result) -> dict:
+    """The NCCL settings this host would write (:func:`ccdiag.cluster.nccl_agree.node_settings`), or why not."""
+    from ccdiag.cluster.nccl_agree import node_settings
+
+    if result.timed_out and result.topology is None:
+        return {"error": "the node check ran out of time"}
+    try:
+        return node_settings(host, result.runs, result.topology)
+    except Exception as exc:  # noqa: BLE001 - one host's failure is its finding, the others are still compared
+        return {"error": f"ccdiag could not compute it ({type(exc).__name__}: {exc})"}
 
 
 def _write_report(reports_dir: str, host_name: str, doc: dict) -> str | None:
@@ -192,6 +205,25 @@ def consistency(facts_by_host: dict[str, dict]) -> list[Finding]:
     return out
 
 
+def _nccl_agreement(summaries: dict[int, dict]) -> list[Finding]:
+    """Hosts whose NCCL recommendation differs from the majority's (:mod:`ccdiag.cluster.nccl_agree`).
+    A host whose check could not run has no facts and is left to its own ``cluster.host_check`` finding."""
+    from ccdiag.cluster.nccl_agree import agreement
+
+    settings: dict[str, dict] = {}
+    errors: dict[str, str] = {}
+    for rank, s in sorted(summaries.items()):
+        if not s or not s.get("leader") or not s.get("facts"):
+            continue
+        h = s.get("host", f"rank {rank}")
+        nccl = s.get("nccl") or {"error": "this host's ccdiag did not report one (an older version?)"}
+        if isinstance(nccl.get("settings"), dict):
+            settings[h] = nccl["settings"]
+        else:
+            errors[h] = str(nccl.get("error") or "no settings reported")
+    return agreement(settings, errors)
+
+
 def cluster_findings(summaries: dict[int, dict], missing: list[int], idents: dict[int, dict]) -> list[Finding]:
     """Per-host verdicts as findings, the consistency findings, and one per silent rank."""
     out: list[Finding] = []
@@ -213,6 +245,7 @@ def cluster_findings(summaries: dict[int, dict], missing: list[int], idents: dic
                            details={"rank": rank, "failures": s.get("failures", []),
                                     "failure_count": s.get("failure_count", 0)}))
     out += consistency(facts)
+    out += _nccl_agreement(summaries)
     for r in missing:
         host = idents.get(r, {}).get("host", "unknown host")
         out.append(Finding(check="cluster.rank_silent", status="unknown",

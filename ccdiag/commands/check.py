@@ -70,7 +70,9 @@ def _save_failure_snapshot(host: RecordingHost, result, directory: str, env: dic
         # the NCCL settings this node should run with, as judged from what this run read
         from ccdiag.nccl.recommend import recommend
 
-        judged = env if env is not None else {k: v for k, v in host.environ().items() if k.startswith("NCCL_")}
+        from ccdiag.nccl.present import JUDGED_PREFIXES
+
+        judged = env if env is not None else {k: v for k, v in host.environ().items() if k.startswith(JUDGED_PREFIXES)}
         snap.meta["nccl"] = recommend(result.topology, result.runs, env=judged,
                                       env_source=env_source or "environment").to_json()
     path = os.path.join(directory, default_name(snap.meta.get("hostname") or socket.gethostname()))

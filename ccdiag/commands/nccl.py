@@ -34,16 +34,15 @@ def _read(path: str, what: str) -> str:
 
 def _settings_present(host, env_file: str | None) -> tuple[dict[str, str], str]:
     """The settings a job would see: an env file (shell syntax), else the environment and then
-    ``/etc/nccl.conf`` read with NCCL's own parser (the environment wins, as ``setenv(.., 0)`` does)."""
+    ``/etc/nccl.conf`` read with NCCL's own parser (:func:`ccdiag.nccl.present.settings_present`)."""
     from ccdiag.envfile import parse_env_file
+    from ccdiag.nccl.present import settings_present
 
     if env_file:
         return parse_env_file(_read(env_file, "environment"), env_file), f"env file {env_file}"
-    env = {k: v for k, v in (host.environ() if host is not None else {}).items() if k.startswith("NCCL_")}
-    conf = _nccl_conf(host)
-    for k, v in conf.items():
-        env.setdefault(k, v)
-    return env, "environment and /etc/nccl.conf" if conf else "environment"
+    if host is None:
+        return {}, "environment"
+    return settings_present(host.environ(), _nccl_conf_text(host))
 
 
 def _conf_notes(host) -> list[str]:
@@ -58,25 +57,35 @@ def _conf_notes(host) -> list[str]:
     return [f"/etc/nccl.conf {p}" for p in conf_problems(text)]
 
 
-def _nccl_conf(host) -> dict[str, str]:
+def _nccl_conf_text(host) -> str | None:
     from ccdiag.host import HostReadError
-    from ccdiag.probes._ncclconf import parse_nccl_conf
 
-    if host is None or not host.exists("/etc/nccl.conf"):
-        return {}
+    if not host.exists("/etc/nccl.conf"):
+        return None
     try:
-        return parse_nccl_conf(host.read_text("/etc/nccl.conf"))
+        return host.read_text("/etc/nccl.conf")
     except (HostReadError, OSError):
-        return {}
+        return None
 
 
-def node_recommendation(host, env: dict[str, str], env_source: str, timeout: float = 30.0):
+def node_recommendation(host, env: dict[str, str], env_source: str, timeout: float = 30.0,
+                        env_unread: tuple[str, ...] = ()):
     """(recommendation, runs, topology) of a host door: the probes the recommender reads, then the topology."""
     from ccdiag.nccl.recommend import recommend
     from ccdiag.observe import observe
 
     obs = observe(host, NCCL_PROBES, time.monotonic() + timeout)
-    return recommend(obs.topology, obs.runs, env=env, env_source=env_source), obs.runs, obs.topology
+    rec = recommend(obs.topology, obs.runs, env=env, env_source=env_source, env_unread=env_unread)
+    return rec, obs.runs, obs.topology
+
+
+def _unread(host) -> tuple[str, ...]:
+    """The judged variables this door's environment did not cover (an older snapshot's libfabric
+    variables; everything under --root): their absence proves nothing."""
+    from ccdiag.host import environ_recorded
+    from ccdiag.nccl.present import unread_prefixes
+
+    return unread_prefixes(environ_recorded(host.meta()))
 
 
 @click.command(name="nccl", epilog=epilog("nccl"))
@@ -155,7 +164,7 @@ def _from_node(replay, root, env_file, timeout):
     host = make_host(replay, root)
     try:
         env, env_source = _settings_present(host, env_file)
-        rec, runs, topo = node_recommendation(host, env, env_source, timeout)
+        rec, runs, topo = node_recommendation(host, env, env_source, timeout, () if env_file else _unread(host))
         meta = host.meta()
         conf_notes = [] if env_file else _conf_notes(host)
     finally:

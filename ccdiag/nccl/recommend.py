@@ -45,17 +45,20 @@ TOPO_FILE_PATH = "/etc/nccl/ccdiag-topology.xml"
 
 def recommend(topology: Topology, observations: Mapping[str, Any] | None = None, results: Mapping[str, Any] | None = None,
               policy: Any = None, env: Mapping[str, str] | None = None,
-              env_source: str = "environment") -> Recommendation:
+              env_source: str = "environment", env_unread: tuple[str, ...] = ()) -> Recommendation:
     """Settings for the node described by ``topology`` and the probe runs/observations it was built
     from. ``results``: measured facts (``{"reachable_ifaces": [...]}`` from cluster runs) narrowing
-    the interface choice. ``env``: settings already present, judged and named for removal."""
+    the interface choice. ``env``: settings already present, judged and named for removal.
+    ``env_unread``: prefixes of variables whose absence from ``env`` says nothing (the door did not
+    read them: a snapshot older than their recording, a copied tree): a vendor-required one of them
+    is judged unknown, never "not set"."""
     layout = layout_from_topology(topology, observations)
     xml = None
     if layout.flattened:
         from ccdiag.nccl.topo_xml import topology_xml
 
         xml = topology_xml(topology, observations)
-    return _recommend(layout, env or {}, env_source, results or {}, xml)
+    return _recommend(layout, env or {}, env_source, results or {}, xml, env_unread)
 
 
 def recommend_from_matrix(matrix: Any, where: str, env: Mapping[str, str] | None = None,
@@ -349,26 +352,43 @@ def _topo_file(layout: Layout, env: Mapping[str, str], xml: str | None,
 
 # ---------------------------------------------------------------- vendor-required settings
 
-def _vendor(knobs: list[Knob], plat: platforms.Platform | None, env: Mapping[str, str]) -> list[Knob]:
+def _vendor(knobs: list[Knob], plat: platforms.Platform | None, env: Mapping[str, str],
+            unread: tuple[str, ...] = ()) -> list[Knob]:
     """Vendor-required settings are kept (the value set, else the documented one) and labelled; a
-    recommendation that would change or remove one gives way to it."""
+    recommendation that would change or remove one gives way to it. ``unread``: prefixes of variables
+    the door did not read (their absence from ``env`` proves nothing)."""
     if plat is None:
         return knobs
     out, done = [], set()
     for k in knobs:
         if k.name in plat.required and k.name != "NCCL_TOPO_FILE":
-            out.append(_vendor_knob(k.name, plat, env, k))
+            out.append(_vendor_knob(k.name, plat, env, k, unread))
             done.add(k.name)
         else:
             out.append(k)
     for name in plat.required:
         if name not in done and name != "NCCL_TOPO_FILE" and (name in env or plat.required[name] is not None):
-            out.append(_vendor_knob(name, plat, env, None))
+            out.append(_vendor_knob(name, plat, env, None, unread))
     return out
 
 
-def _vendor_knob(name: str, plat: platforms.Platform, env: Mapping[str, str], instead: Knob | None) -> Knob:
+def _unread_knob(name: str, plat: platforms.Platform, documented: str | None) -> Knob:
+    """A vendor-required variable whose presence was not read: unknown, with what would settle it."""
+    why = (f"vendor-required on {plat.title} ({plat.source}); UNKNOWN whether it is set here: the environment "
+           f"that was read does not include {name} (a snapshot recorded before ccdiag kept libfabric variables, "
+           "or a copied tree, whose environment is not this process's). Judge it with --env-file, or record a new "
+           "snapshot on the node")
+    if documented is not None:
+        why += f"; the vendor documents {name}={documented}, written here so the shared settings carry it"
+    return Knob(name, SET if documented is not None else INFO, documented, why, (Fact(name, None, "not read"),), LOW,
+                {"vendor_required": plat.key, "documented": documented, "present": "unknown"})
+
+
+def _vendor_knob(name: str, plat: platforms.Platform, env: Mapping[str, str], instead: Knob | None,
+                 unread: tuple[str, ...] = ()) -> Knob:
     present, documented = env.get(name), plat.required[name]
+    if present is None and unread and name.startswith(unread):
+        return _unread_knob(name, plat, documented)
     value = present if present is not None else documented
     why = f"vendor-required on {plat.title} ({plat.source})"
     if present is None:
@@ -468,8 +488,17 @@ def _existing(env: Mapping[str, str], env_source: str, rails_present: bool) -> l
     return out
 
 
+def _instance_note(obs: Any) -> str:
+    """The instance type and where it was read (DMI or the cloud's metadata service), or why it is unknown."""
+    kind = getattr(obs, "instance_type", None)
+    if kind:
+        return f" ({kind}, from {getattr(obs, 'instance_type_source', 'dmi')})"
+    why = getattr(obs, "instance_type_error", None)
+    return f" (instance type unknown: {why})" if why else ""
+
+
 def _recommend(layout: Layout, env: Mapping[str, str], env_source: str, results: Mapping[str, Any],
-               xml: str | None) -> Recommendation:
+               xml: str | None, env_unread: tuple[str, ...] = ()) -> Recommendation:
     plat = platforms.detect(layout.platform, env)
     vendor_env = dict(env)
     env = {k: v for k, v in env.items() if k.startswith("NCCL_")}
@@ -484,8 +513,9 @@ def _recommend(layout: Layout, env: Mapping[str, str], env_source: str, results:
         knobs.append(ring)
     knobs += _experiments(layout, chosen)
     knobs += _existing(env, env_source, bool(chosen))
-    knobs = _vendor(knobs, plat, vendor_env)
-    notes = [f"platform: {plat.title}; its vendor-required settings are kept ({plat.source})"] if plat else []
+    knobs = _vendor(knobs, plat, vendor_env, env_unread)
+    notes = [f"platform: {plat.title}{_instance_note(layout.platform)}; its vendor-required settings are kept "
+             f"({plat.source})"] if plat else []
     if layout.source == "smi":
         notes.append("from a pasted nvidia-smi topo -m alone: port numbers and states, link layers, GIDs and network "
                      "interfaces need the node (run `ccdiag nccl` there, or on its snapshot)")
