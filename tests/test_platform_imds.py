@@ -20,7 +20,7 @@ import threading
 
 import pytest
 
-import probes.platform as P
+from ccdiag.probes import platform as P
 from ccdiag import imds
 from ccdiag.host import HostReadError, LiveHost, RecordingHost, ReplayHost
 from ccdiag.snapshot import SnapshotData, SnapshotError
