@@ -133,6 +133,9 @@ def command(replay, root, policy_file, env_file, timeout, window, as_json, outpu
             snap_path = _save_failure_snapshot(host, result, snapshot_dir, env, env_source)
     finally:
         close_host(host, result=result)
+    # what was read (a replayed snapshot: the largest thing held on a node with thousands of
+    # devices) is not needed for the report: let it go before the report is built
+    del host
     if textfile_dir:
         _write_textfile(textfile_dir, result)
     doc = _report(result, replay, snap_path) if (as_json or output) else None
