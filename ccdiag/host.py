@@ -17,6 +17,7 @@ snapshot carry the sysfs subset *with its symlinks* and still answer reads made 
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import os
 import platform
@@ -24,6 +25,7 @@ import signal
 import socket
 import stat
 import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -684,17 +686,20 @@ class ReplayHost(BaseHost):
         super().__init__()
         self.snap = SnapshotData.load(snapshot) if isinstance(snapshot, str) else snapshot
         self.root = "/"
-        children: dict[str, set[str]] = {}
+        # directory -> the names in it (a list, maybe with repeats; names interned: "vendor",
+        # "device" ... repeat under every one of thousands of device directories)
+        children: dict[str, list[str]] = {}
         groups = [self.snap.dirs, self.snap.links]
         groups += [(p for p, v in files.items() if not (isinstance(v, dict) and v.get("kind") == "missing"))
                    for files in self.snap.files.values()]
+        intern = sys.intern
         for group in groups:
             for p in group:
                 parent, _, name = p.rpartition("/")
                 names = children.get(parent or "/")
                 if names is None:
-                    children[parent or "/"] = names = set()
-                names.add(name)
+                    children[parent or "/"] = names = []
+                names.append(intern(name))
         self._children = children
         # the replayed tree never changes: each directory prefix's resolution is kept (see realpath)
         self._resolved: dict[str, str] = {}
@@ -753,7 +758,7 @@ class ReplayHost(BaseHost):
                 except HostReadError:
                     return resolve_path(p, self._lookup_link)  # the same refusal, naming the whole path
             if k < last:
-                known[raw] = resolved
+                known[raw] = raw if resolved == raw else resolved  # one string where they are equal
         return resolved or "/"
 
     def _value(self, real: str) -> Any:
@@ -777,7 +782,7 @@ class ReplayHost(BaseHost):
         if real in self.snap.listings:
             return list(self.snap.listings[real])
         if real in self._children:
-            return sorted(self._children[real])
+            return sorted(set(self._children[real]))
         if real in self.snap.dirs or real == "/":
             return []
         value = self._value(real)
@@ -851,6 +856,15 @@ class ReplayHost(BaseHost):
 
     def now(self) -> float:
         return float(self.snap.meta.get("time_epoch") or time.time())
+
+    def release_files(self) -> None:
+        """Let go of the recorded file tree once every probe has read it: on a node with thousands
+        of devices it is the largest thing a check holds, and judging and the report need it no
+        more. Reads after this answer "not in snapshot"; metadata, environment, commands, NVML
+        calls, kernel log and interfaces stay."""
+        self.snap = dataclasses.replace(self.snap, files={0: {}}, links={}, dirs=set(), listings={}, statvfs={})
+        self._children = {}
+        self._resolved = {}
 
 
 def open_host(replay: str | None = None, root: str = "/", record: bool = False) -> Host:

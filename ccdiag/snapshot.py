@@ -293,7 +293,13 @@ class SnapshotData:
             need(isinstance(errs, dict), ix, f"fs_errors.{epoch}", "an object", errs)
             for p, err in errs.items():
                 check_read_error(err, ix, f"fs_errors.{epoch}.{p}")
-                snap.put_error(p, err.get("kind", "io"), err.get("errno"), err.get("message", ""), e)
+                if len(err) == 3 and "kind" in err and "errno" in err and "message" in err:
+                    # already the record put_error would build: kept, not copied (a large node has
+                    # tens of thousands, and copies left the parsed ones as holes in the heap)
+                    snap.files.setdefault(e, {})[p] = err
+                    snap._add_parents(p)
+                else:
+                    snap.put_error(p, err.get("kind", "io"), err.get("errno"), err.get("message", ""), e)
         for epoch, files in section("files_later").items():
             e = epoch_key(epoch, ix, "files_later")
             need(isinstance(files, dict), ix, f"files_later.{epoch}", "an object", files)

@@ -182,7 +182,8 @@ def _judge(host, policy, env, env_source, *, timeout, window, strict, only, load
 
         budget = Budget.plan(timeout, bench_s=QUICK_BENCH_S)
     result = evaluate(host, policy, window_s=window, deadline_s=timeout, env=env, env_source=env_source,
-                      strict=strict, only=only or None, load_links=load_links, budget=budget)
+                      strict=strict, only=only or None, load_links=load_links, budget=budget,
+                      release_files=not bench)
     if bench:
         from ccdiag.checkrun import add_benchmarks
 
