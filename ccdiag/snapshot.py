@@ -511,13 +511,18 @@ def _no_constant(name: str):
     raise ValueError(f"{name} is not a JSON number")
 
 
+#: members whose every value is checked flat, by type, right after parsing (nothing walks them
+#: recursively): the nesting bound is not needed there, and fs.json is the largest member
+_FLAT_CHECKED = ("fs.json",)
+
+
 def load_json(raw: bytes, member: str):
     """``raw`` decoded as UTF-8 JSON, no NaN/Infinity, nesting at most :data:`MAX_JSON_DEPTH`."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ShapeError(f"{member}: not UTF-8 text (byte {exc.start})") from None
-    depth = _bracket_depth(text)
+    depth = _bracket_depth(text) if member not in _FLAT_CHECKED else 0
     if depth > MAX_JSON_DEPTH:
         raise ShapeError(f"{member}: JSON nested {depth} levels deep, more than {MAX_JSON_DEPTH} (MAX_JSON_DEPTH)")
     try:

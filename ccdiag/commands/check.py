@@ -28,7 +28,7 @@ from ccdiag.commands.snapshot import default_name
 from ccdiag.commands.common import host_options, make_host, try_write_report
 from ccdiag.errors import InputError
 from ccdiag.exitcodes import ExitCode
-from ccdiag.host import RecordingHost
+from ccdiag.host import HostReadError, RecordingHost
 from ccdiag.envfile import load_env_file
 from ccdiag.policy import load_policy
 
@@ -41,12 +41,21 @@ CHECK_MATRIX_MAX_ENDS = 512
 #: REPORT_RESERVE_SHARE of it (a short --timeout must still leave the probes most of their time)
 REPORT_RESERVE_S = 2.0
 REPORT_RESERVE_SHARE = 0.1
+#: a node's report grows with its PCI functions (each one's links, AER counters, findings): the
+#: reserve is at least this per function (a 3,000-NIC node has 6,216: about 1.5 s of report building
+#: on a loaded 2-core machine, bench/bench_scale.py), at most REPORT_RESERVE_MAX_SHARE of --timeout
+REPORT_S_PER_PCI_FUNCTION = 0.0005
+REPORT_RESERVE_MAX_SHARE = 0.3
 
 
-def evaluation_budget(timeout: float, started: float, reporting: bool) -> float:
+def evaluation_budget(timeout: float, started: float, reporting: bool, pci_functions: int = 0) -> float:
     """What is left of ``timeout`` for the evaluation: less what opening the host or snapshot
-    took, and less the report's reserve when a report is to be written (never below 1 s)."""
-    reserve = min(REPORT_RESERVE_S, REPORT_RESERVE_SHARE * timeout) if reporting else 0.0
+    took, and less the report's reserve when a report is to be written (larger for a node with
+    many PCI functions; never below 1 s)."""
+    reserve = 0.0
+    if reporting:
+        reserve = max(min(REPORT_RESERVE_S, REPORT_RESERVE_SHARE * timeout),
+                      min(REPORT_S_PER_PCI_FUNCTION * pci_functions, REPORT_RESERVE_MAX_SHARE * timeout))
     left = timeout - (time.monotonic() - started) - reserve
     return max(1.0, min(timeout, left))
 
@@ -122,7 +131,8 @@ def command(replay, root, policy_file, env_file, timeout, window, as_json, outpu
     record = bool(snapshot_dir) and not replay
     host = make_host(replay, root, record=record)
     # --timeout bounds the whole run: what reading the snapshot took, and the report still to write
-    timeout = evaluation_budget(timeout, started, reporting=any((as_json, output, textfile_dir)))
+    reporting = any((as_json, output, textfile_dir))
+    timeout = evaluation_budget(timeout, started, reporting, _pci_functions(host) if reporting else 0)
     result = None
     snap_path = None
     try:
@@ -158,6 +168,14 @@ def command(replay, root, policy_file, env_file, timeout, window, as_json, outpu
         click.echo(f"ccdiag: {unwritten} (the verdict is on stdout)", err=True)
     sys.stdout.flush()
     return int(result.exit_code)
+
+
+def _pci_functions(host) -> int:
+    """How many PCI functions the host lists (0 when it lists none): what the report's size follows."""
+    try:
+        return len(host.list_dir("/sys/bus/pci/devices"))
+    except HostReadError:
+        return 0
 
 
 def _refuse_unknown_prefixes(only) -> None:
