@@ -183,8 +183,11 @@ def evaluate(host: Host, policy: Policy | None = None, window_s: float = 0.0,
     started_at = time.time()
     # commands started by probes never outlive the probing stage, even ones a probe starts late
     obs = observe(host, probes, budget.probe_end, window_s=window_s, load_links=load_links)
-    release = getattr(host, "release_files", None) if release_files and not obs.timed_out else None
-    if callable(release):  # an abandoned probe may still be reading: nothing is taken from under it
+    release = getattr(host, "release_files", None) if release_files else None
+    if callable(release):
+        # also when a probe was abandoned at the deadline: on a replay it would otherwise go on
+        # reading (pure Python, it cannot be stopped) and take the processor from the judging and
+        # the report; with the files gone its reads fail at once and it ends (its result is dropped)
         release()
     if env is None:
         env = host.environ()
