@@ -21,8 +21,10 @@ Readers and seeds (nothing synthesized as a seed; the mutations are random):
 * ``nccl_log``: ``parse_nccl_log`` of ``ccdiag nccl --log``, seeds the corpus NCCL logs;
 * ``compare_report``: ``ccdiag compare``'s reading and scan of a JSON report, seeds
   ``ccdiag check --json`` of the bundled samples (text and JSON-level mutations);
-* ``snapshot``: ``SnapshotData.load``, seeds the bundled samples (the member-level mutations of
-  bench/bench_fuzz.py).
+* ``snapshot``: ``ccdiag check --replay FILE --json`` done in this process (load, replayed
+  evaluation, JSON report), seeds the bundled samples and the mock-NVML recordings, each in both
+  snapshot formats, damaged at the gzip, tar, meta JSON, other JSON and file-content levels
+  (bench/fuzz_snapshots.py); a probe that died of an exception is counted as ``probe_crash``.
 
 Mutations: character flips, cut and duplicated spans, swapped and dropped lines, truncation, huge
 repeats, 5,000-digit integers, values of another JSON type, deep nesting. Writes
@@ -54,13 +56,18 @@ SAMPLES = sorted(glob.glob(os.path.join(REPO, "samples", "*.snap.tar.gz")))
 CORPUS = os.path.join(REPO, "tests", "fixtures", "corpus")
 SLOW_S = 10
 
-from bench_fuzz import mutate_json, mutate_snapshot, mutate_text  # noqa: E402 - beside this script
+import fuzz_snapshots  # noqa: E402 - beside this script
+from bench_fuzz import mutate_json, mutate_text  # noqa: E402 - beside this script
 
 HUGE_INT = "9" * 5000
 
 
 class _Slow(Exception):
     pass
+
+
+class _ProbeCrash(Exception):
+    """The replayed check gave its report, but a probe in it died of an exception."""
 
 
 def _alarm(_sig, _frame):
@@ -95,7 +102,7 @@ def seeds() -> dict[str, list]:
         "env_file": [_ccdiag("nccl", "--replay", s, "--format", "env") for s in SAMPLES] + env_from_logs,
         "nccl_log": _corpus("nccl-log/*.txt"),
         "compare_report": [_ccdiag("check", "--replay", s, "--json") for s in SAMPLES],
-        "snapshot": [open(s, "rb").read() for s in SAMPLES],
+        "snapshot": fuzz_snapshots.load_seeds(),
     }
 
 
@@ -113,7 +120,7 @@ def mutate_toml(rng: random.Random, text: str) -> str:
 
 def mutate(reader: str, rng: random.Random, seed):
     if reader == "snapshot":
-        return mutate_snapshot(rng, seed)[0]
+        return fuzz_snapshots.mutate(rng, seed)
     if reader == "compare_report" and rng.random() < 0.5:
         return mutate_json(rng, seed.encode()).decode("utf-8", "replace")
     if reader in ("policy", "daemon_config"):
@@ -178,32 +185,25 @@ def read(reader: str, path: str) -> str:
             except ValueError:
                 return "refused"
         elif reader == "snapshot":
-            from ccdiag.host import ReplayHost
-            from ccdiag.snapshot import SnapshotData, SnapshotError
-
-            try:
-                snap = SnapshotData.load(path)
-                ReplayHost(snap).list_dir("/sys/class/infiniband") if snap.dirs else None
-            except SnapshotError:
-                return "refused"
-            except Exception as exc:  # a host read error of the replay is the reader's answer
-                from ccdiag.host import HostReadError
-
-                if isinstance(exc, HostReadError):
-                    return "refused"
-                raise
+            outcome, crash = fuzz_snapshots.check(path)
+            if crash:
+                raise _ProbeCrash(crash)
+            return outcome
         return "result"
     except UserFileError:
         return "refused"
 
 
 def fuzz(reader: str, seed_list: list, n: int, rng: random.Random, tmp: str) -> dict:
-    counts = {"result": 0, "refused": 0, "internal": 0, "slow": 0}
-    failures, slowest = [], (0.0, None)
+    counts = {"result": 0, "refused": 0, "internal": 0, "slow": 0, "probe_crash": 0}
+    failures, slowest, levels = [], (0.0, None), {}
     path = os.path.join(tmp, f"input-{reader}")
     for i in range(n):
         seed = seed_list[i % len(seed_list)]
         data = mutate(reader, rng, seed)
+        if isinstance(data, tuple):  # (input, the level it was damaged at)
+            data, level = data
+            levels[level] = levels.get(level, 0) + 1
         raw = data if isinstance(data, bytes) else data.encode("utf-8", "surrogatepass")
         with open(path, "wb") as fh:
             fh.write(raw)
@@ -211,6 +211,10 @@ def fuzz(reader: str, seed_list: list, n: int, rng: random.Random, tmp: str) -> 
         signal.alarm(SLOW_S)
         try:
             outcome = read(reader, path)
+        except _ProbeCrash as exc:
+            outcome = "probe_crash"
+            if len(failures) < 5:
+                failures.append({"error": str(exc), "where": "probe", "input_b64": base64.b64encode(raw[:200000]).decode()})
         except _Slow:
             outcome = "slow"
             if len(failures) < 5:
@@ -228,8 +232,11 @@ def fuzz(reader: str, seed_list: list, n: int, rng: random.Random, tmp: str) -> 
         if dt > slowest[0]:
             slowest = (dt, i)
         counts[outcome] += 1
-    return {"inputs": n, "seeds": len(seed_list), **counts, "slowest_s": round(slowest[0], 3),
-            "first_failures": failures}
+    out = {"inputs": n, "seeds": len(seed_list), **counts, "slowest_s": round(slowest[0], 3),
+           "first_failures": failures}
+    if levels:
+        out["inputs_by_level"] = levels
+    return out
 
 
 def main() -> int:
@@ -238,7 +245,7 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--only", nargs="*", default=None)
     ap.add_argument("--snapshots", type=int, default=None,
-                    help="inputs for the snapshot reader (about 1.5 s each on a loaded 2-core machine)")
+                    help="inputs for the snapshot reader (default --per-reader; about 0.1 s each)")
     args = ap.parse_args()
     signal.signal(signal.SIGALRM, _alarm)
     all_seeds = seeds()
@@ -263,7 +270,8 @@ def main() -> int:
         with open(RESULTS) as fh:
             results = {**json.load(fh).get("readers", {}), **results}
     doc = {"command": command, "seed": args.seed, "wall_s": round(time.monotonic() - t0, 1),
-           "internal_errors": sum(r["internal"] for r in results.values()), "readers": results,
+           "internal_errors": sum(r["internal"] for r in results.values()),
+           "probe_crashes": sum(r.get("probe_crash", 0) for r in results.values()), "readers": results,
            "host": {"python": platform.python_version(), "cpus": os.cpu_count()}}
     write_result(RESULTS, doc, echo=False)
     print(json.dumps({k: v for k, v in doc.items() if k != "readers"}))

@@ -164,7 +164,7 @@ def evaluate(host: Host, policy: Policy | None = None, window_s: float = 0.0,
              deadline_s: float = DEFAULT_DEADLINE_S, env: dict[str, str] | None = None,
              env_source: str | None = None, *, strict: bool = False, only: Iterable[str] | None = None,
              probes: Iterable[str] | None = None, budget: Budget | None = None,
-             load_links: bool = False) -> CheckResult:
+             load_links: bool = False, release_files: bool = False) -> CheckResult:
     """Observe ``host`` (:func:`ccdiag.observe.observe`: probes, a second counter sample after
     ``window_s``), then build the topology and run the checks.
 
@@ -174,7 +174,8 @@ def evaluate(host: Host, policy: Policy | None = None, window_s: float = 0.0,
     ``budget``: the stage ends to keep (default: :meth:`Budget.plan` of ``deadline_s``; a caller
     adding a benchmark stage plans one with its share). ``load_links``: on a live host, keep every
     GPU's PCIe link busy (:mod:`ccdiag.busy_pcie_links`) while the first sample is read, so link speeds
-    are judged under load. Returns within ``deadline_s`` plus about a
+    are judged under load. ``release_files``: a replay host lets go of its recorded files once the
+    probes have read them (a caller that reads the host no more). Returns within ``deadline_s`` plus about a
     second whatever the host does; raises :class:`ccdiag.stages.StageError` when a stage raised.
     """
     policy = policy or DEFAULT_POLICY
@@ -182,6 +183,12 @@ def evaluate(host: Host, policy: Policy | None = None, window_s: float = 0.0,
     started_at = time.time()
     # commands started by probes never outlive the probing stage, even ones a probe starts late
     obs = observe(host, probes, budget.probe_end, window_s=window_s, load_links=load_links)
+    release = getattr(host, "release_files", None) if release_files else None
+    if callable(release):
+        # also when a probe was abandoned at the deadline: on a replay it would otherwise go on
+        # reading (pure Python, it cannot be stopped) and take the processor from the judging and
+        # the report; with the files gone its reads fail at once and it ends (its result is dropped)
+        release()
     if env is None:
         env = host.environ()
         # a replay judges the settings the recording run judged, and names them the same way

@@ -141,16 +141,33 @@ class ProbeRun:
         return self.data is not None and self.status in (OK, PARTIAL)
 
 
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _field_names(cls: type) -> tuple[str, ...]:
+    """The field names of dataclass ``cls`` (empty for any other type), looked up once per class:
+    a 3,000-device probe result has hundreds of thousands of nested records."""
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        fields = getattr(cls, "__dataclass_fields__", None)
+        names = tuple(f.name for f in dataclasses.fields(cls)) if isinstance(fields, dict) else ()
+        _FIELD_NAMES[cls] = names
+    return names
+
+
 def _has_errors(obj: Any, depth: int = 0) -> bool:
     """True when ``obj`` or any dataclass nested in it (a GPU, a port, a link) carries read errors."""
-    if depth > 6 or not dataclasses.is_dataclass(obj):
+    names = _field_names(type(obj)) if depth <= 6 else ()
+    if not names:
         return False
     if getattr(obj, "errors", ()):
         return True
-    for f in dataclasses.fields(obj):
-        value = getattr(obj, f.name)
-        items = value if isinstance(value, (tuple, list)) else (value,)
-        if any(_has_errors(v, depth + 1) for v in items):
+    for name in names:
+        value = getattr(obj, name)
+        if isinstance(value, (tuple, list)):
+            if any(_has_errors(v, depth + 1) for v in value):
+                return True
+        elif _has_errors(value, depth + 1):
             return True
     return False
 

@@ -28,10 +28,30 @@ class ReadError:
     message: str = ""
 
 
+_PLAIN = (str, int, bool, type(None))
+_FIELDS: dict[type, tuple[str, ...] | None] = {}
+
+
+def _dataclass_fields(cls: type) -> tuple[str, ...] | None:
+    """Field names of the dataclass ``cls`` (None for any other type), found once per class: a
+    3,000-device report converts about a million values."""
+    try:
+        return _FIELDS[cls]
+    except KeyError:
+        pass
+    names = tuple(f.name for f in dataclasses.fields(cls)) if dataclasses.is_dataclass(cls) else None
+    _FIELDS[cls] = names
+    return names
+
+
 def to_jsonable(obj: Any) -> Any:
     """Convert dataclasses, tuples, enums and dicts with non-string keys to JSON-safe values."""
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    cls = type(obj)
+    if cls in _PLAIN:
+        return obj
+    names = _dataclass_fields(cls)
+    if names is not None:
+        return {name: to_jsonable(getattr(obj, name)) for name in names}
     if isinstance(obj, enum.Enum):
         return obj.value
     if isinstance(obj, dict):

@@ -1,13 +1,21 @@
 """The snapshot: everything the probes read from a host, in one tar file that replays anywhere.
 
-Layout of the archive (gzip-compressed tar)::
+Layout of the archive (gzip-compressed tar), format 2 (what this module writes)::
 
-    meta.json        tool version, time, host, kernel, format, epochs, synthesized or recorded
-    fs/...           the files, directories and symlinks read in epoch 0, at their real paths
+    meta.json        tool version, time, host, kernel, format, format_version, epochs, synthesized
+    fs.json          the file table of epoch 0: {"dirs": [path...], "links": {path: target},
+                     "files": {"paths": [path...], "sizes": [bytes...]}} (real host paths)
+    fs.data          the files' contents, concatenated in the order of "files.paths"
     index.json       directory listings, read errors, later epochs' file values, kernel log,
                      network interfaces, statvfs results, recorded environment
     commands.json    each command: epoch, argv, rc, stdout, stderr, duration, timed_out, error
     nvml.json        each NVML call: epoch, [function, *args], and its value or its error class
+
+Format 1 (still read) held each file, directory and symlink of epoch 0 as its own tar member under
+``fs/`` at its real path, with no fs.json/fs.data. Why format 2: a node with 3,000 RDMA devices has
+about 300,000 such entries; as tar members they unpacked to 456 MB (a 512-byte header and a padded
+data block each) and took 15 s to read, where one table and one blob unpack to a few tens of MB and
+read in one pass.
 
 An *epoch* is one sampling pass. ``ccdiag check --window 5`` reads counters, waits, and reads them
 again: the second pass is epoch 1, so a replay sees the counter rise exactly as recorded. Values not
@@ -19,6 +27,7 @@ from __future__ import annotations
 import base64
 import gzip
 import io
+import itertools
 import json
 import math
 import re
@@ -33,8 +42,10 @@ from ccdiag.errors import UserInputError
 
 
 FORMAT = "ccdiag-snapshot"
-FORMAT_VERSION = 1
-_DOCS = ("meta.json", "index.json", "commands.json", "nvml.json")
+FORMAT_VERSION = 2
+_DOCS = ("meta.json", "index.json", "commands.json", "nvml.json", "fs.json")
+#: the member holding the file contents of format 2 (bytes, not JSON)
+_FS_DATA = "fs.data"
 
 
 class SnapshotError(UserInputError):
@@ -121,18 +132,9 @@ class SnapshotData:
             meta = dict(self.meta)
             meta.update(format=FORMAT, format_version=FORMAT_VERSION, epochs=self.epochs)
             add_bytes("meta.json", json.dumps(meta, indent=1, sort_keys=True).encode())
-            for d in sorted(self.dirs):
-                info = tarfile.TarInfo("fs" + d)
-                info.type = tarfile.DIRTYPE
-                info.mode = 0o755
-                info.mtime = mtime
-                tar.addfile(info)
-            for p, target in sorted(self.links.items()):
-                info = tarfile.TarInfo("fs" + p)
-                info.type = tarfile.SYMTYPE
-                info.linkname = target
-                info.mtime = mtime
-                tar.addfile(info)
+            table, blob = self._file_table()
+            add_bytes("fs.json", json.dumps(table, separators=(",", ":")).encode())
+            add_bytes(_FS_DATA, blob)
             errors: dict[str, dict] = {}
             later: dict[str, dict] = {}
             for epoch in sorted(self.files):
@@ -140,7 +142,7 @@ class SnapshotData:
                     if isinstance(value, dict):
                         errors.setdefault(str(epoch), {})[p] = value
                     elif epoch == 0:
-                        add_bytes("fs" + p, value)
+                        continue  # in fs.json / fs.data
                     else:
                         later.setdefault(str(epoch), {})[p] = _encode_bytes(value)
             index = {
@@ -159,6 +161,14 @@ class SnapshotData:
             add_bytes("nvml.json", json.dumps(self.nvml, indent=1).encode())
         # gzip with a fixed header time: the same content always gives the same bytes
         return gzip.compress(buf.getvalue(), compresslevel=6, mtime=mtime)
+
+    def _file_table(self) -> tuple[dict, bytes]:
+        """Format 2's ``fs.json`` table and ``fs.data`` blob: epoch 0's files (contents concatenated
+        in path order), every directory and every symlink."""
+        files = sorted((p, v) for p, v in self.files.get(0, {}).items() if isinstance(v, bytes))
+        table = {"dirs": sorted(self.dirs), "links": dict(sorted(self.links.items())),
+                 "files": {"paths": [p for p, _ in files], "sizes": [len(v) for _, v in files]}}
+        return table, b"".join(v for _, v in files)
 
     def save(self, path: str, mode: int = 0o600) -> None:
         """Write the snapshot atomically (a full disk leaves the old file whole), for its owner
@@ -186,6 +196,7 @@ class SnapshotData:
                 check_tar_end(raw, scanned[1])
             else:
                 snap._take_members_tarfile(raw, name, docs)
+            del raw  # what is kept has been copied out: the unpacked archive need not outlive this
         except ShapeError as exc:
             raise SnapshotError(f"{name}: corrupt snapshot ({exc})") from None
         except (tarfile.TarError, EOFError, OSError, ValueError, UnicodeDecodeError) as exc:
@@ -215,10 +226,11 @@ class SnapshotData:
         directory, so this is linear in the number of members."""
         for m in members:
             mname = m.name[2:] if m.name.startswith("./") else m.name
-            if mname in _DOCS:
+            if mname in _DOCS or mname == _FS_DATA:
                 if m.kind != "file":
                     raise ShapeError(f"{mname}: not a regular file")
-                docs[mname] = load_json(raw[m.start:m.start + m.size], mname)
+                body = raw[m.start:m.start + m.size]
+                docs[mname] = body if mname == _FS_DATA else load_json(body, mname)
             elif mname == "fs" or mname.startswith("fs/"):
                 path = mname[2:] or "/"
                 if m.kind == "dir":
@@ -241,12 +253,13 @@ class SnapshotData:
                 mname = member.name
                 if mname.startswith("./"):
                     mname = mname[2:]
-                if mname in _DOCS:
+                if mname in _DOCS or mname == _FS_DATA:
                     # a symlink here would make extractfile look up its target (KeyError when absent)
                     if not member.isfile():
                         raise ShapeError(f"{mname}: not a regular file")
                     fh = tar.extractfile(member)
-                    docs[mname] = load_json(fh.read(), mname) if fh else None
+                    body = fh.read() if fh else b""
+                    docs[mname] = body if mname == _FS_DATA else load_json(body, mname)
                 elif mname == "fs" or mname.startswith("fs/"):
                     path = mname[2:] or "/"
                     if member.isdir():
@@ -273,6 +286,7 @@ class SnapshotData:
             need(isinstance(value, dict), ix, key, "an object", value)
             return value
 
+        snap._take_table(docs.get("fs.json"), docs.get(_FS_DATA))
         snap.listings = {}
         for k, v in section("listings").items():
             need(isinstance(v, list) and all(isinstance(n, str) for n in v), ix, f"listings.{k}",
@@ -283,7 +297,13 @@ class SnapshotData:
             need(isinstance(errs, dict), ix, f"fs_errors.{epoch}", "an object", errs)
             for p, err in errs.items():
                 check_read_error(err, ix, f"fs_errors.{epoch}.{p}")
-                snap.put_error(p, err.get("kind", "io"), err.get("errno"), err.get("message", ""), e)
+                if len(err) == 3 and "kind" in err and "errno" in err and "message" in err:
+                    # already the record put_error would build: kept, not copied (a large node has
+                    # tens of thousands, and copies left the parsed ones as holes in the heap)
+                    snap.files.setdefault(e, {})[p] = err
+                    snap._add_parents(p)
+                else:
+                    snap.put_error(p, err.get("kind", "io"), err.get("errno"), err.get("message", ""), e)
         for epoch, files in section("files_later").items():
             e = epoch_key(epoch, ix, "files_later")
             need(isinstance(files, dict), ix, f"files_later.{epoch}", "an object", files)
@@ -327,6 +347,44 @@ class SnapshotData:
         snap.commands = list(commands)
         snap.nvml = list(nvml)
 
+    def _take_table(self, table: Any, blob: bytes | None) -> None:
+        """Format 2's file table (``fs.json``) and contents (``fs.data``), checked and taken in one
+        pass; the same meaning as format 1's ``fs/`` members (parents of every path are directories).
+        The checks run over whole lists at C speed: no Python object per file but its path and bytes."""
+        if table is None and blob is None:
+            return
+        m = "fs.json"
+        need(isinstance(table, dict), m, "", "an object", table)
+        need(blob is not None, _FS_DATA, "", "the file contents member", None)
+        assert blob is not None
+        dirs, links, files = table.get("dirs", []), table.get("links", {}), table.get("files", {})
+        need(_absolute_paths(dirs), m, "dirs", "a list of absolute paths", dirs)
+        need(isinstance(links, dict) and _absolute_paths(list(links))
+             and set(map(type, links.values())) <= {str}, m, "links", "an object of absolute path: link target", links)
+        need(isinstance(files, dict), m, "files", 'an object {"paths": [...], "sizes": [...]}', files)
+        paths, sizes = files.get("paths", []), files.get("sizes", [])
+        need(_absolute_paths(paths), m, "files.paths", "a list of absolute paths", paths)
+        need(isinstance(sizes, list) and len(sizes) == len(paths) and set(map(type, sizes)) <= {int}
+             and min(sizes, default=0) >= 0, m, "files.sizes", "a list of sizes, one per path", sizes)
+        if sum(sizes) != len(blob):
+            raise ShapeError(f"{_FS_DATA}: {len(blob)} bytes where fs.json's files.sizes add up to {sum(sizes)}")
+        ends = list(itertools.accumulate(sizes))
+        store = self.files.setdefault(0, {})
+        store.update(zip(paths, map(blob.__getitem__, map(slice, [0, *ends[:-1]], ends))))
+        self.dirs.update(d for d in dirs if d != "/")
+        self.links.update(links)
+        self._add_all_parents([dirs, links, paths])
+
+    def _add_all_parents(self, groups: list) -> None:
+        """Every parent directory of every path in ``groups`` (one set lookup for a path whose parent
+        is already known: linear in the number of paths)."""
+        known = self.dirs
+        for group in groups:
+            for path in group:
+                parent = path.rpartition("/")[0]
+                if parent and parent not in known:
+                    self._add_parents(path)
+
     @classmethod
     def load(cls, path: str) -> "SnapshotData":
         from ccdiag.userfiles import UserFileError, read_user_bytes
@@ -336,6 +394,11 @@ class SnapshotData:
         except UserFileError as exc:
             raise SnapshotError(str(exc)) from None
         return cls.from_bytes(data, name=path)
+
+
+def _absolute_paths(value: Any) -> bool:
+    """``value`` is a list of text paths starting with "/" (checked at C speed over the list)."""
+    return isinstance(value, list) and set(map(type, value)) <= {str} and all(map(str.startswith, value, itertools.repeat("/")))
 
 
 def base_meta(**extra: Any) -> dict:
@@ -390,6 +453,9 @@ def gunzip_verified(data: bytes) -> bytes:
     Raises ShapeError naming what is wrong."""
     if data[:2] != b"\x1f\x8b":
         return data
+    whole = _gunzip_one_member(data)
+    if whole is not None:
+        return whole
     out = bytearray()
     try:
         with gzip.GzipFile(fileobj=_Reader(data)) as gz:
@@ -406,6 +472,21 @@ def gunzip_verified(data: bytes) -> bytes:
             why = "compressed stream ends before its end marker (file cut short)"
         raise ShapeError(f"damaged gzip data: {why}") from None
     return bytes(out)
+
+
+def _gunzip_one_member(data: bytes) -> bytes | None:
+    """The common case at C speed and with one copy of the output: a single gzip member, ending
+    exactly at the end of ``data``, whose CRC and length zlib verifies, within the size bound. None
+    for anything else (several members, damage, an oversized stream): the caller's stream reader
+    then decides, with the refusals it always gave."""
+    inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+    try:
+        out = inflater.decompress(data, MAX_UNPACKED_BYTES + 1)
+    except zlib.error:
+        return None
+    if not inflater.eof or inflater.unused_data or inflater.unconsumed_tail or len(out) > MAX_UNPACKED_BYTES:
+        return None
+    return out
 
 
 class _Reader:
@@ -441,13 +522,18 @@ def _no_constant(name: str):
     raise ValueError(f"{name} is not a JSON number")
 
 
+#: members whose every value is checked flat, by type, right after parsing (nothing walks them
+#: recursively): the nesting bound is not needed there, and fs.json is the largest member
+_FLAT_CHECKED = ("fs.json",)
+
+
 def load_json(raw: bytes, member: str):
     """``raw`` decoded as UTF-8 JSON, no NaN/Infinity, nesting at most :data:`MAX_JSON_DEPTH`."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ShapeError(f"{member}: not UTF-8 text (byte {exc.start})") from None
-    depth = _bracket_depth(text)
+    depth = _bracket_depth(text) if member not in _FLAT_CHECKED else 0
     if depth > MAX_JSON_DEPTH:
         raise ShapeError(f"{member}: JSON nested {depth} levels deep, more than {MAX_JSON_DEPTH} (MAX_JSON_DEPTH)")
     try:
@@ -456,22 +542,16 @@ def load_json(raw: bytes, member: str):
         raise ShapeError(f"{member}: not valid JSON ({str(exc)[:120]})") from None
 
 
-def _bracket_depth(text: str) -> int:
-    """Deepest nesting of [ and { outside strings; linear, without recursion."""
-    import re
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+_NOT_BRACKET = re.compile(r'[^\[\]{}]+')
+_BRACKET_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
 
-    depth = best = 0
-    for m in re.finditer(r'"(?:[^"\\]|\\.)*"|[\[\]{}]', text):
-        c = m.group()
-        if c in "[{":
-            depth += 1
-            if depth > best:
-                best = depth
-                if best > MAX_JSON_DEPTH:
-                    return best
-        elif c in "]}":
-            depth -= 1
-    return best
+
+def _bracket_depth(text: str) -> int:
+    """Deepest nesting of [ and { outside strings; linear, without recursion. Strings and everything
+    but brackets are dropped by the regex engine first, so Python sees only the brackets."""
+    brackets = _NOT_BRACKET.sub("", _JSON_STRING.sub("", text))
+    return max(itertools.accumulate(map(_BRACKET_STEP.__getitem__, brackets)), default=0)
 
 
 # -- shapes ----------------------------------------------------------------------------------------

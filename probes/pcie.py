@@ -100,12 +100,28 @@ def parse_link_width(text: str | None) -> int | None:
     return value
 
 
+#: parsed AER texts: almost every function of a node reports the same all-zero counters, so one
+#: dict serves them all (read-only, like the frozen records holding it); bounded for the daemon
+_AER_PARSED: dict[str, dict[str, int]] = {}
+_AER_PARSED_MAX = 4096
+
+
 def parse_aer_counters(text: str) -> dict[str, int]:
-    """``aer_dev_*`` text ("RxErr 0" per line, "TOTAL_ERR_COR 2") to a dict.
+    """``aer_dev_*`` text ("RxErr 0" per line, "TOTAL_ERR_COR 2") to a dict (shared between equal
+    texts: never modify it).
 
     Lines that are not "<name> <integer>" are skipped; the caller records a parse error when
     nothing at all could be read.
     """
+    done = _AER_PARSED.get(text)
+    if done is None:
+        done = _parse_aer_counters(text)
+        if len(_AER_PARSED) < _AER_PARSED_MAX:
+            _AER_PARSED[text] = done
+    return done
+
+
+def _parse_aer_counters(text: str) -> dict[str, int]:
     out: dict[str, int] = {}
     for line in text.splitlines():
         parts = line.split()

@@ -49,3 +49,13 @@ def test_the_evaluation_gets_what_the_timeout_leaves():
     assert check_cmd.evaluation_budget(3.0, started, reporting=True) == 1.0  # never below a second
     # a short --timeout keeps a tenth for the report, not 2 s of its 3: the probes still get their time
     assert check_cmd.evaluation_budget(3.0, time.monotonic(), reporting=True) == pytest.approx(2.7, abs=0.1)
+
+
+def test_a_node_with_many_pci_functions_keeps_more_for_its_report():
+    now = time.monotonic()
+    # 6,216 functions (a 3,000-NIC node): about 3 s of a 30 s deadline, at most 0.3 of a short one
+    assert check_cmd.evaluation_budget(30.0, now, True, 6216) == pytest.approx(30.0 - 6216 * 0.0005, abs=0.1)
+    assert check_cmd.evaluation_budget(10.0, now, True, 6216) == pytest.approx(7.0, abs=0.1)
+    # an ordinary node (about a hundred functions) keeps the fixed reserve
+    assert check_cmd.evaluation_budget(30.0, now, True, 120) == pytest.approx(30.0 - check_cmd.REPORT_RESERVE_S, abs=0.1)
+    assert check_cmd.evaluation_budget(30.0, now, False, 6216) == pytest.approx(30.0, abs=0.1)

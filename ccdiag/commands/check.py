@@ -28,7 +28,7 @@ from ccdiag.commands.snapshot import default_name
 from ccdiag.commands.common import host_options, make_host, try_write_report
 from ccdiag.errors import InputError
 from ccdiag.exitcodes import ExitCode
-from ccdiag.host import RecordingHost
+from ccdiag.host import HostReadError, RecordingHost
 from ccdiag.envfile import load_env_file
 from ccdiag.policy import load_policy
 
@@ -41,12 +41,21 @@ CHECK_MATRIX_MAX_ENDS = 512
 #: REPORT_RESERVE_SHARE of it (a short --timeout must still leave the probes most of their time)
 REPORT_RESERVE_S = 2.0
 REPORT_RESERVE_SHARE = 0.1
+#: a node's report grows with its PCI functions (each one's links, AER counters, findings): the
+#: reserve is at least this per function (a 3,000-NIC node has 6,216: about 1.5 s of report building
+#: on a loaded 2-core machine, bench/bench_scale.py), at most REPORT_RESERVE_MAX_SHARE of --timeout
+REPORT_S_PER_PCI_FUNCTION = 0.0005
+REPORT_RESERVE_MAX_SHARE = 0.3
 
 
-def evaluation_budget(timeout: float, started: float, reporting: bool) -> float:
+def evaluation_budget(timeout: float, started: float, reporting: bool, pci_functions: int = 0) -> float:
     """What is left of ``timeout`` for the evaluation: less what opening the host or snapshot
-    took, and less the report's reserve when a report is to be written (never below 1 s)."""
-    reserve = min(REPORT_RESERVE_S, REPORT_RESERVE_SHARE * timeout) if reporting else 0.0
+    took, and less the report's reserve when a report is to be written (larger for a node with
+    many PCI functions; never below 1 s)."""
+    reserve = 0.0
+    if reporting:
+        reserve = max(min(REPORT_RESERVE_S, REPORT_RESERVE_SHARE * timeout),
+                      min(REPORT_S_PER_PCI_FUNCTION * pci_functions, REPORT_RESERVE_MAX_SHARE * timeout))
     left = timeout - (time.monotonic() - started) - reserve
     return max(1.0, min(timeout, left))
 
@@ -124,7 +133,8 @@ def command(replay, root, policy_file, env_file, timeout, window, as_json, outpu
     record = bool(snapshot_dir) and not replay
     host = make_host(replay, root, record=record)
     # --timeout bounds the whole run: what reading the snapshot took, and the report still to write
-    timeout = evaluation_budget(timeout, started, reporting=any((as_json, output, textfile_dir)))
+    reporting = any((as_json, output, textfile_dir))
+    timeout = evaluation_budget(timeout, started, reporting, _pci_functions(host) if reporting else 0)
     result = None
     snap_path = None
     try:
@@ -135,6 +145,9 @@ def command(replay, root, policy_file, env_file, timeout, window, as_json, outpu
             snap_path = _save_failure_snapshot(host, result, snapshot_dir, env, env_source)
     finally:
         close_host(host, result=result)
+    # what was read (a replayed snapshot: the largest thing held on a node with thousands of
+    # devices) is not needed for the report: let it go before the report is built
+    del host
     if textfile_dir:
         _write_textfile(textfile_dir, result)
     doc = _report(result, replay, snap_path) if (as_json or output) else None
@@ -159,6 +172,14 @@ def command(replay, root, policy_file, env_file, timeout, window, as_json, outpu
     return int(result.exit_code)
 
 
+def _pci_functions(host) -> int:
+    """How many PCI functions the host lists (0 when it lists none): what the report's size follows."""
+    try:
+        return len(host.list_dir("/sys/bus/pci/devices"))
+    except HostReadError:
+        return 0
+
+
 def _refuse_unknown_prefixes(only) -> None:
     """An ``--only`` prefix no check id starts with is bad input: it would silently judge nothing."""
     if not only:
@@ -181,7 +202,8 @@ def _judge(host, policy, env, env_source, *, timeout, window, strict, only, load
 
         budget = Budget.plan(timeout, bench_s=QUICK_BENCH_S)
     result = evaluate(host, policy, window_s=window, deadline_s=timeout, env=env, env_source=env_source,
-                      strict=strict, only=only or None, load_links=load_links, budget=budget)
+                      strict=strict, only=only or None, load_links=load_links, budget=budget,
+                      release_files=not bench)
     if bench:
         from ccdiag.checkrun import add_benchmarks
 
