@@ -127,6 +127,22 @@ def test_nvml_value_of_the_wrong_type_is_that_calls_error_not_a_crash(tmp_path):
     assert "AttributeError" not in out and "TypeError" not in out
 
 
+@pytest.mark.parametrize("field, bad, named", [
+    ("epoch", -1, ".epoch"), ("epoch", True, ".epoch"), ("call", [], ".call"), ("call", [7], ".call"),
+    ("call", ["nvmlDeviceGetHandleByIndex", {"x": 1}], ".call"), ("error", 5, ".error"),
+    ("code", "12", ".code"), ("code", 1 << 70, ".code"), ("message", ["m"], ".message")])
+def test_a_malformed_nvml_record_is_refused_naming_its_field(tmp_path, field, bad, named):
+    """Well-formed records take a fast path; every malformed one still reaches the full check and
+    its refusal names the record and the field."""
+    def edit(nvml):
+        rec = nvml[3]
+        if field in ("code", "message"):
+            rec["error"] = rec.get("error", "NVMLError_NotSupported")
+        rec[field] = bad
+        return nvml
+    _refused(_with_json("nvml.json", edit), f"nvml.json: record 3{named}", tmp_path)
+
+
 def test_a_host_name_with_terminal_escapes_is_shown_escaped(tmp_path):
     def edit(meta):
         meta["hostname"] = "node\x1b]0;pwned\x07\x1b[2J"
