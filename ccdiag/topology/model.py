@@ -624,9 +624,11 @@ class Topology:
         expected = []
         for i, a in enumerate(self._gpus):
             for b in self._gpus[i + 1:]:
+                # one path walk for both figures: 256 GPUs have 32,640 pairs
+                links, lvl = self._path(a.node, b.node)
                 expected.append({"a": a.label, "b": b.label, "kind": "p2p",
-                                 **self.path_bandwidth(a.node, b.node).to_json(),
-                                 "current_gbyte_s": _r(self.current_path_bandwidth(a.node, b.node).gbyte_s)})
+                                 **self._bottleneck(links, False, lvl).to_json(),
+                                 "current_gbyte_s": _r(self._bottleneck(links, True, lvl).gbyte_s)})
         for g in self._gpus:
             h = self.expected_h2d(g.node)
             expected.append({"a": "host", "b": g.label, "kind": "h2d", **h.to_json(),
