@@ -193,8 +193,11 @@ def _by_name(entries: tuple[Any, ...], name: str | None) -> Any:
     return best
 
 
+@functools.lru_cache(maxsize=512)
 def gpu_by_name(name: str | None) -> GpuModel | None:
-    """The GPU model a tool's printed name denotes (``"NVIDIA A40"``, ``"Tesla V100-SXM2-32GB"``)."""
+    """The GPU model a tool's printed name denotes (``"NVIDIA A40"``, ``"Tesla V100-SXM2-32GB"``).
+    Remembered per name: the topology asks it for every NVLink of every GPU pair (195,840 times at
+    256 GPUs), and the shipped catalogue never changes in a process."""
     return _by_name(catalogue().gpus, name)
 
 
@@ -208,6 +211,7 @@ def gpu_by_key(key: str) -> GpuModel | None:
     return next((g for g in catalogue().gpus if g.key == key), None)
 
 
+@functools.lru_cache(maxsize=512)
 def nic_by_name(name: str | None) -> NicModel | None:
     """A NIC by the name tools print (``ConnectX-7``, ``MT4129``, ``MT28908 Family [ConnectX-6]``)."""
     if not name:
