@@ -243,6 +243,26 @@ def test_flagged_pairs_are_the_slow_link_and_every_pair_of_a_slow_host_packed_in
     assert pairs.flagged_pairs({"h0": {"h1": 0.001}, "h1": {"h0": 0.1}}, ["h0", "h1"], 0.5) == []
 
 
+def test_a_failed_tcp_transfer_flags_its_pair_for_a_retest_and_the_better_row_is_kept():
+    hosts = ["h0", "h1", "h2", "h3"]
+    net = "10.0.0.0/24"
+    tcp_into = {h: [(net, s, 119.0) for s in hosts if s != h] for h in hosts}
+    assert pairs.flagged_iface_pairs(tcp_into, hosts, 0.5) == []
+    tcp_into["h3"] = [(net, s, None if s == "h1" else 119.0) for s in hosts if s != "h3"]
+    assert pairs.flagged_iface_pairs(tcp_into, hosts, 0.5) == [(1, 3)]
+
+    def row(src, dst, v, err=None):
+        return {"net": net, "src_host": src, "dst_host": dst, "src_iface": "eth0", "dst_iface": "eth0",
+                "mbyte_s": v, "error": err}
+    rows = [row("h1", "h3", None, "timed out"), row("h0", "h3", 119.0)]
+    pairs.keep_better_rows(rows, [row("h1", "h3", 118.5)])
+    assert rows[0]["mbyte_s"] == 118.5 and rows[0]["error"] is None
+    assert rows[0]["first_mbyte_s"] is None and rows[0]["first_error"] == "timed out"
+    # a retest that fails never replaces a figure that was measured
+    pairs.keep_better_rows(rows, [row("h0", "h3", None, "timed out")])
+    assert rows[1]["mbyte_s"] == 119.0 and rows[1]["retest_mbyte_s"] is None
+
+
 def test_the_report_lists_every_retested_direction_with_both_figures():
     from ccdiag.cluster.pairs_report import format_retests, retests
 

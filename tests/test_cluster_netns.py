@@ -292,7 +292,9 @@ def test_pairs_with_its_defaults_prints_the_whole_matrix_of_six_hosts_within_its
                                  200)
         doc = _json(out) if "{" in out else {}
         # the findings first: the matrix alone fills a truncated failure message
-        assert rc == 0, [f["summary"] for f in doc.get("findings", []) if f["status"] != "pass"] or err[-2000:]
+        failed_rows = [p for n in (doc.get("ifaces") or {}).get("networks", []) for p in n["pairs"] if p.get("error")]
+        assert rc == 0, ([f["summary"] for f in doc.get("findings", []) if f["status"] != "pass"], failed_rows,
+                         doc.get("retests")) if doc else err[-2000:]
         assert dt < 120 + 30
         assert doc["missing_pairs"] == [] and len(doc["hosts"]) == 6
         m = doc["matrix_gbyte_s"]

@@ -140,7 +140,8 @@ def measure(comm, ident: dict, size_bytes: int, iters: int, warmup: int, work: D
                 out["tcp_rows"] += measure_ifaces(comm, peer, me < partner, hosts[me], hosts[partner], mine, size,
                                                   iters, warmup, step_dl, TAG_IFACE + rnd, f"{stage} interfaces",
                                                   work=work, per_byte_s=per_byte_s)
-        retest(comm, the_plan, me, out, bufs, (size_bytes, iters, warmup), margin, work)
+        retest(comm, the_plan, me, out, bufs, (size_bytes, iters, warmup), margin, work,
+               mine if per_iface else None)
     except DeadlineExpired as exc:
         out["incomplete"] = str(exc)
         out["waiting_on"] = exc.waiting_on
@@ -165,6 +166,33 @@ def flagged_pairs(into: dict[str, dict[str, float]], hosts: list[str], margin: f
     return [(idx[a], idx[b]) for (a, b), ratio in res.ratios.items() if ratio < 1 - margin]
 
 
+def flagged_iface_pairs(tcp_into: dict[str, list], hosts: list[str], margin: float) -> list[tuple[int, int]]:
+    """:func:`flagged_pairs` on each subnet's TCP matrix. ``tcp_into[h]``: ``(net, src, MB/s)`` of
+    every transfer into ``h``; a transfer that failed (None) counts as 0, as in the report."""
+    nets: dict[str, dict[str, dict[str, float]]] = {}
+    for dst, rows in tcp_into.items():
+        for net, src, mbyte_s in rows or []:
+            nets.setdefault(net, {}).setdefault(dst, {})[src] = (mbyte_s or 0.0) / 1000
+    return sorted({p for into in nets.values() for p in flagged_pairs(into, hosts, margin)})
+
+
+def keep_better_rows(rows: list[dict], again: list[dict]) -> None:
+    """Merge a retest's TCP rows into ``rows``: per transfer the better figure (a failure is the
+    worst), with both figures and the first error kept on the row."""
+    def key(r):
+        return r["net"], r["src_host"], r["dst_host"], r["src_iface"], r["dst_iface"]
+
+    where = {key(r): i for i, r in enumerate(rows)}
+    for r in again:
+        i = where.get(key(r))
+        if i is None:
+            rows.append(dict(r, first_mbyte_s=None, retest_mbyte_s=r["mbyte_s"]))
+            continue
+        old = rows[i]
+        better = r if (r["mbyte_s"] or -1.0) > (old["mbyte_s"] or -1.0) else old
+        rows[i] = dict(better, first_mbyte_s=old["mbyte_s"], retest_mbyte_s=r["mbyte_s"], first_error=old.get("error"))
+
+
 def disjoint_rounds(pairs: list[tuple[int, int]]) -> list[list[tuple[int, int]]]:
     """``pairs`` packed into rounds in which no member appears twice (first fit, in order)."""
     rounds: list[list[tuple[int, int]]] = []
@@ -178,7 +206,7 @@ def disjoint_rounds(pairs: list[tuple[int, int]]) -> list[list[tuple[int, int]]]
 
 
 def retest(comm, the_plan: dict, me: int | None, out: dict, bufs, work_req: tuple[int, int, int], margin: float,
-           work: Deadline) -> None:
+           work: Deadline, mine: list[dict] | None = None) -> None:
     """Measure the flagged pairs once more, in rounds of disjoint pairs within the share of the
     budget kept for it, and keep each direction's better figure.
 
@@ -188,14 +216,20 @@ def retest(comm, the_plan: dict, me: int | None, out: dict, bufs, work_req: tupl
     bandwidth figure, so the better of two measurements is the honest one, and a fault that shows
     twice is a fault. Both figures are kept (``first_gbyte_s``, ``retest_gbyte_s``) so the report
     can show what was retested. Rank 0 gathers the first figures and decides; a rank missing from
-    that gather means no retest (the report then names the missing rank as before)."""
+    that gather means no retest (the report then names the missing rank as before). With ``mine``
+    (this host's candidate addresses) the per-interface TCP matrices are retested the same way: a
+    pair flagged on either matrix is measured again on both."""
     hosts, leaders = the_plan["hosts"], the_plan["leaders"]
     sub = work.sooner(max(1.0, work.left_s() / 8))
-    got = gather_to_root(comm, (out["host"], out["into_gbyte_s"]) if me is not None else None, sub, TAG_RETEST_GATHER)
+    tcp = [(r["net"], r["src_host"], r["mbyte_s"]) for r in out.get("tcp_rows", [])]
+    got = gather_to_root(comm, (out["host"], out["into_gbyte_s"], tcp) if me is not None else None, sub,
+                         TAG_RETEST_GATHER)
     plan_rounds: list = []
     if comm.rank == 0 and got is not None and not got.missing:
         into = {o[0]: o[1] for o in got.objs.values() if o}
-        plan_rounds = disjoint_rounds(flagged_pairs(into, hosts, margin))
+        tcp_into = {o[0]: o[2] for o in got.objs.values() if o}
+        flagged = set(flagged_pairs(into, hosts, margin)) | set(flagged_iface_pairs(tcp_into, hosts, margin))
+        plan_rounds = disjoint_rounds(sorted(flagged))
     plan_rounds = bcast_obj(comm, plan_rounds, work, "pairs retest plan", TAG_RETEST_PLAN) or []
     size_bytes, iters, warmup = work_req
     base = len(the_plan["rounds"])
@@ -206,9 +240,16 @@ def retest(comm, the_plan: dict, me: int | None, out: dict, bufs, work_req: tupl
         if partner is None:
             continue
         share_s = 0.8 * max(0.0, work.left_s()) / (len(plan_rounds) - k)
-        gbyte_s, size, _ = _pair_exchange(comm, leaders[partner], bufs, size_bytes, iters, warmup, share_s, work,
-                                          base + k, stage)
+        gbyte_s, size, per_byte_s = _pair_exchange(comm, leaders[partner], bufs, size_bytes, iters, warmup,
+                                                   share_s * (MPI_SHARE if mine is not None else 1.0), work,
+                                                   base + k, stage)
         peer = hosts[partner]
+        if mine is not None:
+            step_dl = work.sooner(max(0.5, work.left_s() / (len(plan_rounds) - k)))
+            again = measure_ifaces(comm, leaders[partner], me < partner, hosts[me], peer, mine, size, iters, warmup,
+                                   step_dl, TAG_IFACE + base + k, f"{stage} interfaces", work=work,
+                                   per_byte_s=per_byte_s)
+            keep_better_rows(out.setdefault("tcp_rows", []), again)
         first = out["into_gbyte_s"].get(peer)
         out.setdefault("first_gbyte_s", {})[peer] = first
         out.setdefault("retest_gbyte_s", {})[peer] = gbyte_s

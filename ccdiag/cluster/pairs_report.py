@@ -165,9 +165,10 @@ class PairsReport:
                          "matrix_mbyte_s": [[None if v is None else round(v * 1000, 3) for v in row]
                                             for row in mat["matrix_gbyte_s"]],
                          "classification": icls,
-                         "pairs": [{k: r[k] for k in ("src_host", "dst_host", "src_iface", "dst_iface",
-                                                      "src_addr", "dst_addr", "bytes", "mbyte_s", "error")}
-                                   for r in mat["rows"]]})
+                         "pairs": [{k: r.get(k) for k in ("src_host", "dst_host", "src_iface", "dst_iface",
+                                                          "src_addr", "dst_addr", "bytes", "mbyte_s", "error",
+                                                          "first_mbyte_s", "retest_mbyte_s", "first_error")
+                                    if k in r} for r in mat["rows"]]})
             text.append(pm.format_matrix(mat["matrix_gbyte_s"], mat["hosts"], f"{mat['label']} ({mat['net']}, TCP)",
                                          self.size_bytes, len(res0["rounds"])))
             failed = pm.format_iface_rows(mat["rows"])
