@@ -136,7 +136,8 @@ def measure(comm, ident: dict, size_bytes: int, iters: int, warmup: int, work: D
             out["size_bytes"][hosts[partner]] = size
             out["links"][hosts[partner]] = link_to(ident, the_plan["idents"][partner])
             if per_iface:
-                step_dl = work.sooner(max(0.5, work.left_s() / max(1, n_rounds - rnd)))
+                # the same share as MPI's part: the last round must leave the retests theirs
+                step_dl = work.sooner(max(0.5, work.left_s() / (n_rounds + 1 - rnd)))
                 out["tcp_rows"] += measure_ifaces(comm, peer, me < partner, hosts[me], hosts[partner], mine, size,
                                                   iters, warmup, step_dl, TAG_IFACE + rnd, f"{stage} interfaces",
                                                   work=work, per_byte_s=per_byte_s)
@@ -220,7 +221,9 @@ def retest(comm, the_plan: dict, me: int | None, out: dict, bufs, work_req: tupl
     (this host's candidate addresses) the per-interface TCP matrices are retested the same way: a
     pair flagged on either matrix is measured again on both."""
     hosts, leaders = the_plan["hosts"], the_plan["leaders"]
-    sub = work.sooner(max(1.0, work.left_s() / 8))
+    # long enough for the slowest leader's last round to end; a rank that never comes costs a third
+    # of what is left, and the report still names it
+    sub = work.sooner(max(1.0, work.left_s() / 3))
     tcp = [(r["net"], r["src_host"], r["mbyte_s"]) for r in out.get("tcp_rows", [])]
     got = gather_to_root(comm, (out["host"], out["into_gbyte_s"], tcp) if me is not None else None, sub,
                          TAG_RETEST_GATHER)
