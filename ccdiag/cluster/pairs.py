@@ -154,14 +154,9 @@ def flagged_pairs(into: dict[str, dict[str, float]], hosts: list[str], margin: f
     pairs a slow host explains), as index pairs in plan order; none when the fleet cannot be judged.
     ``into[h][src]``: what ``h``'s leader measured coming in from ``src``."""
     idx = {h: i for i, h in enumerate(hosts)}
-    m: list[list[float | None]] = [[None] * len(hosts) for _ in hosts]
-    for dst, row in into.items():
-        for src, v in (row or {}).items():
-            if dst in idx and src in idx:
-                m[idx[src]][idx[dst]] = v
-    figures = {(hosts[a], hosts[b]): min(vals) for a in range(len(hosts)) for b in range(a + 1, len(hosts))
-               if (vals := [v for v in (m[a][b], m[b][a]) if v is not None])}
-    res = outliers.classify(figures, fraction=1 - margin)
+    m = merge_matrix({k: {"leader": True, "host": h, "into_gbyte_s": row or {}} for k, (h, row) in enumerate(into.items())},
+                     hosts)
+    res = outliers.classify(pair_figures(m, hosts), fraction=1 - margin)
     if not res.judged:
         return []
     return [(idx[a], idx[b]) for (a, b), ratio in res.ratios.items() if ratio < 1 - margin]
@@ -542,6 +537,14 @@ def merge_matrix(results: dict[int, dict], hosts: list[str]) -> list[list[float 
     return m
 
 
+def pair_figures(m, hosts: list[str]) -> dict[tuple[str, str], float]:
+    """Each measured pair's figure: its slower direction. Pairs never measured (a run cut short)
+    are left out, never taken for slow ones."""
+    n = len(hosts)
+    return {(hosts[a], hosts[b]): min(vals) for a in range(n) for b in range(a + 1, n)
+            if (vals := [v for v in (m[a][b], m[b][a]) if v is not None])}
+
+
 def classify(m, hosts: list[str], margin: float) -> dict:
     """Slow hosts (slow with every peer) apart from slow links (slow with one peer only), by the
     project's one rule for that question, :func:`ccdiag.outliers.classify`: each pair's figure is its
@@ -554,14 +557,7 @@ def classify(m, hosts: list[str], margin: float) -> dict:
     (:func:`ccdiag.cluster.capability.judge`, its whole-fabric finding) is what covers that case.
     Fewer than three measured hosts, or a reference of nothing, cannot be compared:
     ``reference_gbyte_s`` is None then and :func:`findings` says UNKNOWN."""
-    n = len(hosts)
-    figures: dict[tuple[str, str], float] = {}
-    for a in range(n):
-        for b in range(a + 1, n):
-            vals = [v for v in (m[a][b], m[b][a]) if v is not None]
-            if vals:  # pairs never measured (a run cut short) are left out, never taken for slow ones
-                figures[(hosts[a], hosts[b])] = min(vals)
-    res = outliers.classify(figures, fraction=1 - margin)
+    res = outliers.classify(pair_figures(m, hosts), fraction=1 - margin)
     idx = {h: i for i, h in enumerate(hosts)}
     links = [{"a": a, "b": b, "a_to_b_gbyte_s": m[idx[a]][idx[b]], "b_to_a_gbyte_s": m[idx[b]][idx[a]]}
              for a, b in res.slow_pairs]
