@@ -25,6 +25,10 @@ from ccdiag.findings import FAIL, UNKNOWN
 from ccdiag.host import LiveHost
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
+#: What a run may take past its 3 s deadline here. The hangs below last 120 s or forever, so any
+#: bound far below that shows the deadline cut them; the slack is for a loaded 2-core CI machine.
+#: How far past its deadline a run really ends is measured in bench/bench_check.py, not here.
+SLACK_S = 4.0
 
 
 @pytest.fixture
@@ -110,7 +114,7 @@ def test_hung_command_and_nvml_call_are_named_and_bounded(tmp_path, hung_smi, ha
         elapsed = time.monotonic() - t0
     finally:
         nvml.release.set()
-    assert elapsed <= 3.0 + 1.0, elapsed
+    assert elapsed <= 3.0 + SLACK_S, elapsed
     assert result.timed_out
     assert result.later is None  # no room left for a second sample: the window is not slept
     assert result.exit_code == ExitCode.UNEVALUATED
@@ -145,7 +149,7 @@ def test_real_probes_against_hung_nvml_finish_in_time(hung_smi):
         elapsed = time.monotonic() - t0
     finally:
         nvml.release.set()
-    assert elapsed <= 3.0 + 1.0, elapsed
+    assert elapsed <= 3.0 + SLACK_S, elapsed
     failed = any(f.status == FAIL for f in result.findings)
     assert result.exit_code == (ExitCode.FAIL if failed else ExitCode.UNEVALUATED)
     unknown = [_text(f) for f in result.findings if f.status == UNKNOWN]
@@ -182,8 +186,8 @@ def test_cli_timeout_3_with_hung_driver(tmp_path, hung_smi):
                           env=env, capture_output=True, text=True, timeout=30)
     wall = time.monotonic() - t0
     doc = json.loads(proc.stdout)
-    assert doc["run"]["duration_s"] <= 3.0 + 1.0
-    assert wall <= 3.0 + 1.0 + 10.0, wall  # plus interpreter start-up and imports, generous on a loaded machine
+    assert doc["run"]["duration_s"] <= 3.0 + SLACK_S
+    assert wall <= 3.0 + SLACK_S + 10.0, wall  # plus interpreter start-up and imports, generous on a loaded machine
     failed = doc["verdict"]["counts"]["fail"] > 0
     assert proc.returncode == (1 if failed else 3), proc.stderr
     assert doc["probes"]["nvml"]["status"] == "timeout"

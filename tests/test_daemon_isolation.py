@@ -80,11 +80,15 @@ def daemon():
 def test_scrapes_are_answered_while_a_cycle_is_stuck_in_a_pathological_parse(daemon, monkeypatch):
     d = daemon(pathological_host(monkeypatch), deadline_s=3.0)
     assert d.isolate
-    # the first cycle is stuck in the parse right now: the endpoint answers anyway
+    # the first cycle is stuck in the parse right now: the endpoint answers anyway. Shown by order,
+    # not by a stopwatch: a scrape that waited for the cycle would return after it was published,
+    # so some scrape must come back while no cycle has been counted yet
+    answered_while_stuck = 0
     for path in ("/metrics", "/-/ready", "/-/healthy") * 5:
-        t0 = time.monotonic()
         code, _ = fetch(d.server.url.replace("/metrics", path), timeout=5.0)
-        assert code in (200, 503) and time.monotonic() - t0 < 0.5, path
+        assert code in (200, 503), path
+        answered_while_stuck += d.collector.cycles_total == 0
+    assert answered_while_stuck > 0
     wait_for(d.ready)  # the stuck child was killed at the deadline and the cycle published
     text = fetch(d.server.url)[1]
     assert value(text, "ccdiag_probe_success", probe="smi_topo") == 0
@@ -92,10 +96,12 @@ def test_scrapes_are_answered_while_a_cycle_is_stuck_in_a_pathological_parse(dae
     # the next cycle runs the probe that stalled in a child of its own: every other probe is fresh
     n = d.collector.cycles_total
     d.request_cycle()
+    answered_while_stuck = 0
     while d.collector.cycles_total == n:
-        t0 = time.monotonic()
-        assert fetch(d.server.url)[0] == 200 and time.monotonic() - t0 < 0.5
+        assert fetch(d.server.url)[0] == 200
+        answered_while_stuck += d.collector.cycles_total == n
         time.sleep(0.1)
+    assert answered_while_stuck > 0  # the second cycle waits for its stalled child too
     text = fetch(d.server.url)[1]
     assert value(text, "ccdiag_probe_success", probe="smi_topo") == 0
     for probe in ("nvml", "pcie", "system", "infiniband"):

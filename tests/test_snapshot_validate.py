@@ -130,6 +130,7 @@ def test_nvml_value_of_the_wrong_type_is_that_calls_error_not_a_crash(tmp_path):
 @pytest.mark.parametrize("field, bad, named", [
     ("epoch", -1, ".epoch"), ("epoch", True, ".epoch"), ("call", [], ".call"), ("call", [7], ".call"),
     ("call", ["nvmlDeviceGetHandleByIndex", {"x": 1}], ".call"), ("error", 5, ".error"),
+    ("error", {"kind": "io", "message": "m"}, ".error"),
     ("code", "12", ".code"), ("code", 1 << 70, ".code"), ("message", ["m"], ".message")])
 def test_a_malformed_nvml_record_is_refused_naming_its_field(tmp_path, field, bad, named):
     """Well-formed records take a fast path; every malformed one still reaches the full check and
