@@ -117,3 +117,28 @@ def test_a_difference_outside_the_rails_warns():
     b = {"NCCL_IB_HCA": "=mlx5_0:1"}
     (f,) = [f for f in agreement({"a": a, "b": a, "c": b}, {}) if f.status != "pass"]
     assert f.status == "warn" and f.component.name == "c" and "NCCL_TOPO_FILE unset here" in f.summary
+
+
+def test_reports_dir_reports_carry_the_recommendation_and_compare_names_the_odd_host(tmp_path):
+    """``cluster check --reports-dir`` writes each host's whole recommendation into its report, and
+    ``ccdiag compare`` over those files names the host whose HCA list differs, by the setting."""
+    import json
+
+    from ccdiag.report import validate
+    from cli_runner import run
+
+    renamed = tmp_path / "renamed.snap.tar.gz"
+    _rename(SnapshotData.load(str(HEALTHY)), "mlx5_7", "mlx5_8").save(str(renamed))
+    reports = tmp_path / "reports"
+    for rank, (host, snap) in enumerate([("n0", HEALTHY), ("n1", HEALTHY), ("n2", DEGRADED), ("n3", renamed)]):
+        got = gather.run_node_check({"host": host}, rank, str(snap), 30, str(reports), None)
+        assert "error" not in got, got
+    doc = json.loads((reports / "n3.json").read_text())
+    validate(doc)
+    assert "mlx5_8:1" in doc["nccl"]["settings"]["NCCL_IB_HCA"]
+    assert any(k["name"] == "NCCL_IB_HCA" and k["reason"] for k in doc["nccl"]["knobs"])
+    code, out, err = run("compare", str(reports), "--json")
+    assert code == 1, err
+    nccl = [o for o in json.loads(out)["outliers"] if o["key"].startswith("nccl_setting")]
+    assert [(o["key"], o["hosts"]) for o in nccl] == [("nccl_setting NCCL_IB_HCA", ["n3"])], nccl
+    assert "mlx5_7:1" in nccl[0]["fleet"] and "mlx5_8:1" in nccl[0]["value"]

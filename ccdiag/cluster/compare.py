@@ -88,12 +88,28 @@ def flatten(doc: dict) -> dict:
     for f in doc.get("findings") or []:
         key = f.get("key") or f"{f.get('check')}|{(f.get('component') or {}).get('name')}"
         out[f"finding {key}"] = f.get("status")
+    out.update(nccl_facts(doc))
     gpus = (((doc.get("probes") or {}).get("nvml") or {}).get("data") or {}).get("gpus") or []
     for g in gpus:
         for name in GPU_NUMBERS:
             v = g.get(name)
             if isinstance(v, (int, float)) and not isinstance(v, bool):
                 out[f"gpu{g.get('index')} {name}"] = v
+    return out
+
+
+def nccl_facts(doc: dict) -> dict:
+    """The NCCL settings a report's host would write (``cluster check --reports-dir`` reports carry
+    them): one key per setting, plus the names of those set, so a host that leaves out a setting its
+    peers set differs too (a missing key names no host). The same comparison ``cluster check`` makes
+    live (:mod:`ccdiag.cluster.nccl_agree`); here it is kept out of :func:`facts_from_report`, which
+    that check also reads, so a live run does not say it twice."""
+    nccl = doc.get("nccl")
+    settings = nccl.get("settings") if isinstance(nccl, dict) else None
+    if not isinstance(settings, dict):
+        return {}
+    out: dict = {f"nccl_setting {k}": str(v) for k, v in settings.items()}
+    out["nccl_settings_set"] = ",".join(sorted(settings)) or "(none)"
     return out
 
 

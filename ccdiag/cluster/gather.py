@@ -133,11 +133,12 @@ def run_node_check(ident: dict, rank: int, replay: str | None, timeout_s: float,
     result = None
     try:
         result = evaluate(host, policy, deadline_s=timeout_s, load_links=False)
-        nccl = _nccl_settings(host, result)
+        nccl, nccl_full = _nccl_settings(host, result)
     finally:
         close_host(host, result=result)
+    # the full recommendation rides in the host's own report only (``ccdiag compare`` reads its settings)
     doc = build_report("check", result.meta, runs=result.runs, topology=result.topology, findings=result.findings,
-                       exit_code=result.exit_code, run_info=result.run_info(path))
+                       exit_code=result.exit_code, run_info=result.run_info(path), extra={"nccl": nccl_full})
     doc["tool"]["version"] = __version__
     # the host the rank ran on (a replayed snapshot carries the recorded machine's own name)
     doc["host"]["rank_host"] = host_name
@@ -150,16 +151,17 @@ def run_node_check(ident: dict, rank: int, replay: str | None, timeout_s: float,
             "failure_count": len(fails), "facts": facts_from_report(doc), "nccl": nccl}
 
 
-def _nccl_settings(host, result) -> dict:
-    """The NCCL settings this host would write (:func:`ccdiag.cluster.nccl_agree.node_settings`), or why not."""
-    from ccdiag.cluster.nccl_agree import node_settings
+def _nccl_settings(host, result) -> tuple[dict, dict | None]:
+    """The NCCL settings this host would write, or why not, and the whole recommendation
+    (:func:`ccdiag.cluster.nccl_agree.node_recommendation`)."""
+    from ccdiag.cluster.nccl_agree import node_recommendation
 
     if result.timed_out and result.topology is None:
-        return {"error": "the node check ran out of time"}
+        return {"error": "the node check ran out of time"}, None
     try:
-        return node_settings(host, result.runs, result.topology)
+        return node_recommendation(host, result.runs, result.topology)
     except Exception as exc:  # noqa: BLE001 - one host's failure is its finding, the others are still compared
-        return {"error": f"ccdiag could not compute it ({type(exc).__name__}: {exc})"}
+        return {"error": f"ccdiag could not compute it ({type(exc).__name__}: {exc})"}, None
 
 
 def _write_report(reports_dir: str, host_name: str, doc: dict) -> str | None:

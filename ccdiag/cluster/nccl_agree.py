@@ -38,18 +38,25 @@ MEANING = {
 def node_settings(host: Any, runs: Mapping[str, Any], topology: Any) -> dict:
     """``{"settings": {...}, "source": ...}``: the settings ``ccdiag nccl --format env`` would write for this
     host, from the probe runs and topology of its check; or ``{"error": why}`` when none can be computed."""
+    return node_recommendation(host, runs, topology)[0]
+
+
+def node_recommendation(host: Any, runs: Mapping[str, Any], topology: Any) -> tuple[dict, dict | None]:
+    """:func:`node_settings`'s answer, and the whole recommendation as ``ccdiag nccl --json`` gives it
+    (each setting's reason and evidence; None when there is none). The first is small and travels to
+    rank 0; the second goes only into the host's own report (``cluster check --reports-dir``)."""
     from ccdiag.host import environ_recorded
     from ccdiag.nccl.present import settings_present, unread_prefixes
     from ccdiag.nccl.recommend import recommend
 
     if topology is None:
-        return {"error": "the check ran out of time before the topology was built"}
+        return {"error": "the check ran out of time before the topology was built"}, None
     if not topology.gpus() and not topology.nics():
-        return {"error": "no GPU and no NIC was read, so there is nothing to recommend"}
+        return {"error": "no GPU and no NIC was read, so there is nothing to recommend"}, None
     env, source = settings_present(host.environ(), _conf_text(host))
     rec = recommend(topology, runs, env=env, env_source=source,
                     env_unread=unread_prefixes(environ_recorded(host.meta())))
-    return {"settings": rec.settings(), "source": source}
+    return {"settings": rec.settings(), "source": source}, rec.to_json()
 
 
 def _conf_text(host: Any) -> str | None:
@@ -146,4 +153,4 @@ def _tie(ranked: list[tuple[str, list[str]]], n: int) -> Finding:
                    details={"groups": groups})
 
 
-__all__ = ["CHECK", "agreement", "differences", "node_settings"]
+__all__ = ["CHECK", "agreement", "differences", "node_recommendation", "node_settings"]
