@@ -5,7 +5,8 @@ each root-cause problem is printed once, root causes first, under a grep-able he
 component with UUID and BDF), with the findings that follow from it folded beneath
 (:mod:`ccdiag.causes`), then what is wrong, the evidence, what was expected and what to do. Passes
 are only counted. Every line fits 100 columns: long evidence wraps between words, hanging under its
-label, and never splits a path, address or UUID. Values are printed as values (``3 -> 57``, ``yes``,
+label, and never splits a path, address or UUID (``--quiet`` piped into a log is the exception: one
+whole line per problem). Values are printed as values (``3 -> 57``, ``yes``,
 ``not read``), never as Python reprs. Plain text; colour is added by :func:`print_result` only on a TTY.
 """
 
@@ -168,6 +169,8 @@ def pass_summary(findings: Iterable[Finding], status: str = PASS) -> str | None:
 
 #: the widest line of the text report: it reads in a terminal, a Slurm log and a ticket alike
 MAX_WIDTH = 100
+#: a width no line reaches: ``--quiet`` piped into a log is never wrapped
+UNWRAPPED = 1 << 20
 #: continuation indent of a wrapped line, by how the line starts
 _HANGING = (("    evidence: ", 14), ("    expected: ", 14), ("    remedy:   ", 14), ("  + ", 6), ("    ", 6))
 
@@ -251,5 +254,9 @@ def print_result(findings: list[Finding], exit_code: int, hostname: str | None, 
 
     out = console()
     width = min(MAX_WIDTH, out.width) if out.is_terminal else MAX_WIDTH
+    if quiet and not out.is_terminal:
+        # a Slurm prolog logs each line it reads as one syslog record: piped, ``--quiet`` keeps its
+        # promise of one line per problem, so a record is a whole finding to grep for
+        width = UNWRAPPED
     for text, style in render_lines(findings, exit_code, hostname, timed_out, quiet, strict, max(width, 40)):
         out.print(Text(text, style=style or ""), soft_wrap=True)

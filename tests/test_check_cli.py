@@ -75,6 +75,20 @@ def test_quiet_keeps_only_verdict_and_problems():
     assert text.splitlines() == ["FAIL: 1 failed (node n)", "FAIL a.b n s"]
 
 
+@needs_samples
+def test_quiet_piped_into_a_log_is_one_line_per_problem():
+    """The Slurm prolog logs each line it reads as one syslog record: piped, a finding is never
+    wrapped onto a second line (on a terminal it is, to the terminal's width)."""
+    code, out, _ = run("check", "--quiet", "--replay", str(DEGRADED))
+    assert code == ExitCode.FAIL
+    lines = out.splitlines()
+    assert lines[0].startswith("FAIL: ")
+    assert len(lines) > 3 and all(re.match(r"(FAIL|WARN|UNKNOWN) \S+ ", line) for line in lines[1:]), lines
+    assert max(len(line) for line in lines) > 100  # long findings were kept whole, not wrapped
+    xid = [line for line in lines if line.startswith("FAIL xid.recent GPU6")]
+    assert len(xid) == 1 and "fallen off the bus" in xid[0] and xid[0].endswith("reboot it"), xid
+
+
 @pytest.mark.parametrize("text, env", [
     ("NCCL_IB_HCA=mlx5_0\n", {"NCCL_IB_HCA": "mlx5_0"}),
     ("# comment\n\nexport NCCL_SOCKET_IFNAME=ib0\n", {"NCCL_SOCKET_IFNAME": "ib0"}),
