@@ -4,8 +4,8 @@
 Why it matters: a Slurm prolog or ``HealthCheckProgram`` is killed at 60 s, so ``--timeout`` is a
 promise, and the tests only hold it to a loose bound (a loaded CI machine must not fail them). This
 measures the real overshoot: each run is a fresh interpreter whose ``pynvml.nvmlInit`` never
-returns and whose ``nvidia-smi`` on PATH never exits and ignores SIGTERM (both synthesized, as in
-``tests/test_check_deadline.py``). Reports, over N runs, the median, p90 and worst of the run's own
+returns and whose ``nvidia-smi`` on PATH never exits and ignores SIGTERM (both synthesized, in
+``tests/wedged.py``, which the deadline tests use too). Reports, over N runs, the median, p90 and worst of the run's own
 ``duration_s`` and of the wall time (interpreter start-up included), each minus the deadline.
 Writes ``bench/results/check_deadline.json`` (``--output`` to keep another).
 
@@ -29,27 +29,9 @@ import time
 from results_file import write_result  # bench/results_file.py, beside this script
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tests"))
+from wedged import HUNG_PYNVML, write_hung_smi  # noqa: E402 - the tests' one copy of the wedged driver
 
-HUNG_SMI = "#!/bin/bash\n# synthesized: a wedged nvidia-smi\necho $$ >> {pids}\ntrap '' TERM\nwhile true; do sleep 1; done\n"
-
-HUNG_PYNVML = '''\
-"""Synthesized: the real pynvml, except that nvmlInit never returns (a wedged driver)."""
-import importlib.util, os, sys, time
-_here = os.path.dirname(os.path.abspath(__file__))
-for _p in sys.path:
-    _cand = os.path.join(os.path.abspath(_p or "."), "pynvml.py")
-    if os.path.dirname(_cand) != _here and os.path.exists(_cand):
-        _spec = importlib.util.spec_from_file_location("_real_pynvml", _cand)
-        _real = importlib.util.module_from_spec(_spec)
-        sys.modules["_real_pynvml"] = _real
-        _spec.loader.exec_module(_real)
-        globals().update({k: v for k, v in vars(_real).items() if not k.startswith("__")})
-        break
-def nvmlInit(*args, **kwargs):
-    while True:
-        time.sleep(1)
-nvmlInitWithFlags = nvmlInit
-'''
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -84,9 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         (root / "bin").mkdir()
         (root / "nvml").mkdir()
         pids = root / "smi.pids"
-        smi = root / "bin" / "nvidia-smi"
-        smi.write_text(HUNG_SMI.format(pids=pids))
-        smi.chmod(0o755)
+        write_hung_smi(root / "bin", pids)
         (root / "nvml" / "pynvml.py").write_text(HUNG_PYNVML)
         env = dict(os.environ, PYTHONPATH=str(root / "nvml"),
                    PATH=f"{root / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}")

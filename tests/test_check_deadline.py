@@ -23,6 +23,7 @@ from ccdiag.checkrun import evaluate
 from ccdiag.exitcodes import ExitCode
 from ccdiag.findings import FAIL, UNKNOWN
 from ccdiag.host import LiveHost
+from wedged import HUNG_PYNVML, write_hung_smi
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 #: What a run may take past its 3 s deadline here. The hangs below last 120 s or forever, so any
@@ -37,10 +38,7 @@ def hung_smi(tmp_path, monkeypatch):
     bindir = tmp_path / "bin"
     bindir.mkdir()
     pids = tmp_path / "smi.pids"
-    smi = bindir / "nvidia-smi"
-    smi.write_text(f"#!/bin/bash\n# synthesized: a wedged nvidia-smi\necho $$ >> {pids}\n"
-                   "trap '' TERM\nwhile true; do sleep 1; done\n")
-    smi.chmod(0o755)
+    write_hung_smi(bindir, pids)
     monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}")
     yield bindir
     if pids.exists():
@@ -156,30 +154,12 @@ def test_real_probes_against_hung_nvml_finish_in_time(hung_smi):
     assert any("nvml" in t and "blocked in NVML call nvml" in t for t in unknown), unknown
 
 
-FAKE_PYNVML = '''\
-"""Synthesized: the real pynvml, except that nvmlInit never returns (a wedged driver)."""
-import importlib.util, os, sys, time
-_here = os.path.dirname(os.path.abspath(__file__))
-for _p in sys.path:
-    _cand = os.path.join(os.path.abspath(_p or "."), "pynvml.py")
-    if os.path.dirname(_cand) != _here and os.path.exists(_cand):
-        _spec = importlib.util.spec_from_file_location("_real_pynvml", _cand)
-        _real = importlib.util.module_from_spec(_spec)
-        sys.modules["_real_pynvml"] = _real
-        _spec.loader.exec_module(_real)
-        globals().update({k: v for k, v in vars(_real).items() if not k.startswith("__")})
-        break
-def nvmlInit(*args, **kwargs):
-    while True:
-        time.sleep(1)
-nvmlInitWithFlags = nvmlInit
-'''
 
 
 def test_cli_timeout_3_with_hung_driver(tmp_path, hung_smi):
     fake = tmp_path / "fakenvml"
     fake.mkdir()
-    (fake / "pynvml.py").write_text(FAKE_PYNVML)
+    (fake / "pynvml.py").write_text(HUNG_PYNVML)
     env = dict(os.environ, PYTHONPATH=str(fake))
     t0 = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "ccdiag", "check", "--timeout", "3", "--json"],

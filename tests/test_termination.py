@@ -18,16 +18,15 @@ import time
 import psutil
 import pytest
 
+from wedged import write_hung_smi
+
 
 @pytest.fixture
 def hung_smi(tmp_path):
     bindir = tmp_path / "bin"
     bindir.mkdir()
     pids = tmp_path / "smi.pids"
-    smi = bindir / "nvidia-smi"
-    smi.write_text(f"#!/bin/bash\n# synthesized: a wedged nvidia-smi\necho $$ >> {pids}\n"
-                   "trap '' TERM HUP\nwhile true; do sleep 1; done\n")
-    smi.chmod(0o755)
+    write_hung_smi(bindir, pids, ignored="TERM HUP")
     (tmp_path / "root").mkdir()
     yield bindir, pids
     for pid in (pids.read_text().split() if pids.exists() else ()):
