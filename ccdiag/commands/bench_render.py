@@ -10,7 +10,7 @@ import click
 
 from ccdiag.findings import PASS, STATUS_RANK
 from ccdiag.output import sanitize
-from ccdiag.render import detail_lines, verdict_line
+from ccdiag.render import MAX_WIDTH, detail_lines, verdict_line, wrap_line
 
 #: figures listed per benchmark before "... N more" (JSON always has them all)
 MAX_ROWS = 24
@@ -57,7 +57,10 @@ def matrix_lines(ms: list[Any], op: str | None = None, direction: str = "uni") -
     return out
 
 
-def result_lines(results: list[Any], exit_code: int, hostname: str | None) -> list[str]:
+def result_lines(results: list[Any], exit_code: int, hostname: str | None, width: int = MAX_WIDTH) -> list[str]:
+    """The report's lines. Findings (summary, evidence, expectation, remedy) wrap within ``width``
+    columns the way ``ccdiag check`` wraps them; figure rows and GPU matrices are tables and stay
+    whole, since a wrapped row would no longer line up with its header."""
     findings = [f for r in results for f in r.findings]
     if results and all(r.outcome == "skip" for r in results):
         lines = [f"NOT MEASURED: no benchmark can run here (node {hostname or 'unknown'}); the reasons follow"]
@@ -84,16 +87,21 @@ def result_lines(results: list[Any], exit_code: int, hostname: str | None) -> li
     if problems:
         lines.append("")
         for f in problems:
-            lines += detail_lines(f)
+            lines += [part for text in detail_lines(f) for part in wrap_line(sanitize(text), width)]
     passes = [f for f in findings if f.status == PASS]
     if passes:
         lines.append("")
-        lines += [f"PASS {f.check}: {f.summary}" for f in passes]
+        lines += [part for f in passes for part in wrap_line(sanitize(f"PASS {f.check}: {f.summary}"), width)]
     return lines
 
 
 def print_results(results: list[Any], exit_code: int, hostname: str | None) -> None:
-    for line in result_lines(results, exit_code, hostname):
+    import shutil
+
+    width = MAX_WIDTH
+    if click.get_text_stream("stdout").isatty():
+        width = max(40, min(MAX_WIDTH, shutil.get_terminal_size((MAX_WIDTH, 24)).columns))
+    for line in result_lines(results, exit_code, hostname, width):
         click.echo(sanitize(line))
 
 
