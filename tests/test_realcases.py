@@ -112,6 +112,15 @@ def test_the_redirect_finding_says_which_facts_tell_acs_from_iommu():
     assert "ACSCtl" in f["remedy"] and "iommu=pt" in f["remedy"] and f["status"] == "fail"
 
 
+def test_a_pass_below_the_typical_range_says_it_is_above_the_floor_only():
+    """The staged GeForce ring passes at 25 % of its PCIe link, under the typical 35-45 %: the pass
+    says so instead of printing the typical range beside a figure outside it."""
+    _, doc, _ = imported(REAL / "nccl-tests-autodl-rtx2080ti-x2-all-reduce-no-p2p.txt")
+    (f,) = [f for f in doc["findings"] if f["check"] == "bench.nccl"]
+    assert f["status"] == "pass" and "25%" in f["summary"]
+    assert "below the typical 35%-45%, above the 25% warn floor" in f["summary"], f["summary"]
+
+
 def test_roce_bidirectional_is_halved_and_labelled_per_direction():
     _, doc, _ = imported(REAL / "perftest-ib_write_bw-b-roce-100gbe-sum-of-both-directions.txt")
     m = doc["bench"][0]["measurements"][0]

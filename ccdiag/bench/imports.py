@@ -403,7 +403,7 @@ def _nccl_run(run: Any, ex: Any, policy: Any, source: str, transport: tuple[bool
         findings.append(Finding(
             "bench.nccl", "pass", Component("node", f"nccl-tests {coll}"),
             f"{coll} busbw {busbw:.1f} GB/s = {m.ratio:.0%} of the {m.expected.gbyte_s:.1f} GB/s its bottleneck "
-            f"({m.expected.bottleneck_desc or m.expected.bottleneck}) carries (typical {m.typical})",
+            f"({m.expected.bottleneck_desc or m.expected.bottleneck}) carries ({_typical_words(m)})",
             evidence=(Evidence("busbw (largest size)", f"{busbw:.1f} GB/s", source),),
             expected=f"{m.expected.gbyte_s:.1f} GB/s", expected_source=m.expected.source))
     if m.status in ("warn", "fail"):
@@ -418,6 +418,15 @@ def _nccl_run(run: Any, ex: Any, policy: Any, source: str, transport: tuple[bool
             remedy=("Measure the links one by one: `ccdiag bench p2p` inside the node, `ccdiag bench pairs` "
                     "between nodes; check `ccdiag nccl --log` on an NCCL_DEBUG=INFO log of the run.")))
     return m, findings
+
+
+def _typical_words(m: Measurement) -> str:
+    """``typical 77%-82%``; for a pass below the typical range, that it is above the warn floor only
+    (a pass that printed "25% ... typical 35%-45%" alone would read as a contradiction)."""
+    low, floor = m.extra.get("typical_low"), m.extra.get("warn_below")
+    if m.ratio is not None and low is not None and floor is not None and m.ratio < low:
+        return f"below the typical {m.typical}, above the {floor:.0%} warn floor"
+    return f"typical {m.typical}"
 
 
 def nccl_findings(parsed: Any, text: str, ex: Any, policy: Any, source: str) -> tuple[list[Measurement], list[Finding]]:

@@ -45,6 +45,7 @@ def judge(m: Measurement, policy: Any = None, kind: str | None = None) -> Measur
     m.status = th.status(m.ratio)
     m.typical = th.typical_desc()
     m.threshold_source = th.source
+    m.extra.setdefault("typical_low", th.typical_low)
     m.extra.setdefault("warn_below", th.warn_below)
     m.extra.setdefault("fail_below", th.fail_below)
     return m
