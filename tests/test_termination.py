@@ -49,10 +49,16 @@ def _left(bindir, pids) -> list[str]:
     return left
 
 
-def _run_and_signal(args, bindir, pids, sig, when: str, tmp_path):
+def _hup(disposition):
+    """For the child, before it runs: SIGHUP's disposition set here, not inherited from whatever
+    started the tests (under ``nohup`` it arrives ignored, and ccdiag leaves an ignored SIGHUP so)."""
+    return lambda: signal.signal(signal.SIGHUP, disposition)
+
+
+def _run_and_signal(args, bindir, pids, sig, when: str, tmp_path, hup=signal.SIG_DFL, then=None):
     env = dict(os.environ, PATH=f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}")
     proc = subprocess.Popen([sys.executable, "-m", "ccdiag", *args], env=env, cwd=str(tmp_path),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=_hup(hup))
     try:
         if when == "starting":
             time.sleep(0.2)
@@ -64,6 +70,10 @@ def _run_and_signal(args, bindir, pids, sig, when: str, tmp_path):
             if when == "later":
                 time.sleep(1.0)
         proc.send_signal(sig)
+        if then is not None:
+            time.sleep(1.0)
+            assert proc.poll() is None, "ended by a signal it was told to ignore"
+            proc.send_signal(then)
         out, err = proc.communicate(timeout=30)
     finally:
         if proc.poll() is None:
@@ -80,6 +90,17 @@ def test_a_signalled_check_exits_128_plus_signum_and_leaves_no_process(hung_smi,
                                 bindir, pids, sig, when, tmp_path)
     assert code == 128 + sig, err
     assert f"terminated by {signal.Signals(sig).name}" in err and "Traceback" not in err
+    time.sleep(0.3)
+    assert _left(bindir, pids) == []
+
+
+def test_a_check_started_under_nohup_ignores_sighup_and_still_ends_on_sigterm(hung_smi, tmp_path):
+    bindir, pids = hung_smi
+    code, err = _run_and_signal(["check", "--root", str(tmp_path / "root"), "--timeout", "60"],
+                                bindir, pids, signal.SIGHUP, "running", tmp_path, hup=signal.SIG_IGN,
+                                then=signal.SIGTERM)
+    assert code == 128 + signal.SIGTERM, err
+    assert "terminated by SIGTERM" in err and "Traceback" not in err
     time.sleep(0.3)
     assert _left(bindir, pids) == []
 
