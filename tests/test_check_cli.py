@@ -168,7 +168,7 @@ def test_replay_uses_recorded_window_without_sleeping():
     result = evaluate(host, window_s=0.0, deadline_s=30)
     assert result.later is not None
     assert result.window_s == float(host.meta()["window_s"])
-    assert result.duration_s < 5
+    assert result.duration_s < result.window_s  # a run that slept the window would take longer
     assert result.exit_code == 1
     assert {"nvml", "infiniband", "pcie"} <= set(result.later)
 

@@ -152,7 +152,7 @@ def test_a_probe_that_hangs_in_a_collection_child_leaves_nothing_behind(run_daem
     next_cycle(d)
     t0 = time.monotonic()
     code, text = fetch(d.server.url)
-    assert code == 200 and time.monotonic() - t0 < 2.0
+    assert code == 200 and time.monotonic() - t0 < 10.0  # the probe hangs 60 s: far below it
     assert value(text, "ccdiag_probe_success", probe="nvml") == 0
     assert value(text, "ccdiag_probe_status", probe="nvml", status="timeout") == 1
     assert value(text, "ccdiag_probe_data_stale", probe="nvml") == 1
@@ -185,7 +185,7 @@ def test_a_probe_that_hangs_never_blocks_a_scrape_and_is_not_restarted(run_daemo
         next_cycle(d)
         t0 = time.monotonic()
         code, text = fetch(d.server.url)
-        assert code == 200 and time.monotonic() - t0 < 2.0  # served from the published cycle
+        assert code == 200 and time.monotonic() - t0 < 10.0  # served from the published cycle, not after the 60 s hang
         assert value(text, "ccdiag_probe_success", probe="nvml") == 0
         assert value(text, "ccdiag_probe_status", probe="nvml", status="timeout") == 1
         assert value(text, "ccdiag_probe_success", probe="pcie") == 1

@@ -91,7 +91,7 @@ def test_a_half_open_connection_is_closed_at_the_header_timeout(serve):
     partial.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")  # never finishes its header
     t0 = time.monotonic()
     assert silent.recv(1) == b"" and partial.recv(1) == b""  # closed by the server
-    assert time.monotonic() - t0 < 3.0
+    assert time.monotonic() - t0 < 10.0  # closed by the 0.5 s header timeout; without it, never
     assert srv.stats["timed_out"] >= 2 and srv.pending == 0
 
 
@@ -109,7 +109,7 @@ def test_a_request_beyond_max_requests_gets_503_at_once(serve):
     wait_for(lambda: srv.active == 1)
     t0 = time.monotonic()
     assert get(srv.url) == 503
-    assert time.monotonic() - t0 < 2.0
+    assert time.monotonic() - t0 < 8.0  # at once, not after the first request's 10 s
     release.set()
     first.join(10)
     assert get(srv.url) == 200

@@ -68,7 +68,7 @@ def test_command_deadline_kills_the_whole_process_group():
     res = host.run(["bash", "-c", "trap '' TERM; sleep 60 & sleep 60"], timeout=0.5)
     elapsed = time.monotonic() - start
     assert res.timed_out and res.rc is None
-    assert elapsed < 0.5 + 1.5
+    assert elapsed < 0.5 + 10.0  # the group sleeps 60 s: ending far below that is the kill
     assert "killed after" in res.describe()
 
 

@@ -79,7 +79,7 @@ def test_a_hung_probe_leaves_the_judge_its_reserve(tmp_path, sleepy_probe, monke
     t0 = time.monotonic()
     result = evaluate(LiveHost(str(tmp_path)), deadline_s=3.0, probes=[sleepy_probe], only=["test.slow"])
     elapsed = time.monotonic() - t0
-    assert elapsed < 3.0 + 1.0, elapsed
+    assert elapsed < 3.0 + 4.0, elapsed  # the probe blocks 600 s; the slack is for a loaded machine
     assert result.exit_code == ExitCode.FAIL
     assert [f.check for f in result.findings if f.status == FAIL] == ["test.slow_fail"]
     assert not any(f.check == "check.deadline" for f in result.findings)
@@ -115,7 +115,7 @@ def test_a_check_that_never_returns_is_the_deadline_not_a_hang(tmp_path, monkeyp
     try:
         t0 = time.monotonic()
         result = evaluate(LiveHost(str(tmp_path)), deadline_s=2.0, probes=["system"], only=["test.stuck"])
-        assert time.monotonic() - t0 < 2.0 + 1.0
+        assert time.monotonic() - t0 < 2.0 + 5.0  # the check blocks 600 s
     finally:
         release.set()
     assert result.exit_code == ExitCode.UNEVALUATED and result.timed_out
