@@ -215,6 +215,10 @@ class Topology:
         self._chains: dict[str, tuple[str, ...]] = {}
         self._branch_levels: dict[tuple[str, str], str] = {}
         self._inner = frozenset(self._parent.values())
+        # a GPU's NVLinks as one link (to a peer or to the switches), and its active links to the
+        # switches: asked four times per GPU pair by the report (32,640 pairs at 256 GPUs)
+        self._bundles: dict[tuple[str, str | None], Link | None] = {}
+        self._switch_active: dict[str, int] = {}
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name in self.__dict__ or not name.startswith("_") and name not in (
@@ -355,9 +359,13 @@ class Topology:
         direct = max(la.get(nb, (0, 0, None))[1], lb.get(na, (0, 0, None))[1])
         if direct:
             return direct
-        sa = sum(v[1] for r, v in la.items() if self.is_switch(r))
-        sb = sum(v[1] for r, v in lb.items() if self.is_switch(r))
-        return min(sa, sb)
+        return min(self._active_to_switches(na), self._active_to_switches(nb))
+
+    def _active_to_switches(self, gpu: str) -> int:
+        n = self._switch_active.get(gpu)
+        if n is None:
+            n = self._switch_active[gpu] = sum(v[1] for r, v in self.nv.get(gpu, {}).items() if self.is_switch(r))
+        return n
 
     def pcie_level(self, a: str, b: str) -> str:
         """The PCIe-only level between two devices (what ``nvidia-smi topo -mp`` shows)."""
@@ -476,7 +484,10 @@ class Topology:
         return None
 
     def _nv_bundle(self, gpu: str, toward: str | None = None) -> Link | None:
-        return nvlink_bundle(self._graph, self._nv, self._nvswitches, gpu, toward)
+        key = (gpu, toward)
+        if key not in self._bundles:
+            self._bundles[key] = nvlink_bundle(self._graph, self._nv, self._nvswitches, gpu, toward)
+        return self._bundles[key]
 
     def _nv_path_links(self, na: str, nb: str) -> list[Link]:
         direct = [l for l in (self._nv_bundle(na, nb), self._nv_bundle(nb, na)) if l is not None]
