@@ -4,10 +4,13 @@ classification, the ring's chunk arithmetic."""
 from __future__ import annotations
 
 import itertools
+import pathlib
 
 import pytest
 
 from ccdiag.cluster import hops, order, pairs, ring
+
+IPERF3 = pathlib.Path(__file__).resolve().parent / "fixtures" / "corpus" / "iperf3"
 
 
 @pytest.mark.parametrize("n", [2, 3, 4, 5, 8, 9, 16])
@@ -422,3 +425,54 @@ def test_ring_hops_between_two_hosts_are_held_to_the_senders_line_rate():
     assert len(capability.judge_hops(rows, {}, line_rate_gbit_s=1.0)) == 1
     same = [dict(rows[0], dst_host="a")]
     assert capability.judge_hops(same, speeds) == []  # shared memory is never a network finding
+
+
+def _ec2_single_flow_gbit_s() -> float:
+    """The single-stream figure of a real iperf3 run between two EC2 c5n.18xlarge hosts (the
+    fixture names its source and cause)."""
+    import re
+
+    text = (IPERF3 / "iperf3-ec2-c5n18xlarge-single-flow.txt").read_text()
+    return float(re.search(r"([\d.]+) Gbits/sec\s+0\s+sender", text).group(1))
+
+
+def test_a_healthy_ec2_pair_at_its_single_flow_limit_is_not_failed_against_the_instance_bandwidth():
+    """Two c5n.18xlarge hosts (100 Gbit/s) carry 9.46 Gbit/s in one TCP flow: EC2 limits a flow to
+    10 Gbit/s. Held to the 100 Gbit/s line rate that read as a 9 % failure of a healthy pair; the
+    flow limit of the hosts' cloud bounds the path instead, and the finding says so."""
+    from ccdiag.cluster import capability
+    from ccdiag.cluster.flowlimits import flow_limit
+
+    figure = _ec2_single_flow_gbit_s() / 8.0
+    hosts = ["a", "b"]
+    m = [[None, figure], [figure, None]]
+    links = {"a": {"b": "eth0"}, "b": {"a": "eth0"}}
+    bare = capability.path_capability(hosts, links, {}, line_rate_gbit_s=100.0)
+    assert [f.status for f in capability.judge(m, bare, hosts, [], "eth0")[0]] == ["fail"]  # the old verdict
+    aws = flow_limit("aws")
+    cap = capability.path_capability(hosts, links, {}, 100.0, {"a": aws.gbit_s, "b": aws.gbit_s})
+    assert cap[0][1] == pytest.approx(10.0 / 8)
+    assert capability.judge(m, cap, hosts, [], "eth0", aws.source)[0] == []
+    # a pair far below one flow is still named, with the limit it was held to
+    slow = [[None, 0.05], [0.05, None]]  # 0.4 Gbit/s
+    (f,) = capability.judge(slow, cap, hosts, [], "eth0", aws.source)[0]
+    assert f.status == "fail" and "what its path carries 10 Gbit/s" in f.summary
+    assert "single-flow limit" in f.expected_source
+    # the limit never stands in for an unknown line rate, and other clouds have none recorded
+    assert capability.path_capability(hosts, links, {}, None, {"a": 10.0, "b": 10.0})[0][1] is None
+    assert flow_limit("azure") is None and flow_limit(None) is None
+
+
+def test_ring_hops_on_ec2_are_held_to_the_flow_limit():
+    from ccdiag.cluster import capability
+    from ccdiag.cluster.flowlimits import flow_limit
+
+    figure = _ec2_single_flow_gbit_s() / 8.0
+    rows = [{"src_rank": 0, "dst_rank": 1, "src_host": "a", "dst_host": "b", "iface": "eth0", "gbyte_s": figure}]
+    speeds = {0: {"eth0": 100000}, 1: {"eth0": 100000}}
+    assert [f.status for f in capability.judge_hops(rows, speeds)] == ["fail"]
+    limits = {0: flow_limit("aws"), 1: flow_limit("aws")}
+    assert capability.judge_hops(rows, speeds, None, limits) == []
+    slow = [dict(rows[0], gbyte_s=0.05)]
+    (f,) = capability.judge_hops(slow, speeds, None, limits)
+    assert f.status == "fail" and "single-flow limit" in f.expected_source

@@ -50,8 +50,11 @@ def _absolute_hops(trows: list[dict], relative: list[Finding], outcome: RankOutc
 
     failed = {(f.details.get("src_rank"), f.details.get("dst_rank")) for f in relative if f.status == FAIL}
     rows = [dict(r, relative_fail=(r["src_rank"], r["dst_rank"]) in failed) for r in trows]
+    from ccdiag.cluster.flowlimits import flow_limit
+
     speeds = {r: i.get("speeds") or {} for r, i in outcome.idents().items()}
-    return judge_hops(rows, speeds, line_rate_gbit_s)
+    limits = {r: flow_limit(i.get("provider")) for r, i in outcome.idents().items()}
+    return judge_hops(rows, speeds, line_rate_gbit_s, limits)
 
 
 def allreduce(sizes: list[int], iters: int, warmup: int, budget_s: float, as_json: bool,

@@ -276,7 +276,8 @@ def host_identity() -> dict:
     """This rank's host name, its IPv4 interfaces (name -> [addresses]) to name links, and the line
     rate of each physical one (``speeds``: name -> Mbit/s) to hold figures to their path's
     capability. A virtual interface (veth, bridge, tunnel: no ``device`` in sysfs) reports a speed
-    the kernel made up, so it has none here."""
+    the kernel made up, so it has none here. ``provider``: the cloud it runs on (DMI), whose flow
+    limit may bound a path below its line rate (:mod:`ccdiag.cluster.flowlimits`)."""
     ifaces: dict[str, list[str]] = {}
     speeds: dict[str, int] = {}
     try:
@@ -291,7 +292,14 @@ def host_identity() -> dict:
                 speeds[name] = int(st.speed)
     except Exception:  # noqa: BLE001 - a missing interface list only blurs the "interface" column
         pass
-    return {"host": socket.gethostname(), "ifaces": ifaces, "speeds": speeds, "pid": os.getpid()}
+    try:
+        from ccdiag.cluster.flowlimits import local_provider
+
+        provider = local_provider()
+    except Exception:  # noqa: BLE001 - an unreadable identity only leaves the line rate unbounded
+        provider = None
+    return {"host": socket.gethostname(), "ifaces": ifaces, "speeds": speeds, "pid": os.getpid(),
+            "provider": provider}
 
 
 TAG_NEIGHBOUR = 7106

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from ccdiag.cluster import capability
 from ccdiag.cluster import order as ordermod
 from ccdiag.cluster import pairs as pm
+from ccdiag.cluster.flowlimits import flow_limit
 from ccdiag.exitcodes import ExitCode
 from ccdiag.findings import FAIL, PASS, SKIP, UNKNOWN, WARN, Component, Finding
 
@@ -131,8 +132,16 @@ class PairsReport:
             if res and res.get("leader"):
                 links[res.get("host")] = res.get("links") or {}
                 speeds[res.get("host")] = (idents.get(r) or {}).get("speeds") or {}
-        cap = capability.path_capability(hosts, links, speeds, self.line_rate_gbit_s)
-        absolute, named = capability.judge(matrix, cap, hosts, cls["slow_hosts"], label)
+        limits = {}
+        for r, res in results.items():
+            if res and res.get("leader"):
+                limits[res.get("host")] = flow_limit((idents.get(r) or {}).get("provider"))
+        cap = capability.path_capability(hosts, links, speeds, self.line_rate_gbit_s,
+                                         {h: lim.gbit_s for h, lim in limits.items() if lim})
+        line = capability.path_capability(hosts, links, speeds, self.line_rate_gbit_s)
+        # a cloud's flow limit below some path's line rate is said in each finding it shapes
+        note = next((lim.source for lim in limits.values() if lim), None) if cap != line else None
+        absolute, named = capability.judge(matrix, cap, hosts, cls["slow_hosts"], label, note)
         rel = pm.findings(cls, hosts, label, self.margin)
         idx = {h: i for i, h in enumerate(hosts)}
         keep = []
