@@ -97,9 +97,10 @@ def result_lines(results: list[Any], exit_code: int, hostname: str | None, width
 
 def print_results(results: list[Any], exit_code: int, hostname: str | None) -> None:
     import shutil
+    import sys
 
     width = MAX_WIDTH
-    if click.get_text_stream("stdout").isatty():
+    if sys.stdout.isatty():
         width = max(40, min(MAX_WIDTH, shutil.get_terminal_size((MAX_WIDTH, 24)).columns))
     for line in result_lines(results, exit_code, hostname, width):
         click.echo(sanitize(line))
