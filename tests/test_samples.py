@@ -15,6 +15,7 @@ from ccdiag.host import ReplayHost
 from ccdiag.probes.smi_topo import cells_equal, parse_topo_matrix
 from ccdiag.probing import run_probes
 from ccdiag.snapshot import SnapshotData
+from ccdiag.topology.matrix import to_topo_matrix
 
 SAMPLES = REPO / "samples"
 HEALTHY = SAMPLES / "hgx-h100-8gpu-healthy.snap.tar.gz"
@@ -70,7 +71,7 @@ def test_committed_samples_match_the_generator(degraded_):
 def test_healthy_reproduces_the_corpus_matrix_exactly(healthy):
     runs, topo, smi, diffs = healthy
     corpus = parse_topo_matrix(CORPUS_H100.read_text())
-    mine = topo.matrix()
+    mine = to_topo_matrix(topo)
     assert mine.devices == corpus.devices
     for a in corpus.devices:
         for b in corpus.devices:

@@ -13,6 +13,8 @@ from ccdiag.probes.nvml import Gpu, NvLink, NvmlObservation
 from ccdiag.probes.smi_topo import parse_topo_matrix
 from ccdiag.probing import ProbeRun
 from ccdiag.topology import build_topology, nvlink_gbyte_s, pcie_gbyte_s, pcie_gen, wire_gbyte_s
+from ccdiag.topology.dot import render_dot
+from ccdiag.topology.matrix import compare, to_topo_matrix
 
 CORPUS_H100 = FIXTURES / "corpus" / "topo-m" / "h100-sxm-hbm3-x8-nv18-8nic-gpunumaid-spaces.txt"
 
@@ -45,12 +47,12 @@ def test_nvlink_and_wire_rates():
 def test_hgx_levels_match_the_corpus_matrix_cell_by_cell():
     topo = build_topology(hgx())
     corpus = parse_topo_matrix(CORPUS_H100.read_text())
-    mine = topo.matrix()
+    mine = to_topo_matrix(topo)
     assert mine.devices == corpus.devices
     for a in corpus.devices:
         for b in corpus.devices:
             assert mine.level(a, b) == corpus.level(a, b), (a, b)
-    assert topo.compare_smi(corpus) == []
+    assert compare(topo, corpus) == []
     assert mine.nic_legend == corpus.nic_legend
     assert mine.cpu_affinity["GPU5"] == "48-95,144-191" and mine.numa_affinity["GPU1"] == "0"
 
@@ -156,7 +158,7 @@ def test_no_pcie_probe_gives_unknown_levels_but_keeps_nvlink():
     assert topo.level("GPU0", "mlx5_0") == "unknown"
     assert topo.level("GPU0", "GPU1") == "NV18"
     assert topo.expected_h2d("GPU0").gbyte_s is None
-    assert topo.matrix().cells[("GPU0", "NIC0")] is None
+    assert to_topo_matrix(topo).cells[("GPU0", "NIC0")] is None
 
 
 def test_no_nvml_numbers_gpus_in_bus_order():
@@ -221,6 +223,6 @@ def test_exports_are_serialisable_and_name_every_gpu():
     assert [g["label"] for g in doc["gpus"]] == [f"GPU{i}" for i in range(8)]
     assert doc["matrix"]["rows"][0][8] == "PIX"
     assert any(l["degraded"] and l["width_current"] == 8 for l in doc["links"])
-    dot = topo.to_dot()
+    dot = render_dot(topo)
     assert dot.startswith("graph ccdiag_topology {") and '"GPU0\\n0000:19:00.0"' in dot
     assert "color=red" in dot  # the x8 link stands out

@@ -23,7 +23,9 @@ from ccdiag.exitcodes import ExitCode
 from ccdiag.output import sanitize_text
 from ccdiag.probenames import PROBE_KMSG, PROBE_NETDEV, PROBE_NVML, PROBE_PCIE, PROBE_SMI_TOPO
 from ccdiag.topology.affinity import limiting_link
+from ccdiag.topology.dot import render_dot
 from ccdiag.topology.levels import level_rank
+from ccdiag.topology.matrix import compare as compare_with_smi, to_topo_matrix
 
 DEFAULT_DEADLINE_S = 20.0
 
@@ -330,7 +332,7 @@ def render_text(out, topo, runs, meta: dict, smi_diffs: list[str] | None, smi_ma
         why = _gpu_absence(runs)
         out.print(f"No NVIDIA driver/GPUs found on this host{': ' + why if why else ''}.")
     else:
-        m = topo.matrix()
+        m = to_topo_matrix(topo)
         full = _matrix_table(m, "Topology (as nvidia-smi topo -m would show it)")
         if _table_width(m) > _width():
             for block in _matrix_blocks(m):
@@ -523,7 +525,7 @@ def gather(host, timeout: float = DEFAULT_DEADLINE_S):
     runs, topo = obs.runs, obs.topology
     smi = runs.get(PROBE_SMI_TOPO)
     smi_matrix = getattr(getattr(smi, "data", None), "matrix", None)
-    smi_diffs = topo.compare_smi(smi_matrix) if (smi_matrix is not None and topo.gpus()) else None
+    smi_diffs = compare_with_smi(topo, smi_matrix) if (smi_matrix is not None and topo.gpus()) else None
     return runs, topo, smi_matrix, smi_diffs
 
 
@@ -598,7 +600,7 @@ def command(replay, root, as_json, output, dot_path, svg_path, png_path, from_sm
     code = ExitCode.OK if topo.gpus() else ExitCode.UNEVALUATED
     meta = host.meta()
     if dot_path or svg_path or png_path:
-        dot_text = topo.to_dot()
+        dot_text = render_dot(topo)
         if dot_path:
             _write(dot_path, dot_text)
         if svg_path:

@@ -23,14 +23,26 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Any, Mapping, Protocol
 
 from ccdiag.topology.levels import UNKNOWN
 
-if TYPE_CHECKING:
-    from ccdiag.topology.model import Topology
-
 Path = tuple[str, ...]
+
+
+class Topology(Protocol):
+    """What the rows are computed from: :class:`ccdiag.topology.model.Topology`'s graph, its PCIe
+    tree (parent of each node, the nodes that are someone's parent, a node's ancestors) and its
+    ``level``. Named here, not imported, because the model calls this module: data flows one way."""
+
+    @property
+    def graph(self) -> Any: ...
+    @property
+    def _parent(self) -> Mapping[str, str]: ...
+    @property
+    def _inner(self) -> frozenset[str]: ...
+    def _ancestors(self, node: str) -> list[str]: ...
+    def level(self, a: str, b: str) -> str: ...
 
 
 def level_rows(topo: Topology, ends: list[str]) -> list[list[str]]:

@@ -577,13 +577,7 @@ class Topology:
         own_total = sum(v[0] for v in own.values())
         return max(peer, own_total)
 
-    # -- nvidia-smi style matrix ---------------------------------------------------------------------
-    def matrix(self):
-        """The matrix nvidia-smi topo -m would print, as a :class:`ccdiag.probes.smi_topo.TopoMatrix`."""
-        from ccdiag.topology.matrix import to_topo_matrix
-
-        return to_topo_matrix(self)
-
+    # -- nvidia-smi style matrix (ccdiag.topology.matrix renders it and compares it with nvidia-smi's) --
     def matrix_rows(self) -> tuple[list[str], dict[tuple[str, str], str], dict[str, dict]]:
         """Labels (GPUs then NICs as NIC<i>), the cells, and per-row affinity / legend facts."""
         labels, info = self._matrix_labels_info()
@@ -604,13 +598,6 @@ class Topology:
         for i, n in enumerate(self._nics):
             info[f"NIC{i}"] = {"nic_name": n.label}
         return labels, info
-
-    def compare_smi(self, m: Any) -> list[str]:
-        """Differences between this topology and a parsed ``nvidia-smi topo -m`` matrix, one line
-        each ("GPU0/NIC1: nvidia-smi NODE, ccdiag PIX"); empty when they agree."""
-        from ccdiag.topology.matrix import compare
-
-        return compare(self, m)
 
     # -- export ---------------------------------------------------------------------------------
     def to_json(self, max_matrix_ends: int | None = None) -> dict:
@@ -660,9 +647,3 @@ class Topology:
             "nvlinks_expected": {g.label: self.expected_nvlinks(g.label) for g in self._gpus},
             "notes": list(self.notes),
         }
-
-    def to_dot(self) -> str:
-        """Graphviz DOT of the graph: PCIe tree, NVLinks (per switch, with counts), wires, SMP."""
-        from ccdiag.topology.dot import render_dot
-
-        return render_dot(self)
