@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import functools
 import os
 import platform
 import signal
@@ -668,16 +669,22 @@ class RecordingHost(LiveHost):
             with self._lock:
                 self.snap.nvml.append(rec)
 
-    def read_kmsg(self, **kwargs: Any) -> list[str]:
+    def _kept(self, table: dict, key: Any, value: Callable[[], Any], as_record: Callable[[Any], Any]) -> Any:
+        """``value()``, kept in the snapshot's ``table[key]`` as ``as_record`` of it; a read error is
+        kept there as ``{"error": ...}`` (what the replay raises again) and raised."""
         try:
-            lines = super().read_kmsg(**kwargs)
+            got = value()
         except HostReadError as exc:
             with self._lock:
-                self.snap.kmsg[self.epoch] = {"error": {"kind": exc.kind, "errno": exc.errno, "message": exc.message}}
+                table[key] = {"error": {"kind": exc.kind, "errno": exc.errno, "message": exc.message}}
             raise
         with self._lock:
-            self.snap.kmsg[self.epoch] = {"lines": lines}
-        return lines
+            table[key] = as_record(got)
+        return got
+
+    def read_kmsg(self, **kwargs: Any) -> list[str]:
+        return self._kept(self.snap.kmsg, self.epoch, functools.partial(super().read_kmsg, **kwargs),
+                          lambda lines: {"lines": lines})
 
     def net_interfaces(self) -> dict:
         facts = super().net_interfaces()
@@ -686,15 +693,7 @@ class RecordingHost(LiveHost):
         return facts
 
     def statvfs(self, path: str) -> dict:
-        try:
-            result = super().statvfs(path)
-        except HostReadError as exc:
-            with self._lock:
-                self.snap.statvfs[path] = {"error": {"kind": exc.kind, "errno": exc.errno, "message": exc.message}}
-            raise
-        with self._lock:
-            self.snap.statvfs[path] = result
-        return result
+        return self._kept(self.snap.statvfs, path, functools.partial(super().statvfs, path), dict)
 
     def environ(self) -> dict[str, str]:
         env = super().environ()
@@ -703,15 +702,8 @@ class RecordingHost(LiveHost):
         return env
 
     def cloud_metadata(self, provider: str) -> str:
-        try:
-            text = super().cloud_metadata(provider)
-        except HostReadError as exc:
-            with self._lock:
-                self.snap.imds[provider] = {"error": {"kind": exc.kind, "errno": exc.errno, "message": exc.message}}
-            raise
-        with self._lock:
-            self.snap.imds[provider] = {"text": text}
-        return text
+        return self._kept(self.snap.imds, provider, functools.partial(super().cloud_metadata, provider),
+                          lambda text: {"text": text})
 
     def meta(self) -> dict:
         return dict(self._meta)
