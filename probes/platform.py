@@ -138,6 +138,12 @@ def _dmi(host, errors: list[ReadError]) -> dict:
     return {f: attr(host, f"{DMI}/{f}", errors) for f in DMI_FIELDS}
 
 
+def provider_of(host) -> str | None:
+    """The cloud a host runs on, from its DMI identity alone (what :func:`collect` reads first):
+    for callers that need only that, such as the cross-host benchmarks' flow limits."""
+    return classify(_dmi(host, []))[0]
+
+
 def _text(host, path: str, errors: list[ReadError], max_bytes: int = 64 << 10) -> str | None:
     try:
         return host.read_text(path, max_bytes)

@@ -476,3 +476,19 @@ def test_ring_hops_on_ec2_are_held_to_the_flow_limit():
     slow = [dict(rows[0], gbyte_s=0.05)]
     (f,) = capability.judge_hops(slow, speeds, None, limits)
     assert f.status == "fail" and "single-flow limit" in f.expected_source
+
+
+def test_the_flow_limit_follows_the_cloud_the_door_reads_in_dmi(tmp_path):
+    """The cross-host benchmarks learn their host's cloud as the platform probe does (the EC2
+    identity strings of tests/test_platform.py); a tree without DMI has no cloud and no limit."""
+    from ccdiag.cluster.flowlimits import flow_limit
+    from ccdiag.host import LiveHost
+    from ccdiag.probes.platform import provider_of
+
+    dmi = tmp_path / "sys" / "class" / "dmi" / "id"
+    dmi.mkdir(parents=True)
+    (dmi / "sys_vendor").write_text("Amazon EC2\n")
+    (dmi / "product_name").write_text("p4d.24xlarge\n")
+    assert provider_of(LiveHost(str(tmp_path))) == "aws"
+    assert flow_limit(provider_of(LiveHost(str(tmp_path)))).gbit_s == 10.0
+    assert provider_of(LiveHost(str(tmp_path / "sys" / "class"))) is None

@@ -37,15 +37,10 @@ def flow_limit(provider: str | None) -> FlowLimit | None:
 
 
 def local_provider() -> str | None:
-    """The cloud this host runs on, from its DMI identity strings (as the platform probe reads
-    them); None on bare metal, where the files are missing, or on a cloud not recognised."""
-    from ccdiag.probes.platform import DMI, DMI_FIELDS, classify
+    """The cloud this host runs on, read through the host door as the platform probe reads it
+    (:func:`ccdiag.probes.platform.provider_of`); None on bare metal, where DMI is missing, or on a
+    cloud not recognised."""
+    from ccdiag.host import LiveHost
+    from ccdiag.probes.platform import provider_of
 
-    dmi: dict[str, str | None] = {}
-    for name in DMI_FIELDS:
-        try:
-            with open(f"{DMI}/{name}", encoding="utf-8", errors="replace") as fh:
-                dmi[name] = fh.read(256).strip()
-        except OSError:
-            dmi[name] = None
-    return classify(dmi)[0]
+    return provider_of(LiveHost())
