@@ -47,11 +47,10 @@ def _fault_text(outcome: RankOutcome) -> str:
 def _absolute_hops(trows: list[dict], relative: list[Finding], outcome: RankOutcome,
                    line_rate_gbit_s: float | None) -> list[Finding]:
     from ccdiag.cluster.capability import judge_hops
+    from ccdiag.cluster.flowlimits import flow_limit
 
     failed = {(f.details.get("src_rank"), f.details.get("dst_rank")) for f in relative if f.status == FAIL}
     rows = [dict(r, relative_fail=(r["src_rank"], r["dst_rank"]) in failed) for r in trows]
-    from ccdiag.cluster.flowlimits import flow_limit
-
     speeds = {r: i.get("speeds") or {} for r, i in outcome.idents().items()}
     limits = {r: flow_limit(i.get("provider")) for r, i in outcome.idents().items()}
     return judge_hops(rows, speeds, line_rate_gbit_s, limits)

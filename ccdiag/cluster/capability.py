@@ -143,8 +143,10 @@ def judge_hops(rows: list[dict], speeds_by_rank: Mapping[int, Mapping[str, int]]
         if not cap_gbit:
             continue
         limit = (limits_by_rank or {}).get(r["src_rank"])
-        note = limit.source if limit and limit.gbit_s < cap_gbit else None
-        c = min(cap_gbit, limit.gbit_s if note and limit else cap_gbit) / 8.0
+        note = None
+        if limit and limit.gbit_s < cap_gbit:
+            cap_gbit, note = limit.gbit_s, limit.source
+        c = cap_gbit / 8.0
         if r["gbyte_s"] < WARN_FRACTION * c:
             f = _pair(r["src_host"], r["dst_host"], r["gbyte_s"], c, r["iface"], note)
             out.append(Finding(check="cluster.ring_hop_capability", status=f.status, component=f.component,

@@ -127,14 +127,11 @@ class PairsReport:
     def _judge(self, matrix, hosts: list[str], label: str, results: dict, idents: dict) -> tuple[list, dict]:
         """Absolute findings, then relative ones for pairs not already named; and the classification."""
         cls = pm.classify(matrix, hosts, self.margin)
-        links, speeds = {}, {}
+        links, speeds, limits = {}, {}, {}
         for r, res in results.items():
             if res and res.get("leader"):
                 links[res.get("host")] = res.get("links") or {}
                 speeds[res.get("host")] = (idents.get(r) or {}).get("speeds") or {}
-        limits = {}
-        for r, res in results.items():
-            if res and res.get("leader"):
                 limits[res.get("host")] = flow_limit((idents.get(r) or {}).get("provider"))
         cap = capability.path_capability(hosts, links, speeds, self.line_rate_gbit_s,
                                          {h: lim.gbit_s for h, lim in limits.items() if lim})
