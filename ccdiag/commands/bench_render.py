@@ -60,7 +60,8 @@ def matrix_lines(ms: list[Any], op: str | None = None, direction: str = "uni") -
 def result_lines(results: list[Any], exit_code: int, hostname: str | None, width: int = MAX_WIDTH) -> list[str]:
     """The report's lines. Findings (summary, evidence, expectation, remedy) wrap within ``width``
     columns the way ``ccdiag check`` wraps them; figure rows and GPU matrices are tables and stay
-    whole, since a wrapped row would no longer line up with its header."""
+    whole, since a wrapped row would no longer line up with its header. Every line comes escaped
+    for a terminal (it quotes what was read), once: findings before they are wrapped, the rest here."""
     findings = [f for r in results for f in r.findings]
     if results and all(r.outcome == "skip" for r in results):
         lines = [f"NOT MEASURED: no benchmark can run here (node {hostname or 'unknown'}); the reasons follow"]
@@ -83,6 +84,7 @@ def result_lines(results: list[Any], exit_code: int, hostname: str | None, width
                 lines.append(f"  {'':28} {m.note}")
         if len(shown) > MAX_ROWS:
             lines.append(f"  ... {len(shown) - MAX_ROWS} more (--json lists every figure)")
+    lines = [sanitize(line) for line in lines]
     problems = sorted((f for f in findings if f.status != PASS), key=lambda f: STATUS_RANK.get(f.status, 9))
     if problems:
         lines.append("")
@@ -103,7 +105,7 @@ def print_results(results: list[Any], exit_code: int, hostname: str | None) -> N
     if sys.stdout.isatty():
         width = max(40, min(MAX_WIDTH, shutil.get_terminal_size((MAX_WIDTH, 24)).columns))
     for line in result_lines(results, exit_code, hostname, width):
-        click.echo(sanitize(line))
+        click.echo(line)
 
 
 def bench_status_line(results: list[Any]) -> str:
