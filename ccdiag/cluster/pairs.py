@@ -122,31 +122,51 @@ def measure(comm, ident: dict, size_bytes: int, iters: int, warmup: int, work: D
     n_rounds = len(the_plan["rounds"])
     try:
         for rnd, pairs in enumerate(the_plan["rounds"]):
-            barrier(comm, work, f"pairs round {rnd + 1}")
-            partner = next((b if a == me else a for a, b in pairs if me in (a, b)), None) if me is not None else None
-            if partner is None:
+            stage = f"pairs round {rnd + 1}"
+            barrier(comm, work, stage)
+            partner = _partner(pairs, me) if me is not None else None
+            if me is None or partner is None:
                 continue
-            peer, stage = leaders[partner], f"pairs round {rnd + 1}"
-            # planned at 80 % of the round's share (a loaded node runs slower than its probe said);
             # one share more than there are rounds: the last is the retests'
-            share_s = 0.8 * max(0.0, work.left_s()) / (n_rounds + 1 - rnd)
-            gbyte_s, size, per_byte_s = _pair_exchange(comm, peer, bufs, size_bytes, iters, warmup,
-                                                       share_s * (MPI_SHARE if per_iface else 1.0), work, rnd)
+            gbyte_s, size, rows = _measure_pair(comm, the_plan, me, partner, bufs, (size_bytes, iters, warmup), work,
+                                                n_rounds + 1 - rnd, rnd, stage, mine if per_iface else None)
             out["into_gbyte_s"][hosts[partner]] = gbyte_s
             out["size_bytes"][hosts[partner]] = size
             out["links"][hosts[partner]] = link_to(ident, the_plan["idents"][partner])
             if per_iface:
-                # the same share as MPI's part: the last round must leave the retests theirs
-                step_dl = work.sooner(max(0.5, work.left_s() / (n_rounds + 1 - rnd)))
-                out["tcp_rows"] += measure_ifaces(comm, peer, me < partner, hosts[me], hosts[partner], mine, size,
-                                                  iters, warmup, step_dl, TAG_IFACE + rnd, f"{stage} interfaces",
-                                                  work=work, per_byte_s=per_byte_s)
+                out["tcp_rows"] += rows
         retest(comm, the_plan, me, out, bufs, (size_bytes, iters, warmup), margin, work,
                mine if per_iface else None)
     except DeadlineExpired as exc:
         out["incomplete"] = str(exc)
         out["waiting_on"] = exc.waiting_on
     return out
+
+
+def _partner(pairs: list, me: int) -> int | None:
+    """This host's partner in a round of disjoint pairs (indices into the leaders), or None."""
+    return next((b if a == me else a for a, b in pairs if me in (a, b)), None)
+
+
+def _measure_pair(comm, the_plan: dict, me: int, partner: int, bufs, work_req: tuple[int, int, int], work: Deadline,
+                  rounds_left: int, tag_round: int, stage: str, mine: list[dict] | None) -> tuple[float, int, list]:
+    """One round between this host's leader and ``partner``'s, in its share of what is left (one of
+    ``rounds_left``, planned at 80 %: a loaded node runs slower than its probe said): MPI's exchange,
+    then with ``mine`` (this host's candidate addresses) TCP between every pair of their addresses in
+    a share of the same size. (GB/s into this host, the message size used, the TCP rows.)"""
+    hosts, leaders = the_plan["hosts"], the_plan["leaders"]
+    size_bytes, iters, warmup = work_req
+    share_s = 0.8 * max(0.0, work.left_s()) / rounds_left
+    gbyte_s, size, per_byte_s = _pair_exchange(comm, leaders[partner], bufs, size_bytes, iters, warmup,
+                                               share_s * (MPI_SHARE if mine is not None else 1.0), work, tag_round,
+                                               stage)
+    rows: list = []
+    if mine is not None:
+        step_dl = work.sooner(max(0.5, work.left_s() / rounds_left))
+        rows = measure_ifaces(comm, leaders[partner], me < partner, hosts[me], hosts[partner], mine, size, iters,
+                              warmup, step_dl, TAG_IFACE + tag_round, f"{stage} interfaces", work=work,
+                              per_byte_s=per_byte_s)
+    return gbyte_s, size, rows
 
 
 def flagged_pairs(into: dict[str, dict[str, float]], hosts: list[str], margin: float) -> list[tuple[int, int]]:
@@ -215,7 +235,7 @@ def retest(comm, the_plan: dict, me: int | None, out: dict, bufs, work_req: tupl
     that gather means no retest (the report then names the missing rank as before). With ``mine``
     (this host's candidate addresses) the per-interface TCP matrices are retested the same way: a
     pair flagged on either matrix is measured again on both."""
-    hosts, leaders = the_plan["hosts"], the_plan["leaders"]
+    hosts = the_plan["hosts"]
     # long enough for the slowest leader's last round to end; a rank that never comes costs a third
     # of what is left, and the report still names it
     sub = work.sooner(max(1.0, work.left_s() / 3))
@@ -229,24 +249,17 @@ def retest(comm, the_plan: dict, me: int | None, out: dict, bufs, work_req: tupl
         flagged = set(flagged_pairs(into, hosts, margin)) | set(flagged_iface_pairs(tcp_into, hosts, margin))
         plan_rounds = disjoint_rounds(sorted(flagged))
     plan_rounds = bcast_obj(comm, plan_rounds, work, "pairs retest plan", TAG_RETEST_PLAN) or []
-    size_bytes, iters, warmup = work_req
     base = len(the_plan["rounds"])
     for k, pairs in enumerate(plan_rounds):
         stage = f"pairs retest {k + 1}"
         barrier(comm, work, stage)
-        partner = next((b if a == me else a for a, b in pairs if me in (a, b)), None) if me is not None else None
-        if partner is None:
+        partner = _partner(pairs, me) if me is not None else None
+        if me is None or partner is None:
             continue
-        share_s = 0.8 * max(0.0, work.left_s()) / (len(plan_rounds) - k)
-        gbyte_s, size, per_byte_s = _pair_exchange(comm, leaders[partner], bufs, size_bytes, iters, warmup,
-                                                   share_s * (MPI_SHARE if mine is not None else 1.0), work,
-                                                   base + k, stage)
+        gbyte_s, size, again = _measure_pair(comm, the_plan, me, partner, bufs, work_req, work,
+                                             len(plan_rounds) - k, base + k, stage, mine)
         peer = hosts[partner]
         if mine is not None:
-            step_dl = work.sooner(max(0.5, work.left_s() / (len(plan_rounds) - k)))
-            again = measure_ifaces(comm, leaders[partner], me < partner, hosts[me], peer, mine, size, iters, warmup,
-                                   step_dl, TAG_IFACE + base + k, f"{stage} interfaces", work=work,
-                                   per_byte_s=per_byte_s)
             keep_better_rows(out.setdefault("tcp_rows", []), again)
         first = out["into_gbyte_s"].get(peer)
         out.setdefault("first_gbyte_s", {})[peer] = first
