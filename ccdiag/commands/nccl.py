@@ -32,40 +32,13 @@ def _read(path: str, what: str) -> str:
     return read_user_text(path, what, 64 << 20)
 
 
-def _settings_present(host, env_file: str | None) -> tuple[dict[str, str], str]:
-    """The settings a job would see: an env file (shell syntax), else the environment and then
-    ``/etc/nccl.conf`` read with NCCL's own parser (:func:`ccdiag.nccl.present.settings_present`)."""
+def _env_file_settings(env_file: str | None) -> tuple[dict[str, str], str]:
+    """The settings an env file (shell syntax) sets, or none."""
     from ccdiag.envfile import parse_env_file
-    from ccdiag.nccl.present import settings_present
 
     if env_file:
         return parse_env_file(_read(env_file, "environment"), env_file), f"env file {env_file}"
-    if host is None:
-        return {}, "environment"
-    return settings_present(host.environ(), _nccl_conf_text(host))
-
-
-def _conf_notes(host) -> list[str]:
-    """/etc/nccl.conf lines that NCCL reads differently from what a shell would (``export``, quotes)."""
-    from ccdiag.host import HostReadError
-    from ccdiag.probes._ncclconf import conf_problems
-
-    try:
-        text = host.read_text("/etc/nccl.conf") if host.exists("/etc/nccl.conf") else ""
-    except (HostReadError, OSError):
-        return []
-    return [f"/etc/nccl.conf {p}" for p in conf_problems(text)]
-
-
-def _nccl_conf_text(host) -> str | None:
-    from ccdiag.host import HostReadError
-
-    if not host.exists("/etc/nccl.conf"):
-        return None
-    try:
-        return host.read_text("/etc/nccl.conf")
-    except (HostReadError, OSError):
-        return None
+    return {}, "environment"
 
 
 def node_recommendation(host, env: dict[str, str], env_source: str, timeout: float = 30.0,
@@ -77,15 +50,6 @@ def node_recommendation(host, env: dict[str, str], env_source: str, timeout: flo
     obs = observe(host, NCCL_PROBES, time.monotonic() + timeout)
     rec = recommend(obs.topology, obs.runs, env=env, env_source=env_source, env_unread=env_unread)
     return rec, obs.runs, obs.topology
-
-
-def _unread(host) -> tuple[str, ...]:
-    """The judged variables this door's environment did not cover (an older snapshot's libfabric
-    variables; everything under --root): their absence proves nothing."""
-    from ccdiag.host import environ_recorded
-    from ccdiag.nccl.present import unread_prefixes
-
-    return unread_prefixes(environ_recorded(host.meta()))
 
 
 @click.command(name="nccl", epilog=epilog("nccl"))
@@ -153,20 +117,29 @@ def _from_matrix(from_smi: str, env_file: str | None):
         matrix = parse_topo_matrix(_read(from_smi, "nvidia-smi topo -m"))
     except TopoParseError as exc:
         raise InputError(f"{from_smi}: not an nvidia-smi topo -m matrix: {exc}") from None
-    env, env_source = _settings_present(None, env_file)
+    env, env_source = _env_file_settings(env_file)
     rec = recommend_from_matrix(matrix, f"pasted nvidia-smi topo -m ({from_smi})", env=env, env_source=env_source)
     return rec, f"the matrix in {from_smi}"
 
 
 def _from_node(replay, root, env_file, timeout):
+    from ccdiag.nccl.present import NCCL_CONF, conf_text, on_host
     from ccdiag.observe import close_host
+    from ccdiag.probes._ncclconf import conf_problems
 
     host = make_host(replay, root)
     try:
-        env, env_source = _settings_present(host, env_file)
-        rec, runs, topo = node_recommendation(host, env, env_source, timeout, () if env_file else _unread(host))
+        # the settings a job would see: an env file, else the environment and then /etc/nccl.conf
+        conf = None if env_file else conf_text(host)
+        if env_file:
+            env, env_source = _env_file_settings(env_file)
+            unread: tuple[str, ...] = ()
+        else:
+            env, env_source, unread = on_host(host, conf)
+        rec, runs, topo = node_recommendation(host, env, env_source, timeout, unread)
         meta = host.meta()
-        conf_notes = [] if env_file else _conf_notes(host)
+        # lines NCCL reads differently from what a shell would (``export``, quotes)
+        conf_notes = [f"{NCCL_CONF} {p}" for p in conf_problems(conf)] if conf else []
     finally:
         close_host(host)
     if conf_notes:
