@@ -181,3 +181,30 @@ def close_host(host: Host, timeout: float = 0.5, timed_out: bool = False) -> Non
 
 
 __all__ = ["Observation", "close_host", "observe", "run_traced"]
+
+
+@dataclass(frozen=True)
+class NcclSettingsSeen:
+    """The NCCL settings a job on the door's node would see (:func:`ccdiag.nccl.present.settings_present`),
+    where they were read, the judged prefixes the door's environment did not cover (an older
+    snapshot's libfabric variables, everything under --root: their absence proves nothing), and the
+    ``/etc/nccl.conf`` text (None: no file, or unreadable), kept for its notes."""
+
+    env: dict[str, str]
+    source: str
+    unread: tuple[str, ...]
+    conf: str | None
+
+
+def nccl_settings_seen(host: Host) -> NcclSettingsSeen:
+    """Read once through the door: the environment and ``/etc/nccl.conf``. ``ccdiag nccl`` and
+    ``cluster check`` both judge a node from this, so they judge the same settings."""
+    from ccdiag.host import HostReadError, environ_recorded
+    from ccdiag.nccl.present import NCCL_CONF, settings_present, unread_prefixes
+
+    try:
+        conf = host.read_text(NCCL_CONF) if host.exists(NCCL_CONF) else None
+    except (HostReadError, OSError):
+        conf = None
+    env, source = settings_present(host.environ(), conf)
+    return NcclSettingsSeen(env, source, unread_prefixes(environ_recorded(host.meta())), conf)

@@ -45,16 +45,16 @@ def node_recommendation(host: Any, runs: Mapping[str, Any], topology: Any) -> tu
     """:func:`node_settings`'s answer, and the whole recommendation as ``ccdiag nccl --json`` gives it
     (each setting's reason and evidence; None when there is none). The first is small and travels to
     rank 0; the second goes only into the host's own report (``cluster check --reports-dir``)."""
-    from ccdiag.nccl.present import conf_text, on_host
     from ccdiag.nccl.recommend import recommend
+    from ccdiag.observe import nccl_settings_seen
 
     if topology is None:
         return {"error": "the check ran out of time before the topology was built"}, None
     if not topology.gpus() and not topology.nics():
         return {"error": "no GPU and no NIC was read, so there is nothing to recommend"}, None
-    env, source, unread = on_host(host, conf_text(host))
-    rec = recommend(topology, runs, env=env, env_source=source, env_unread=unread)
-    return {"settings": rec.settings(), "source": source}, rec.to_json()
+    seen = nccl_settings_seen(host)
+    rec = recommend(topology, runs, env=seen.env, env_source=seen.source, env_unread=seen.unread)
+    return {"settings": rec.settings(), "source": seen.source}, rec.to_json()
 
 
 def _key(settings: Mapping[str, str]) -> str:

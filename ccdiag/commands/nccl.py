@@ -123,19 +123,20 @@ def _from_matrix(from_smi: str, env_file: str | None):
 
 
 def _from_node(replay, root, env_file, timeout):
-    from ccdiag.nccl.present import NCCL_CONF, conf_text, on_host
-    from ccdiag.observe import close_host
+    from ccdiag.nccl.present import NCCL_CONF
+    from ccdiag.observe import close_host, nccl_settings_seen
     from ccdiag.probes._ncclconf import conf_problems
 
     host = make_host(replay, root)
     try:
         # the settings a job would see: an env file, else the environment and then /etc/nccl.conf
-        conf = None if env_file else conf_text(host)
+        conf = None
         if env_file:
             env, env_source = _env_file_settings(env_file)
             unread: tuple[str, ...] = ()
         else:
-            env, env_source, unread = on_host(host, conf)
+            seen = nccl_settings_seen(host)
+            env, env_source, unread, conf = seen.env, seen.source, seen.unread, seen.conf
         rec, runs, topo = node_recommendation(host, env, env_source, timeout, unread)
         meta = host.meta()
         # lines NCCL reads differently from what a shell would (``export``, quotes)

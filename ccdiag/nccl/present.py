@@ -3,8 +3,8 @@
 Why one function: ``ccdiag nccl`` on one node and ``ccdiag cluster check`` across the job's nodes
 must judge the same settings, or a node would be compared on other facts than it is advised on.
 NCCL reads ``/etc/nccl.conf`` with its own parser (:mod:`ccdiag.probes._ncclconf`) and sets each
-name with ``setenv(.., 0)``, so the process environment wins. :func:`settings_present` is pure;
-:func:`on_host` reads the environment and the file (:func:`conf_text`) through the host door.
+name with ``setenv(.., 0)``, so the process environment wins. Pure: the environment and the file
+are read through the host door by :func:`ccdiag.observe.nccl_settings_seen`, which passes them in.
 
 Besides ``NCCL_*``, the libfabric variables (``FI_*``) and ``RDMAV_FORK_SAFE`` are kept: the AWS
 EFA platform requires some of them (:mod:`ccdiag.nccl.platforms`), and NCCL reaches EFA through a
@@ -13,32 +13,11 @@ plugin that reads them from the same environment.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Mapping
 
 #: the variables judged: NCCL's own, and those a platform in :mod:`ccdiag.nccl.platforms` requires
 JUDGED_PREFIXES = ("NCCL_", "FI_", "RDMAV_FORK_SAFE")
 NCCL_CONF = "/etc/nccl.conf"
-
-
-def conf_text(host: Any) -> str | None:
-    """``/etc/nccl.conf`` as the door reads it; None when the node has none or it cannot be read.
-    Read once by a caller that also wants its notes (:func:`ccdiag.probes._ncclconf.conf_problems`)."""
-    from ccdiag.host import HostReadError
-
-    try:
-        return host.read_text(NCCL_CONF) if host.exists(NCCL_CONF) else None
-    except (HostReadError, OSError):
-        return None
-
-
-def on_host(host: Any, conf: str | None) -> tuple[dict[str, str], str, tuple[str, ...]]:
-    """What :func:`settings_present` says of the door's environment and ``conf`` (its
-    :func:`conf_text`), and the judged prefixes that environment did not cover
-    (:func:`unread_prefixes`: an older snapshot's libfabric variables, everything under --root)."""
-    from ccdiag.host import environ_recorded
-
-    env, source = settings_present(host.environ(), conf)
-    return env, source, unread_prefixes(environ_recorded(host.meta()))
 
 
 def settings_present(environ: Mapping[str, str], conf_text: str | None) -> tuple[dict[str, str], str]:
@@ -60,4 +39,4 @@ def unread_prefixes(recorded: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(p for p in JUDGED_PREFIXES if not any(p.startswith(r) for r in recorded))
 
 
-__all__ = ["JUDGED_PREFIXES", "NCCL_CONF", "conf_text", "on_host", "settings_present", "unread_prefixes"]
+__all__ = ["JUDGED_PREFIXES", "NCCL_CONF", "settings_present", "unread_prefixes"]
