@@ -3,7 +3,7 @@
 #    before a build dependency or a syntax error can say something less clear (pip on Python 3.6
 #    still runs setup.py directly).
 # 2. A build from a git checkout records the commit in the package (ccdiag/_build_commit.txt), for
-#    `ccdiag --version` (see ccdiag/version.py; an editable install reads it from the tree instead).
+#    `ccdiag --version` (see ccdiag/commands/version.py; an editable install reads it from the tree instead).
 import os
 import subprocess
 import sys

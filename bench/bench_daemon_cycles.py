@@ -48,8 +48,8 @@ def _daemon(case: str, root: str):
     import importlib
 
     from ccdiag.exporters.daemon import Daemon, DaemonConfig
-    from ccdiag.host import LiveHost, ReplayHost
-    from ccdiag.probing import ALL_PROBES
+    from ccdiag.host.door import LiveHost, ReplayHost
+    from ccdiag.probes.registry import ALL_PROBES
 
     config = DaemonConfig(listen="127.0.0.1:0", interval_s=15.0, deadline_s=10.0)
     if case == "nvml_init_fails":

@@ -50,7 +50,7 @@ from ccdiag.probes import smi_topo
 def stuck(text, mode=None):
     re.match(r"(\\s*)*x", " " * 64)  # exponential backtracking inside one C call
 smi_topo.parse_topo_p2p = stuck
-from ccdiag.cli import main
+from ccdiag.commands.cli import main
 main(sys.argv[1:])
 """
 

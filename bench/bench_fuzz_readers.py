@@ -5,7 +5,7 @@
 Why: exit 4 means a bug in ccdiag, and the inputs behind the ones found so far were all files a
 user can hand it: a benchmark output cut mid-row, a policy with a 5,000-digit integer, a snapshot
 listing an empty device name. Each reader here is given mutations of real inputs, written to a file
-and read the way the command line reads it (through :mod:`ccdiag.userfiles`, the one bounded
+and read the way the command line reads it (through :mod:`ccdiag.core.userfiles`, the one bounded
 reader), and each outcome is classed: ``result`` (read), ``refused`` (the reader's documented
 error: what the command line turns into exit 2 with one line), ``internal`` (any other exception:
 exit 4), ``slow`` (more than 10 s on one input).
@@ -136,7 +136,7 @@ def mutate(reader: str, rng: random.Random, seed):
 
 def read(reader: str, path: str) -> str:
     """One read the way the command line does it; "result" or "refused" (anything else raises)."""
-    from ccdiag.userfiles import UserFileError, read_user_text
+    from ccdiag.core.userfiles import UserFileError, read_user_text
 
     try:
         if reader == "benchparse":
@@ -148,7 +148,7 @@ def read(reader: str, path: str) -> str:
             except BenchParseError:
                 return "refused"
         elif reader == "policy":
-            from ccdiag.policy import PolicyError, load_policy
+            from ccdiag.inputs.policy import PolicyError, load_policy
 
             try:
                 load_policy(path)
@@ -162,7 +162,7 @@ def read(reader: str, path: str) -> str:
             except ConfigError:
                 return "refused"
         elif reader == "env_file":
-            from ccdiag.envfile import EnvFileError, load_env_file
+            from ccdiag.inputs.envfile import EnvFileError, load_env_file
 
             try:
                 load_env_file(path)

@@ -3,7 +3,7 @@
 bound when a service is silent or absent.
 
 Why: the platform probe runs in every ``ccdiag check`` (a Slurm prolog) and every exporter cycle. It
-asks a cloud's metadata service only when DMI names Azure, Google or Oracle (:mod:`ccdiag.imds`), so on
+asks a cloud's metadata service only when DMI names Azure, Google or Oracle (:mod:`ccdiag.host.imds`), so on
 a machine whose DMI names no such cloud it must cost what it cost before: this measures the probe live
 here and checks that no service was asked. The read itself is measured against a local listener that
 accepts and never answers (the worst case: the bound, about 1 s) and a closed local port (a refusal:
@@ -29,8 +29,8 @@ from results_file import write_result  # noqa: E402
 
 def probe_here(n: int) -> dict:
     import ccdiag.probes.platform as P
-    from ccdiag import imds
-    from ccdiag.host import LiveHost
+    from ccdiag.host import imds
+    from ccdiag.host.door import LiveHost
 
     times = []
     obs = None
@@ -45,8 +45,8 @@ def probe_here(n: int) -> dict:
 
 
 def read_against(sock_setup) -> dict:
-    from ccdiag import imds
-    from ccdiag.host import HostReadError, LiveHost
+    from ccdiag.host import imds
+    from ccdiag.host.door import HostReadError, LiveHost
 
     sock, port = sock_setup()
     saved = (imds.ADDRESS, imds.PORT)
@@ -93,7 +93,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("-n", type=int, default=20)
     args = ap.parse_args()
-    from ccdiag import imds
+    from ccdiag.host import imds
 
     result = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
               "bounds": {"connect_s": imds.CONNECT_S, "total_s": imds.TOTAL_S},

@@ -77,9 +77,9 @@ def node(n: int):
 
 
 def cycle_of(n: int):
-    from ccdiag.checkrun import evaluate
+    from ccdiag.run.checkrun import evaluate
     from ccdiag.exporters.cycle import CycleState
-    from ccdiag.host import ReplayHost
+    from ccdiag.host.door import ReplayHost
 
     result = evaluate(ReplayHost(node(n)), deadline_s=120.0)
     bad = {k: r.status for k, r in result.runs.items() if r.status not in ("ok", "partial", "unavailable")}

@@ -30,7 +30,7 @@ FLOOR_S = 1.0
 
 #: the modules the topo path loads that are worth watching (cumulative import time)
 WATCH = ("click", "rich", "rich.table", "rich.console", "networkx", "psutil", "jsonschema",
-         "ccdiag.cli", "ccdiag.host", "ccdiag.probing", "ccdiag.report", "ccdiag.topology",
+         "ccdiag.commands.cli", "ccdiag.host.door", "ccdiag.probes.registry", "ccdiag.report.document", "ccdiag.topology",
          "ccdiag.commands.topo", "ccdiag.probes.nvml", "ccdiag.probes.pcie", "ccdiag.probes.smi_topo",
          "ccdiag.probes.infiniband", "ccdiag.probes.netdev", "ccdiag.probes.system")
 
@@ -73,9 +73,9 @@ def main() -> None:
     args = ap.parse_args()
     time_runs(1)  # warm the page cache and __pycache__
     times = time_runs(args.n)
-    cli_imports = import_times("import ccdiag.cli")
-    topo_imports = import_times("import ccdiag.cli, ccdiag.commands.topo, ccdiag.topology, ccdiag.topology.builder, "
-                                "ccdiag.topology.matrix, ccdiag.report, ccdiag.probing, rich.table, rich.console")
+    cli_imports = import_times("import ccdiag.commands.cli")
+    topo_imports = import_times("import ccdiag.commands.cli, ccdiag.commands.topo, ccdiag.topology, ccdiag.topology.builder, "
+                                "ccdiag.topology.matrix, ccdiag.report.document, ccdiag.probes.registry, rich.table, rich.console")
     result = {
         "command": "ccdiag topo --replay samples/hgx-h100-8gpu-healthy.snap.tar.gz --json",
         "runs": args.n,
@@ -85,7 +85,7 @@ def main() -> None:
         "max_s": round(max(times), 4),
         "floor_s": FLOOR_S,
         "below_floor": statistics.median(times) < FLOOR_S,
-        "import_ccdiag_cli_ms": round(cli_imports.get("ccdiag.cli", 0.0), 1),
+        "import_ccdiag_cli_ms": round(cli_imports.get("ccdiag.commands.cli", 0.0), 1),
         "import_topo_path_ms": {m: round(topo_imports[m], 1) for m in WATCH if m in topo_imports},
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()},
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -93,7 +93,7 @@ def main() -> None:
     write_result(RESULTS, result, echo=False)
     print(f"ccdiag topo --replay (healthy sample) --json, {args.n} runs: median {result['median_s']:.3f} s, "
           f"p90 {result['p90_s']:.3f} s (floor {FLOOR_S:.1f} s: {'below' if result['below_floor'] else 'ABOVE'})")
-    print(f"import ccdiag.cli: {result['import_ccdiag_cli_ms']:.1f} ms")
+    print(f"import ccdiag.commands.cli: {result['import_ccdiag_cli_ms']:.1f} ms")
     for mod, ms in sorted(result["import_topo_path_ms"].items(), key=lambda kv: -kv[1]):
         print(f"  import {mod:<28} {ms:7.1f} ms (cumulative)")
     print(f"wrote {RESULTS}")

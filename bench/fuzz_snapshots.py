@@ -93,7 +93,7 @@ def _repack(raw: bytes) -> bytes:
 
 def load_seeds() -> list[Seed]:
     """Every seed file, as written (format 1) and rewritten by this ccdiag (format 2)."""
-    from ccdiag.snapshot import SnapshotData
+    from ccdiag.host.snapshot import SnapshotData
 
     seeds = []
     for path in SEED_FILES:
@@ -202,11 +202,11 @@ _CRASH = re.compile(r"^(AttributeError|TypeError|KeyError|IndexError|OverflowErr
 def check(path: str, deadline_s: float = 8.0) -> tuple[str, str | None]:
     """("refused" | "result", what broke inside a probe or None) for ``check --replay path --json``
     done in this process; any exception other than the documented refusal propagates (exit 4)."""
-    from ccdiag.checkrun import evaluate
+    from ccdiag.run.checkrun import evaluate
     from ccdiag.commands.check import _report
-    from ccdiag.host import ReplayHost
-    from ccdiag.output import json_text
-    from ccdiag.snapshot import SnapshotData, SnapshotError
+    from ccdiag.host.door import ReplayHost
+    from ccdiag.core.output import json_text
+    from ccdiag.host.snapshot import SnapshotData, SnapshotError
 
     try:
         snap = SnapshotData.load(path)

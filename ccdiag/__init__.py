@@ -1,6 +1,6 @@
 """ccdiag: diagnostics and topology discovery for NVIDIA GPU nodes.
 
-Everything ccdiag knows about a machine comes through one door (:mod:`ccdiag.host`),
+Everything ccdiag knows about a machine comes through one door (:mod:`ccdiag.host.door`),
 so the same code runs live, records a snapshot, or replays one anywhere.
 """
 

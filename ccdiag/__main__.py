@@ -13,7 +13,7 @@ if sys.version_info < (3, 10):
                      % (sys.version_info[0], sys.version_info[1], sys.version_info[2], sys.executable))
     sys.exit(2)
 
-from ccdiag.cli import main  # noqa: E402
+from ccdiag.commands.cli import main  # noqa: E402
 
 if __name__ == "__main__":  # pragma: no cover - exercised through subprocess tests
     main()

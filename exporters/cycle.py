@@ -2,7 +2,7 @@
 
 A :class:`Cycle` is what a scrape serves: the probe outcomes, the observation exported for each probe,
 the findings, the topology and when it all completed. It is built from one
-:func:`ccdiag.checkrun.evaluate` result, so the daemon, the textfile and ``ccdiag check`` give the
+:func:`ccdiag.run.checkrun.evaluate` result, so the daemon, the textfile and ``ccdiag check`` give the
 same verdict for the same node.
 
 :class:`CycleState` carries what must survive between cycles in the daemon:
@@ -23,10 +23,10 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping
 
-from ccdiag.findings import Finding
-from ccdiag.readings import normalize_bdf
-from ccdiag.probing import ProbeRun
-from ccdiag.probenames import PROBE_KMSG, PROBE_NVML
+from ccdiag.core.findings import Finding
+from ccdiag.core.readings import normalize_bdf
+from ccdiag.probes.registry import ProbeRun
+from ccdiag.core.probenames import PROBE_KMSG, PROBE_NVML
 
 if TYPE_CHECKING:
     from ccdiag.topology.model import Topology

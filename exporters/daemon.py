@@ -1,7 +1,7 @@
 """``ccdiag daemon``: a collection loop on its own interval and an endpoint that serves its result.
 
 Collection and scrapes are decoupled. A background thread runs one evaluation per interval (the same
-:func:`ccdiag.checkrun.evaluate` that ``ccdiag check`` runs, bounded by its deadline) and publishes
+:func:`ccdiag.run.checkrun.evaluate` that ``ccdiag check`` runs, bounded by its deadline) and publishes
 the finished cycle; scrapes only ever read the last published cycle and its age, so Prometheus'
 scrape timeout is never spent waiting on NVML.
 
@@ -35,22 +35,22 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ccdiag import procgroups
-from ccdiag.checkrun import CheckResult, close_host, evaluate
-from ccdiag.errors import UserInputError
+from ccdiag.host import procgroups
+from ccdiag.run.checkrun import CheckResult, close_host, evaluate
+from ccdiag.core.errors import UserInputError
 from ccdiag.exporters import isolation, sanity, sdnotify
 from ccdiag.exporters.collection import REPLY_GRACE_S, CollectionProcess
 from ccdiag.exporters.collector import CycleCollector
 from ccdiag.exporters.cycle import DEFAULT_MAX_STALE_S, CycleState
 from ccdiag.exporters.server import DEFAULT_MAX_REQUESTS, MetricsServer, parse_listen
 from ccdiag.exporters.webconfig import WebConfig, load_web_config
-from ccdiag.findings import UNKNOWN, Component, Evidence, Finding
-from ccdiag.host import Host, LiveHost, ReplayHost
-from ccdiag.policy import DEFAULT_POLICY, Policy, load_policy
-from ccdiag.probing import ALL_PROBES, FAILED, TIMEOUT, ProbeRun
+from ccdiag.core.findings import UNKNOWN, Component, Evidence, Finding
+from ccdiag.host.door import Host, LiveHost, ReplayHost
+from ccdiag.inputs.policy import DEFAULT_POLICY, Policy, load_policy
+from ccdiag.probes.registry import ALL_PROBES, FAILED, TIMEOUT, ProbeRun
 
-from ccdiag.tomlread import TomlError
-from ccdiag.tomlread import loads as toml_loads
+from ccdiag.inputs.tomlread import TomlError
+from ccdiag.inputs.tomlread import loads as toml_loads
 
 log = logging.getLogger("ccdiag.daemon")
 
@@ -164,7 +164,7 @@ def load_config(path: str | None, overrides: dict[str, Any]) -> DaemonConfig:
     """The file's settings with the command line's on top (``None`` values do not override)."""
     values: dict[str, Any] = {}
     if path:
-        from ccdiag.userfiles import UserFileError, read_user_text
+        from ccdiag.core.userfiles import UserFileError, read_user_text
 
         try:
             text = read_user_text(path, "daemon config", 1 << 20)  # /dev/zero must not grow the daemon

@@ -116,12 +116,13 @@ def _child(fd: int, fn: Callable[[], Any]) -> None:
         max_fd = 4096
     os.closerange(3, fd)
     os.closerange(fd + 1, max_fd)
-    from ccdiag import procgroups, probing
+    from ccdiag.host import procgroups
+    from ccdiag.probes import registry
 
     procgroups.reset_after_fork()
     procgroups.add_listener(lambda pgid, gone=False: _send(fd, "ungroup" if gone else "group", pgid))
 
-    real_run_one = probing.run_one
+    real_run_one = registry.run_one
     sent: set[str] = set()
 
     def run_one(host: Any, name: str) -> Any:
@@ -134,7 +135,7 @@ def _child(fd: int, fn: Callable[[], Any]) -> None:
                 os._exit(0)
         return run
 
-    probing.run_one = run_one
+    registry.run_one = run_one
     try:
         result = fn()
     except BaseException as exc:  # noqa: BLE001 - reported to the parent in one line

@@ -17,11 +17,11 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from ccdiag import __version__
 from ccdiag.exporters import spec as S
 from ccdiag.exporters.cycle import Cycle, xid_keys
-from ccdiag.findings import STATUSES, Finding, verdict_status
-from ccdiag.readings import normalize_bdf
-from ccdiag.probing import OK, PARTIAL, UNAVAILABLE
+from ccdiag.core.findings import STATUSES, Finding, verdict_status
+from ccdiag.core.readings import normalize_bdf
+from ccdiag.probes.registry import OK, PARTIAL, UNAVAILABLE
 from ccdiag.topology.levels import UNKNOWN
-from ccdiag.probenames import PROBE_INFINIBAND, PROBE_KMSG, PROBE_NVML, PROBE_PCIE, PROBE_SYSTEM
+from ccdiag.core.probenames import PROBE_INFINIBAND, PROBE_KMSG, PROBE_NVML, PROBE_PCIE, PROBE_SYSTEM
 
 if TYPE_CHECKING:
     from ccdiag.topology.model import Topology

@@ -23,13 +23,13 @@ from prometheus_client.exposition import generate_latest
 from ccdiag.exporters import metrics as M
 from ccdiag.exporters.collector import StaticCollector
 from ccdiag.exporters.cycle import cycle_from_result
-from ccdiag.output import write_atomic
+from ccdiag.core.output import write_atomic
 
 DEFAULT_FILENAME = "ccdiag.prom"
 
 
 def render_textfile(result: Any, completed_at: float | None = None) -> bytes:
-    """The text a textfile gets for ``result`` (a :class:`ccdiag.checkrun.CheckResult`)."""
+    """The text a textfile gets for ``result`` (a :class:`ccdiag.run.checkrun.CheckResult`)."""
     cycle = cycle_from_result(result, time.time() if completed_at is None else completed_at)
     return generate_latest(StaticCollector(M.families(cycle)))
 

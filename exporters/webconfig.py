@@ -42,7 +42,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from ccdiag.errors import UserInputError
+from ccdiag.core.errors import UserInputError
 
 TLS_VERSIONS = {"TLS10": ssl.TLSVersion.TLSv1, "TLS11": ssl.TLSVersion.TLSv1_1,
                 "TLS12": ssl.TLSVersion.TLSv1_2, "TLS13": ssl.TLSVersion.TLSv1_3}
@@ -139,7 +139,7 @@ MAX_PEM_BYTES = 4 << 20
 def _path(base: str, value: Any, what: str, source: str) -> str:
     """The file's path, once it is known to be a regular file of at most :data:`MAX_PEM_BYTES`:
     OpenSSL would wait forever on a FIFO and read a device without end."""
-    from ccdiag.userfiles import UserFileError, read_user_bytes
+    from ccdiag.core.userfiles import UserFileError, read_user_bytes
 
     if not isinstance(value, str) or not value:
         raise WebConfigError(f"{source}: {what} must be a file path")
@@ -229,7 +229,7 @@ def load_web_config(path: str) -> WebConfig:
         raise WebConfigError(f"{path}: reading a web config needs PyYAML: pip install '.[daemon]' in ccdiag's "
                              f"source tree (or pip install PyYAML bcrypt)") from None
     try:
-        from ccdiag.userfiles import read_user_text
+        from ccdiag.core.userfiles import read_user_text
 
         doc = yaml.safe_load(read_user_text(path, "web config", 1 << 20))
     except OSError as exc:

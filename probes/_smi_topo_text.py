@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from ccdiag.errors import UserInputError
+from ccdiag.core.errors import UserInputError
 
 # an NVLink count has at most 3 digits (18 on Hopper); more is noise, and int() of thousands of
 # digits raises ValueError

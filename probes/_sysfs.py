@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import re
 
-from ccdiag.host import HostReadError
-from ccdiag.readings import ReadError
+from ccdiag.host.door import HostReadError
+from ccdiag.core.readings import ReadError
 
 #: a PCI function address as sysfs spells it: domain:bus:device.function
 BDF_RE = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")

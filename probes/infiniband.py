@@ -19,9 +19,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ccdiag.host import HostReadError
-from ccdiag.readings import ReadError
-from ccdiag.probing import PROBE_INFINIBAND, ProbeUnavailable, probe
+from ccdiag.host.door import HostReadError
+from ccdiag.core.readings import ReadError
+from ccdiag.probes.registry import PROBE_INFINIBAND, ProbeUnavailable, probe
 from ccdiag.probes._sysfs import BDF_RE, MAX_DECIMAL_DIGITS, attr, decimal, listing, parse_int, read_error
 
 NAME = PROBE_INFINIBAND

@@ -28,9 +28,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ccdiag.host import HostReadError
-from ccdiag.readings import ReadError, normalize_bdf
-from ccdiag.probing import PROBE_KMSG, probe
+from ccdiag.host.door import HostReadError
+from ccdiag.core.readings import ReadError, normalize_bdf
+from ccdiag.probes.registry import PROBE_KMSG, probe
 from ccdiag.probes._sysfs import read_error
 
 NAME = PROBE_KMSG

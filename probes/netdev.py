@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ccdiag.host import HostReadError
-from ccdiag.readings import ReadError
-from ccdiag.probing import PROBE_NETDEV, ProbeUnavailable, probe
+from ccdiag.host.door import HostReadError
+from ccdiag.core.readings import ReadError
+from ccdiag.probes.registry import PROBE_NETDEV, ProbeUnavailable, probe
 from ccdiag.probes._sysfs import BDF_RE, attr, link_basename, listing, parse_int, read_error
 
 NAME = PROBE_NETDEV

@@ -1,9 +1,9 @@
 """GPU inventory and health through NVML (driver/CUDA versions, per-GPU health, NVLinks, P2P).
 
 Every value comes through ``host.nvml(fn, *args)``, GPUs named by index, so the same code reads a
-live machine (through the deadline-guarded facade in :mod:`ccdiag.nvmlcall`) or a snapshot.
+live machine (through the deadline-guarded facade in :mod:`ccdiag.host.nvmlcall`) or a snapshot.
 
-How errors are treated, by class (see :mod:`ccdiag.nvmlcall`):
+How errors are treated, by class (see :mod:`ccdiag.host.nvmlcall`):
 
 * *not applicable* (``not_supported``, ``not_found``): the field is ``None`` and nothing else is
   said; older GPUs simply lack some counters.
@@ -59,8 +59,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ccdiag.readings import ReadError, normalize_bdf
-from ccdiag.nvmlcall import (
+from ccdiag.core.readings import ReadError, normalize_bdf
+from ccdiag.host.nvmlcall import (
     DRIVER_MISSING,
     GPU_FAILED_CLASSES,
     INVALID_ARGUMENT,
@@ -69,7 +69,7 @@ from ccdiag.nvmlcall import (
     NvmlCallError,
     call_name,
 )
-from ccdiag.probing import PROBE_NVML, ProbeUnavailable, probe
+from ccdiag.probes.registry import PROBE_NVML, ProbeUnavailable, probe
 
 NAME = PROBE_NVML
 TIMEOUT_S = 15.0
@@ -239,7 +239,7 @@ class Gpu:
     fabric_state: str | None = None  # "not_supported" | "not_started" | "in_progress" | "completed"
     fabric_status: str | None = None  # NVML return status of fabric registration, as text
     recovery_action: str | None = None  # "none" | "reset" | "reboot" | "drain_p2p" | "drain_and_reset"
-    failed: str | None = None  # error class when the GPU is lost/hung (see ccdiag.nvmlcall)
+    failed: str | None = None  # error class when the GPU is lost/hung (see ccdiag.host.nvmlcall)
     errors: tuple[ReadError, ...] = ()
     ecc_mode_pending: bool | None = None
     fabric_health_mask: int | None = None  # nvmlGpuFabricInfo_v2 healthMask, raw

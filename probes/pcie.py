@@ -23,9 +23,9 @@ import re
 import struct
 from dataclasses import dataclass
 
-from ccdiag.host import HostReadError
-from ccdiag.readings import ReadError
-from ccdiag.probing import PROBE_PCIE, ProbeUnavailable, probe
+from ccdiag.host.door import HostReadError
+from ccdiag.core.readings import ReadError
+from ccdiag.probes.registry import PROBE_PCIE, ProbeUnavailable, probe
 from ccdiag.probes._sysfs import BDF_RE, attr, link_basename, parse_int, read_error
 
 NAME = PROBE_PCIE

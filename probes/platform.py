@@ -18,9 +18,9 @@ AWS Nitro ``sys_vendor`` "Amazon EC2" with the instance type as ``product_name``
 
 The instance type: from DMI where it is there (AWS); else, only when DMI names Azure, Google or
 Oracle, from that cloud's instance metadata service through the door
-(:meth:`ccdiag.host.LiveHost.cloud_metadata`: one link-local read of about a second at most, recorded
+(:meth:`ccdiag.host.door.LiveHost.cloud_metadata`: one link-local read of about a second at most, recorded
 in snapshots, never asked under ``--root`` or on replay; endpoints, headers and fields with their
-sources in :mod:`ccdiag.imds`). ``instance_type_source`` says which: ``dmi``, ``imds`` or ``unknown``
+sources in :mod:`ccdiag.host.imds`). ``instance_type_source`` says which: ``dmi``, ``imds`` or ``unknown``
 (with ``instance_type_error`` saying why).
 """
 
@@ -29,11 +29,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ccdiag.host import HostReadError
-from ccdiag.probenames import PROBE_PLATFORM
+from ccdiag.host.door import HostReadError
+from ccdiag.core.probenames import PROBE_PLATFORM
 from ccdiag.probes._sysfs import attr, listing, read_error
-from ccdiag.probing import probe
-from ccdiag.readings import ReadError
+from ccdiag.probes.registry import probe
+from ccdiag.core.readings import ReadError
 
 NAME = PROBE_PLATFORM
 TIMEOUT_S = 3.0
@@ -91,7 +91,7 @@ def classify(dmi: dict) -> tuple[str | None, str | None]:
     return None, None
 
 
-#: the clouds whose instance type only their metadata service gives (:mod:`ccdiag.imds`)
+#: the clouds whose instance type only their metadata service gives (:mod:`ccdiag.host.imds`)
 IMDS_PROVIDERS = ("azure", "gcp", "oci")
 _AZURE_SIZE = re.compile(r"[A-Za-z][A-Za-z0-9_-]{1,80}")
 _GCP_TYPE = re.compile(r"projects/[^/\s]+/machineTypes/([a-z0-9][a-z0-9-]{0,62})")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from ccdiag.readings import ReadError
+from ccdiag.core.readings import ReadError
 from ccdiag.probes._smi_topo_parse import (
     EXTRA_COLUMNS, P2PMatrix, TopoMatrix, parse_topo_cpu_query, parse_topo_matrix, parse_topo_p2p,
 )
@@ -21,7 +21,7 @@ from ccdiag.probes._smi_topo_render import cells_equal, render_matrix, rows_for_
 from ccdiag.probes._smi_topo_text import (
     MAX_DEVICES, MAX_LINE_CHARS, MAX_LINES, MAX_TEXT_BYTES, QUOTE_LIMIT, TopoParseError, check_bounds,
 )
-from ccdiag.probing import ProbeUnavailable, probe
+from ccdiag.probes.registry import ProbeUnavailable, probe
 
 __all__ = [
     "NAME", "TIMEOUT_S", "COMMAND_TIMEOUT_S", "P2P_MODES", "EXTRA_COLUMNS", "MAX_DEVICES", "MAX_LINE_CHARS",

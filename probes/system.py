@@ -12,9 +12,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ccdiag.host import HostReadError
-from ccdiag.readings import ReadError
-from ccdiag.probing import PROBE_SYSTEM, probe
+from ccdiag.host.door import HostReadError
+from ccdiag.core.readings import ReadError
+from ccdiag.probes.registry import PROBE_SYSTEM, probe
 from ccdiag.probes._sysfs import attr, decimal, listing, read_error
 
 NAME = PROBE_SYSTEM

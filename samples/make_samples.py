@@ -35,7 +35,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # the synthesizers live with the tests (they are not part of the installed package)
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
 
-from ccdiag.snapshot import SnapshotData  # noqa: E402
+from ccdiag.host.snapshot import SnapshotData  # noqa: E402
 from synth import nvml as snv  # noqa: E402
 from synth import sysfs as ssf  # noqa: E402
 

@@ -10,9 +10,9 @@ import pathlib
 import time
 
 from ccdiag.bench.registry import BenchContext
-from ccdiag.checkrun import evaluate
-from ccdiag.host import ReplayHost
-from ccdiag.snapshot import SnapshotData
+from ccdiag.run.checkrun import evaluate
+from ccdiag.host.door import ReplayHost
+from ccdiag.host.snapshot import SnapshotData
 
 TESTS = pathlib.Path(__file__).resolve().parent
 SAMPLES = TESTS.parent / "samples"

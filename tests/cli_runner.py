@@ -1,6 +1,6 @@
 """Run ``ccdiag ARGS`` in-process through the real entry point, exit-code mapping included.
 
-Faster than a subprocess and still exercises :func:`ccdiag.cli.main`, which is where outcomes
+Faster than a subprocess and still exercises :func:`ccdiag.commands.cli.main`, which is where outcomes
 become the documented exit codes.
 """
 
@@ -10,7 +10,7 @@ import sys
 
 from click.testing import CliRunner
 
-from ccdiag.cli import main
+from ccdiag.commands.cli import main
 
 
 def run(*args: str) -> tuple[int, str, str]:
@@ -29,7 +29,7 @@ def run(*args: str) -> tuple[int, str, str]:
 
 def unwrap(text: str) -> list[str]:
     """The logical lines of a wrapped text report: a line indented 6 or more columns continues the
-    line before it (``ccdiag.render.wrap_line`` hangs every continuation that deep)."""
+    line before it (``ccdiag.report.render.wrap_line`` hangs every continuation that deep)."""
     lines: list[str] = []
     for line in text.splitlines():
         if lines and line.startswith("      "):

@@ -11,15 +11,15 @@ import dataclasses
 import pathlib
 import re
 
-from ccdiag.checkrun import CheckResult
-from ccdiag.findings import Component, Finding
-from ccdiag.readings import ReadError
+from ccdiag.run.checkrun import CheckResult
+from ccdiag.core.findings import Component, Finding
+from ccdiag.core.readings import ReadError
 from ccdiag.probes.infiniband import IbDevice, IbObservation, IbPort
 from ccdiag.probes.kmsg import KernelEvent, KmsgObservation
 from ccdiag.probes.nvml import Gpu, NvLink, NvmlObservation
 from ccdiag.probes.pcie import PcieDevice, PcieObservation
 from ccdiag.probes.system import SystemObservation
-from ccdiag.probing import ProbeRun
+from ccdiag.probes.registry import ProbeRun
 
 
 def nvml_obs(temp0: float | None = 41.0) -> NvmlObservation:
@@ -167,8 +167,8 @@ def frozen(result: CheckResult) -> CheckResult:
 
 
 def sample_result(path) -> CheckResult:
-    from ccdiag.checkrun import evaluate
-    from ccdiag.host import ReplayHost
+    from ccdiag.run.checkrun import evaluate
+    from ccdiag.host.door import ReplayHost
 
     return evaluate(ReplayHost(str(path)), deadline_s=120.0)
 

@@ -12,8 +12,8 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from ccdiag.checks import CheckContext
-from ccdiag.policy import DEFAULT_POLICY, Policy
-from ccdiag.probing import ProbeRun
+from ccdiag.inputs.policy import DEFAULT_POLICY, Policy
+from ccdiag.probes.registry import ProbeRun
 from ccdiag.probes.infiniband import Gid, IbDevice, IbObservation, IbPort
 from ccdiag.probes.kmsg import KmsgObservation
 from ccdiag.probes.netdev import Address, NetdevObservation, NetInterface

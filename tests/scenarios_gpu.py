@@ -16,12 +16,12 @@ import pathlib
 from typing import Any
 
 from ccdiag.checks import CheckContext
-from ccdiag.policy import DEFAULT_POLICY, Policy
+from ccdiag.inputs.policy import DEFAULT_POLICY, Policy
 from ccdiag.probes.kmsg import KmsgObservation, parse_lines
 from ccdiag.probes.nvml import Gpu, NvLink, NvmlObservation
 from ccdiag.probes.pcie import PcieDevice, PcieObservation
 from ccdiag.probes.system import SystemObservation
-from ccdiag.probing import ProbeRun
+from ccdiag.probes.registry import ProbeRun
 
 KMSG_FIXTURES = pathlib.Path(__file__).resolve().parent / "fixtures" / "kmsg"
 
@@ -163,7 +163,7 @@ def gpu_gone(index: int = 3) -> CheckContext:
 
 
 def gpu_lost(index: int = 5) -> CheckContext:
-    from ccdiag.readings import ReadError
+    from ccdiag.core.readings import ReadError
     runs = with_gpu(healthy_runs(), index, failed="gpu_lost", ecc_volatile_uncorrected=None,
                     ecc_aggregate_uncorrected=None, remapped_rows_pending=None, remapped_rows_failure=None,
                     temperature_c=None, nvlinks=(),

@@ -17,8 +17,8 @@ import pathlib
 import sys
 import tempfile
 
-from ccdiag.checkrun import CheckResult, evaluate
-from ccdiag.host import ReplayHost
+from ccdiag.run.checkrun import CheckResult, evaluate
+from ccdiag.host.door import ReplayHost
 
 HERE = pathlib.Path(__file__).resolve().parent
 SAMPLES = HERE.parent / "samples"

@@ -13,7 +13,7 @@ from bench_support import context, fake_env, observed, two_cpus
 from ccdiag.bench.gpu_copy import run_group
 from ccdiag.bench.registry import BenchContext
 from ccdiag.bench.runner import exit_code, run_benchmarks
-from ccdiag.exitcodes import ExitCode
+from ccdiag.core.exitcodes import ExitCode
 
 H100_H2D = 55.0  # GB/s: what a healthy Gen5 x16 host copy reaches (88 % of 63, stas00 H200 figure)
 NV18_P2P = 380.0  # GB/s: 84 % of 450 (NVIDIA/nccl#1264)
@@ -201,9 +201,9 @@ def test_pairs_below_their_nvlink_count_name_the_links_down():
 
 def test_check_bench_quick_folds_benchmark_findings_into_the_verdict():
     from bench_support import LiveStub, SAMPLES
-    from ccdiag.checkrun import QUICK_BENCH_S, add_benchmarks, evaluate
-    from ccdiag.host import ReplayHost
-    from ccdiag.stages import Budget
+    from ccdiag.run.checkrun import QUICK_BENCH_S, add_benchmarks, evaluate
+    from ccdiag.host.door import ReplayHost
+    from ccdiag.run.stages import Budget
 
     host = ReplayHost(str(SAMPLES / "hgx-h100-8gpu-degraded.snap.tar.gz"))
     res = evaluate(host, budget=Budget.plan(30, bench_s=QUICK_BENCH_S))
@@ -229,7 +229,7 @@ def test_check_bench_quick_on_a_replay_keeps_the_verdict_and_lists_the_skips():
     code, out, _ = run("check", "--replay", sample, "--json", "--bench", "quick")
     assert code == code_plain == 1
     doc = _json.loads(out)
-    from ccdiag.report import validate
+    from ccdiag.report.document import validate
 
     validate(doc)
     assert doc["verdict"]["counts"] == _json.loads(out_plain)["verdict"]["counts"]

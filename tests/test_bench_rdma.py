@@ -188,7 +188,7 @@ def test_pyverbs_jobs_pair_each_port_with_its_own_gpu_and_host_memory(healthy):
 def test_roce_gid_index_is_the_one_nccl_would_pick(healthy):
     """Read with `ccdiag nccl`'s own GID reading: a RoCE v2 GID holding an IPv4 address first."""
     from ccdiag.probes.infiniband import Gid, IbDevice, IbObservation, IbPort
-    from ccdiag.probing import ProbeRun
+    from ccdiag.probes.registry import ProbeRun
 
     port = IbPort(1, state="ACTIVE", link_layer="Ethernet", gids=(
         Gid(0, "fe80:0000:0000:0000:0a00:27ff:fe00:0001", "IB/RoCE v1"),

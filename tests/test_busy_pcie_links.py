@@ -11,11 +11,11 @@ import pytest
 
 import scenarios_fabric as S
 from ccdiag.checks import run_checks
-from ccdiag.busy_pcie_links import LinkLoad
+from ccdiag.host.busy_pcie_links import LinkLoad
 
 
 def fake_cupy(devices=2, fail_on=None):
-    """Just the calls ccdiag.busy_pcie_links makes, counting host-to-device copies per device."""
+    """Just the calls ccdiag.host.busy_pcie_links makes, counting host-to-device copies per device."""
     copies = {}
     current = threading.local()
     cp = types.ModuleType("cupy")

@@ -10,13 +10,13 @@ import pathlib
 import pytest
 
 from ccdiag import checks
-from ccdiag.checkrun import evaluate, exit_code_for
-from ccdiag.envfile import EnvFileError, parse_env_file
-from ccdiag.exitcodes import ExitCode
-from ccdiag.findings import FAIL, PASS, SKIP, UNKNOWN, WARN, Component, Evidence, Finding
-from ccdiag.host import ReplayHost
-from ccdiag.render import one_line, render_text, verdict_line
-from ccdiag.report import validate
+from ccdiag.run.checkrun import evaluate, exit_code_for
+from ccdiag.inputs.envfile import EnvFileError, parse_env_file
+from ccdiag.core.exitcodes import ExitCode
+from ccdiag.core.findings import FAIL, PASS, SKIP, UNKNOWN, WARN, Component, Evidence, Finding
+from ccdiag.host.door import ReplayHost
+from ccdiag.report.render import one_line, render_text, verdict_line
+from ccdiag.report.document import validate
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 HEALTHY = REPO / "samples" / "hgx-h100-8gpu-healthy.snap.tar.gz"

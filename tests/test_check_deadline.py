@@ -19,10 +19,10 @@ import types
 
 import pytest
 
-from ccdiag.checkrun import evaluate
-from ccdiag.exitcodes import ExitCode
-from ccdiag.findings import FAIL, UNKNOWN
-from ccdiag.host import LiveHost
+from ccdiag.run.checkrun import evaluate
+from ccdiag.core.exitcodes import ExitCode
+from ccdiag.core.findings import FAIL, UNKNOWN
+from ccdiag.host.door import LiveHost
 from wedged import HUNG_PYNVML, write_hung_smi
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
@@ -123,7 +123,7 @@ def test_hung_command_and_nvml_call_are_named_and_bounded(tmp_path, hung_smi, ha
 
 def test_a_failure_found_before_the_deadline_still_fails(tmp_path, hung_smi, hang_probes, monkeypatch):
     from ccdiag import checks
-    from ccdiag.findings import Component, Finding
+    from ccdiag.core.findings import Component, Finding
 
     def always_fails(ctx):
         yield Finding("test.synthetic_fail", FAIL, Component("node", "n"), "synthesized failure")

@@ -14,7 +14,7 @@ import pytest
 import exporter_cases as C
 from cli_runner import run
 from ccdiag.commands import check as check_cmd
-from ccdiag.output import PRETTY_MAX_BYTES, json_text
+from ccdiag.core.output import PRETTY_MAX_BYTES, json_text
 
 pytestmark = pytest.mark.skipif(not C.HEALTHY.exists(), reason="bundled samples missing")
 

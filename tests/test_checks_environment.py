@@ -10,9 +10,9 @@ import scenarios_fabric as S
 from ccdiag.checks import REGISTRY, load_all, run_checks
 from ccdiag.checks.environment import ib_hca, memlock, nccl_disable, shm, socket_ifname
 from ccdiag.nccl.lists import NcclEntry, parse_nccl_list
-from ccdiag.findings import FAIL, PASS, SKIP, UNKNOWN, WARN
-from ccdiag.policy import Policy
-from ccdiag.probing import ProbeRun
+from ccdiag.core.findings import FAIL, PASS, SKIP, UNKNOWN, WARN
+from ccdiag.inputs.policy import Policy
+from ccdiag.probes.registry import ProbeRun
 
 MIB = 1 << 20
 

@@ -10,8 +10,8 @@ import pytest
 
 import scenarios_fabric as S
 from ccdiag.checks import run_checks
-from ccdiag.findings import STATUSES
-from ccdiag.readings import to_jsonable
+from ccdiag.core.findings import STATUSES
+from ccdiag.core.readings import to_jsonable
 
 SCENARIOS = {
     "healthy": lambda: S.make_ctx(),

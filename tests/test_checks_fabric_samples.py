@@ -8,9 +8,9 @@ import pathlib
 import pytest
 
 import scenarios_fabric as S
-from ccdiag.checkrun import evaluate
+from ccdiag.run.checkrun import evaluate
 from ccdiag.checks.infiniband import gpudirect
-from ccdiag.host import ReplayHost
+from ccdiag.host.door import ReplayHost
 from ccdiag.topology import build_topology
 
 SAMPLES = pathlib.Path(__file__).resolve().parent.parent / "samples"

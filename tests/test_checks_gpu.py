@@ -7,9 +7,9 @@ import dataclasses
 import pytest
 
 from ccdiag.checks import run_checks
-from ccdiag.readings import ReadError
-from ccdiag.policy import Policy
-from ccdiag.probing import ProbeRun
+from ccdiag.core.readings import ReadError
+from ccdiag.inputs.policy import Policy
+from ccdiag.probes.registry import ProbeRun
 import scenarios_gpu as S
 
 MINE = ("gpu.", "probe.", "xid.", "nvlink.")

@@ -7,8 +7,8 @@ import pathlib
 
 import pytest
 
-from ccdiag.checkrun import evaluate
-from ccdiag.host import ReplayHost
+from ccdiag.run.checkrun import evaluate
+from ccdiag.host.door import ReplayHost
 
 SAMPLES = pathlib.Path(__file__).resolve().parent.parent / "samples"
 MINE = ("gpu.", "xid.", "nvlink.", "probe.")

@@ -9,11 +9,11 @@ import pytest
 import scenarios_fabric as S
 from ccdiag.checks import REGISTRY, load_all, run_checks
 from ccdiag.checks.infiniband import counters, gpudirect, link_flaps, port_state, rate, roce_gid
-from ccdiag.findings import FAIL, PASS, SKIP, UNKNOWN, WARN
-from ccdiag.policy import Policy
+from ccdiag.core.findings import FAIL, PASS, SKIP, UNKNOWN, WARN
+from ccdiag.inputs.policy import Policy
 from ccdiag.probes.infiniband import Gid
 from ccdiag.probes.kmsg import KernelEvent
-from ccdiag.probing import ProbeRun
+from ccdiag.probes.registry import ProbeRun
 
 IB_CHECKS = ("ib.port_state", "ib.rate", "ib.counters", "ib.link_flaps", "ib.roce_gid", "ib.gpudirect",
              "ib.subnet_manager", "ib.rail_socket")

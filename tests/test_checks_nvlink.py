@@ -6,7 +6,7 @@ import dataclasses
 
 import scenarios_gpu as S
 from ccdiag.checks import run_checks
-from ccdiag.policy import Policy
+from ccdiag.inputs.policy import Policy
 from ccdiag.probes.nvml import NvLink
 
 

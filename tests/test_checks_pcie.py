@@ -9,10 +9,10 @@ import pytest
 import scenarios_fabric as S
 from ccdiag.checks import REGISTRY, load_all, run_checks
 from ccdiag.checks.pcie import acs, aer, gen_of, link_speed, link_width, replay
-from ccdiag.findings import FAIL, PASS, SKIP, UNKNOWN, WARN
-from ccdiag.readings import ReadError
-from ccdiag.policy import Policy
-from ccdiag.probing import ProbeRun
+from ccdiag.core.findings import FAIL, PASS, SKIP, UNKNOWN, WARN
+from ccdiag.core.readings import ReadError
+from ccdiag.inputs.policy import Policy
+from ccdiag.probes.registry import ProbeRun
 
 
 def bad(findings):

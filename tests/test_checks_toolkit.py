@@ -7,9 +7,9 @@ import pytest
 import scenarios_fabric as S
 from ccdiag.checks import REGISTRY, CheckContext, check, load_all, run_checks
 from ccdiag.checks.common import gate, node_component, policy_source, second_sample
-from ccdiag.findings import PASS, SKIP, UNKNOWN, Finding
-from ccdiag.policy import Policy
-from ccdiag.probing import ALL_PROBES, ProbeRun
+from ccdiag.core.findings import PASS, SKIP, UNKNOWN, Finding
+from ccdiag.inputs.policy import Policy
+from ccdiag.probes.registry import ALL_PROBES, ProbeRun
 
 
 @pytest.fixture

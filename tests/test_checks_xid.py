@@ -11,9 +11,9 @@ import pytest
 import scenarios_gpu as S
 from ccdiag.checks import run_checks
 from ccdiag.checks.xid import ACTION_STATUS, classify, load_catalog
-from ccdiag.policy import Policy
+from ccdiag.inputs.policy import Policy
 from ccdiag.probes.kmsg import KernelEvent
-from ccdiag.probing import ProbeRun
+from ccdiag.probes.registry import ProbeRun
 
 XID79 = "dmesg-xid79-crash-dump-multiline-continuation.txt"  # GPU at 0000:5d:00 = HGX GPU3
 XID13 = "dmesg-ctime-xid13-xid109-pid-unknown.txt"  # 0000:cb:00, ctime stamps (no uptime)

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from ccdiag.exitcodes import ExitCode
+from ccdiag.core.exitcodes import ExitCode
 
 
 def run(*args, timeout=120):
@@ -62,7 +62,7 @@ def test_exit_code_tables_match_the_code():
     import pathlib
     import re
 
-    from ccdiag.exitcodes import EXIT_CODE_DOCS
+    from ccdiag.core.exitcodes import EXIT_CODE_DOCS
 
     repo = pathlib.Path(__file__).resolve().parent.parent
     full = (repo / "docs" / "commands.md").read_text()

@@ -14,11 +14,11 @@ from click.testing import CliRunner
 
 from conftest import FIXTURES, REPO
 
-from ccdiag.cli import cli, main
+from ccdiag.commands.cli import cli, main
 from ccdiag.commands.topo import gather, topo_report
-from ccdiag.exitcodes import ExitCode
-from ccdiag.host import RecordingHost, ReplayHost
-from ccdiag.report import strip_volatile, validate
+from ccdiag.core.exitcodes import ExitCode
+from ccdiag.host.door import RecordingHost, ReplayHost
+from ccdiag.report.document import strip_volatile, validate
 
 HEALTHY = str(REPO / "samples" / "hgx-h100-8gpu-healthy.snap.tar.gz")
 DEGRADED = str(REPO / "samples" / "hgx-h100-8gpu-degraded.snap.tar.gz")
@@ -272,7 +272,7 @@ def test_degraded_json_carries_nic_and_gpu_states():
 
 
 def test_usable_nic_agrees_with_the_gpudirect_check():
-    from ccdiag.checkrun import evaluate
+    from ccdiag.run.checkrun import evaluate
 
     _, out = invoke("--replay", DEGRADED, "--json")
     aff = json.loads(out)["topology"]["affinity"]

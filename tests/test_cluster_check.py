@@ -60,7 +60,7 @@ def test_silent_rank_is_a_finding():
 def test_facts_from_a_real_report(tmp_path):
     from click.testing import CliRunner
 
-    from ccdiag.cli import cli
+    from ccdiag.commands.cli import cli
 
     r = CliRunner().invoke(cli, ["check", "--replay", str(DEGRADED), "--json"])
     facts = gather.facts_from_report(json.loads(r.output))

@@ -8,7 +8,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from ccdiag.cli import cli
+from ccdiag.commands.cli import cli
 from ccdiag.cluster import compare
 from cli_runner import run
 from conftest import REPO

@@ -52,7 +52,7 @@ def test_classify_slow_host_vs_slow_link():
 
 
 def test_classify_follows_the_shared_rule_where_every_pair_of_a_host_is_slow():
-    from ccdiag import outliers
+    from ccdiag.core import outliers
 
     hosts = ["h0", "h1", "h2", "h3"]
     # h2 slow with every peer: the same answer as the shared rule on the slower directions
@@ -482,7 +482,7 @@ def test_the_flow_limit_follows_the_cloud_the_door_reads_in_dmi(tmp_path):
     """The cross-host benchmarks learn their host's cloud as the platform probe does (the EC2
     identity strings of tests/test_platform.py); a tree without DMI has no cloud and no limit."""
     from ccdiag.cluster.flowlimits import flow_limit
-    from ccdiag.host import LiveHost
+    from ccdiag.host.door import LiveHost
     from ccdiag.probes.platform import provider_of
 
     dmi = tmp_path / "sys" / "class" / "dmi" / "id"

@@ -13,7 +13,7 @@ import pytest
 
 from ccdiag.cluster import gather
 from ccdiag.cluster.nccl_agree import CHECK, agreement
-from ccdiag.snapshot import SnapshotData
+from ccdiag.host.snapshot import SnapshotData
 from conftest import REPO
 
 HEALTHY = REPO / "samples" / "hgx-h100-8gpu-healthy.snap.tar.gz"
@@ -124,7 +124,7 @@ def test_reports_dir_reports_carry_the_recommendation_and_compare_names_the_odd_
     ``ccdiag compare`` over those files names the host whose HCA list differs, by the setting."""
     import json
 
-    from ccdiag.report import validate
+    from ccdiag.report.document import validate
     from cli_runner import run
 
     renamed = tmp_path / "renamed.snap.tar.gz"

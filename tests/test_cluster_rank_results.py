@@ -11,11 +11,11 @@ import json
 
 from click.testing import CliRunner
 
-from ccdiag.cli import cli
+from ccdiag.commands.cli import cli
 from ccdiag.cluster import benchrun, sweep
 from ccdiag.cluster.runner import RankOutcome, reserve_for
-from ccdiag.exitcodes import ExitCode
-from ccdiag.findings import FAIL, PASS, Component, Finding
+from ccdiag.core.exitcodes import ExitCode
+from ccdiag.core.findings import FAIL, PASS, Component, Finding
 
 MIB = 1 << 20
 

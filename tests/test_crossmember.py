@@ -12,7 +12,7 @@ import pathlib
 
 import pytest
 
-from ccdiag.snapshot import SnapshotData
+from ccdiag.host.snapshot import SnapshotData
 from cli_runner import run
 
 SAMPLE = pathlib.Path(__file__).parent.parent / "samples" / "hgx-h100-8gpu-healthy.snap.tar.gz"

@@ -21,8 +21,8 @@ import pytest
 import exporter_cases as C
 from ccdiag.exporters.daemon import ConfigError, Daemon, DaemonConfig, load_config, parse_config
 from ccdiag.exporters.webconfig import WebConfigError, load_web_config
-from ccdiag.host import ReplayHost
-from ccdiag.snapshot import SnapshotData
+from ccdiag.host.door import ReplayHost
+from ccdiag.host.snapshot import SnapshotData
 from test_metrics import value
 
 pytestmark = pytest.mark.skipif(not C.HEALTHY.exists(), reason="bundled samples missing")

@@ -12,9 +12,9 @@ import textwrap
 import pytest
 
 import exporter_cases as C
-from ccdiag.exitcodes import ExitCode
+from ccdiag.core.exitcodes import ExitCode
 from ccdiag.exporters.daemon import ConfigError, Daemon, DaemonConfig, load_config
-from ccdiag.host import ReplayHost
+from ccdiag.host.door import ReplayHost
 from test_metrics import value
 
 pytestmark = pytest.mark.skipif(not C.HEALTHY.exists(), reason="bundled samples missing")
@@ -190,7 +190,7 @@ def test_config_is_read_with_tomli_where_tomllib_is_missing():
                      "except ModuleNotFoundError:\n"
                      "    import tomli as stand_in\n"
                      "sys.modules['tomli'] = stand_in",
-                     "import ccdiag.tomlread as reader; assert reader._toml is stand_in\n"
+                     "import ccdiag.inputs.tomlread as reader; assert reader._toml is stand_in\n"
                      "print(parse_config('interval = 30\\nprobes = [\"nvml\"]\\n'))\n"
                      "try:\n"
                      "    parse_config('interval = [')\n"

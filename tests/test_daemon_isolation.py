@@ -18,8 +18,8 @@ import pytest
 import exporter_cases as C
 from ccdiag.exporters.daemon import Daemon, DaemonConfig, load_config
 from ccdiag.exporters.sanity import bad_value
-from ccdiag.host import ReplayHost
-from ccdiag.snapshot import SnapshotData
+from ccdiag.host.door import ReplayHost
+from ccdiag.host.snapshot import SnapshotData
 from test_metrics import value
 
 pytestmark = pytest.mark.skipif(not C.HEALTHY.exists(), reason="bundled samples missing")
@@ -221,7 +221,7 @@ def test_clocks_event_mask_out_of_range_decodes_in_bounded_time(mask):
 
 
 def test_a_negative_clocks_event_value_from_nvml_is_read_as_unsigned():
-    from ccdiag.checkrun import evaluate
+    from ccdiag.run.checkrun import evaluate
 
     snap = SnapshotData.load(str(C.HEALTHY))
     for rec in snap.nvml:

@@ -197,7 +197,7 @@ def test_the_parent_reads_a_child_whose_pipe_is_above_descriptor_1023():
 
 def test_a_child_past_its_deadline_is_killed_and_reaped_with_its_commands():
     def hang():
-        from ccdiag.host import LiveHost
+        from ccdiag.host.door import LiveHost
 
         LiveHost("/").run(["sleep", "60"], timeout=60)
 
@@ -220,7 +220,7 @@ def test_max_requests_is_a_setting_with_a_range(tmp_path):
 
 
 def test_a_stopped_daemon_leaves_no_process():
-    from ccdiag.host import ReplayHost
+    from ccdiag.host.door import ReplayHost
 
     me = psutil.Process()
     before = {p.pid for p in me.children(recursive=True)}

@@ -7,10 +7,10 @@ import urllib.error
 import urllib.request
 
 import exporter_cases as C
-from ccdiag.checkrun import evaluate
+from ccdiag.run.checkrun import evaluate
 from ccdiag.exporters.cycle import CycleState, cycle_from_result
 from ccdiag.exporters.daemon import Daemon, DaemonConfig, load_config
-from ccdiag.host import ReplayHost
+from ccdiag.host.door import ReplayHost
 
 from test_metrics import render, samples, value
 

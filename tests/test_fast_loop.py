@@ -10,7 +10,7 @@ import fastloop
 
 def test_every_module_covers_the_three_packages():
     names = fastloop.every_module()
-    assert {"ccdiag.readings", "ccdiag.probes.smi_topo", "ccdiag.probes._smi_topo_repair",
+    assert {"ccdiag.core.readings", "ccdiag.probes.smi_topo", "ccdiag.probes._smi_topo_repair",
             "ccdiag.exporters.daemon", "ccdiag.topology.fastrows"} <= names
     assert not any(n.endswith(".__init__") or ".probes.probes" in n for n in names)
     assert set(fastloop.NOT_IN_PROCESS) <= names

@@ -9,8 +9,8 @@ import pathlib
 
 import pytest
 
-from ccdiag.checkrun import evaluate
-from ccdiag.host import ReplayHost
+from ccdiag.run.checkrun import evaluate
+from ccdiag.host.door import ReplayHost
 from ccdiag.probes import nvml
 
 MOCK = pathlib.Path(__file__).resolve().parent / "fixtures" / "mocknvml"

@@ -10,10 +10,10 @@ from __future__ import annotations
 import pytest
 
 import scenarios_node as N
-from ccdiag.findings import FAIL, PASS
-from ccdiag.host import ReplayHost
+from ccdiag.core.findings import FAIL, PASS
+from ccdiag.host.door import ReplayHost
 from ccdiag.probes import nvml
-from ccdiag.snapshot import SnapshotData
+from ccdiag.host.snapshot import SnapshotData
 from synth.nvml import h100_node, nvml_records
 
 ZERO_PCI = {"busIdLegacy": "", "domain": 0, "bus": 0, "device": 0, "pciDeviceId": 0, "pciSubSystemId": 0,

@@ -9,9 +9,9 @@ import pytest
 
 import scenarios_node as N
 from ccdiag.checks.nvswitch import classify, is_placeholder, load_catalog
-from ccdiag.findings import FAIL, PASS, WARN
+from ccdiag.core.findings import FAIL, PASS, WARN
 from ccdiag.probes.kmsg import match_event, parse_lines
-from ccdiag.render import render_text
+from ccdiag.report.render import render_text
 
 
 def _roots(res, status=FAIL):

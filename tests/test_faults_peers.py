@@ -5,7 +5,7 @@ snapshots built with the samples' builder (tests/scenarios_node.py)."""
 from __future__ import annotations
 
 import scenarios_node as N
-from ccdiag.findings import FAIL, PASS
+from ccdiag.core.findings import FAIL, PASS
 
 
 def _fails(res):

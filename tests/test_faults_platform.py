@@ -5,8 +5,8 @@ SYNTHESIZED snapshots built with the samples' builder (tests/scenarios_node.py).
 from __future__ import annotations
 
 import scenarios_node as N
-from ccdiag.findings import FAIL, PASS, WARN
-from ccdiag.render import render_text
+from ccdiag.core.findings import FAIL, PASS, WARN
+from ccdiag.report.render import render_text
 
 
 def _roots(res):

@@ -16,7 +16,7 @@ import tarfile
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ccdiag.snapshot import SnapshotData, SnapshotError
+from ccdiag.host.snapshot import SnapshotData, SnapshotError
 from cli_runner import run
 
 SAMPLES = sorted((pathlib.Path(__file__).parent.parent / "samples").glob("*.snap.tar.gz"))

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from ccdiag.examples import EXAMPLES
+from ccdiag.commands.examples import EXAMPLES
 from conftest import REPO
 
 
@@ -66,7 +66,7 @@ def test_version_names_commit_python_nvml_binding_and_driver():
 
 
 def test_commit_recorded_at_build_time_wins(tmp_path, monkeypatch):
-    from ccdiag import version
+    from ccdiag.commands import version
 
     recorded = tmp_path / "_build_commit.txt"
     recorded.write_text("0123456789ab\n")
@@ -108,7 +108,7 @@ def test_no_command_is_left_without_examples():
     """Every command and sub-command, including ones added later, has an Examples block."""
     import click
 
-    from ccdiag.cli import COMMANDS, cli
+    from ccdiag.commands.cli import COMMANDS, cli
 
     ctx = click.Context(cli)
     missing = []

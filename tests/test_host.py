@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from ccdiag.host import HostReadError, LiveHost, RecordingHost, ReplayHost, resolve_path
-from ccdiag.nvmlcall import DRIVER_MISSING, GPU_LOST, NOT_RECORDED, NvmlCallError
-from ccdiag.snapshot import SnapshotData, SnapshotError
+from ccdiag.host.door import HostReadError, LiveHost, RecordingHost, ReplayHost, resolve_path
+from ccdiag.host.nvmlcall import DRIVER_MISSING, GPU_LOST, NOT_RECORDED, NvmlCallError
+from ccdiag.host.snapshot import SnapshotData, SnapshotError
 
 
 @pytest.fixture

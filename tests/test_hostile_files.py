@@ -11,7 +11,7 @@ import urllib.request
 import pytest
 
 from cli_runner import run
-from ccdiag.userfiles import UserFileError, read_user_bytes
+from ccdiag.core.userfiles import UserFileError, read_user_bytes
 
 from conftest import REPO
 
@@ -52,7 +52,7 @@ def test_an_oversized_file_names_the_limit(tmp_path):
 
 def test_the_listener_queues_a_burst_and_sets_tcp_nodelay():
     from ccdiag.exporters.daemon import Daemon, DaemonConfig
-    from ccdiag.host import ReplayHost
+    from ccdiag.host.door import ReplayHost
 
     d = Daemon(DaemonConfig(listen="127.0.0.1:0"), host=ReplayHost(str(HEALTHY)))
     d.start()
@@ -75,7 +75,7 @@ def test_the_listener_queues_a_burst_and_sets_tcp_nodelay():
 
 
 def test_a_driver_that_did_not_load_gives_a_fresh_error_each_time():
-    from ccdiag.nvmlcall import NvmlCallError, NvmlFacade
+    from ccdiag.host.nvmlcall import NvmlCallError, NvmlFacade
 
     class NoDriver:
         def nvmlInit(self):

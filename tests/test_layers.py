@@ -15,54 +15,49 @@ import ccdiag
 
 PKG = pathlib.Path(ccdiag.__file__).resolve().parent
 
-#: room -> the rooms it may import from (besides itself and the shared leaf modules)
+#: room -> the rooms it may import from (besides itself and ``core``). A room is a folder: a
+#: sub-package of ``ccdiag`` (``probes`` and ``exporters`` are installed as ``ccdiag.probes`` and
+#: ``ccdiag.exporters``); ``core`` holds the leaves every room may use.
 ALLOWED = {
+    "core": set(),
     "host": set(),
     "probes": {"host"},
     "topology": {"probes"},
+    "inputs": {"probes", "topology"},
     "nccl": {"probes", "topology"},
-    "checks": {"probes", "topology", "host", "nccl"},
-    "exporters": {"probes", "topology", "checks", "report", "host", "run", "nccl"},
+    "checks": {"probes", "topology", "host", "nccl", "inputs"},
+    "exporters": {"probes", "topology", "checks", "report", "host", "run", "nccl", "inputs"},
     "report": {"probes", "topology", "checks", "nccl", "host", "bench"},
     "benchparse": set(),
     "bench": {"host", "probes", "topology", "checks", "nccl", "benchparse"},
-    "run": {"host", "probes", "topology", "checks", "nccl", "bench"},
-    "cluster": {"host", "probes", "topology", "checks", "nccl", "bench", "run", "report"},
+    "run": {"host", "probes", "topology", "checks", "nccl", "bench", "inputs"},
+    "cluster": {"host", "probes", "topology", "checks", "nccl", "bench", "run", "report", "inputs"},
     "commands": {"host", "probes", "topology", "checks", "report", "exporters", "run", "nccl", "bench",
-                 "benchparse", "cluster"},
+                 "benchparse", "cluster", "inputs"},
 }
-#: leaf modules any room may use: errors, exit codes, data model, rates, findings, policy, output
-SHARED = {"errors", "envfile", "probenames", "userfiles", "procgroups", "exitcodes", "readings", "linkrates", "outliers",
-          "findings", "policy", "tomlread", "output", "__init__",
-          "__version__"}
+#: modules at the top of the package, outside every room: the version, and ``python -m ccdiag``
+#: (which only starts the command line)
+TOP = {"ccdiag": "core", "ccdiag.__main__": "commands"}
 
 
 def room_of(module: str) -> str | None:
+    """The room of ``module``: its folder under ``ccdiag/`` (None outside ccdiag)."""
+    if module in TOP:
+        return TOP[module]
     parts = module.split(".")
     if parts[0] != "ccdiag" or len(parts) < 2:
         return None
-    head = parts[1]
-    if head in ("host", "nvmlcall", "snapshot", "busy_pcie_links", "inflight", "netfacts", "imds"):  # doors to the machine
-        return "host"
-    if head in ("probes", "probing"):
-        return "probes"
-    if head == "topology":
-        return "topology"
-    if head in ("checks", "causes"):
-        return "checks"
-    if head == "nccl":
-        return "nccl"
-    if head in ("exporters",):
-        return "exporters"
-    if head in ("report", "render", "redact"):  # redaction keeps what the probes read: downstream of them
-        return "report"
-    if head in ("checkrun", "stages", "observe"):
-        return "run"
-    if head in ("commands", "cli", "__main__", "examples", "version"):  # --help examples, --version
-        return "commands"
-    if head in SHARED:
-        return "shared"
-    return head
+    if parts[1] == "__version__":
+        return "core"
+    return parts[1]
+
+
+def test_every_folder_is_a_room_and_no_module_is_loose():
+    """Each sub-package is a room named in ALLOWED; no module sits loose beside them."""
+    folders = {p.parent.name for p in PKG.glob("*/__init__.py")} | {"probes", "exporters"}
+    assert folders == set(ALLOWED)
+    loose = {p.stem for p in PKG.glob("*.py")} - {"__init__", "__main__"}
+    assert loose == set()
 
 
 def modules():
@@ -107,11 +102,11 @@ def test_every_import_points_upstream():
     wrong = []
     for name, path in sorted(mods.items()):
         src = room_of(name)
-        if src in (None, "shared"):
+        if src is None:
             continue
         for target in sorted(imports_of(path, name)):
             dst = room_of(target)
-            if dst in (None, "shared", src) or target not in mods and dst not in ALLOWED:
+            if dst in (None, "core", src) or target not in mods and dst not in ALLOWED:
                 continue
             if dst not in ALLOWED.get(src, set()):
                 wrong.append(f"{name} ({src}) imports {target} ({dst})")

@@ -17,7 +17,7 @@ from ccdiag.exporters import spec as S
 from ccdiag.exporters.collector import CycleCollector, StaticCollector, make_registry
 from ccdiag.exporters.cycle import CycleState, cycle_from_result
 from ccdiag.exporters.metrics import dcgm_bus_id, families
-from ccdiag.probing import FAILED, TIMEOUT, ProbeRun
+from ccdiag.probes.registry import FAILED, TIMEOUT, ProbeRun
 from prometheus_client import generate_latest
 
 REPO = pathlib.Path(__file__).resolve().parent.parent

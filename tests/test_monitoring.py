@@ -208,7 +208,7 @@ def test_legends_and_annotations_name_labels_the_series_carry():
 
 def test_label_values_named_in_matchers_exist():
     """check="xid.recent", stat=~"symbol_error|..." etc. name things ccdiag really emits."""
-    from ccdiag.probing import ALL_PROBES
+    from ccdiag.probes.registry import ALL_PROBES
 
     domains = dict(VALUE_DOMAINS, probe=set(ALL_PROBES))
     bad = []

@@ -13,8 +13,8 @@ from xml.etree import ElementTree as ET
 
 import pytest
 
-from ccdiag.checkrun import evaluate
-from ccdiag.host import ReplayHost
+from ccdiag.run.checkrun import evaluate
+from ccdiag.host.door import ReplayHost
 from ccdiag.nccl.knobs import DEFAULT, INFO, REMOVE, SET
 from ccdiag.nccl.logread import LogError, compare, parse_nccl_log
 from ccdiag.nccl.recommend import recommend, recommend_from_matrix

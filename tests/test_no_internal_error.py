@@ -11,8 +11,8 @@ import pytest
 
 import exporter_cases as C
 from cli_runner import run
-from ccdiag.exitcodes import ExitCode
-from ccdiag.snapshot import SnapshotData
+from ccdiag.core.exitcodes import ExitCode
+from ccdiag.host.snapshot import SnapshotData
 
 pytestmark = pytest.mark.skipif(not C.HEALTHY.exists(), reason="bundled samples missing")
 HUGE = "9" * 5000
@@ -38,7 +38,7 @@ def test_a_daemon_config_with_a_5000_digit_integer_is_bad_input(tmp_path, key):
 
 @pytest.fixture
 def empty_ib_name(tmp_path):
-    from ccdiag.host import ReplayHost
+    from ccdiag.host.door import ReplayHost
 
     snap = SnapshotData.load(str(C.HEALTHY))
     names = ReplayHost(snap).list_dir("/sys/class/infiniband")
@@ -62,7 +62,7 @@ def test_an_rdma_listing_with_an_empty_name_is_read_as_an_error(empty_ib_name, c
 
 
 def test_the_empty_name_is_a_read_error_and_the_other_devices_stay():
-    from ccdiag.host import ReplayHost
+    from ccdiag.host.door import ReplayHost
     from ccdiag.probes import infiniband
 
     snap = SnapshotData.load(str(C.HEALTHY))

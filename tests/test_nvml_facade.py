@@ -1,4 +1,4 @@
-"""The NVML facade (ccdiag.nvmlcall) against a fake binding module: error classes, deadlines on
+"""The NVML facade (ccdiag.host.nvmlcall) against a fake binding module: error classes, deadlines on
 hung calls, JSON results, and the nvml probe on top of a live host whose driver hangs on one GPU.
 
 The fake stands in for ``pynvml``: functions named like the binding's, raising an exception whose
@@ -13,9 +13,9 @@ import time
 
 import pytest
 
-from ccdiag import nvmlcall
-from ccdiag.host import LiveHost
-from ccdiag.nvmlcall import NvmlCallError, NvmlFacade, classify, jsonify
+from ccdiag.host import nvmlcall
+from ccdiag.host.door import LiveHost
+from ccdiag.host.nvmlcall import NvmlCallError, NvmlFacade, classify, jsonify
 from ccdiag.probes import nvml as probe
 
 TIMEOUT = 0.3

@@ -17,8 +17,8 @@ import re
 import pytest
 
 import nvml_abi as abi_mod
-from ccdiag.host import LiveHost
-from ccdiag.nvmlcall import NvmlFacade
+from ccdiag.host.door import LiveHost
+from ccdiag.host.nvmlcall import NvmlFacade
 from ccdiag.probes import nvml as probe
 
 BUS = ("00000000:18:00.0", "00000000:2A:00.0")

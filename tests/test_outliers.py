@@ -1,4 +1,4 @@
-"""ccdiag.outliers: slow member vs slow pair, on figures shaped like the real matrices in
+"""ccdiag.core.outliers: slow member vs slow pair, on figures shaped like the real matrices in
 tests/fixtures/realcases (one GPU slow with every peer; one pair slow; a whole matrix uniformly slow,
 which singles nobody out)."""
 
@@ -9,8 +9,8 @@ import pathlib
 
 import pytest
 
-from ccdiag import outliers
-from ccdiag.outliers import classify, classify_flags
+from ccdiag.core import outliers
+from ccdiag.core.outliers import classify, classify_flags
 
 
 def matrix(n, value=20.0, **over):

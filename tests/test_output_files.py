@@ -12,7 +12,7 @@ import pytest
 
 import exporter_cases as C
 from cli_runner import run
-from ccdiag.output import current_umask, write_atomic
+from ccdiag.core.output import current_umask, write_atomic
 
 pytestmark = pytest.mark.skipif(not C.HEALTHY.exists(), reason="bundled samples missing")
 

@@ -20,7 +20,7 @@ import socket
 
 import pytest
 
-from ccdiag.host import LiveHost, ReplayHost
+from ccdiag.host.door import LiveHost, ReplayHost
 from ccdiag.probes import infiniband, netdev
 from cli_runner import run
 from conftest import FIXTURES
@@ -152,7 +152,7 @@ def test_snapshot_of_a_root_records_the_trees_facts_only(tree, tmp_path):
     path = tmp_path / "peer.snap.tar.gz"
     code, out, err = run("snapshot", "--root", str(tree), "--window", "0", "-o", str(path), "--json")
     assert code == 0, err
-    from ccdiag.snapshot import SnapshotData
+    from ccdiag.host.snapshot import SnapshotData
 
     snap = SnapshotData.load(str(path))
     _assert_no_live_fact(out, json.loads(out))
@@ -167,7 +167,7 @@ def test_real_roce_port_without_a_gids_directory_is_unknown_not_failed():
     """gpud's capture holds mlx5_bond_0, an active Ethernet (RoCE) port, with no gids/ directory (the
     capture did not copy it): nothing says whether a RoCE v2 GID exists, so the verdict is unknown."""
     from ccdiag.checks.infiniband import roce_gid
-    from ccdiag.probing import ProbeRun
+    from ccdiag.probes.registry import ProbeRun
     from scenarios_fabric import make_ctx
 
     obs = infiniband.collect(ReplayHost(load_ttar(GPUD_IB)))
@@ -194,7 +194,7 @@ def _port_with_counters(value: str):
 @pytest.mark.parametrize("value", ["N/A (no PMA)", "garbage"])
 def test_a_port_whose_counters_are_all_unreadable_is_unknown_naming_them(value):
     from ccdiag.checks.infiniband import counters
-    from ccdiag.probing import ProbeRun
+    from ccdiag.probes.registry import ProbeRun
     from scenarios_fabric import make_ctx
 
     obs = infiniband.collect(ReplayHost(_port_with_counters(value)))

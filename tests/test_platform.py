@@ -15,11 +15,11 @@ import scenarios_fabric as S
 from ccdiag.probes import platform as P
 from ccdiag.probes._ncclconf import conf_problems, parse_nccl_conf
 
-from ccdiag.host import LiveHost
+from ccdiag.host.door import LiveHost
 from ccdiag.nccl import platforms
 from ccdiag.nccl.knobs import REMOVE, SET
 from ccdiag.nccl.recommend import recommend
-from ccdiag.probing import ProbeRun
+from ccdiag.probes.registry import ProbeRun
 from ccdiag.topology import build_topology
 
 

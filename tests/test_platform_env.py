@@ -17,10 +17,10 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from ccdiag.cli import cli
-from ccdiag.host import LEGACY_ENV_PREFIXES, LiveHost, RecordingHost, ReplayHost, environ_recorded
+from ccdiag.commands.cli import cli
+from ccdiag.host.door import LEGACY_ENV_PREFIXES, LiveHost, RecordingHost, ReplayHost, environ_recorded
 from ccdiag.nccl.present import settings_present, unread_prefixes
-from ccdiag.snapshot import SnapshotData, SnapshotError
+from ccdiag.host.snapshot import SnapshotData, SnapshotError
 from conftest import REPO
 
 HEALTHY = REPO / "samples" / "hgx-h100-8gpu-healthy.snap.tar.gz"
@@ -90,7 +90,7 @@ def test_a_new_snapshot_judges_the_efa_settings_it_recorded(tmp_path):
 
 
 def test_a_new_snapshot_without_the_settings_says_to_set_them(tmp_path):
-    from ccdiag.host import RECORDED_ENV_PREFIXES
+    from ccdiag.host.door import RECORDED_ENV_PREFIXES
 
     knobs = _knobs(_aws_snapshot(tmp_path / "bare.snap.tar.gz", {}, list(RECORDED_ENV_PREFIXES)))
     assert "not set here: set FI_PROVIDER=efa" in knobs["FI_PROVIDER"]["reason"]

@@ -4,7 +4,7 @@ The door asks the service only when DMI names that cloud, at the link-local addr
 second, once per process; a snapshot records the answer and replays it; ``--root`` and ``--replay`` never
 ask. ``instance_type_source`` says where the type came from (``dmi``, ``imds``, ``unknown``).
 
-Data: the answers' formats and the example type names are the vendors' documentation (ccdiag/imds.py
+Data: the answers' formats and the example type names are the vendors' documentation (ccdiag/host/imds.py
 cites each page): Azure ``vmSize`` "Standard_ND96isr_H100_v5", Google ``machine-type``
 "projects/PROJECT_NUM/machineTypes/a3-megagpu-8g" (the project number below is MADE UP), Oracle
 ``shape`` "BM.GPU.H100.8". The services themselves are stood in for by a local HTTP server (SYNTHESIZED
@@ -21,9 +21,9 @@ import threading
 import pytest
 
 from ccdiag.probes import platform as P
-from ccdiag import imds
-from ccdiag.host import HostReadError, LiveHost, RecordingHost, ReplayHost
-from ccdiag.snapshot import SnapshotData, SnapshotError
+from ccdiag.host import imds
+from ccdiag.host.door import HostReadError, LiveHost, RecordingHost, ReplayHost
+from ccdiag.host.snapshot import SnapshotData, SnapshotError
 from conftest import REPO
 
 HEALTHY = REPO / "samples" / "hgx-h100-8gpu-healthy.snap.tar.gz"
@@ -182,7 +182,7 @@ def test_a_malformed_answer_record_is_refused_naming_it():
 
 
 def test_redaction_keeps_the_type_and_drops_googles_project_number():
-    from ccdiag.redact import redact
+    from ccdiag.report.redact import redact
 
     snap = _azure_snapshot({"gcp": {"text": ANSWERS["gcp"]}})
     out, _ = redact(snap)
@@ -195,7 +195,7 @@ def test_the_recommendation_names_the_instance_type_and_its_source(tmp_path, mon
 
     from click.testing import CliRunner
 
-    from ccdiag.cli import cli
+    from ccdiag.commands.cli import cli
 
     _no_network(monkeypatch)
     target = tmp_path / "azure.snap.tar.gz"

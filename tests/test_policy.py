@@ -8,9 +8,9 @@ import pathlib
 
 import pytest
 
-from ccdiag.policy import DEFAULT_POLICY, Policy, PolicyError, load_policy, parse_policy, pcie_gen, \
+from ccdiag.inputs.policy import DEFAULT_POLICY, Policy, PolicyError, load_policy, parse_policy, pcie_gen, \
     policy_from_observations, to_toml
-from ccdiag.probing import OK, ProbeRun
+from ccdiag.probes.registry import OK, ProbeRun
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 HEALTHY = REPO / "samples" / "hgx-h100-8gpu-healthy.snap.tar.gz"
@@ -184,7 +184,7 @@ def test_policy_show_malformed_is_exit_2_with_line(tmp_path):
 
 @pytest.mark.parametrize("line", ["min_pcie_gen = 55", "min_pcie_width = 0", "temperature_warn_c = 400"])
 def test_implausible_policy_values_are_refused_with_their_line(tmp_path, line):
-    from ccdiag.policy import PolicyError, load_policy
+    from ccdiag.inputs.policy import PolicyError, load_policy
 
     path = tmp_path / "p.toml"
     path.write_text("# fleet policy\n" + line + "\n")
@@ -209,7 +209,7 @@ def test_policy_init_warns_when_the_reference_node_is_not_healthy():
 
 
 def test_old_unit_key_is_still_read_and_cannot_be_doubled():
-    from ccdiag.policy import PolicyError, parse_policy
+    from ccdiag.inputs.policy import PolicyError, parse_policy
 
     assert parse_policy("ib_rate_gbps = 400\n").ib_rate_gbit_s == 400.0
     assert parse_policy("ib_rate_gbit_s = 200\n").ib_rate_gbit_s == 200.0

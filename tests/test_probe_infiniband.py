@@ -7,10 +7,10 @@ import re
 
 import pytest
 
-from ccdiag.host import LiveHost, ReplayHost
+from ccdiag.host.door import LiveHost, ReplayHost
 from ccdiag.probes import infiniband as ib
-from ccdiag.probing import ProbeUnavailable
-from ccdiag.snapshot import SnapshotData
+from ccdiag.probes.registry import ProbeUnavailable
+from ccdiag.host.snapshot import SnapshotData
 from synth import sysfs as synth
 from conftest import FIXTURES
 from ttar import load_ttar

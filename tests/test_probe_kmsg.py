@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from ccdiag.host import CommandResult, HostReadError, LiveHost, ReplayHost
+from ccdiag.host.door import CommandResult, HostReadError, LiveHost, ReplayHost
 from ccdiag.probes import kmsg
-from ccdiag.snapshot import SnapshotData
+from ccdiag.host.snapshot import SnapshotData
 from synth import sysfs as synth
 from conftest import FIXTURES
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from ccdiag.host import LiveHost, ReplayHost
+from ccdiag.host.door import LiveHost, ReplayHost
 from ccdiag.probes import netdev
-from ccdiag.probing import ProbeUnavailable
-from ccdiag.snapshot import SnapshotData
+from ccdiag.probes.registry import ProbeUnavailable
+from ccdiag.host.snapshot import SnapshotData
 from synth import sysfs as synth
 
 

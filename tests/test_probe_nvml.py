@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from ccdiag.host import LiveHost, ReplayHost
-from ccdiag.nvmlcall import (
+from ccdiag.host.door import LiveHost, ReplayHost
+from ccdiag.host.nvmlcall import (
     DRIVER_MISSING,
     GPU_LOST,
     HUNG,
@@ -24,8 +24,8 @@ from ccdiag.nvmlcall import (
     call_name,
 )
 from ccdiag.probes import nvml
-from ccdiag.probing import ProbeUnavailable
-from ccdiag.snapshot import SnapshotData
+from ccdiag.probes.registry import ProbeUnavailable
+from ccdiag.host.snapshot import SnapshotData
 from synth.nvml import (
     err,
     h100_node,
@@ -618,7 +618,7 @@ def test_nvlink_traffic_through_the_binding_and_facade(monkeypatch):
     JSON of the returned structures is what the probe parses. Only the driver entry point is faked:
     it answers each field by its (fieldId, scopeId) the way NVML documents it."""
     pynvml = pytest.importorskip("pynvml")
-    from ccdiag.nvmlcall import NvmlFacade
+    from ccdiag.host.nvmlcall import NvmlFacade
     seen = []
 
     def fake_driver(handle, count, ref):
@@ -677,7 +677,7 @@ def test_remapped_rows_of_a_mig_gpu_are_read_per_instance():
     """SYNTHESIZED: GPU 0 in MIG mode answers remapped rows only per instance (slots 0 and 3);
     slot 3 has a remap pending, which the GPU's verdict must not miss."""
     from ccdiag.checks import CheckContext, run_checks
-    from ccdiag.probing import ProbeRun
+    from ccdiag.probes.registry import ProbeRun
 
     import dataclasses
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from ccdiag.host import LiveHost, ReplayHost
+from ccdiag.host.door import LiveHost, ReplayHost
 from ccdiag.probes import system
-from ccdiag.snapshot import SnapshotData
+from ccdiag.host.snapshot import SnapshotData
 from synth import sysfs as synth
 from conftest import FIXTURES
 
@@ -144,7 +144,7 @@ def test_live_run_reads_modules_and_shm():
 
 def test_live_record_then_replay_gives_identical_observations():
     """What RecordingHost kept of this machine is enough to reproduce every sysfs probe exactly."""
-    from ccdiag.host import RecordingHost
+    from ccdiag.host.door import RecordingHost
     from ccdiag.probes import kmsg, netdev, pcie
 
     rec = RecordingHost()

@@ -11,12 +11,12 @@ import pathlib
 
 import pytest
 
-from ccdiag.checkrun import evaluate
-from ccdiag.exitcodes import ExitCode
-from ccdiag.host import ReplayHost
-from ccdiag.readings import to_jsonable
-from ccdiag.probing import ALL_PROBES, run_probes
-from ccdiag.snapshot import SnapshotData
+from ccdiag.run.checkrun import evaluate
+from ccdiag.core.exitcodes import ExitCode
+from ccdiag.host.door import ReplayHost
+from ccdiag.core.readings import to_jsonable
+from ccdiag.probes.registry import ALL_PROBES, run_probes
+from ccdiag.host.snapshot import SnapshotData
 
 REAL = sorted((pathlib.Path(__file__).resolve().parent / "fixtures" / "real").glob("*.snap.tar.gz"))
 

@@ -13,7 +13,7 @@ import pathlib
 import pytest
 from cli_runner import run
 
-from ccdiag.report import validate
+from ccdiag.report.document import validate
 
 TESTS = pathlib.Path(__file__).resolve().parent
 REAL = TESTS / "fixtures" / "realcases"

@@ -101,7 +101,7 @@ def test_only_the_kernel_log_lines_a_probe_reads_are_kept(snapshots):
 
 def test_each_kind_is_redacted_by_what_it_is():
     """SYNTHESIZED strings in the real formats of each source."""
-    from ccdiag.redact import Redactor
+    from ccdiag.report.redact import Redactor
 
     r = Redactor()
     # IPoIB hardware address (/sys/class/net/ib0/address): its port GUID gets the GUID's pseudonym
@@ -150,8 +150,8 @@ def test_pxe_dracut_and_systemd_identities_never_leave_the_site(tmp_path):
     /proc/cmdline, the kernel log's "Kernel command line:", /etc/machine-id, and a command's output."""
     from conftest import REPO
 
-    from ccdiag.redact import redact
-    from ccdiag.snapshot import SnapshotData
+    from ccdiag.report.redact import redact
+    from ccdiag.host.snapshot import SnapshotData
 
     snap = SnapshotData.load(str(REPO / "samples" / "hgx-h100-8gpu-degraded.snap.tar.gz"))
     snap.put_file("/proc/cmdline", PXE_CMDLINE + "\n")
@@ -179,7 +179,7 @@ def test_pxe_dracut_and_systemd_identities_never_leave_the_site(tmp_path):
 
 def test_identifier_forms_keep_their_shape():
     """SYNTHESIZED strings: each form redacted in its own spelling, and look-alikes left alone."""
-    from ccdiag.redact import Redactor
+    from ccdiag.report.redact import Redactor
 
     r = Redactor()
     assert re.fullmatch(r"BOOTIF=01(-[0-9a-f]{2}){6}", r.text("BOOTIF=01-02-fc-1a-2b-3c-4d"))

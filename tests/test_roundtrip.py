@@ -6,10 +6,10 @@ import pathlib
 
 import pytest
 
-from ccdiag.host import RecordingHost, ReplayHost
-from ccdiag.readings import to_jsonable
-from ccdiag.probing import ALL_PROBES, run_probes
-from ccdiag.snapshot import SnapshotData
+from ccdiag.host.door import RecordingHost, ReplayHost
+from ccdiag.core.readings import to_jsonable
+from ccdiag.probes.registry import ALL_PROBES, run_probes
+from ccdiag.host.snapshot import SnapshotData
 
 SAMPLES = sorted((pathlib.Path(__file__).resolve().parent.parent / "samples").glob("*.snap.tar.gz"))
 

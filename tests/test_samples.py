@@ -11,10 +11,10 @@ import pytest
 from conftest import FIXTURES, REPO
 
 from ccdiag.commands.topo import gather
-from ccdiag.host import ReplayHost
+from ccdiag.host.door import ReplayHost
 from ccdiag.probes.smi_topo import cells_equal, parse_topo_matrix
-from ccdiag.probing import run_probes
-from ccdiag.snapshot import SnapshotData
+from ccdiag.probes.registry import run_probes
+from ccdiag.host.snapshot import SnapshotData
 from ccdiag.topology.matrix import to_topo_matrix
 
 SAMPLES = REPO / "samples"

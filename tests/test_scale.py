@@ -32,7 +32,7 @@ def test_a_300_nic_node_completes(big, args):
 
 def _topology_of(snapshot):
     from ccdiag.commands.topo import gather
-    from ccdiag.host import ReplayHost
+    from ccdiag.host.door import ReplayHost
 
     return gather(ReplayHost(snapshot))[1]
 

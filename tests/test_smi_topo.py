@@ -8,8 +8,8 @@ import pathlib
 
 import pytest
 
-from ccdiag.host import ReplayHost
-from ccdiag.readings import ReadError
+from ccdiag.host.door import ReplayHost
+from ccdiag.core.readings import ReadError
 from ccdiag.probes import smi_topo
 from ccdiag.probes.smi_topo import (
     P2PMatrix,
@@ -22,8 +22,8 @@ from ccdiag.probes.smi_topo import (
     render_matrix,
     rows_for_table,
 )
-from ccdiag.probing import ProbeUnavailable, run_one
-from ccdiag.snapshot import SnapshotData
+from ccdiag.probes.registry import ProbeUnavailable, run_one
+from ccdiag.host.snapshot import SnapshotData
 
 CORPUS = pathlib.Path(__file__).resolve().parent / "fixtures" / "corpus"
 TOPO_M = CORPUS / "topo-m"

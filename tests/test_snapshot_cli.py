@@ -9,10 +9,10 @@ import tarfile
 
 from click.testing import CliRunner
 
-from ccdiag.cli import cli
-from ccdiag.host import ReplayHost
-from ccdiag.redact import redact
-from ccdiag.snapshot import SnapshotData
+from ccdiag.commands.cli import cli
+from ccdiag.host.door import ReplayHost
+from ccdiag.report.redact import redact
+from ccdiag.host.snapshot import SnapshotData
 
 
 def _identifying_snapshot() -> SnapshotData:

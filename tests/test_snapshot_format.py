@@ -15,9 +15,9 @@ import tarfile
 
 import pytest
 
-from ccdiag.host import HostReadError, ReplayHost, normpath, resolve_path
-from ccdiag.report import strip_volatile
-from ccdiag.snapshot import SnapshotData, SnapshotError
+from ccdiag.host.door import HostReadError, ReplayHost, normpath, resolve_path
+from ccdiag.report.document import strip_volatile
+from ccdiag.host.snapshot import SnapshotData, SnapshotError
 from cli_runner import run
 from synth.scale import build_scale_node
 

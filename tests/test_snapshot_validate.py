@@ -14,7 +14,7 @@ import tarfile
 
 import pytest
 
-from ccdiag.snapshot import SnapshotData, SnapshotError
+from ccdiag.host.snapshot import SnapshotData, SnapshotError
 from cli_runner import run
 
 SAMPLE = pathlib.Path(__file__).parent.parent / "samples" / "hgx-h100-8gpu-healthy.snap.tar.gz"

@@ -12,11 +12,11 @@ import types
 
 import pytest
 
-from ccdiag.checkrun import evaluate
-from ccdiag.exitcodes import ExitCode
-from ccdiag.findings import FAIL, PASS, Component, Finding
-from ccdiag.host import LiveHost
-from ccdiag.stages import JUDGE_MAX_S, JUDGE_MIN_S, Budget, StageError, StageTimeout, run_stage
+from ccdiag.run.checkrun import evaluate
+from ccdiag.core.exitcodes import ExitCode
+from ccdiag.core.findings import FAIL, PASS, Component, Finding
+from ccdiag.host.door import LiveHost
+from ccdiag.run.stages import JUDGE_MAX_S, JUDGE_MIN_S, Budget, StageError, StageTimeout, run_stage
 
 from cli_runner import run
 
@@ -136,7 +136,7 @@ def test_a_source_tree_without_the_package_mapping_says_ccdiag_is_not_installed(
     sample = pathlib.Path(__file__).resolve().parent.parent / "samples" / "hgx-h100-8gpu-healthy.snap.tar.gz"
     # drop any finder that maps an installed ccdiag in (an editable install's), keep site-packages
     boot = ("import sys; sys.meta_path[:] = [f for f in sys.meta_path if 'editable' not in repr(f).lower()]; "
-            "sys.path.insert(0, sys.argv.pop(1)); from ccdiag.cli import main; main()")
+            "sys.path.insert(0, sys.argv.pop(1)); from ccdiag.commands.cli import main; main()")
     proc = subprocess.run([sys.executable, "-c", boot, str(src), "check", "--replay", str(sample)],
                           capture_output=True, text=True, timeout=120, cwd=str(src))
     assert proc.returncode == ExitCode.INTERNAL, proc.stderr

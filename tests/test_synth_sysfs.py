@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from ccdiag.host import HostReadError, ReplayHost
-from ccdiag.snapshot import SnapshotData
+from ccdiag.host.door import HostReadError, ReplayHost
+from ccdiag.host.snapshot import SnapshotData
 from synth import sysfs as synth
 from ttar import parse_ttar
 

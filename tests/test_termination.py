@@ -129,7 +129,7 @@ def test_a_signalled_snapshot_leaves_no_process_and_no_partial_file(hung_smi, tm
 
 
 def test_the_signal_codes_are_documented():
-    from ccdiag.exitcodes import SIGNAL_EXIT_CODES, SIGNAL_EXIT_DOC
+    from ccdiag.core.exitcodes import SIGNAL_EXIT_CODES, SIGNAL_EXIT_DOC
 
     for name, code in SIGNAL_EXIT_CODES.items():
         assert code == 128 + signal.Signals[name]

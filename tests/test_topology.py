@@ -11,7 +11,7 @@ from topo_trees import Tree, hgx, ib_devices, system
 
 from ccdiag.probes.nvml import Gpu, NvLink, NvmlObservation
 from ccdiag.probes.smi_topo import parse_topo_matrix
-from ccdiag.probing import ProbeRun
+from ccdiag.probes.registry import ProbeRun
 from ccdiag.topology import build_topology, nvlink_gbyte_s, pcie_gbyte_s, pcie_gen, wire_gbyte_s
 from ccdiag.topology.dot import render_dot
 from ccdiag.topology.matrix import compare, to_topo_matrix

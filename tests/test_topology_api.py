@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from ccdiag.host import ReplayHost
-from ccdiag.checkrun import evaluate
+from ccdiag.host.door import ReplayHost
+from ccdiag.run.checkrun import evaluate
 from ccdiag.topology import build_topology, level_rank
 from ccdiag.topology.levels import LEVELS, UNKNOWN, gpudirect_capable
 from ccdiag.topology.pcie_tree import common_hops

@@ -1,7 +1,7 @@
 """One base for errors in what a user handed to ccdiag, and one place that turns it into exit 2.
 
 Each parser and reader raises its own precise class; every one of them is a
-:class:`ccdiag.errors.UserInputError`, so the command line maps all of them to one line on stderr
+:class:`ccdiag.core.errors.UserInputError`, so the command line maps all of them to one line on stderr
 and exit 2 without a command catching and re-wrapping it.
 """
 
@@ -11,8 +11,8 @@ import pathlib
 
 import pytest
 
-from ccdiag.errors import UserInputError
-from ccdiag.exitcodes import ExitCode
+from ccdiag.core.errors import UserInputError
+from ccdiag.core.exitcodes import ExitCode
 from cli_runner import run
 
 SAMPLES = pathlib.Path(__file__).resolve().parent.parent / "samples"
@@ -20,15 +20,15 @@ SAMPLES = pathlib.Path(__file__).resolve().parent.parent / "samples"
 
 def _classes():
     from ccdiag.benchparse.errors import BenchParseError
-    from ccdiag.envfile import EnvFileError
+    from ccdiag.inputs.envfile import EnvFileError
     from ccdiag.exporters.daemon import ConfigError
     from ccdiag.exporters.webconfig import WebConfigError
     from ccdiag.nccl.logread import LogError
-    from ccdiag.policy import PolicyError
+    from ccdiag.inputs.policy import PolicyError
     from ccdiag.probes.smi_topo import TopoParseError
-    from ccdiag.snapshot import SnapshotError
-    from ccdiag.tomlread import TomlError
-    from ccdiag.userfiles import UserFileError
+    from ccdiag.host.snapshot import SnapshotError
+    from ccdiag.inputs.tomlread import TomlError
+    from ccdiag.core.userfiles import UserFileError
 
     return [BenchParseError, EnvFileError, ConfigError, WebConfigError, LogError, PolicyError, TopoParseError,
             SnapshotError, TomlError, UserFileError]
@@ -41,8 +41,8 @@ def test_every_user_input_error_is_one(cls):
 
 
 def test_errors_keep_the_builtin_class_callers_catch():
-    from ccdiag.policy import PolicyError
-    from ccdiag.userfiles import UserFileError
+    from ccdiag.inputs.policy import PolicyError
+    from ccdiag.core.userfiles import UserFileError
 
     assert issubclass(PolicyError, ValueError) and issubclass(UserFileError, OSError)
 

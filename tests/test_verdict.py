@@ -10,8 +10,8 @@ import sys
 
 import jsonschema
 
-from ccdiag.causes import link_causes
-from ccdiag.findings import FAIL, UNKNOWN, Component, Finding
+from ccdiag.checks.causes import link_causes
+from ccdiag.core.findings import FAIL, UNKNOWN, Component, Finding
 
 from cli_runner import run, unwrap
 from conftest import REPO
@@ -146,7 +146,7 @@ def test_skipped_checks_never_lower_a_healthy_verdict():
     verdict = json.loads(out)["verdict"]
     assert code == 0 and verdict["counts"]["skip"] > 0 and verdict["counts"]["warn"] == 0
     assert verdict["status"] == "pass"
-    from ccdiag.findings import SKIP, verdict_status
+    from ccdiag.core.findings import SKIP, verdict_status
     skipped = Finding("ib.roce_gid", SKIP, Component("node", "node"), "no RoCE port")
     assert verdict_status([skipped]) == SKIP  # nothing judged at all is not a pass
     assert verdict_status([]) == "pass"

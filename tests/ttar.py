@@ -1,5 +1,5 @@
 """A tiny reader of ttar archives (the plain-text tree format of prometheus/procfs test fixtures)
-into a :class:`ccdiag.snapshot.SnapshotData`, so real captured sysfs trees replay through the door.
+into a :class:`ccdiag.host.snapshot.SnapshotData`, so real captured sysfs trees replay through the door.
 
 Format: records separated by lines starting with ``# ttar``; a record is ``Directory: <path>``,
 or ``Path: <path>`` followed by ``Lines: <n>`` and n content lines (the last one ending in ``EOF``
@@ -14,7 +14,7 @@ from __future__ import annotations
 import errno
 import pathlib
 
-from ccdiag.snapshot import SnapshotData
+from ccdiag.host.snapshot import SnapshotData
 
 
 def load_ttar(source: str | pathlib.Path, prefix: str = "/sys", snap: SnapshotData | None = None) -> SnapshotData:

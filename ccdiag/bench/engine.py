@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ccdiag import procgroups
+from ccdiag.host import procgroups
 
 #: bytes of one line the child may print (a line longer than this is cut and ignored)
 MAX_LINE_BYTES = 1 << 20

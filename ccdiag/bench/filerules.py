@@ -4,7 +4,7 @@ Why: a pasted file can be judged even when nothing says what its links should ca
 own figures contradict each other when something is wrong:
 
 * **Peer-relative.** In a matrix of pair copies, one pair or one GPU far below the others
-  (:mod:`ccdiag.outliers`, the peer-median rule) is named, pair or member.
+  (:mod:`ccdiag.core.outliers`, the peer-median rule) is named, pair or member.
 * **P2P enabled slower than P2P disabled.** A direct peer copy must beat one staged through host
   memory; when it does not, peer writes are being sent up to the CPU root complex: PCIe ACS
   redirecting peer requests, or the IOMMU translating them (NVIDIA/nccl#814: 9.9 GB/s enabled vs
@@ -25,8 +25,8 @@ from typing import Any
 
 from ccdiag.bench.result import Measurement
 from ccdiag.bench.thresholds import PEER_FAIL_BELOW
-from ccdiag.findings import FAIL, PASS, UNKNOWN, WARN, Component, Evidence, Finding
-from ccdiag.outliers import classify
+from ccdiag.core.findings import FAIL, PASS, UNKNOWN, WARN, Component, Evidence, Finding
+from ccdiag.core.outliers import classify
 
 #: a direct copy below this fraction of the staged one is "slower than staged"
 ENABLED_BELOW_DISABLED = 0.8

@@ -18,7 +18,7 @@ from ccdiag.bench.judge import judge, judge_against_peers
 from ccdiag.bench.localize import localize
 from ccdiag.bench.registry import Benchmark, BenchContext, module_missing, register
 from ccdiag.bench.result import ERROR, PARTIAL, RAN, TIMEOUT, BenchResult, Measurement
-from ccdiag.findings import PASS, UNKNOWN, WARN, Component, Evidence, Finding
+from ccdiag.core.findings import PASS, UNKNOWN, WARN, Component, Evidence, Finding
 
 if TYPE_CHECKING:
     from ccdiag.topology.model import Topology

@@ -25,13 +25,13 @@ import subprocess
 import time
 from typing import TYPE_CHECKING
 
-from ccdiag import procgroups
+from ccdiag.host import procgroups
 from ccdiag.bench import expected as exp
 from ccdiag.bench.judge import judge
 from ccdiag.bench.registry import Benchmark, BenchContext, module_missing, register
 from ccdiag.bench.result import ERROR, PARTIAL, RAN, TIMEOUT, BenchResult, Measurement
-from ccdiag.findings import FAIL, PASS, UNKNOWN, WARN, Component, Evidence, Finding
-from ccdiag.probenames import PROBE_INFINIBAND
+from ccdiag.core.findings import FAIL, PASS, UNKNOWN, WARN, Component, Evidence, Finding
+from ccdiag.core.probenames import PROBE_INFINIBAND
 
 if TYPE_CHECKING:
     from ccdiag.topology.model import Topology

@@ -37,7 +37,7 @@ from ccdiag.bench.filetopo import FileTopology, MatrixTopology, OtherNode
 from ccdiag.bench.judge import judge, judge_against_peers
 from ccdiag.bench.localize import localize
 from ccdiag.bench.result import RAN, BenchResult, Expected, Measurement
-from ccdiag.findings import FAIL, UNKNOWN, WARN, Component, Evidence, Finding
+from ccdiag.core.findings import FAIL, UNKNOWN, WARN, Component, Evidence, Finding
 from ccdiag.topology.catalogue import gpu_by_name, normalize_name
 
 __all__ = ["MatrixTopology", "NodeInfo", "import_file"]

@@ -14,7 +14,7 @@ from typing import Any, Iterable
 
 from ccdiag.bench.result import Measurement
 from ccdiag.bench.thresholds import PEER_FAIL_BELOW, PEER_WARN_BELOW, fractions
-from ccdiag.findings import FAIL, PASS, UNKNOWN, WARN
+from ccdiag.core.findings import FAIL, PASS, UNKNOWN, WARN
 
 #: a figure above this fraction of its path's capability cannot have crossed that path
 ABOVE_CAPABILITY = 1.05

@@ -8,7 +8,7 @@ order, each step taking the measurements it explains out of the pool:
    the cause, named once for every measurement it slows.
 2. **One GPU slow with every peer.** In a peer matrix, a GPU whose every pair is slow while some
    pair without it is fine: that GPU's own links (or the GPU) are at fault (the slow member vs
-   slow pair rule of :mod:`ccdiag.outliers`).
+   slow pair rule of :mod:`ccdiag.core.outliers`).
 3. **A link shared by the slow paths.** The link crossed by the most slow measurements and by no
    healthy one (a PCIe switch's uplink under two slow GPUs, one root port): path tomography by
    greedy cover, so two faults are named as two links.
@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
 from ccdiag.bench.result import Measurement
-from ccdiag.findings import FAIL, PASS, WARN, Component, Evidence, Finding
-from ccdiag.outliers import classify_flags
+from ccdiag.core.findings import FAIL, PASS, WARN, Component, Evidence, Finding
+from ccdiag.core.outliers import classify_flags
 
 BAD = (FAIL, WARN)
 #: a figure within this fraction of the trained links' expectation is "explained" by them

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from ccdiag.bench.result import BenchResult
     from ccdiag.topology.model import Topology
 
-from ccdiag.probenames import PROBE_NVML
+from ccdiag.core.probenames import PROBE_NVML
 
 #: default bytes per copy and timed rounds; quick mode (``check --bench quick``) uses the second pair
 DEFAULT_SIZE_BYTES = 256 << 20

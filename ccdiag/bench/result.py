@@ -12,8 +12,8 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-from ccdiag.findings import Finding
-from ccdiag.readings import to_jsonable
+from ccdiag.core.findings import Finding
+from ccdiag.core.readings import to_jsonable
 
 #: outcomes of one benchmark
 RAN = "ran"  # every planned measurement was made

@@ -12,8 +12,8 @@ from typing import Iterable
 
 from ccdiag.bench.registry import BenchContext, load_all
 from ccdiag.bench.result import ERROR, PARTIAL, RAN, SKIP, TIMEOUT, BenchResult
-from ccdiag.exitcodes import ExitCode
-from ccdiag.findings import FAIL, PASS, UNKNOWN, WARN
+from ccdiag.core.exitcodes import ExitCode
+from ccdiag.core.findings import FAIL, PASS, UNKNOWN, WARN
 
 #: the CuPy benchmarks in the order the engine measures them
 CUDA_ORDER = ("h2d", "d2h", "d2d", "p2p")

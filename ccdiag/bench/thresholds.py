@@ -35,7 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ccdiag.findings import FAIL, PASS, UNKNOWN, WARN
+from ccdiag.core.findings import FAIL, PASS, UNKNOWN, WARN
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ rather than spend memory on a file that cannot be one run's output.
 
 from __future__ import annotations
 
-from ccdiag.errors import UserInputError
+from ccdiag.core.errors import UserInputError
 
 #: the largest input a parser reads; the biggest real outputs (nvbandwidth -a on a 72-GPU NVL72 rack,
 #: an NCCL_DEBUG=INFO nccl-tests log of a few hundred ranks) are a few MiB

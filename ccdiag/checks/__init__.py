@@ -1,7 +1,7 @@
 """Checks: pure rules ``(observations, topology, policy) -> findings``.
 
 Each check is a function registered with :func:`check` under a stable id prefix. It receives a
-:class:`CheckContext` and yields :class:`~ccdiag.findings.Finding` objects. Checks never read the
+:class:`CheckContext` and yields :class:`~ccdiag.core.findings.Finding` objects. Checks never read the
 host: everything they judge is in the context, which is what makes a replayed snapshot give the same
 verdict anywhere. A check that raises is isolated and becomes an ``unknown`` finding naming it.
 """
@@ -13,7 +13,7 @@ from typing import Iterable
 
 from ccdiag.checks.common import gate
 from ccdiag.checks.context import REGISTRY, CheckContext, CheckSpec, check
-from ccdiag.findings import UNKNOWN, Component, Finding
+from ccdiag.core.findings import UNKNOWN, Component, Finding
 
 __all__ = ["REGISTRY", "CheckContext", "CheckSpec", "check", "load_all", "run_checks", "CHECK_MODULES"]
 

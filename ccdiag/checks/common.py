@@ -13,10 +13,10 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterable
 
 from ccdiag.checks.context import REGISTRY, CheckContext
-from ccdiag.findings import SKIP, UNKNOWN, Component, Evidence, Finding
-from ccdiag.readings import ReadError, normalize_bdf
-from ccdiag.probenames import PROBE_NVML, PROBE_SMI_TOPO
-from ccdiag.probing import TIMEOUT, UNAVAILABLE
+from ccdiag.core.findings import SKIP, UNKNOWN, Component, Evidence, Finding
+from ccdiag.core.readings import ReadError, normalize_bdf
+from ccdiag.core.probenames import PROBE_NVML, PROBE_SMI_TOPO
+from ccdiag.probes.registry import TIMEOUT, UNAVAILABLE
 
 NVIDIA_VENDOR = "0x10de"
 #: evidence source for values read through NVML

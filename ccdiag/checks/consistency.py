@@ -12,7 +12,7 @@ not a verdict of its own), so reports of healthy nodes are unchanged.
 from __future__ import annotations
 
 from ccdiag.checks import CheckContext, check
-from ccdiag.findings import WARN, Component, Evidence, Finding
+from ccdiag.core.findings import WARN, Component, Evidence, Finding
 
 _KIND = {"nic": "nic", "netdev": "netdev"}
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
-from ccdiag.findings import Finding
-from ccdiag.policy import DEFAULT_POLICY, Policy
-from ccdiag.probenames import (PROBE_INFINIBAND, PROBE_KMSG, PROBE_NETDEV, PROBE_NVML, PROBE_PCIE, PROBE_SMI_TOPO,
+from ccdiag.core.findings import Finding
+from ccdiag.inputs.policy import DEFAULT_POLICY, Policy
+from ccdiag.core.probenames import (PROBE_INFINIBAND, PROBE_KMSG, PROBE_NETDEV, PROBE_NVML, PROBE_PCIE, PROBE_SMI_TOPO,
                                PROBE_SYSTEM)
-from ccdiag.probing import ProbeRun
+from ccdiag.probes.registry import ProbeRun
 
 if TYPE_CHECKING:  # pragma: no cover
     from ccdiag.probes.infiniband import IbObservation

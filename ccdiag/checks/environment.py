@@ -12,11 +12,11 @@ from typing import Any
 from ccdiag.checks import CheckContext, check
 from ccdiag.checks.infiniband import all_ports, is_active, port_path
 from ccdiag.checks.common import gate, node_component, policy_source
-from ccdiag.findings import FAIL, PASS, SKIP, UNKNOWN, WARN, Component, Evidence, Finding
+from ccdiag.core.findings import FAIL, PASS, SKIP, UNKNOWN, WARN, Component, Evidence, Finding
 from ccdiag.nccl import netif
 from ccdiag.nccl.lists import nccl_match, parse_nccl_list
-from ccdiag.probenames import PROBE_INFINIBAND, PROBE_NETDEV, PROBE_NVML, PROBE_SYSTEM
-from ccdiag.probing import UNAVAILABLE
+from ccdiag.core.probenames import PROBE_INFINIBAND, PROBE_NETDEV, PROBE_NVML, PROBE_SYSTEM
+from ccdiag.probes.registry import UNAVAILABLE
 
 MIB = 1 << 20
 GIB = 1 << 30

@@ -17,13 +17,13 @@ from typing import Any
 from ccdiag.checks import CheckContext, check
 from ccdiag.checks.common import (NODE, NVML, gpu_by_bdf, gpu_component, node_component, not_read, nvidia_pci_gpus,
                                   nvml_gate, nvswitches_on_pci, per_gpu, policy_source, read_error)
-from ccdiag.findings import FAIL, PASS, SKIP, UNKNOWN, WARN, Component, Evidence, Finding
+from ccdiag.core.findings import FAIL, PASS, SKIP, UNKNOWN, WARN, Component, Evidence, Finding
 from ccdiag.probes.nvml import decode_fabric_health
 from ccdiag.topology.catalogue import gpu_by_name
-from ccdiag.readings import normalize_bdf
+from ccdiag.core.readings import normalize_bdf
 from ccdiag.probes.nvml import clock_event_names
-from ccdiag.probenames import PROBE_NVML, PROBE_PCIE, PROBE_SYSTEM
-from ccdiag.probing import TIMEOUT, UNAVAILABLE
+from ccdiag.core.probenames import PROBE_NVML, PROBE_PCIE, PROBE_SYSTEM
+from ccdiag.probes.registry import TIMEOUT, UNAVAILABLE
 
 # ----------------------------------------------------------------------------- presence / driver
 

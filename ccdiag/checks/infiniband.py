@@ -14,9 +14,9 @@ from typing import Any, Iterable
 
 from ccdiag.checks import CheckContext, check
 from ccdiag.checks.common import counter_delta, gate, gpu_ids, node_component, policy_source, second_sample
-from ccdiag.findings import FAIL, PASS, SKIP, STATUS_RANK, UNKNOWN, WARN, Component, Evidence, Finding
-from ccdiag.readings import normalize_bdf
-from ccdiag.probenames import PROBE_INFINIBAND, PROBE_KMSG, PROBE_NETDEV, PROBE_NVML, PROBE_PCIE, PROBE_SYSTEM
+from ccdiag.core.findings import FAIL, PASS, SKIP, STATUS_RANK, UNKNOWN, WARN, Component, Evidence, Finding
+from ccdiag.core.readings import normalize_bdf
+from ccdiag.core.probenames import PROBE_INFINIBAND, PROBE_KMSG, PROBE_NETDEV, PROBE_NVML, PROBE_PCIE, PROBE_SYSTEM
 from ccdiag.topology.levels import UNKNOWN as UNKNOWN_LEVEL
 from ccdiag.topology.levels import gpudirect_capable, level_rank
 

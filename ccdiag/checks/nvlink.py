@@ -15,9 +15,9 @@ from typing import Any
 from ccdiag.checks import CheckContext, check
 from ccdiag.checks.common import (NODE, gpu_by_bdf, gpu_component, nvml_gate, nvswitches_on_pci, policy_source,
                                   second_sample)
-from ccdiag.findings import FAIL, PASS, SKIP, UNKNOWN, WARN, Component, Evidence, Finding
-from ccdiag.readings import normalize_bdf
-from ccdiag.probenames import PROBE_NVML
+from ccdiag.core.findings import FAIL, PASS, SKIP, UNKNOWN, WARN, Component, Evidence, Finding
+from ccdiag.core.readings import normalize_bdf
+from ccdiag.core.probenames import PROBE_NVML
 
 #: DCGM common/DcgmGPUHardwareLimits.h: DCGM_LIMIT_MAX_NVLINK_ERROR (replay/recovery per window)
 RECOVERY_FAIL_DELTA = 1

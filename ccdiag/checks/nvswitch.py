@@ -11,7 +11,7 @@ from the kernel log (the address an SXid names), each with the GPU links behind 
   fatal codes; sources in ``sxid_catalog.md``), within the same window as XIDs;
 * ``nvswitch.links_down`` names a switch that GPUs lost their links to: every GPU with links
   down towards it makes one root finding on the switch, and the per-link ``nvlink.down`` findings
-  are folded under it (:mod:`ccdiag.causes`).
+  are folded under it (:mod:`ccdiag.checks.causes`).
 
 Which switch an inactive link led to: NVML gives no far end for a link that is down (an all-zero
 or ``FFFFFFFF:FF:FF.0`` placeholder address), so it is read from the same link index on the GPUs
@@ -31,9 +31,9 @@ from typing import Any
 from ccdiag.checks import CheckContext, check
 from ccdiag.checks.common import NODE, nvml_gate, nvswitches_on_pci
 from ccdiag.checks.xid import human_age
-from ccdiag.findings import FAIL, PASS, SKIP, UNKNOWN, WARN, Component, Evidence, Finding
-from ccdiag.probenames import PROBE_KMSG, PROBE_NVML, PROBE_PCIE
-from ccdiag.readings import normalize_bdf
+from ccdiag.core.findings import FAIL, PASS, SKIP, UNKNOWN, WARN, Component, Evidence, Finding
+from ccdiag.core.probenames import PROBE_KMSG, PROBE_NVML, PROBE_PCIE
+from ccdiag.core.readings import normalize_bdf
 
 CATALOGUE_SOURCE = ("ccdiag SXid catalogue (ccdiag/data/sxid_catalog.json, from NVIDIA's Fabric Manager user guide, "
                     "'NVSwitch SXid Errors')")

@@ -16,11 +16,11 @@ from typing import Any, Callable, Iterable, cast
 from ccdiag.checks import CheckContext, check
 from ccdiag.checks.common import (GpuId, counter_delta, gpu_activity, gpu_ids, nic_names, node_component,
                                   policy_source, second_sample, sysfs_path)
-from ccdiag.findings import FAIL, PASS, SKIP, UNKNOWN, WARN, Component, Evidence, Finding
-from ccdiag.linkrates import pcie_gen as gen_of
-from ccdiag.readings import normalize_bdf
+from ccdiag.core.findings import FAIL, PASS, SKIP, UNKNOWN, WARN, Component, Evidence, Finding
+from ccdiag.core.linkrates import pcie_gen as gen_of
+from ccdiag.core.readings import normalize_bdf
 from ccdiag.topology.pcie_tree import BRIDGE_KINDS, ENDPOINT_KINDS, PcieTree, common_hops, parent_bdf
-from ccdiag.probenames import PROBE_NVML, PROBE_PCIE
+from ccdiag.core.probenames import PROBE_NVML, PROBE_PCIE
 
 #: Replays (and, by the same bit-error budget, correctable errors) per lane per minute that a
 #: link at BER 1e-12 may show; above this the link is worse than spec. Gen1/Gen2 are not in the
@@ -386,7 +386,7 @@ def link_speed(ctx: CheckContext) -> list[Finding]:
 
 @check("pcie.link_load")
 def link_load(ctx: CheckContext) -> list[Finding]:
-    """Whether the GPUs' links were kept busy while their speed was read (see ccdiag.busy_pcie_links)."""
+    """Whether the GPUs' links were kept busy while their speed was read (see ccdiag.host.busy_pcie_links)."""
     info = ctx.meta.get("link_load")
     if not info:
         return [Finding("pcie.link_load", SKIP, node_component(), "GPU links were not loaded while read (a replay, "

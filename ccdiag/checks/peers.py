@@ -15,9 +15,9 @@ from typing import Any, Callable
 
 from ccdiag.checks import CheckContext, check
 from ccdiag.checks.common import NODE, gpu_activity, gpu_component, nvml_gate
-from ccdiag.findings import FAIL, PASS, SKIP, WARN, Component, Evidence, Finding
-from ccdiag.probenames import PROBE_INFINIBAND, PROBE_NVML, PROBE_PCIE
-from ccdiag.readings import normalize_bdf
+from ccdiag.core.findings import FAIL, PASS, SKIP, WARN, Component, Evidence, Finding
+from ccdiag.core.probenames import PROBE_INFINIBAND, PROBE_NVML, PROBE_PCIE
+from ccdiag.core.readings import normalize_bdf
 
 PEERS = "the other GPUs of this node (no policy needed)"
 #: a power limit this far below its same-model peers' is a cap someone set, not rounding

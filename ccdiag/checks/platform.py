@@ -3,7 +3,7 @@
 One kernel or BIOS setting can fail a dozen checks that would otherwise each send the operator to
 a different part: the IOMMU in translation mode (GPUDirect RDMA needs 1:1 addresses; the kernel
 also turns ACS on for its isolation groups), or no subnet manager on an InfiniBand fabric (every
-port with a physical link stays INIT). The checks here name that setting; :mod:`ccdiag.causes`
+port with a physical link stays INIT). The checks here name that setting; :mod:`ccdiag.checks.causes`
 folds what it explains beneath it.
 """
 
@@ -13,8 +13,8 @@ from typing import Any
 
 from ccdiag.checks import CheckContext, check
 from ccdiag.checks.common import NODE, node_component
-from ccdiag.findings import FAIL, PASS, SKIP, UNKNOWN, WARN, Evidence, Finding
-from ccdiag.probenames import PROBE_INFINIBAND, PROBE_NVML, PROBE_PCIE, PROBE_SYSTEM
+from ccdiag.core.findings import FAIL, PASS, SKIP, UNKNOWN, WARN, Evidence, Finding
+from ccdiag.core.probenames import PROBE_INFINIBAND, PROBE_NVML, PROBE_PCIE, PROBE_SYSTEM
 
 #: CUDA "GPUDirect RDMA" guide, Design Considerations, Supported Systems: GPUDirect RDMA relies on
 #: every PCI device seeing the same physical addresses, so an IOMMU doing any translation other than

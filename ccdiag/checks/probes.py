@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from ccdiag.checks import CheckContext, check
 from ccdiag.checks.common import probe_timeout_remedy
-from ccdiag.findings import PASS, UNKNOWN, Component, Evidence, Finding
-from ccdiag.probing import FAILED, TIMEOUT, probe_what
+from ccdiag.core.findings import PASS, UNKNOWN, Component, Evidence, Finding
+from ccdiag.probes.registry import FAILED, TIMEOUT, probe_what
 
 def _component(name: str) -> Component:
     return Component("probe", name, device=name)

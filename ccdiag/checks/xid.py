@@ -18,9 +18,9 @@ from typing import Any
 
 from ccdiag.checks import CheckContext, check
 from ccdiag.checks.common import NODE, gpu_by_bdf, gpu_component, nvml_gate, policy_source
-from ccdiag.findings import FAIL, PASS, SKIP, UNKNOWN, WARN, Component, Evidence, Finding
-from ccdiag.readings import normalize_bdf
-from ccdiag.probenames import PROBE_KMSG, PROBE_NVML
+from ccdiag.core.findings import FAIL, PASS, SKIP, UNKNOWN, WARN, Component, Evidence, Finding
+from ccdiag.core.readings import normalize_bdf
+from ccdiag.core.probenames import PROBE_KMSG, PROBE_NVML
 
 CATALOGUE_SOURCE = ("ccdiag XID catalogue (ccdiag/data/xid_catalog.json, from NVIDIA's XID catalogue, DCGM, "
                     "k8s-device-plugin)")

@@ -13,8 +13,8 @@ import sys
 from ccdiag import __version__
 from ccdiag.cluster import hops as hopmod
 from ccdiag.cluster.runner import RankOutcome, run_ranks
-from ccdiag.exitcodes import ExitCode
-from ccdiag.findings import FAIL, SKIP, Finding
+from ccdiag.core.exitcodes import ExitCode
+from ccdiag.core.findings import FAIL, SKIP, Finding
 
 
 def _verdict(findings: list[Finding], outcome: RankOutcome) -> int:
@@ -24,7 +24,7 @@ def _verdict(findings: list[Finding], outcome: RankOutcome) -> int:
 
 
 def _doc(kind: str, outcome: RankOutcome, findings: list[Finding], code: int, **extra) -> dict:
-    from ccdiag.report import findings_section
+    from ccdiag.report.document import findings_section
 
     return {"kind": kind, "tool": {"name": "ccdiag", "version": __version__}, "ranks": outcome.to_json(),
             "faults": outcome.fault_lines(), "findings": findings_section(findings),

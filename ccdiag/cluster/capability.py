@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from ccdiag.cluster.flowlimits import FlowLimit
-from ccdiag.findings import FAIL, UNKNOWN, WARN, Component, Evidence, Finding
+from ccdiag.core.findings import FAIL, UNKNOWN, WARN, Component, Evidence, Finding
 
 #: a pair below this fraction of its path's line rate fails; below WARN_FRACTION it warns
 FAIL_FRACTION = 0.10

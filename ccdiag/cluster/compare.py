@@ -254,7 +254,7 @@ def _validator():
     if _VALIDATOR is None:
         import jsonschema
 
-        from ccdiag.report import load_schema
+        from ccdiag.report.document import load_schema
 
         schema = load_schema()
         props = dict(schema["properties"])
@@ -285,7 +285,7 @@ def load(path: str) -> dict:
     """One ``ccdiag check --json`` report, read through the bounded reader (a FIFO, a device or a
     file over :data:`MAX_REPORT_BYTES` is refused) and validated against the published schema; or
     ValueError saying, in one line naming the file, why it is not one."""
-    from ccdiag.userfiles import UserFileError, read_user_bytes
+    from ccdiag.core.userfiles import UserFileError, read_user_bytes
 
     try:
         raw = read_user_bytes(path, "ccdiag JSON report", MAX_REPORT_BYTES)

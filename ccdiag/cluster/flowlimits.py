@@ -40,7 +40,7 @@ def local_provider() -> str | None:
     """The cloud this host runs on, read through the host door as the platform probe reads it
     (:func:`ccdiag.probes.platform.provider_of`); None on bare metal, where DMI is missing, or on a
     cloud not recognised."""
-    from ccdiag.host import LiveHost
+    from ccdiag.host.door import LiveHost
     from ccdiag.probes.platform import provider_of
 
     return provider_of(LiveHost())

@@ -2,7 +2,7 @@
 
 Why: a fleet problem is often invisible from any single host: one node on an older driver or
 firmware, one with a GPU fewer, one whose links trained slower, one running another ccdiag. Each
-host runs the ordinary node check (:func:`ccdiag.checkrun.evaluate`, bounded by its own timeout
+host runs the ordinary node check (:func:`ccdiag.run.checkrun.evaluate`, bounded by its own timeout
 inside the run's budget); one rank per host does it (the lowest rank there), so a host with eight
 ranks is checked once. Rank 0 receives compact summaries (verdict, failures, the facts compared
 across hosts), never the whole reports, so the gather stays small at any scale; ``--reports-dir``
@@ -16,8 +16,8 @@ from collections import Counter
 
 from ccdiag import __version__
 from ccdiag.cluster.mpictx import Deadline, bcast_obj, gather_to_root
-from ccdiag.findings import FAIL, PASS, WARN, Component, Evidence, Finding
-from ccdiag.probenames import PROBE_INFINIBAND, PROBE_NVML
+from ccdiag.core.findings import FAIL, PASS, WARN, Component, Evidence, Finding
+from ccdiag.core.probenames import PROBE_INFINIBAND, PROBE_NVML
 
 #: facts compared across hosts (by key prefix), and how bad a difference from the majority is
 FACT_SEVERITY = {
@@ -104,25 +104,25 @@ def _injected_stall(rank: int) -> None:
 
 
 def _make_host(path: str | None):
-    """The live machine, or a snapshot (a bad one is a :class:`ccdiag.snapshot.SnapshotError`, a
+    """The live machine, or a snapshot (a bad one is a :class:`ccdiag.host.snapshot.SnapshotError`, a
     user-input error naming the file)."""
-    from ccdiag.host import LiveHost, ReplayHost
+    from ccdiag.host.door import LiveHost, ReplayHost
 
     return ReplayHost(path) if path else LiveHost("/")
 
 
 def run_node_check(ident: dict, rank: int, replay: str | None, timeout_s: float, reports_dir: str | None,
                    policy_file: str | None) -> dict:
-    from ccdiag.checkrun import close_host, evaluate
-    from ccdiag.errors import CcdiagError
-    from ccdiag.report import build_report
+    from ccdiag.run.checkrun import close_host, evaluate
+    from ccdiag.core.errors import CcdiagError
+    from ccdiag.report.document import build_report
 
     host_name = ident.get("host", "?")
     path = replay.replace("{host}", host_name).replace("{rank}", str(rank)) if replay else None
     try:
         policy = None
         if policy_file:
-            from ccdiag.policy import load_policy
+            from ccdiag.inputs.policy import load_policy
 
             policy = load_policy(policy_file)
         host = _make_host(path)
@@ -167,8 +167,8 @@ def _nccl_settings(host, result) -> tuple[dict, dict | None]:
 def _write_report(reports_dir: str, host_name: str, doc: dict) -> str | None:
     """Write this host's full report to ``reports_dir``; the reason when it could not be written
     (the host's line then says so: a report asked for and silently missing is never a pass)."""
-    from ccdiag.output import write_atomic
-    from ccdiag.report import dumps
+    from ccdiag.core.output import write_atomic
+    from ccdiag.report.document import dumps
 
     path = os.path.join(reports_dir, f"{host_name}.json")
     try:

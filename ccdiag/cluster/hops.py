@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import statistics
 
-from ccdiag.findings import FAIL, PASS, SKIP, Component, Evidence, Finding
+from ccdiag.core.findings import FAIL, PASS, SKIP, Component, Evidence, Finding
 
 #: a hop below (1 - margin) x the ring's median hop bandwidth is a finding
 DEFAULT_MARGIN = 0.5

@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ccdiag.errors import NotEvaluated
+from ccdiag.core.errors import NotEvaluated
 
 #: tags of ccdiag's own point-to-point messages (collectives of the benchmark use their own)
 TAG_GATHER = 7101

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping
 
-from ccdiag.findings import FAIL, PASS, SKIP, UNKNOWN, WARN, Component, Evidence, Finding
+from ccdiag.core.findings import FAIL, PASS, SKIP, UNKNOWN, WARN, Component, Evidence, Finding
 
 CHECK = "cluster.nccl_recommendation"
 #: settings whose difference means the node's rails differ (a job on it would use other NICs)
@@ -46,7 +46,7 @@ def node_recommendation(host: Any, runs: Mapping[str, Any], topology: Any) -> tu
     (each setting's reason and evidence; None when there is none). The first is small and travels to
     rank 0; the second goes only into the host's own report (``cluster check --reports-dir``)."""
     from ccdiag.nccl.recommend import recommend
-    from ccdiag.observe import nccl_settings_seen
+    from ccdiag.run.observe import nccl_settings_seen
 
     if topology is None:
         return {"error": "the check ran out of time before the topology was built"}, None

@@ -153,8 +153,8 @@ def write_hostfiles(path: str, order: list[str], slots: dict | None = None, note
     """``path``: an OpenMPI hostfile (``host slots=K`` in ring order; mpirun's default by-slot
     mapping then numbers ranks along the ring); ``path.slurm``: a SLURM_HOSTFILE (one line per
     task) for ``srun --distribution=arbitrary``. Returns the paths written."""
-    from ccdiag.errors import InputError
-    from ccdiag.output import write_atomic
+    from ccdiag.core.errors import InputError
+    from ccdiag.core.output import write_atomic
 
     slots = slots or {}
     head = f"# {note}\n" if note else ""

@@ -17,11 +17,11 @@ import dataclasses
 import socket
 import time
 
-from ccdiag import outliers
+from ccdiag.core import outliers
 from ccdiag.cluster import ifaces as ifacemod
 from ccdiag.cluster.mpictx import (Deadline, DeadlineExpired, Outstanding, barrier, bcast_obj, gather_to_root,
                                    load_numpy, wait_one)
-from ccdiag.findings import FAIL, PASS, UNKNOWN, Component, Evidence, Finding
+from ccdiag.core.findings import FAIL, PASS, UNKNOWN, Component, Evidence, Finding
 
 TAG_PAIR = 5000
 #: per round: the partners' candidate lists and per-step listen ports (one tag per round keeps the
@@ -560,7 +560,7 @@ def pair_figures(m, hosts: list[str]) -> dict[tuple[str, str], float]:
 
 def classify(m, hosts: list[str], margin: float) -> dict:
     """Slow hosts (slow with every peer) apart from slow links (slow with one peer only), by the
-    project's one rule for that question, :func:`ccdiag.outliers.classify`: each pair's figure is its
+    project's one rule for that question, :func:`ccdiag.core.outliers.classify`: each pair's figure is its
     slower direction, the reference is the median of the hosts' own median pair bandwidths (one bad
     host cannot drag it down), and a pair below ``1 - margin`` of it is slow.
 

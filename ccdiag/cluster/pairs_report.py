@@ -16,8 +16,8 @@ from ccdiag.cluster import capability
 from ccdiag.cluster import order as ordermod
 from ccdiag.cluster import pairs as pm
 from ccdiag.cluster.flowlimits import flow_limit
-from ccdiag.exitcodes import ExitCode
-from ccdiag.findings import FAIL, PASS, SKIP, UNKNOWN, WARN, Component, Finding
+from ccdiag.core.exitcodes import ExitCode
+from ccdiag.core.findings import FAIL, PASS, SKIP, UNKNOWN, WARN, Component, Finding
 
 
 def missing_pairs(m, hosts: list[str]) -> list[str]:

@@ -16,8 +16,8 @@ from typing import Any, Callable
 
 from ccdiag.cluster.mpictx import (Deadline, DeadlineExpired, Liveness, Watchdog, finish, gather_to_root,
                                    host_identity, load_mpi)
-from ccdiag.errors import NotEvaluated
-from ccdiag.exitcodes import ExitCode
+from ccdiag.core.errors import NotEvaluated
+from ccdiag.core.exitcodes import ExitCode
 
 #: what launchers set to the number of tasks they started (Slurm's step, Slurm's job, OpenMPI, PMI)
 LAUNCHER_SIZE_VARS = ("SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE")

@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ccdiag.examples import epilog
+from ccdiag.commands.examples import epilog
 from ccdiag.commands.common import host_options, make_host
 from ccdiag.commands.common import try_write_report
-from ccdiag.errors import InputError
+from ccdiag.core.errors import InputError
 
 if TYPE_CHECKING:
     from ccdiag.topology.model import Topology
@@ -60,7 +60,7 @@ def group(ctx):
 def _load_policy(policy_file):
     if not policy_file:
         return None
-    from ccdiag.policy import load_policy
+    from ccdiag.inputs.policy import load_policy
 
     return load_policy(policy_file)
 
@@ -83,7 +83,7 @@ def _observe(replay, root, deadline_s: float):
     nothing here is judged but the benchmarks). The host is closed before any engine starts, so
     NVML is not held while CUDA child processes work."""
     from ccdiag.commands.topo import topology_probes
-    from ccdiag.observe import observe
+    from ccdiag.run.observe import observe
 
     host = make_host(replay, root)
     obs = observe(host, topology_probes(), time.monotonic() + deadline_s, close=True)
@@ -96,7 +96,7 @@ def _progress():
         return None, None
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-    from ccdiag.output import console
+    from ccdiag.core.output import console
 
     prog = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
                     console=console(stderr=True), transient=True)
@@ -152,7 +152,7 @@ def run_command(names, replay, root, as_json, output, budget, size_bytes, iters,
         doc = bench_report(observed, results, code, replay, time.monotonic() - t0)
     unwritten = try_write_report(doc, output) if output else None
     if as_json:
-        from ccdiag.output import emit_json
+        from ccdiag.core.output import emit_json
 
         emit_json(doc)
     else:
@@ -165,7 +165,7 @@ def run_command(names, replay, root, as_json, output, budget, size_bytes, iters,
 
 
 def bench_report(observed, results, code, replay, duration_s: float) -> dict:
-    from ccdiag.report import build_report
+    from ccdiag.report.document import build_report
 
     findings = [f for r in results for f in r.findings]
     return build_report("bench", observed.meta, topology=observed.topology, findings=findings,
@@ -184,11 +184,11 @@ def list_command(replay, root, as_json):
     ctx = BenchContext(host=host, topology=observed.topology, runs=observed.runs)
     rows = [(b.name, b.what, b.applicable(ctx)) for b in load_all().values()]
     if as_json:
-        from ccdiag.output import emit_json
+        from ccdiag.core.output import emit_json
 
         emit_json([{"name": n, "what": w, "runnable": why is None, "reason": why} for n, w, why in rows])
         return 0
-    from ccdiag.output import sanitize
+    from ccdiag.core.output import sanitize
 
     for n, w, why in rows:
         click.echo(f"{n:9} {'can run' if why is None else 'skip'}: {sanitize(w)}")
@@ -219,7 +219,7 @@ def import_command(files, replay, root, from_smi, as_json, policy_file, strict, 
     from ccdiag.bench.imports import MatrixTopology, NodeInfo, import_file
     from ccdiag.bench.runner import exit_code
     from ccdiag.benchparse.errors import BenchParseError
-    from ccdiag.userfiles import read_user_text
+    from ccdiag.core.userfiles import read_user_text
 
     if from_smi and replay:
         raise click.UsageError("--from-smi and --replay both name a topology: give one")
@@ -249,7 +249,7 @@ def import_command(files, replay, root, from_smi, as_json, policy_file, strict, 
             raise InputError(f"{f}: {exc}") from None
     code = exit_code(results, strict)  # UNKNOWN (3) when no figure could be judged
     if as_json:
-        from ccdiag.output import emit_json
+        from ccdiag.core.output import emit_json
 
         meta = observed.meta if observed is not None else {}
         doc = bench_report(observed, results, code, replay, time.monotonic() - t0) if observed else \
@@ -263,7 +263,7 @@ def import_command(files, replay, root, from_smi, as_json, policy_file, strict, 
 
 
 def _matrix_report(meta, results, code, duration_s):
-    from ccdiag.report import build_report
+    from ccdiag.report.document import build_report
 
     findings = [f for r in results for f in r.findings]
     return build_report("bench", meta, findings=findings, exit_code=int(code),

@@ -13,9 +13,9 @@ import sys
 
 import click
 
-from ccdiag.examples import epilog
-from ccdiag.errors import InputError
-from ccdiag.exitcodes import ExitCode
+from ccdiag.commands.examples import epilog
+from ccdiag.core.errors import InputError
+from ccdiag.core.exitcodes import ExitCode
 
 
 def _sizes(sizes: str | None, begin: str, end: str, factor: int) -> list[int]:

@@ -8,9 +8,9 @@ from typing import Any
 
 import click
 
-from ccdiag.findings import PASS, STATUS_RANK
-from ccdiag.output import sanitize
-from ccdiag.render import MAX_WIDTH, detail_lines, verdict_line, wrap_line
+from ccdiag.core.findings import PASS, STATUS_RANK
+from ccdiag.core.output import sanitize
+from ccdiag.report.render import MAX_WIDTH, detail_lines, verdict_line, wrap_line
 
 #: figures listed per benchmark before "... N more" (JSON always has them all)
 MAX_ROWS = 24

@@ -22,15 +22,15 @@ import time
 
 import click
 
-from ccdiag.examples import epilog
-from ccdiag.checkrun import DEFAULT_DEADLINE_S, DEFAULT_WINDOW_S, close_host, evaluate
+from ccdiag.commands.examples import epilog
+from ccdiag.run.checkrun import DEFAULT_DEADLINE_S, DEFAULT_WINDOW_S, close_host, evaluate
 from ccdiag.commands.snapshot import default_name
 from ccdiag.commands.common import host_options, make_host, try_write_report
-from ccdiag.errors import InputError
-from ccdiag.exitcodes import ExitCode
-from ccdiag.host import HostReadError, RecordingHost
-from ccdiag.envfile import load_env_file
-from ccdiag.policy import load_policy
+from ccdiag.core.errors import InputError
+from ccdiag.core.exitcodes import ExitCode
+from ccdiag.host.door import HostReadError, RecordingHost
+from ccdiag.inputs.envfile import load_env_file
+from ccdiag.inputs.policy import load_policy
 
 
 
@@ -153,11 +153,11 @@ def command(replay, root, policy_file, env_file, timeout, window, as_json, outpu
     doc = _report(result, replay, snap_path) if (as_json or output) else None
     unwritten = try_write_report(doc, output) if output else None
     if as_json:
-        from ccdiag.output import emit_json
+        from ccdiag.core.output import emit_json
 
         emit_json(doc)
     else:
-        from ccdiag.render import print_result
+        from ccdiag.report.render import print_result
 
         print_result(result.findings, result.exit_code, result.hostname, result.timed_out, quiet, strict)
         if bench:
@@ -197,15 +197,15 @@ def _judge(host, policy, env, env_source, *, timeout, window, strict, only, load
     """The evaluation, with ``--bench quick``'s benchmarks in their own share of the deadline."""
     budget = None
     if bench:
-        from ccdiag.checkrun import QUICK_BENCH_S
-        from ccdiag.stages import Budget
+        from ccdiag.run.checkrun import QUICK_BENCH_S
+        from ccdiag.run.stages import Budget
 
         budget = Budget.plan(timeout, bench_s=QUICK_BENCH_S)
     result = evaluate(host, policy, window_s=window, deadline_s=timeout, env=env, env_source=env_source,
                       strict=strict, only=only or None, load_links=load_links, budget=budget,
                       release_files=not bench)
     if bench:
-        from ccdiag.checkrun import add_benchmarks
+        from ccdiag.run.checkrun import add_benchmarks
 
         result = add_benchmarks(result, host)
     return result
@@ -222,7 +222,7 @@ def _write_textfile(directory: str, result) -> None:
 
 def _report(result, replay: str | None, snap_path: str | None) -> dict:
     """The ``kind: check`` JSON report."""
-    from ccdiag.report import build_report
+    from ccdiag.report.document import build_report
 
     extra = {"policy": _policy_section(result.policy)}
     if snap_path:

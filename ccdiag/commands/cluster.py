@@ -14,8 +14,8 @@ import sys
 
 import click
 
-from ccdiag.examples import epilog
-from ccdiag.exitcodes import ExitCode
+from ccdiag.commands.examples import epilog
+from ccdiag.core.exitcodes import ExitCode
 
 
 def _require_writable(path: str) -> None:
@@ -24,7 +24,7 @@ def _require_writable(path: str) -> None:
     import os
     import tempfile
 
-    from ccdiag.errors import InputError
+    from ccdiag.core.errors import InputError
 
     try:
         os.makedirs(path, exist_ok=True)
@@ -54,8 +54,8 @@ def check(timeout, budget, replay, policy_file, reports_dir, as_json):
     from ccdiag import __version__
     from ccdiag.cluster import gather
     from ccdiag.cluster.runner import run_ranks
-    from ccdiag.findings import FAIL, STATUS_RANK, WARN
-    from ccdiag.report import findings_section
+    from ccdiag.core.findings import FAIL, STATUS_RANK, WARN
+    from ccdiag.report.document import findings_section
 
     if reports_dir:
         _require_writable(reports_dir)

@@ -8,8 +8,8 @@ from typing import Callable
 
 import click
 
-from ccdiag.errors import InputError
-from ccdiag.host import Host, LiveHost, RecordingHost, ReplayHost
+from ccdiag.core.errors import InputError
+from ccdiag.host.door import Host, LiveHost, RecordingHost, ReplayHost
 
 
 def host_options(func: Callable) -> Callable:
@@ -49,8 +49,8 @@ def try_write_report(doc: dict, output: str) -> str | None:
 
 def write_report(doc: dict, output: str) -> None:
     """Write a JSON report to ``output`` atomically; a path that cannot be written is bad input."""
-    from ccdiag.output import write_atomic
-    from ccdiag.report import dumps
+    from ccdiag.core.output import write_atomic
+    from ccdiag.report.document import dumps
 
     try:
         write_atomic(output, dumps(doc) + "\n")

@@ -10,10 +10,10 @@ import sys
 
 import click
 
-from ccdiag.examples import epilog
+from ccdiag.commands.examples import epilog
 from ccdiag.commands.common import host_options
-from ccdiag.errors import InputError
-from ccdiag.exitcodes import ExitCode
+from ccdiag.core.errors import InputError
+from ccdiag.core.exitcodes import ExitCode
 
 
 @click.command(name="daemon", epilog=epilog("daemon"))

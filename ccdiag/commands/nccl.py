@@ -13,12 +13,12 @@ import time
 
 import click
 
-from ccdiag.examples import epilog
+from ccdiag.commands.examples import epilog
 from ccdiag.commands.common import host_options, make_host
-from ccdiag.errors import InputError, NotEvaluated
-from ccdiag.exitcodes import ExitCode
-from ccdiag.output import sanitize_text
-from ccdiag.probenames import PROBE_INFINIBAND, PROBE_NETDEV, PROBE_NVML, PROBE_PCIE, PROBE_PLATFORM, PROBE_SYSTEM
+from ccdiag.core.errors import InputError, NotEvaluated
+from ccdiag.core.exitcodes import ExitCode
+from ccdiag.core.output import sanitize_text
+from ccdiag.core.probenames import PROBE_INFINIBAND, PROBE_NETDEV, PROBE_NVML, PROBE_PCIE, PROBE_PLATFORM, PROBE_SYSTEM
 
 FORMATS = ("text", "env", "nccl.conf", "json")
 #: what the recommender reads: devices, links, ports, interfaces and modules (no kernel log, no
@@ -27,14 +27,14 @@ NCCL_PROBES = (PROBE_SYSTEM, PROBE_PCIE, PROBE_NVML, PROBE_INFINIBAND, PROBE_NET
 
 
 def _read(path: str, what: str) -> str:
-    from ccdiag.userfiles import read_user_text
+    from ccdiag.core.userfiles import read_user_text
 
     return read_user_text(path, what, 64 << 20)
 
 
 def _env_file_settings(env_file: str | None) -> tuple[dict[str, str], str]:
     """The settings an env file (shell syntax) sets, or none."""
-    from ccdiag.envfile import parse_env_file
+    from ccdiag.inputs.envfile import parse_env_file
 
     if env_file:
         return parse_env_file(_read(env_file, "environment"), env_file), f"env file {env_file}"
@@ -45,7 +45,7 @@ def node_recommendation(host, env: dict[str, str], env_source: str, timeout: flo
                         env_unread: tuple[str, ...] = ()):
     """(recommendation, runs, topology) of a host door: the probes the recommender reads, then the topology."""
     from ccdiag.nccl.recommend import recommend
-    from ccdiag.observe import observe
+    from ccdiag.run.observe import observe
 
     obs = observe(host, NCCL_PROBES, time.monotonic() + timeout)
     rec = recommend(obs.topology, obs.runs, env=env, env_source=env_source, env_unread=env_unread)
@@ -124,7 +124,7 @@ def _from_matrix(from_smi: str, env_file: str | None):
 
 def _from_node(replay, root, env_file, timeout):
     from ccdiag.nccl.present import NCCL_CONF
-    from ccdiag.observe import close_host, nccl_settings_seen
+    from ccdiag.run.observe import close_host, nccl_settings_seen
     from ccdiag.probes._ncclconf import conf_problems
 
     host = make_host(replay, root)
@@ -164,7 +164,7 @@ def _formatted(fmt, rec, subject, meta, log, log_file, diffs, replay, from_smi) 
         return render.nccl_conf(rec, header) if rec else ""
     if fmt != "json":
         return None
-    from ccdiag.report import build_report, dumps
+    from ccdiag.report.document import build_report, dumps
 
     extra = {"nccl": rec.to_json() if rec else None}
     if log is not None:
@@ -192,7 +192,7 @@ def _write_topo(path: str, rec) -> None:
 
 
 def _write(path: str, text: str) -> None:
-    from ccdiag.output import write_atomic
+    from ccdiag.core.output import write_atomic
 
     try:
         write_atomic(path, sanitize_text(text))
@@ -202,7 +202,7 @@ def _write(path: str, text: str) -> None:
 
 def _print_text(rec, subject: str, log, log_file: str | None, diffs: list[str] | None) -> None:
     from ccdiag.nccl.render import text_rows
-    from ccdiag.output import console, table
+    from ccdiag.core.output import console, table
 
     out = console()
     if rec is not None:

@@ -11,13 +11,13 @@ import time
 
 import click
 
-from ccdiag.examples import epilog
+from ccdiag.commands.examples import epilog
 from ccdiag.commands.common import host_options, make_host
-from ccdiag.errors import InputError, NotEvaluated
-from ccdiag.exitcodes import ExitCode
-from ccdiag.output import sanitize, sanitize_text
-from ccdiag.probenames import PROBE_INFINIBAND, PROBE_NVML, PROBE_PCIE
-from ccdiag.policy import FIELD_HELP, Policy, file_keys, init_header, load_policy, \
+from ccdiag.core.errors import InputError, NotEvaluated
+from ccdiag.core.exitcodes import ExitCode
+from ccdiag.core.output import sanitize, sanitize_text
+from ccdiag.core.probenames import PROBE_INFINIBAND, PROBE_NVML, PROBE_PCIE
+from ccdiag.inputs.policy import FIELD_HELP, Policy, file_keys, init_header, load_policy, \
     policy_from_observations, to_toml
 
 #: probes whose observations a policy is made from
@@ -44,7 +44,7 @@ def init(replay, root, output, timeout, force):
     """
     import os
 
-    from ccdiag.observe import observe
+    from ccdiag.run.observe import observe
 
     if output and os.path.exists(output) and not force:
         raise InputError(f"{output} exists; pass --force to overwrite it")
@@ -60,7 +60,7 @@ def init(replay, root, output, timeout, force):
     # the header names the host the snapshot says it came from: shown, never acted on by a terminal
     text = sanitize_text(to_toml(policy, init_header(meta)))
     if output:
-        from ccdiag.output import write_atomic
+        from ccdiag.core.output import write_atomic
 
         try:
             write_atomic(output, text)
@@ -107,8 +107,8 @@ def show(file, as_json):
         origin = "file" if name in in_file else "default"
         rows.append((name, value, origin, FIELD_HELP.get(name, "")))
     if as_json:
-        from ccdiag.output import emit_json
-        from ccdiag.report import build_report
+        from ccdiag.core.output import emit_json
+        from ccdiag.report.document import build_report
 
         emit_json(build_report("policy", {}, run_info={},
                                extra={"policy": {"source": file,
@@ -116,7 +116,7 @@ def show(file, as_json):
                                                             for n, v, _, _ in rows},
                                                  "origin": {n: o for n, _, o, _ in rows}}}))
         return int(ExitCode.OK)
-    from ccdiag.output import console, table
+    from ccdiag.core.output import console, table
 
     out = console()
     out.print(f"policy {file}")

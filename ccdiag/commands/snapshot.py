@@ -12,16 +12,16 @@ import time
 
 import click
 
-from ccdiag.examples import epilog
-from ccdiag.checkrun import DEFAULT_WINDOW_S
+from ccdiag.commands.examples import epilog
+from ccdiag.run.checkrun import DEFAULT_WINDOW_S
 from ccdiag.commands.common import host_options, make_host
-from ccdiag.errors import InputError
-from ccdiag.exitcodes import ExitCode
-from ccdiag.host import RecordingHost, ReplayHost
-from ccdiag.output import console, emit_json
-from ccdiag.observe import close_host, observe
-from ccdiag.probing import ALL_PROBES, resampled_probes
-from ccdiag.report import build_report
+from ccdiag.core.errors import InputError
+from ccdiag.core.exitcodes import ExitCode
+from ccdiag.host.door import RecordingHost, ReplayHost
+from ccdiag.core.output import console, emit_json
+from ccdiag.run.observe import close_host, observe
+from ccdiag.probes.registry import ALL_PROBES, resampled_probes
+from ccdiag.report.document import build_report
 
 
 def default_name(hostname: str | None) -> str:
@@ -79,7 +79,7 @@ def command(replay, root, output, redact, window, timeout, probes, as_json, mode
         close_host(host, timed_out=obs.timed_out)
     counts: dict[str, int] = {}
     if redact:
-        from ccdiag.redact import redact as do_redact
+        from ccdiag.report.redact import redact as do_redact
 
         snap, counts = do_redact(snap)
     path = output or default_name(snap.meta.get("hostname") or socket.gethostname())

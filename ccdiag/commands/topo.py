@@ -16,12 +16,12 @@ import time
 
 import click
 
-from ccdiag.examples import epilog
+from ccdiag.commands.examples import epilog
 from ccdiag.commands.common import host_options, make_host
-from ccdiag.errors import InputError
-from ccdiag.exitcodes import ExitCode
-from ccdiag.output import sanitize_text
-from ccdiag.probenames import PROBE_KMSG, PROBE_NETDEV, PROBE_NVML, PROBE_PCIE, PROBE_SMI_TOPO
+from ccdiag.core.errors import InputError
+from ccdiag.core.exitcodes import ExitCode
+from ccdiag.core.output import sanitize_text
+from ccdiag.core.probenames import PROBE_KMSG, PROBE_NETDEV, PROBE_NVML, PROBE_PCIE, PROBE_SMI_TOPO
 from ccdiag.topology.affinity import limiting_link
 from ccdiag.topology.dot import render_dot
 from ccdiag.topology.levels import level_rank
@@ -32,7 +32,7 @@ DEFAULT_DEADLINE_S = 20.0
 
 def topology_probes() -> tuple[str, ...]:
     """Every registered probe but the kernel log: what the topology and its cross-checks read."""
-    from ccdiag.probing import all_probes
+    from ccdiag.probes.registry import all_probes
 
     return tuple(n for n in all_probes() if n != PROBE_KMSG)
 
@@ -42,7 +42,7 @@ def _gbyte_s_text(v: float | None) -> str:
 
 
 def _read_text_file(path: str, what: str) -> str:
-    from ccdiag.userfiles import read_user_text
+    from ccdiag.core.userfiles import read_user_text
 
     return read_user_text(path, what, 16 << 20)
 
@@ -51,7 +51,7 @@ def _read_text_file(path: str, what: str) -> str:
 
 
 def _matrix_table(m, title: str):
-    from ccdiag.output import table
+    from ccdiag.core.output import table
     from ccdiag.probes.smi_topo import rows_for_table
 
     rows = rows_for_table(m)
@@ -82,7 +82,7 @@ def _table_width(m) -> int:
 def _matrix_blocks(m) -> list:
     """The matrix as two narrow tables, GPU-GPU and GPU-NIC, for a terminal too narrow for the whole
     nvidia-smi layout (the affinity columns move to the GPU table)."""
-    from ccdiag.output import table
+    from ccdiag.core.output import table
 
     gpus = [d for d in m.devices if d in m.gpus()]
     nics = [d for d in m.devices if d not in gpus]
@@ -108,7 +108,7 @@ def _column_chunks(m, rows: list[str], cols: list[str]) -> list[list[str]]:
 def _print_narrow(out, m, rows: list[list[str]]) -> None:
     """A pasted matrix too wide for the terminal: GPU-GPU and GPU-NIC blocks, then the affinity
     columns as a table of their own, so no level, CPU list or device name is split."""
-    from ccdiag.output import fit_table
+    from ccdiag.core.output import fit_table
 
     for block in _matrix_blocks(m):
         out.print(block)
@@ -133,7 +133,7 @@ def _nic_legend_line(m) -> str | None:
 
 # -- what is usable: a lost GPU carries nothing, a NIC without an active port carries nothing ------
 
-#: short words for the NVML error classes that leave a GPU unusable (see ccdiag.nvmlcall)
+#: short words for the NVML error classes that leave a GPU unusable (see ccdiag.host.nvmlcall)
 def _gpu_states(topo) -> dict[str, str]:
     return {g.label: topo.gpu_state(g) for g in topo.gpus()}
 
@@ -316,7 +316,7 @@ def _gpu_absence(runs) -> str:
 
 
 def render_text(out, topo, runs, meta: dict, smi_diffs: list[str] | None, smi_matrix) -> None:
-    from ccdiag.output import fit_table
+    from ccdiag.core.output import fit_table
 
     def table(title, columns, rows, to_rows=()):  # never splits an address, UUID or word
         return fit_table(title, columns, rows, _width(), to_rows)
@@ -404,7 +404,7 @@ def _write_graphviz(dot_text: str, path: str, fmt: str) -> None:
 
 
 def _write(path: str, text: str) -> None:
-    from ccdiag.output import write_atomic
+    from ccdiag.core.output import write_atomic
 
     try:
         write_atomic(path, sanitize_text(text))
@@ -416,9 +416,9 @@ def _write(path: str, text: str) -> None:
 
 
 def _from_smi(path: str, as_json: bool, output: str | None) -> int:
-    from ccdiag.output import PLAIN_TABLE_CELLS, console, emit_json, plain_table, table
+    from ccdiag.core.output import PLAIN_TABLE_CELLS, console, emit_json, plain_table, table
     from ccdiag.probes.smi_topo import TopoParseError, parse_topo_matrix, render_matrix, rows_for_table
-    from ccdiag.report import build_report
+    from ccdiag.report.document import build_report
 
     text = _read_text_file(path, "nvidia-smi topo -m")
     try:
@@ -485,8 +485,8 @@ def _p2p_or_none(text: str):
 
 
 def _show_p2p(p, path: str, as_json: bool, output: str | None) -> int:
-    from ccdiag.output import console, emit_json, table
-    from ccdiag.report import build_report
+    from ccdiag.core.output import console, emit_json, table
+    from ccdiag.report.document import build_report
 
     devices = list(p.devices)
     rows = [[a] + [p.status(a, b) or "" for b in devices] for a in devices]
@@ -515,11 +515,11 @@ def _show_p2p(p, path: str, as_json: bool, output: str | None) -> int:
 
 
 def gather(host, timeout: float = DEFAULT_DEADLINE_S):
-    """Observe ``host`` with the topology probes under one deadline (:func:`ccdiag.observe.observe`,
+    """Observe ``host`` with the topology probes under one deadline (:func:`ccdiag.run.observe.observe`,
     which lets go of the host afterwards) and compare the topology with nvidia-smi's matrix.
 
     Returns (probe runs, topology, nvidia-smi's parsed matrix or None, mismatches or None)."""
-    from ccdiag.observe import observe
+    from ccdiag.run.observe import observe
 
     obs = observe(host, topology_probes(), time.monotonic() + timeout, close=True)
     runs, topo = obs.runs, obs.topology
@@ -532,7 +532,7 @@ def gather(host, timeout: float = DEFAULT_DEADLINE_S):
 def topo_report(meta: dict, runs, topo, smi_diffs, started: float, replay: str | None = None,
                 timeout: float = DEFAULT_DEADLINE_S) -> dict:
     """The ``kind: topo`` JSON report."""
-    from ccdiag.report import build_report, now_info
+    from ccdiag.report.document import build_report, now_info
 
     code = ExitCode.OK if topo.gpus() else ExitCode.UNEVALUATED
     timed_out = any(r.status == "timeout" for r in runs.values())
@@ -590,7 +590,7 @@ def command(replay, root, as_json, output, dot_path, svg_path, png_path, from_sm
     if from_smi:
         _refuse_host_options_with_from_smi()
         return _from_smi(from_smi, as_json, output)
-    from ccdiag.output import console, emit_json
+    from ccdiag.core.output import console, emit_json
 
     started = time.monotonic()
     if not replay and root != "/" and not os.path.isdir(root):

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
 
 from ccdiag.topology.levels import UNKNOWN, level_rank
-from ccdiag.probenames import PROBE_PLATFORM
+from ccdiag.core.probenames import PROBE_PLATFORM
 
 if TYPE_CHECKING:
     from ccdiag.topology.model import Topology

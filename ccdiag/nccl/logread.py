@@ -33,7 +33,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from ccdiag.errors import UserInputError
+from ccdiag.core.errors import UserInputError
 
 MAX_BYTES = 64 << 20  # for text handed over whole; files are streamed without a size limit
 MAX_LINE = 64 << 10

@@ -4,7 +4,7 @@ Why one function: ``ccdiag nccl`` on one node and ``ccdiag cluster check`` acros
 must judge the same settings, or a node would be compared on other facts than it is advised on.
 NCCL reads ``/etc/nccl.conf`` with its own parser (:mod:`ccdiag.probes._ncclconf`) and sets each
 name with ``setenv(.., 0)``, so the process environment wins. Pure: the environment and the file
-are read through the host door by :func:`ccdiag.observe.nccl_settings_seen`, which passes them in.
+are read through the host door by :func:`ccdiag.run.observe.nccl_settings_seen`, which passes them in.
 
 Besides ``NCCL_*``, the libfabric variables (``FI_*``) and ``RDMAV_FORK_SAFE`` are kept: the AWS
 EFA platform requires some of them (:mod:`ccdiag.nccl.platforms`), and NCCL reaches EFA through a
@@ -34,7 +34,7 @@ def settings_present(environ: Mapping[str, str], conf_text: str | None) -> tuple
 
 def unread_prefixes(recorded: tuple[str, ...]) -> tuple[str, ...]:
     """The judged prefixes the door's environment did not cover (``recorded``: the prefixes it
-    did, :func:`ccdiag.host.environ_recorded`): a variable of these missing from the settings may
+    did, :func:`ccdiag.host.door.environ_recorded`): a variable of these missing from the settings may
     still be set on the node, so it is judged unknown rather than "not set"."""
     return tuple(p for p in JUDGED_PREFIXES if not any(p.startswith(r) for r in recorded))
 

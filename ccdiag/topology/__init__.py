@@ -29,7 +29,7 @@ __all__ = sorted(_EXPORTS) + ["pcie_gen"]
 
 def __getattr__(name: str) -> Any:
     if name == "pcie_gen":
-        from ccdiag.linkrates import pcie_gen
+        from ccdiag.core.linkrates import pcie_gen
 
         return pcie_gen
     module = _EXPORTS.get(name)

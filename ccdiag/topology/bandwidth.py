@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ccdiag.linkrates import pcie_gen
+from ccdiag.core.linkrates import pcie_gen
 from ccdiag.topology import catalogue as _catalogue
 
 

@@ -14,14 +14,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from ccdiag.linkrates import pcie_gen
-from ccdiag.readings import normalize_bdf
+from ccdiag.core.linkrates import pcie_gen
+from ccdiag.core.readings import normalize_bdf
 from ccdiag.topology.bandwidth import pcie_desc, pcie_gbyte_s, wire_gbyte_s
 from ccdiag.topology.mismatch import Mismatch
 from ccdiag.topology.pcie_tree import PcieTree
 from ccdiag.topology.model import (GpuNode, Link, NicNode, Topology, TopologyParts, natural_key,
                                    nvlink_bundle)
-from ccdiag.probenames import PROBE_INFINIBAND, PROBE_NETDEV, PROBE_NVML, PROBE_PCIE, PROBE_SYSTEM
+from ccdiag.core.probenames import PROBE_INFINIBAND, PROBE_NETDEV, PROBE_NVML, PROBE_PCIE, PROBE_SYSTEM
 
 ENDPOINT_KINDS = ("gpu", "nic", "nvswitch", "other")
 

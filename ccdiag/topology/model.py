@@ -26,7 +26,7 @@ from typing import Any, Iterable, Mapping
 
 import networkx as nx
 
-from ccdiag.readings import normalize_bdf
+from ccdiag.core.readings import normalize_bdf
 from ccdiag.topology import affinity as _affinity
 from ccdiag.topology import catalogue
 from ccdiag.topology.bandwidth import nvlink_gbyte_s

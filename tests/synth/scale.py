@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from ccdiag.snapshot import SnapshotData
+from ccdiag.host.snapshot import SnapshotData
 from synth import nvml as snv
 from synth import sysfs as ssf
 

@@ -8,7 +8,7 @@ targets) and the *value formats* are the kernel's, as seen in real trees: link s
 "pri,seq,usec,flags;message". The values themselves (device ids, GUIDs, counters, addresses) are
 made up and illustrative. Snapshots built with :func:`new_snapshot` say ``synthesized: true``.
 
-Probes read the result through :class:`ccdiag.host.ReplayHost` exactly as they read a live
+Probes read the result through :class:`ccdiag.host.door.ReplayHost` exactly as they read a live
 machine, symlinks included::
 
     snap = new_snapshot("hgx-synth-01")
@@ -36,8 +36,8 @@ import struct
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-from ccdiag.host import resolve_path
-from ccdiag.snapshot import SnapshotData, base_meta
+from ccdiag.host.door import resolve_path
+from ccdiag.host.snapshot import SnapshotData, base_meta
 
 SYS = "/sys"
 PCI_BUS_DEVICES = "/sys/bus/pci/devices"

@@ -15,9 +15,9 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from ccdiag import __version__
-from ccdiag.findings import STATUSES, Finding, verdict_status
-from ccdiag.readings import to_jsonable
-from ccdiag.probing import ProbeRun
+from ccdiag.core.findings import STATUSES, Finding, verdict_status
+from ccdiag.core.readings import to_jsonable
+from ccdiag.probes.registry import ProbeRun
 
 if TYPE_CHECKING:
     from ccdiag.topology.model import Topology
@@ -44,7 +44,7 @@ def verdict_section(findings: list[Finding], exit_code: int) -> dict:
     counts = {s: 0 for s in STATUSES}
     for f in findings:
         counts[f.status] += 1
-    from ccdiag.causes import drain_reason
+    from ccdiag.checks.causes import drain_reason
 
     return {"status": verdict_status(findings), "counts": counts, "exit_code": int(exit_code),
             "reason": drain_reason(findings)}
@@ -74,7 +74,7 @@ def build_report(kind: str, meta: dict, runs: dict[str, ProbeRun] | None = None,
 
 
 def dumps(report: dict) -> str:
-    from ccdiag.output import json_text
+    from ccdiag.core.output import json_text
 
     return json_text(report).rstrip("\n")
 

@@ -8,8 +8,8 @@ pure function tested from a table.
 
 from __future__ import annotations
 
-from ccdiag.errors import UserInputError
-from ccdiag.userfiles import read_user_text
+from ccdiag.core.errors import UserInputError
+from ccdiag.core.userfiles import read_user_text
 
 #: the largest environment file read (real ones are a few hundred bytes)
 MAX_ENV_FILE_BYTES = 1 << 20

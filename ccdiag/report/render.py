@@ -3,7 +3,7 @@
 Made for the operator reading a Slurm log or a terminal at 3 a.m.: the first line is the verdict;
 each root-cause problem is printed once, root causes first, under a grep-able heading (status, id,
 component with UUID and BDF), with the findings that follow from it folded beneath
-(:mod:`ccdiag.causes`), then what is wrong, the evidence, what was expected and what to do. Passes
+(:mod:`ccdiag.checks.causes`), then what is wrong, the evidence, what was expected and what to do. Passes
 are only counted. Every line fits 100 columns: long evidence wraps between words, hanging under its
 label, and never splits a path, address or UUID (``--quiet`` piped into a log is the exception: one
 whole line per problem). Values are printed as values (``3 -> 57``, ``yes``,
@@ -16,8 +16,8 @@ import re
 from collections import Counter
 from typing import Iterable
 
-from ccdiag.exitcodes import ExitCode
-from ccdiag.findings import FAIL, PASS, SKIP, UNKNOWN, WARN, Evidence, Finding
+from ccdiag.core.exitcodes import ExitCode
+from ccdiag.core.findings import FAIL, PASS, SKIP, UNKNOWN, WARN, Evidence, Finding
 
 VERDICT_WORD = {ExitCode.OK: "OK", ExitCode.FAIL: "FAIL", ExitCode.UNEVALUATED: "UNKNOWN"}
 STATUS_WORD = {FAIL: "FAIL", WARN: "WARN", UNKNOWN: "UNKNOWN", SKIP: "SKIP", PASS: "PASS"}
@@ -211,7 +211,7 @@ def render_lines(findings: list[Finding], exit_code: int, hostname: str | None, 
         (verdict_line(findings, exit_code, hostname, timed_out, strict), STYLE.get(_verdict_status(exit_code, findings)))]
     problems = [f for f in findings if f.status in (FAIL, UNKNOWN, WARN)]  # findings come sorted: fail first
     folded = problems + [f for f in findings if f.status == SKIP and f.caused_by]
-    from ccdiag.causes import ordered_roots
+    from ccdiag.checks.causes import ordered_roots
 
     roots = ordered_roots(problems)
     for f in roots:
@@ -226,7 +226,7 @@ def render_lines(findings: list[Finding], exit_code: int, hostname: str | None, 
         passed = pass_summary(findings)
         if passed:
             lines.append((passed, STYLE[PASS]))
-    from ccdiag.output import sanitize
+    from ccdiag.core.output import sanitize
 
     # findings quote what was read (host and device names, command output): escaped for a terminal
     return [(part, style) for text, style in lines for part in wrap_line(sanitize(text), width)]
@@ -247,10 +247,10 @@ def render_text(findings: list[Finding], exit_code: int, hostname: str | None, t
 
 def print_result(findings: list[Finding], exit_code: int, hostname: str | None, timed_out: bool = False,
                  quiet: bool = False, strict: bool = False) -> None:
-    """Print on stdout, coloured only on a terminal (``ccdiag.output.console`` decides)."""
+    """Print on stdout, coloured only on a terminal (``ccdiag.core.output.console`` decides)."""
     from rich.text import Text
 
-    from ccdiag.output import console
+    from ccdiag.core.output import console
 
     out = console()
     width = min(MAX_WIDTH, out.width) if out.is_terminal else MAX_WIDTH

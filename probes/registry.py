@@ -22,8 +22,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
-from ccdiag.host import Host
-from ccdiag.probenames import (PROBE_INFINIBAND, PROBE_KMSG, PROBE_NETDEV, PROBE_NVML, PROBE_PCIE,
+from ccdiag.host.door import Host
+from ccdiag.core.probenames import (PROBE_INFINIBAND, PROBE_KMSG, PROBE_NETDEV, PROBE_NVML, PROBE_PCIE,
                                PROBE_SMI_TOPO, PROBE_SYSTEM)
 
 OK = "ok"  # read completely

@@ -2,13 +2,13 @@
 
 Every error in what a user handed to ccdiag (a file named on the command line, a snapshot, a
 policy, an environment file, a pasted tool output) derives from :class:`UserInputError`, wherever
-it is raised: the library raises its own precise class, and :func:`ccdiag.cli.main` turns any of
+it is raised: the library raises its own precise class, and :func:`ccdiag.commands.cli.main` turns any of
 them into one line on stderr and exit 2. Commands therefore never catch and re-wrap them.
 """
 
 from __future__ import annotations
 
-from ccdiag.exitcodes import ExitCode
+from ccdiag.core.exitcodes import ExitCode
 
 
 class CcdiagError(Exception):

@@ -38,7 +38,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from ccdiag.errors import UserInputError
+from ccdiag.core.errors import UserInputError
 
 
 FORMAT = "ccdiag-snapshot"
@@ -81,7 +81,7 @@ class SnapshotData:
     net: dict[int, dict] = field(default_factory=dict)  # epoch -> psutil facts | {"error": ...}
     statvfs: dict[str, dict] = field(default_factory=dict)
     environ: dict[str, str] | None = None
-    #: provider -> {"text": answer} | {"error": {...}} of its instance metadata service (ccdiag.imds)
+    #: provider -> {"text": answer} | {"error": {...}} of its instance metadata service (ccdiag.host.imds)
     imds: dict[str, dict] = field(default_factory=dict)
 
     # -- building -------------------------------------------------------------------
@@ -173,7 +173,7 @@ class SnapshotData:
     def save(self, path: str, mode: int = 0o600) -> None:
         """Write the snapshot atomically (a full disk leaves the old file whole), for its owner
         only by default: it carries the kernel log, host names and serials."""
-        from ccdiag.output import write_atomic
+        from ccdiag.core.output import write_atomic
 
         write_atomic(path, self.to_bytes(), mode)
 
@@ -387,7 +387,7 @@ class SnapshotData:
 
     @classmethod
     def load(cls, path: str) -> "SnapshotData":
-        from ccdiag.userfiles import UserFileError, read_user_bytes
+        from ccdiag.core.userfiles import UserFileError, read_user_bytes
 
         try:
             data = read_user_bytes(path, "snapshot")
@@ -757,7 +757,7 @@ def check_statvfs(path, rec) -> None:
 # Reading the tar in one pass
 #
 # One linear pass over a snapshot's tar bytes, for the archives ccdiag itself writes (kept in this
-# module: the layer rules in tests/test_layers.py count ccdiag.snapshot as the host door).
+# module: the layer rules in tests/test_layers.py count ccdiag.host.snapshot as the host door).
 #
 # Why: ``tarfile`` spends ~100 us per member (it parses every header field through generic helpers,
 # and a PAX long name costs it two headers and a regex pass). A node with 3,000 RDMA devices has

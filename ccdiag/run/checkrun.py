@@ -3,15 +3,15 @@
 ``ccdiag check`` and the daemon both call :func:`evaluate`, so a node gets the same verdict from a
 prolog, from a Prometheus scrape and from the replay of its snapshot.
 
-The run is bounded and split into stages (:mod:`ccdiag.stages`): the probes (both samples of the
-window, both read by :func:`ccdiag.observe.observe`) share the probing stage, which ends before the
+The run is bounded and split into stages (:mod:`ccdiag.run.stages`): the probes (both samples of the
+window, both read by :func:`ccdiag.run.observe.observe`) share the probing stage, which ends before the
 deadline by the judge's reserve (a probe still running at its end is abandoned, and the sampling
 window is shortened to fit); topology plus checks then run on a worker until the judging stage's
 end. A hung ``nvidia-smi`` or NVML call therefore costs at most the probing share, becomes an
 ``unknown`` finding naming the call the probe was blocked in, and the checks still judge what the
-other probes read. A stage that raises is a ccdiag bug: :class:`ccdiag.stages.StageError` (exit 4).
+other probes read. A stage that raises is a ccdiag bug: :class:`ccdiag.run.stages.StageError` (exit 4).
 
-Exit code rule (see :mod:`ccdiag.exitcodes`):
+Exit code rule (see :mod:`ccdiag.core.exitcodes`):
 
 * ``1`` when any finding failed (or warned, with ``strict``): a failure found before the deadline
   is still a failure, whatever else timed out;
@@ -29,14 +29,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from ccdiag.exitcodes import ExitCode
-from ccdiag.findings import FAIL, STATUSES, UNKNOWN, WARN, Component, Evidence, Finding, verdict_status
-from ccdiag.host import Host
-from ccdiag.observe import Observation, observe
-from ccdiag.observe import close_host as observe_close_host
-from ccdiag.policy import DEFAULT_POLICY, Policy
-from ccdiag.probing import FAILED, TIMEOUT, ProbeRun
-from ccdiag.stages import Budget, StageTimeout, run_stage
+from ccdiag.core.exitcodes import ExitCode
+from ccdiag.core.findings import FAIL, STATUSES, UNKNOWN, WARN, Component, Evidence, Finding, verdict_status
+from ccdiag.host.door import Host
+from ccdiag.run.observe import Observation, observe
+from ccdiag.run.observe import close_host as observe_close_host
+from ccdiag.inputs.policy import DEFAULT_POLICY, Policy
+from ccdiag.probes.registry import FAILED, TIMEOUT, ProbeRun
+from ccdiag.run.stages import Budget, StageTimeout, run_stage
 
 #: default bound on a whole evaluation, well inside Slurm's 60 s health-check/prolog budgets
 DEFAULT_DEADLINE_S = 30.0
@@ -165,7 +165,7 @@ def evaluate(host: Host, policy: Policy | None = None, window_s: float = 0.0,
              env_source: str | None = None, *, strict: bool = False, only: Iterable[str] | None = None,
              probes: Iterable[str] | None = None, budget: Budget | None = None,
              load_links: bool = False, release_files: bool = False) -> CheckResult:
-    """Observe ``host`` (:func:`ccdiag.observe.observe`: probes, a second counter sample after
+    """Observe ``host`` (:func:`ccdiag.run.observe.observe`: probes, a second counter sample after
     ``window_s``), then build the topology and run the checks.
 
     On a replayed snapshot with two epochs the recorded window is used and nothing sleeps; on one
@@ -173,10 +173,10 @@ def evaluate(host: Host, policy: Policy | None = None, window_s: float = 0.0,
     environment. ``only``: check-id prefixes to run. ``probes``: probe names (default: all).
     ``budget``: the stage ends to keep (default: :meth:`Budget.plan` of ``deadline_s``; a caller
     adding a benchmark stage plans one with its share). ``load_links``: on a live host, keep every
-    GPU's PCIe link busy (:mod:`ccdiag.busy_pcie_links`) while the first sample is read, so link speeds
+    GPU's PCIe link busy (:mod:`ccdiag.host.busy_pcie_links`) while the first sample is read, so link speeds
     are judged under load. ``release_files``: a replay host lets go of its recorded files once the
     probes have read them (a caller that reads the host no more). Returns within ``deadline_s`` plus about a
-    second whatever the host does; raises :class:`ccdiag.stages.StageError` when a stage raised.
+    second whatever the host does; raises :class:`ccdiag.run.stages.StageError` when a stage raised.
     """
     policy = policy or DEFAULT_POLICY
     budget = budget or Budget.plan(deadline_s)
@@ -211,7 +211,7 @@ def _judge(obs: Observation, policy: Policy, env: dict[str, str], env_source: st
                       env_source=env_source, now=now, meta=obs.meta)
 
     def judge() -> list[Finding]:
-        from ccdiag.causes import link_causes
+        from ccdiag.checks.causes import link_causes
         from ccdiag.checks import CheckContext, run_checks
 
         return link_causes(list(run_checks(CheckContext(topology=obs.topology, **ctx_kwargs), only=only)))
@@ -262,7 +262,7 @@ def add_benchmarks(result: CheckResult, host: Host, names: Iterable[str] = (), e
 
 
 def close_host(host: Host, timeout: float = 0.5, result: CheckResult | None = None) -> None:
-    """:func:`ccdiag.observe.close_host` after an evaluation: nothing is called on a host whose run
+    """:func:`ccdiag.run.observe.close_host` after an evaluation: nothing is called on a host whose run
     timed out."""
     observe_close_host(host, timeout, timed_out=result is not None and result.timed_out)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from ccdiag.errors import UserInputError
+from ccdiag.core.errors import UserInputError
 
 try:
     import tomllib as _toml

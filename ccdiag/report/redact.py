@@ -14,7 +14,7 @@ import json
 import re
 from typing import Any, Callable
 
-from ccdiag.snapshot import SnapshotData
+from ccdiag.host.snapshot import SnapshotData
 
 IPV4 = re.compile(r"(?<![\d.])(?:\d{1,3}\.){3}\d{1,3}(?![\d.])")
 MAC = re.compile(r"(?<![0-9a-fA-F:])(?:[0-9a-fA-F]{2}:){5}[0-9a-fA-F]{2}(?![0-9a-fA-F:])")

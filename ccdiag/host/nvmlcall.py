@@ -20,7 +20,7 @@ import queue
 import threading
 from typing import Any, Callable
 
-from ccdiag import inflight
+from ccdiag.host import inflight
 
 # Error classes. Keep in sync with the "NVML error" table of docs/architecture.md.
 NOT_SUPPORTED = "not_supported"
@@ -300,7 +300,7 @@ class NvmlFacade:
     # -- the API -------------------------------------------------------------------
     def call(self, fn: str, *args: Any) -> Any:
         """``fn(*args)`` through the worker, its result as plain JSON values; raises :class:`NvmlCallError`.
-        While it runs (or waits for a hung call before it) the call is announced in :mod:`ccdiag.inflight`."""
+        While it runs (or waits for a hung call before it) the call is announced in :mod:`ccdiag.host.inflight`."""
         inflight.enter(_Waiting(self, f"NVML call {call_name(fn, args)}"))
         try:
             return self._call(fn, *args)

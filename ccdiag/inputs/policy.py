@@ -19,10 +19,10 @@ import time
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
-from ccdiag.errors import UserInputError
-from ccdiag.tomlread import TomlError
-from ccdiag.tomlread import loads as toml_loads
-from ccdiag.probenames import PROBE_INFINIBAND, PROBE_NVML, PROBE_PCIE
+from ccdiag.core.errors import UserInputError
+from ccdiag.inputs.tomlread import TomlError
+from ccdiag.inputs.tomlread import loads as toml_loads
+from ccdiag.core.probenames import PROBE_INFINIBAND, PROBE_NVML, PROBE_PCIE
 
 
 @dataclass(frozen=True)
@@ -199,7 +199,7 @@ _BOUNDS: dict[str, tuple[float, float]] = {
 
 def load_policy(path: str) -> Policy:
     """Read a policy file. Raises :class:`PolicyError` (missing, unreadable, malformed)."""
-    from ccdiag.userfiles import UserFileError, read_user_bytes
+    from ccdiag.core.userfiles import UserFileError, read_user_bytes
 
     try:
         data = read_user_bytes(path, "policy", 1 << 20)
@@ -253,7 +253,7 @@ def to_toml(policy: Policy, header: list[str] | None = None) -> str:
 
 
 # -- from a healthy node ------------------------------------------------------------------------
-from ccdiag.linkrates import pcie_gen  # noqa: E402 - re-exported for callers of this module
+from ccdiag.core.linkrates import pcie_gen  # noqa: E402 - re-exported for callers of this module
 
 if TYPE_CHECKING:
     from ccdiag.topology.model import Topology

@@ -2,13 +2,13 @@
 door, under one deadline, takes the second sample of a window, and hands back the runs with the
 topology built from them.
 
-``check`` (through :func:`ccdiag.checkrun.evaluate`), ``topo``, ``bench``, ``nccl``, ``policy``,
+``check`` (through :func:`ccdiag.run.checkrun.evaluate`), ``topo``, ``bench``, ``nccl``, ``policy``,
 ``snapshot``, the daemon's cycles and ``cluster check`` all call it, so a node is read the same way
 whichever command asks, and the probe lists all derive from the probe registry
-(:mod:`ccdiag.probing`). :func:`close_host` is the one way a command lets go of the host.
+(:mod:`ccdiag.probes.registry`). :func:`close_host` is the one way a command lets go of the host.
 
 A probe abandoned at the deadline gets, in its error, the door operation it was blocked in, as the
-door announced it (:mod:`ccdiag.inflight`): ``blocked in NVML call nvmlDeviceGetUUID(6)``.
+door announced it (:mod:`ccdiag.host.inflight`): ``blocked in NVML call nvmlDeviceGetUUID(6)``.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Iterable
 
-from ccdiag import inflight
-from ccdiag.host import Host
-from ccdiag.probing import TIMEOUT, ProbeRun, all_probes, counter_probes, run_probes
+from ccdiag.host import inflight
+from ccdiag.host.door import Host
+from ccdiag.probes.registry import TIMEOUT, ProbeRun, all_probes, counter_probes, run_probes
 
 if TYPE_CHECKING:
     from ccdiag.topology.model import Topology
@@ -134,7 +134,7 @@ def observe(host: Host, probes: Iterable[str] | None = None, deadline: float | N
     probes that delivered data); with ``fit_window`` the window shrinks so it and the second pass
     fit before the deadline. A replayed snapshot with a second epoch gives its recorded window and
     nothing sleeps. ``load_links``: keep every GPU's PCIe link busy while the first sample is read
-    (:mod:`ccdiag.busy_pcie_links`). ``close``: let go of the host afterwards (:func:`close_host`)."""
+    (:mod:`ccdiag.host.busy_pcie_links`). ``close``: let go of the host afterwards (:func:`close_host`)."""
     names = list(probes or all_probes())
     if deadline is not None:
         host.deadline = deadline
@@ -162,7 +162,7 @@ def observe(host: Host, probes: Iterable[str] | None = None, deadline: float | N
 def _start_load(host: Host, deadline: float | None) -> Any:
     import time
 
-    from ccdiag.busy_pcie_links import LinkLoad
+    from ccdiag.host.busy_pcie_links import LinkLoad
 
     room = (deadline - time.monotonic()) if deadline is not None else 10.0
     load = LinkLoad(max_s=max(0.5, min(5.0, room / 2)))
@@ -199,7 +199,7 @@ class NcclSettingsSeen:
 def nccl_settings_seen(host: Host) -> NcclSettingsSeen:
     """Read once through the door: the environment and ``/etc/nccl.conf``. ``ccdiag nccl`` and
     ``cluster check`` both judge a node from this, so they judge the same settings."""
-    from ccdiag.host import HostReadError, environ_recorded
+    from ccdiag.host.door import HostReadError, environ_recorded
     from ccdiag.nccl.present import NCCL_CONF, settings_present, unread_prefixes
 
     try:

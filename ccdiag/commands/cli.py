@@ -3,7 +3,7 @@
 Sub-commands live in ``ccdiag/commands/<name>.py`` and are imported only when invoked, so
 ``ccdiag check`` does not pay for the daemon's imports (start-up time counts inside a Slurm prolog).
 Every failure path ends in :func:`main` with one line on stderr and a code from
-:mod:`ccdiag.exitcodes`; a traceback is shown only with ``CCDIAG_DEBUG=1``.
+:mod:`ccdiag.core.exitcodes`; a traceback is shown only with ``CCDIAG_DEBUG=1``.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import sys
 
 import click
 
-from ccdiag import procgroups
-from ccdiag.exitcodes import ExitCode
+from ccdiag.host import procgroups
+from ccdiag.core.exitcodes import ExitCode
 
 #: command name -> (module, attribute, one-line help)
 COMMANDS = {
@@ -54,10 +54,10 @@ class LazyGroup(click.Group):
 
 
 def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
-    """--version: ccdiag's version and commit, Python, nvidia-ml-py, driver and NVML (ccdiag.version)."""
+    """--version: ccdiag's version and commit, Python, nvidia-ml-py, driver and NVML (ccdiag.commands.version)."""
     if not value or ctx.resilient_parsing:
         return
-    from ccdiag.version import version_text
+    from ccdiag.commands.version import version_text
 
     click.echo(version_text())
     ctx.exit()
@@ -84,7 +84,7 @@ def cli(verbose: int) -> None:
     Exit codes: 0 ok, 1 check failed, 2 usage/input error, 3 could not evaluate, 4 internal error;
     143/129/130 ended by SIGTERM/SIGHUP/SIGINT (what ccdiag had started is killed first).
     """
-    from ccdiag.output import setup_logging
+    from ccdiag.core.output import setup_logging
 
     setup_logging(verbose)
 
@@ -123,7 +123,7 @@ def _check_install() -> str | None:
 def _say(message: str) -> None:
     """One line on stderr. Messages quote file names and text read from snapshots or pastes, so
     terminal control characters in them are shown escaped, never sent to the terminal."""
-    from ccdiag.output import sanitize_text
+    from ccdiag.core.output import sanitize_text
 
     click.echo(sanitize_text(message), err=True)
 
@@ -195,7 +195,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _run(argv: list[str] | None) -> None:
-    from ccdiag.errors import CcdiagError
+    from ccdiag.core.errors import CcdiagError
 
     try:
         rv = cli.main(args=argv, prog_name="ccdiag", standalone_mode=False)
@@ -232,7 +232,7 @@ def _run(argv: list[str] | None) -> None:
         if broken:
             _say(f"ccdiag: {broken}")
             sys.exit(int(ExitCode.INTERNAL))
-        from ccdiag.stages import StageError
+        from ccdiag.run.stages import StageError
 
         where, cause = "", exc
         if isinstance(exc, StageError):

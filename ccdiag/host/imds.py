@@ -3,7 +3,7 @@
 Why: DMI carries the instance type on AWS only (``product_name`` "p5.48xlarge"); Azure, Google and
 Oracle keep it in their instance metadata service (IMDS), an HTTP endpoint on the link-local address
 169.254.169.254 that answers only from inside the VM and never leaves the host. The host door asks it
-(:meth:`ccdiag.host.LiveHost.cloud_metadata`) only when DMI already says the node is on that cloud, so
+(:meth:`ccdiag.host.door.LiveHost.cloud_metadata`) only when DMI already says the node is on that cloud, so
 a bare-metal node or a laptop never sends a packet, and a snapshot records the answer for replay.
 
 Bounded for a Slurm prolog: the address is the fixed IP (no DNS lookup of

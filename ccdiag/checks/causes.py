@@ -17,7 +17,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Callable
 
-from ccdiag.findings import FAIL, SKIP, STATUS_RANK, UNKNOWN, WARN, Finding
+from ccdiag.core.findings import FAIL, SKIP, STATUS_RANK, UNKNOWN, WARN, Finding
 
 Match = Callable[[Finding, Finding], bool]
 FALLEN_OFF_BUS = 79  # ccdiag.checks.xid.FALLEN_OFF_BUS

@@ -21,7 +21,8 @@ import sys
 
 from ccdiag import __version__
 
-PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+# the installed package (this module is ccdiag/commands/version.py)
+PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD_COMMIT_FILE = os.path.join(PACKAGE_DIR, "_build_commit.txt")
 
 
@@ -66,7 +67,7 @@ def _dist_version(name: str) -> str | None:
 
 def driver_lines(timeout_s: float = 3.0) -> list[str]:
     """The NVIDIA driver and NVML versions, or why they could not be read (never a hang)."""
-    from ccdiag.nvmlcall import NvmlCallError, NvmlFacade
+    from ccdiag.host.nvmlcall import NvmlCallError, NvmlFacade
 
     facade = NvmlFacade(call_timeout=timeout_s, init_timeout=timeout_s)
     try:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import stat
 
-from ccdiag.errors import UserInputError
+from ccdiag.core.errors import UserInputError
 
 #: the largest input ccdiag reads from one user-named file (a snapshot of a large node is a few MB)
 DEFAULT_MAX_BYTES = 256 << 20

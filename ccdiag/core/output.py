@@ -289,7 +289,7 @@ def emit_json(doc: Any, output: str | None = None) -> None:
         try:
             write_atomic(output, text)
         except OSError as exc:
-            from ccdiag.errors import InputError
+            from ccdiag.core.errors import InputError
 
             raise InputError(f"cannot write {output}: {exc.strerror or exc}") from None
     else:

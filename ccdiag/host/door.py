@@ -5,7 +5,7 @@ Three faces share one interface:
 
 * :class:`LiveHost` reads a real machine (files under ``root``, commands, NVML, kernel log);
 * :class:`RecordingHost` is a live host that also writes everything it read into a
-  :class:`~ccdiag.snapshot.SnapshotData`;
+  :class:`~ccdiag.host.snapshot.SnapshotData`;
 * :class:`ReplayHost` answers the same questions from a snapshot, on any machine.
 
 So tests, the README demo, the daemon and support tickets all run the same probe code.
@@ -32,9 +32,9 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 
-from ccdiag import inflight, procgroups
-from ccdiag.nvmlcall import DRIVER_MISSING, NOT_RECORDED, NvmlCallError, NvmlFacade
-from ccdiag.snapshot import SnapshotData, SnapshotError, base_meta
+from ccdiag.host import inflight, procgroups
+from ccdiag.host.nvmlcall import DRIVER_MISSING, NOT_RECORDED, NvmlCallError, NvmlFacade
+from ccdiag.host.snapshot import SnapshotData, SnapshotError, base_meta
 
 #: environment variables a snapshot keeps (they steer NCCL and CUDA, and libfabric under NCCL's EFA
 #: plugin, whose ``FI_*`` settings and ``RDMAV_FORK_SAFE`` AWS requires; nothing else is recorded)
@@ -278,7 +278,7 @@ class BaseHost:
         raise NotImplementedError
 
     def cloud_metadata(self, provider: str) -> str:
-        """The instance type as the cloud's instance metadata service gives it (:mod:`ccdiag.imds`);
+        """The instance type as the cloud's instance metadata service gives it (:mod:`ccdiag.host.imds`);
         raises :class:`HostReadError`. A door without the service says so."""
         raise HostReadError(f"imds:{provider}", "missing", None, "this door has no instance metadata service")
 
@@ -480,7 +480,7 @@ class LiveHost(BaseHost):
         ``/proc/net/if_inet6``; IPv4 addresses live in netlink, not in files, so a tree has none),
         never this machine's interfaces."""
         if self.root != "/":
-            from ccdiag.netfacts import tree_net_facts
+            from ccdiag.host.netfacts import tree_net_facts
 
             return tree_net_facts(self._tree_text)
         import psutil
@@ -511,10 +511,10 @@ class LiveHost(BaseHost):
         return {k: v for k, v in os.environ.items() if k.startswith(RECORDED_ENV_PREFIXES)}
 
     def cloud_metadata(self, provider: str) -> str:
-        """One bounded read of the provider's instance metadata service (:func:`ccdiag.imds.fetch`:
+        """One bounded read of the provider's instance metadata service (:func:`ccdiag.host.imds.fetch`:
         link-local, at most about a second, once per process); never under a root, whose machine is
         not this one."""
-        from ccdiag import imds
+        from ccdiag.host import imds
 
         where = f"imds:{provider}"
         if self.root != "/":
@@ -525,7 +525,7 @@ class LiveHost(BaseHost):
             raise HostReadError(where, exc.kind, None, exc.message) from None
 
     def _tree_text(self, path: str) -> str | None:
-        """A small file of the tree (None when it cannot be read): what ccdiag.netfacts parses."""
+        """A small file of the tree (None when it cannot be read): what ccdiag.host.netfacts parses."""
         try:
             return self.read_text(path, 4096)
         except HostReadError:
@@ -535,7 +535,7 @@ class LiveHost(BaseHost):
         """Host name, kernel and architecture: this machine's when live, the tree's under a root
         (from its /proc/sys/kernel files; None where the tree does not say)."""
         if self.root != "/":
-            from ccdiag.netfacts import tree_identity
+            from ccdiag.host.netfacts import tree_identity
 
             return base_meta(**tree_identity(self._tree_text), python=platform.python_version(), root=self.root,
                              source="live", environ_recorded=[])
