@@ -3,14 +3,15 @@
 # but are the packages ccdiag.probes and ccdiag.exporters. An editable install maps them with an
 # import hook that mypy cannot follow ("Can't find package ccdiag.probes"), so this lays the
 # installed shape out as links under build/typecheck (ignored by git; new files appear through the
-# directory links) and runs mypy there with the project's configuration.
+# directory links; TYPECHECK_TREE names another folder, as CI's run does) and runs mypy there with the
+# project's configuration.
 #
 #   bash scripts/typecheck.sh                 # the packages CI holds to no errors
 #   bash scripts/typecheck.sh -p ccdiag.checks
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-TREE=build/typecheck
+TREE=${TYPECHECK_TREE:-build/typecheck}
 rm -rf "$TREE"
 mkdir -p "$TREE/ccdiag"
 for entry in ccdiag/*; do
@@ -23,4 +24,4 @@ if [ $# -eq 0 ]; then
     set -- -p ccdiag.topology -p ccdiag.checks -p ccdiag.bench -p ccdiag.nccl -p ccdiag.cluster
 fi
 cd "$TREE"
-exec $MYPY --config-file "$ROOT/pyproject.toml" "$@"
+exec $MYPY --config-file "$ROOT/pyproject.toml" --cache-dir "$PWD/.mypy_cache" "$@"

@@ -34,12 +34,28 @@ def test_readme_is_a_front_door_under_8_kb():
 
 def test_the_readme_commands_are_the_quick_start_and_the_tests():
     cmds = shell_commands(README.read_text())
-    assert cmds[0] == ("python3 -m venv .venv && . .venv/bin/activate && pip install --no-compile . && ccdiag check; "
-                       "ccdiag check --replay samples/hgx-h100-8gpu-degraded.snap.tar.gz")
+    assert cmds[0] == ("python3 -m venv .venv && . .venv/bin/activate && pip install --no-compile . && "
+                       "{ ccdiag check; ccdiag check --replay samples/hgx-h100-8gpu-degraded.snap.tar.gz; }")
     assert cmds[1:] == ["bash .ci/run"]
     # the test command is the CI script; it needs root, and the README says so
     assert subprocess.run(["bash", "-n", str(REPO / ".ci" / "run")], timeout=30).returncode == 0
     assert "as root" in README.read_text()
+
+
+def test_the_quick_start_stops_when_the_install_fails_and_shows_both_verdicts_when_it_works(tmp_path):
+    """The quick start as bash reads it, with python3, pip and ccdiag stood in by functions: a
+    failed install runs no ccdiag at all (an old Python's refusal is the last thing printed), a
+    working one runs both checks even when the first says "no driver" (exit 3)."""
+    line = shell_commands(README.read_text())[0].replace(". .venv/bin/activate", "true")
+    stand_ins = ('python3() { return 0; }; ccdiag() { echo "ccdiag $*"; [ "$1 $2" = "check --replay" ] && return 1; '
+                 'return 3; }; ')
+    failed = subprocess.run(["bash", "-c", stand_ins + "pip() { return 1; }; " + line], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=30)
+    assert failed.stdout == "" and failed.returncode == 1
+    worked = subprocess.run(["bash", "-c", stand_ins + "pip() { return 0; }; " + line], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=30)
+    assert worked.stdout.splitlines() == ["ccdiag check", "ccdiag check --replay samples/hgx-h100-8gpu-degraded.snap.tar.gz"]
+    assert worked.returncode == 1
 
 
 @pytest.mark.slow
