@@ -17,6 +17,7 @@ Two halves, wired in by ``conftest.py``:
 
 from __future__ import annotations
 
+import ast
 import pathlib
 import sys
 
@@ -198,15 +199,25 @@ def _is_slow(item: pytest.Item) -> bool:
     return fname in SLOW_FILES or item.originalname in SLOW_TESTS.get(fname, ())
 
 
+def defined_tests(path: pathlib.Path) -> set[str]:
+    """The test functions a file defines (at module level or in a class), read from its source:
+    what exists, whatever a ``-k``, ``-m`` or ``file::name`` selection collected of it."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    bodies = [tree.body] + [n.body for n in tree.body if isinstance(n, ast.ClassDef)]
+    return {n.name for body in bodies for n in body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+
+
 def mark_real_components_slow(items: list[pytest.Item]) -> None:
-    """Mark the real-component tests and the listed ones ``slow``; refuse stale names in the lists
-    when their file was collected."""
-    seen: dict[str, set[str]] = {}
+    """Mark the real-component tests and the listed ones ``slow``; refuse names in the lists that
+    their file (when collected) does not define. Existence is read from the file, not from the
+    items collected, so one test rerun by its id (``file::name``) is not taken for a stale list."""
+    files: dict[str, pathlib.Path] = {}
     for item in items:
-        seen.setdefault(item.path.name, set()).add(item.originalname)
+        files.setdefault(item.path.name, item.path)
         if _is_slow(item) and not item.get_closest_marker("slow"):
             item.add_marker(pytest.mark.slow)
-    stale = [f"{f}::{t}" for f, names in SLOW_TESTS.items() if f in seen for t in names if t not in seen[f]]
+    defined = {f: defined_tests(path) for f, path in files.items() if f in SLOW_TESTS}
+    stale = [f"{f}::{t}" for f, names in defined.items() for t in SLOW_TESTS[f] if t not in names]
     if stale:
         raise pytest.UsageError(f"tests/fastloop.py SLOW_TESTS names tests that do not exist: {', '.join(stale)}")
 
