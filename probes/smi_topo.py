@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 
 from ccdiag.core.readings import ReadError
+from ccdiag.host.door import NOT_RUN_UNDER_ROOT
 from ccdiag.probes._smi_topo_parse import (
     EXTRA_COLUMNS, P2PMatrix, TopoMatrix, parse_topo_cpu_query, parse_topo_matrix, parse_topo_p2p,
 )
@@ -86,6 +87,8 @@ def collect(host) -> SmiTopoObservation:
         commands.append(res.describe())
         if res.error == "not found":
             raise ProbeUnavailable("nvidia-smi not found")
+        if res.error == NOT_RUN_UNDER_ROOT:
+            raise ProbeUnavailable("nvidia-smi is not run under --root (a copied tree is read from its files only)")
         err = _command_error(res, source)
         if err is not None:
             errors.append(err)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ccdiag.host.door import HostReadError
+from ccdiag.host.door import NOT_RUN_UNDER_ROOT, HostReadError
 from ccdiag.core.readings import ReadError
 from ccdiag.probes.registry import PROBE_SYSTEM, probe
 from ccdiag.probes._sysfs import attr, decimal, listing, read_error
@@ -194,7 +194,7 @@ def _cpu_count(host, errors: list[ReadError]) -> int | None:
 def _fabric_manager(host, errors: list[ReadError]) -> str | None:
     result = host.run(list(FABRIC_MANAGER_ARGV), timeout=5)
     if result.error is not None or result.timed_out:
-        if result.error != "not found":  # no systemd at all (containers): simply unknown
+        if result.error not in ("not found", NOT_RUN_UNDER_ROOT):  # no systemd (containers), a tree: unknown
             errors.append(ReadError(" ".join(FABRIC_MANAGER_ARGV), "command", result.describe()))
         return None
     # is-active exits non-zero for inactive/failed/unknown units and prints the state anyway

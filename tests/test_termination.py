@@ -4,7 +4,7 @@ tree), out of reach of a signal to ccdiag's process group, so ccdiag kills every
 before it exits.
 
 The hang is synthesized: a ``nvidia-smi`` stand-in on PATH that ignores SIGTERM and never exits
-(what a wedged GPU's does), run against an empty ``--root`` tree.
+(what a wedged GPU's does), found by a live run of this machine (under ``--root`` nothing runs).
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ def hung_smi(tmp_path):
     bindir.mkdir()
     pids = tmp_path / "smi.pids"
     write_hung_smi(bindir, pids, ignored="TERM HUP")
-    (tmp_path / "root").mkdir()
     yield bindir, pids
     for pid in (pids.read_text().split() if pids.exists() else ()):
         try:
@@ -86,7 +85,7 @@ def _run_and_signal(args, bindir, pids, sig, when: str, tmp_path, hup=signal.SIG
 @pytest.mark.parametrize("when", ["running", "later"])
 def test_a_signalled_check_exits_128_plus_signum_and_leaves_no_process(hung_smi, tmp_path, sig, when):
     bindir, pids = hung_smi
-    code, err = _run_and_signal(["check", "--root", str(tmp_path / "root"), "--timeout", "60"],
+    code, err = _run_and_signal(["check", "--timeout", "60"],
                                 bindir, pids, sig, when, tmp_path)
     assert code == 128 + sig, err
     assert f"terminated by {signal.Signals(sig).name}" in err and "Traceback" not in err
@@ -96,7 +95,7 @@ def test_a_signalled_check_exits_128_plus_signum_and_leaves_no_process(hung_smi,
 
 def test_a_check_started_under_nohup_ignores_sighup_and_still_ends_on_sigterm(hung_smi, tmp_path):
     bindir, pids = hung_smi
-    code, err = _run_and_signal(["check", "--root", str(tmp_path / "root"), "--timeout", "60"],
+    code, err = _run_and_signal(["check", "--timeout", "60"],
                                 bindir, pids, signal.SIGHUP, "running", tmp_path, hup=signal.SIG_IGN,
                                 then=signal.SIGTERM)
     assert code == 128 + signal.SIGTERM, err
@@ -109,7 +108,7 @@ def test_a_check_signalled_while_starting_leaves_no_process(hung_smi, tmp_path):
     """Before the handler is installed the signal's default action ends Python (-15); after, 143.
     Either way nothing is left."""
     bindir, pids = hung_smi
-    code, err = _run_and_signal(["check", "--root", str(tmp_path / "root"), "--timeout", "60"],
+    code, err = _run_and_signal(["check", "--timeout", "60"],
                                 bindir, pids, signal.SIGTERM, "starting", tmp_path)
     assert code in (-signal.SIGTERM, 128 + signal.SIGTERM), err
     time.sleep(0.3)
@@ -119,7 +118,7 @@ def test_a_check_signalled_while_starting_leaves_no_process(hung_smi, tmp_path):
 def test_a_signalled_snapshot_leaves_no_process_and_no_partial_file(hung_smi, tmp_path):
     bindir, pids = hung_smi
     out = tmp_path / "snap.tar.gz"
-    code, err = _run_and_signal(["snapshot", "--root", str(tmp_path / "root"), "-o", str(out)],
+    code, err = _run_and_signal(["snapshot", "-o", str(out)],
                                 bindir, pids, signal.SIGTERM, "running", tmp_path)
     assert code == 128 + signal.SIGTERM, err
     time.sleep(0.3)

@@ -201,7 +201,7 @@ def list_command(replay, root, as_json):
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @click.option("--replay", metavar="FILE", type=click.Path(dir_okay=False),
               help="Judge against the topology of this snapshot (default: this node).")
-@click.option("--root", default="/", show_default=True, metavar="DIR", help="Read sysfs under DIR instead of /.")
+@click.option("--root", default="/", show_default=True, metavar="DIR", help="Read sysfs under DIR instead of /: its files only (no NVML, no commands).")
 @click.option("--from-smi", "from_smi", metavar="FILE", type=click.Path(dir_okay=False),
               help="Place the figures on a pasted `nvidia-smi topo -m` (levels only: no link rates, no ratios).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON report on stdout.")

@@ -18,7 +18,7 @@ def host_options(func: Callable) -> Callable:
     @click.option("--replay", "replay", metavar="FILE", type=click.Path(dir_okay=False),
                   help="Read a snapshot instead of this machine.")
     @click.option("--root", default="/", show_default=True, metavar="DIR",
-                  help="Read sysfs/procfs under DIR (a copied tree) instead of /. NVML is not used then.")
+                  help="Read sysfs/procfs under DIR (a copied tree) instead of /: its files only (no NVML, no commands).")
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
         return func(*args, **kwargs)

@@ -87,6 +87,11 @@ def _error_from_oserror(path: str, exc: OSError) -> HostReadError:
     return HostReadError(path, _kind_of_errno(exc.errno), exc.errno, exc.strerror or str(exc))
 
 
+#: ``CommandResult.error`` of a command asked for under a root: a copied tree is read from its files
+#: only, so its probes treat the command as absent rather than failed
+NOT_RUN_UNDER_ROOT = "not run under --root"
+
+
 @dataclass(frozen=True)
 class CommandResult:
     """What one command did. ``rc`` is None when it never ran or was killed at its deadline."""
@@ -370,8 +375,14 @@ class LiveHost(BaseHost):
     # commands --------------------------------------------------------------------------------
     def run(self, argv: Sequence[str], timeout: float = 10.0) -> CommandResult:
         """Run ``argv`` with a hard deadline: SIGKILL to its whole process group, then a bounded
-        wait, so a child stuck in the kernel (``nvidia-smi`` on a wedged GPU) cannot hold us."""
+        wait, so a child stuck in the kernel (``nvidia-smi`` on a wedged GPU) cannot hold us.
+
+        Under a root nothing runs: this machine's ``nvidia-smi``, ``dmesg`` or ``systemctl`` describe
+        this machine, not the copied tree, so a tree is read from its files alone (as node_exporter's
+        root options only prefix file reads), like NVML and the environment already are."""
         argv = tuple(str(a) for a in argv)
+        if self.root != "/":
+            return CommandResult(argv, None, "", "", 0.0, False, NOT_RUN_UNDER_ROOT)
         inflight.enter("command `" + " ".join(argv) + "`")
         try:
             return self._run_command(argv, timeout)
