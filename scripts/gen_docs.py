@@ -31,6 +31,10 @@ def metrics_page() -> str:
 
 
 def _resolve(node: dict, schema: dict) -> dict:
+    if isinstance(node, dict) and "anyOf" in node:  # a definition or null: document the definition
+        refs = [o for o in node["anyOf"] if "$ref" in o]
+        if refs:
+            node = {**refs[0], **{k: v for k, v in node.items() if k != "anyOf"}}
     while isinstance(node, dict) and "$ref" in node:
         ref = node["$ref"].split("/")[-1]
         node = {**schema["$defs"][ref], **{k: v for k, v in node.items() if k != "$ref"}}

@@ -71,6 +71,25 @@ def test_topo_json_is_one_valid_document():
     assert doc["topology"]["nic_affinity"]["GPU3"][0] == ["mlx5_3", "PIX"]
 
 
+@pytest.mark.parametrize("sample", [HEALTHY, DEGRADED], ids=["healthy", "degraded"])
+def test_topo_and_check_reports_carry_one_topology_shape(sample):
+    """``topo --json`` and ``check --json`` give the same ``topology`` (its usable-now fields are
+    computed in the topology room, not by a command), and the schema documents every key of it
+    (``additionalProperties`` is false there, so an undocumented field fails validation)."""
+    _, topo_out = invoke("--replay", sample, "--json")
+    check = CliRunner().invoke(cli, ["check", "--replay", sample, "--json"], standalone_mode=False)
+    topo_doc, check_doc = json.loads(topo_out), json.loads(check.output)
+    validate(topo_doc)
+    validate(check_doc)
+    assert topo_doc["topology"] == check_doc["topology"]
+    assert {"affinity", "expected"} <= set(check_doc["topology"])
+    gpu_nic = [e for e in check_doc["topology"]["expected"] if e["kind"] == "gpu_nic"]
+    assert gpu_nic and all("usable" in e and "blocked_by" in e for e in gpu_nic)
+    if sample == DEGRADED:  # GPU6 is lost: every path to it is blocked by it, at 0 GB/s now
+        lost = [e for e in check_doc["topology"]["expected"] if "GPU6" in (e["a"], e["b"])]
+        assert lost and all(e["blocked_by"] == "GPU6 lost" and e["current_gbyte_s"] == 0.0 for e in lost)
+
+
 def test_topo_output_and_dot_files(tmp_path):
     out_file, dot_file = tmp_path / "topo.json", tmp_path / "topo.dot"
     code, out = invoke("--replay", DEGRADED, "--json", "--output", str(out_file), "--dot", str(dot_file))
@@ -112,7 +131,7 @@ def test_from_smi_json(tmp_path):
     assert code == int(ExitCode.OK)
     doc = json.loads(out)
     validate(doc)
-    assert doc["topology"]["matrix"]["rows"][0] == ["X", "NV12"]
+    assert doc["pasted"]["matrix"]["rows"][0] == ["X", "NV12"]
 
 
 def test_from_smi_refusal_names_the_line(tmp_path, capsys):
@@ -422,7 +441,7 @@ def test_from_smi_lists_every_repaired_cell_in_text_and_json(tmp_path, capsys):
     assert code == 0 and "REPAIRED: 1 cell(s)" in out and "'SYSPXB' read as SYS, PXB" in out
     code, out, err = main_exit(["topo", "--from-smi", str(bad), "--json"], capsys)
     doc = json.loads(out)
-    assert doc["topology"]["repaired"] is True and len(doc["topology"]["repairs"]) == 1
+    assert doc["pasted"]["repaired"] is True and len(doc["pasted"]["repairs"]) == 1
 
 
 def _paste(n_gpus: int, n_nics: int, label_suffix: str = "") -> str:

@@ -23,6 +23,7 @@ from ccdiag.core.exitcodes import ExitCode
 from ccdiag.core.output import sanitize_text
 from ccdiag.core.probenames import PROBE_KMSG, PROBE_NETDEV, PROBE_NVML, PROBE_PCIE, PROBE_SMI_TOPO
 from ccdiag.topology.affinity import limiting_link
+from ccdiag.topology.usable import blocked_by, gpu_states
 from ccdiag.topology.dot import render_dot
 from ccdiag.topology.levels import level_rank
 from ccdiag.topology.matrix import compare as compare_with_smi, to_topo_matrix
@@ -131,22 +132,6 @@ def _nic_legend_line(m) -> str | None:
     return ("NIC legend: " + ", ".join(nic)) if nic else None
 
 
-# -- what is usable: a lost GPU carries nothing, a NIC without an active port carries nothing ------
-
-#: short words for the NVML error classes that leave a GPU unusable (see ccdiag.host.nvmlcall)
-def _gpu_states(topo) -> dict[str, str]:
-    return {g.label: topo.gpu_state(g) for g in topo.gpus()}
-
-
-def _blocked_by(gstates: dict[str, str], *ends: str) -> str | None:
-    """Why a path between ``ends`` carries nothing now: the first end that is a failed GPU."""
-    for e in ends:
-        st = gstates.get(e, "ok")
-        if st != "ok":
-            return f"{e} {st}"
-    return None
-
-
 def _nearest_text(a: dict, nstates: dict[str, dict]) -> str:
     """"mlx5_0 PIX"; "mlx5_4 PIX (down) -> mlx5_5 NODE" when every nearest NIC is down."""
     if a["nearest_down"]:
@@ -193,11 +178,11 @@ def _expected_rows(topo) -> list[list[str]]:
     as its bottleneck, and a GPU whose nearest NIC is down also gets a row to the NIC it can use."""
     rows = []
     gpus = topo.gpus()
-    gstates = _gpu_states(topo)
+    gstates = gpu_states(topo)
     nstates = topo.nic_states()
 
     def numbers(cap, cur, *ends):
-        blocked = _blocked_by(gstates, *ends)
+        blocked = blocked_by(gstates, *ends)
         if blocked:
             return "-", _gbyte_s_text(0.0), blocked
         return _gbyte_s_text(cap.gbyte_s), _gbyte_s_text(cur.gbyte_s), limiting_link(cap, cur)
@@ -240,54 +225,6 @@ def _expected_rows(topo) -> list[list[str]]:
             name = f"{g.label} -> {nic}" + (" (DOWN)" if nstates.get(nic, {}).get("usable") is False else "")
             rows.append([name, "GPU->NIC", cap.level or "", *numbers(cap, cur, g.label)])
     return rows
-
-
-def topology_json(topo) -> dict:
-    """The topology as JSON with what is usable now: each GPU's ``state``, each NIC's ``state`` /
-    ``usable`` / ``port_states``, per-GPU ``affinity`` (nearest NICs and the NIC in use), and on
-    each expected path ``usable`` (a failed GPU or a down NIC gives ``current_gbyte_s`` 0; ``gbyte_s``
-    stays what the links can carry)."""
-    doc = topo.to_json()
-    gstates = _gpu_states(topo)
-    nstates = topo.nic_states()
-    for g in doc.get("gpus", []):
-        st = gstates.get(g.get("label"), "ok")
-        g["state"], g["usable"] = st, st == "ok"
-    for n in doc.get("nics", []):
-        ns = nstates.get(n.get("label"), {"state": "unknown", "usable": None, "ports": {}})
-        n["state"], n["usable"], n["port_states"] = ns["state"], ns["usable"], dict(ns["ports"])
-    affinity = {}
-    for g in topo.gpus():
-        a = topo.gpudirect_nics(g, nstates)
-        affinity[g.label] = {**a, "gbyte_s": _round(a["gbyte_s"]), "current_gbyte_s": _round(a["current_gbyte_s"])}
-    doc["affinity"] = affinity
-    expected = []
-    for e in doc.get("expected", []):
-        blocked = _blocked_by(gstates, e.get("a"), e.get("b"))
-        if e.get("kind") == "gpu_nic":
-            ns = nstates.get(e.get("b"), {})
-            e["role"], e["nic_state"] = "nearest", ns.get("state", "unknown")
-            if blocked is None and ns.get("usable") is False:
-                blocked = f"{e.get('b')} down"
-        e["usable"] = blocked is None
-        e["blocked_by"] = blocked
-        if blocked:
-            e["current_gbyte_s"] = 0.0
-        expected.append(e)
-        via = affinity.get(e.get("a"), {}).get("via") if e.get("kind") == "gpu_nic" else None
-        if via and via != e.get("b"):
-            cap = topo.expected_gpu_nic(e["a"], via)
-            blocked_via = _blocked_by(gstates, e["a"])
-            cur = 0.0 if blocked_via else _round(topo.expected_gpu_nic(e["a"], via, current=True).gbyte_s)
-            expected.append({"a": e["a"], "b": via, "kind": "gpu_nic", **cap.to_json(), "current_gbyte_s": cur,
-                             "role": "nearest_usable", "nic_state": nstates.get(via, {}).get("state", "unknown"),
-                             "usable": blocked_via is None, "blocked_by": blocked_via})
-    doc["expected"] = expected
-    return doc
-
-
-def _round(v: float | None) -> float | None:
-    return None if v is None else round(v, 3)
 
 
 def _netdev_rows(runs) -> list[list[str]]:
@@ -438,12 +375,13 @@ def _from_smi(path: str, as_json: bool, output: str | None) -> int:
             nic_aff[g] = [[m.nic_name(n), lv] for n, lv in levels if level_rank(lv) == best]
     if as_json:
         doc = build_report("topo", {"source": None}, run_info={"replayed_from": None, "from_smi": path},
-                           topology={"matrix": {"labels": list(m.devices), "rows": [r[1:1 + len(m.devices)]
-                                                                                     for r in rows[1:]],
-                                                "table": rows, "nic_legend": dict(m.nic_legend)},
-                                     "nic_affinity": nic_aff, "warnings": list(m.warnings),
-                                     "truncated": m.truncated, "repaired": m.repaired,
-                                     "repairs": list(m.repairs)})
+                           extra={"pasted": {"tool": "nvidia-smi topo -m",
+                                             "matrix": {"labels": list(m.devices),
+                                                        "rows": [r[1:1 + len(m.devices)] for r in rows[1:]],
+                                                        "table": rows, "nic_legend": dict(m.nic_legend)},
+                                             "nic_affinity": nic_aff, "warnings": list(m.warnings),
+                                             "truncated": m.truncated, "repaired": m.repaired,
+                                             "repairs": list(m.repairs)}})
         emit_json(doc, output)
         return int(ExitCode.OK)
     if output:
@@ -491,11 +429,13 @@ def _show_p2p(p, path: str, as_json: bool, output: str | None) -> int:
     devices = list(p.devices)
     rows = [[a] + [p.status(a, b) or "" for b in devices] for a in devices]
     if as_json:
+        # a pasted matrix is not a node's topology: it goes under "pasted", and "topology" is null
         doc = build_report("topo", {"source": None}, run_info={"replayed_from": None, "from_smi": path},
-                           topology={"p2p": {"mode": p.mode, "labels": devices, "rows": [r[1:] for r in rows],
-                                             "legend": dict(p.legend)},
-                                     "warnings": list(p.warnings), "truncated": p.truncated,
-                                     "repaired": bool(p.repairs), "repairs": list(p.repairs)})
+                           extra={"pasted": {"tool": "nvidia-smi topo -p2p",
+                                             "p2p": {"mode": p.mode, "labels": devices, "rows": [r[1:] for r in rows],
+                                                     "legend": dict(p.legend)},
+                                             "warnings": list(p.warnings), "truncated": p.truncated,
+                                             "repaired": bool(p.repairs), "repairs": list(p.repairs)}})
         emit_json(doc, output)
         return int(ExitCode.OK)
     out = console()
@@ -536,7 +476,7 @@ def topo_report(meta: dict, runs, topo, smi_diffs, started: float, replay: str |
 
     code = ExitCode.OK if topo.gpus() else ExitCode.UNEVALUATED
     timed_out = any(r.status == "timeout" for r in runs.values())
-    return build_report("topo", meta, runs=runs, topology=topology_json(topo),
+    return build_report("topo", meta, runs=runs, topology=topo.to_json(),
                         run_info=now_info(started, replayed_from=replay, deadline_s=timeout, timed_out=timed_out),
                         extra={"smi_mismatches": smi_diffs, "exit_code": int(code)})
 

@@ -22,7 +22,7 @@ from ccdiag.probes.registry import ProbeRun
 if TYPE_CHECKING:
     from ccdiag.topology.model import Topology
 
-SCHEMA_VERSION = "1.2.0"
+SCHEMA_VERSION = "1.3.0"
 
 
 def host_section(meta: dict) -> dict:

@@ -33,6 +33,7 @@ from ccdiag.topology.bandwidth import nvlink_gbyte_s
 from ccdiag.topology.fastrows import level_rows
 from ccdiag.topology.levels import UNKNOWN, level_rank
 from ccdiag.topology.pcie_tree import PcieTree
+from ccdiag.topology.usable import add_usable
 
 # -- value types -----------------------------------------------------------------------------------
 
@@ -635,7 +636,7 @@ class Topology:
                 e = self.expected_gpu_nic(g.node, nic)
                 expected.append({"a": g.label, "b": nic, "kind": "gpu_nic", **e.to_json(),
                                  "current_gbyte_s": _r(self.expected_gpu_nic(g.node, nic, current=True).gbyte_s)})
-        return {
+        return add_usable(self, {
             "gpus": [dict(g.__dict__) for g in self._gpus],
             "nics": [dict(n.__dict__, ports=list(n.ports), netdevs=list(n.netdevs)) for n in self._nics],
             "nvswitches": [self.label(s) for s in self.nvswitches],
@@ -646,4 +647,4 @@ class Topology:
             "expected": expected,
             "nvlinks_expected": {g.label: self.expected_nvlinks(g.label) for g in self._gpus},
             "notes": list(self.notes),
-        }
+        })
