@@ -12,29 +12,12 @@ import ast
 import pathlib
 
 import ccdiag
+from ccdiag.core.rooms import MAY_IMPORT
 
 PKG = pathlib.Path(ccdiag.__file__).resolve().parent
 
-#: room -> the rooms it may import from (besides itself and ``core``). A room is a folder: a
-#: sub-package of ``ccdiag`` (``probes`` and ``exporters`` are installed as ``ccdiag.probes`` and
-#: ``ccdiag.exporters``); ``core`` holds the leaves every room may use.
-ALLOWED = {
-    "core": set(),
-    "host": set(),
-    "probes": {"host"},
-    "topology": {"probes"},
-    "inputs": {"probes", "topology"},
-    "nccl": {"probes", "topology"},
-    "checks": {"probes", "topology", "host", "nccl", "inputs"},
-    "exporters": {"probes", "topology", "checks", "report", "host", "run", "nccl", "inputs"},
-    "report": {"probes", "topology", "checks", "nccl", "host", "bench"},
-    "benchparse": set(),
-    "bench": {"host", "probes", "topology", "checks", "nccl", "benchparse"},
-    "run": {"host", "probes", "topology", "checks", "nccl", "bench", "inputs"},
-    "cluster": {"host", "probes", "topology", "checks", "nccl", "bench", "run", "report", "inputs"},
-    "commands": {"host", "probes", "topology", "checks", "report", "exporters", "run", "nccl", "bench",
-                 "benchparse", "cluster", "inputs"},
-}
+#: room -> the rooms it may import from (besides itself and ``core``): ccdiag/core/rooms.py
+ALLOWED = {room: set(targets) for room, targets in MAY_IMPORT.items()}
 #: modules at the top of the package, outside every room: the version, and ``python -m ccdiag``
 #: (which only starts the command line)
 TOP = {"ccdiag": "core", "ccdiag.__main__": "commands"}
