@@ -189,11 +189,16 @@ def list_command(replay, root, as_json):
         emit_json([{"name": n, "what": w, "runnable": why is None, "reason": why} for n, w, why in rows])
         return 0
     from ccdiag.core.output import sanitize
+    from ccdiag.core.textfit import text_width, wrap
 
+    width = text_width()
+    pad = " " * 12  # under the text after the name
     for n, w, why in rows:
-        click.echo(f"{n:9} {'can run' if why is None else 'skip'}: {sanitize(w)}")
+        for line in wrap(sanitize(w), width, indent=pad, first=f"{n:9} {'can run' if why is None else 'skip'}: "):
+            click.echo(line)
         if why:
-            click.echo(f"{'':9}   why not: {sanitize(why)}")
+            for line in wrap(sanitize(why), width, indent=pad + "  ", first=f"{pad}why not: "):
+                click.echo(line)
     return 0
 
 

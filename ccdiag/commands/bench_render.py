@@ -32,9 +32,12 @@ def _fig(m: Any) -> str:
     return f"{s}  {m.status}"
 
 
-def matrix_lines(ms: list[Any], op: str | None = None, direction: str = "uni") -> list[str]:
+def matrix_lines(ms: list[Any], op: str | None = None, direction: str = "uni", width: int = MAX_WIDTH) -> list[str]:
     """GPU x GPU figures of one kind of peer copy (GB/s, and % of the path); ``op``: the most
-    common one-way operation when not given."""
+    common one-way operation when not given. Wider than ``width`` (8 GPUs need 112 columns), the
+    matrix splits into blocks of whole columns, each with the row labels."""
+    from ccdiag.core.textfit import matrix_text
+
     if op is None:
         ops = [m.op for m in ms if m.direction == direction and m.op != "staged"]
         op = max(set(ops), key=ops.count) if ops else "write"
@@ -42,19 +45,28 @@ def matrix_lines(ms: list[Any], op: str | None = None, direction: str = "uni") -
     gpus = sorted({a for a, _ in cells} | {b for _, b in cells}, key=lambda g: (len(g), g))
     if len(gpus) < 2:
         return []
-    out = [f"  {op} {direction} GB/s (% of path)  rows: source, columns: destination",
-           "  " + " " * 6 + "".join(f"{g:>13}" for g in gpus)]
-    for a in gpus:
-        row = f"  {a:6}"
-        for b in gpus:
-            m = cells.get((a, b))
-            if a == b or m is None:
-                row += f"{'-':>13}"
-            else:
-                pct = f"({m.ratio:.0%})" if m.ratio is not None else ""
-                row += f"{m.gbyte_s:7.1f}{pct:>6}"
-        out.append(row)
-    return out
+
+    def cell(a: str, b: str) -> str:
+        m = cells.get((a, b))
+        if a == b or m is None:
+            return "-"
+        return f"{m.gbyte_s:.1f}" + (f" ({m.ratio:.0%})" if m.ratio is not None else "")
+
+    return matrix_text(gpus, gpus, [[cell(a, b) for b in gpus] for a in gpus], width, indent="  ",
+                       title=f"{op} {direction} GB/s (% of path)  rows: source, columns: destination")
+
+
+def _figure_lines(m: Any, label_w: int, op_w: int, width: int) -> list[str]:
+    """One figure's row (label, operation, direction, figure against its expected value), the figure
+    wrapped under itself when the row is wider than ``width``; then its note, when it did not pass."""
+    from ccdiag.core.textfit import wrap
+
+    prefix = sanitize(f"  {m.label:{label_w}} {m.op:{op_w}} {m.direction:5} ")
+    hang = " " * (len(prefix) if width - len(prefix) >= 24 else 6)
+    lines = wrap(sanitize(_fig(m)), width, indent=hang, first=prefix)
+    if m.note and m.status != PASS:
+        lines += wrap(sanitize(m.note), width, indent=" " * (label_w + 3) + "  ", first=" " * (label_w + 3))
+    return lines
 
 
 def result_lines(results: list[Any], exit_code: int, hostname: str | None, width: int = MAX_WIDTH) -> list[str]:
@@ -75,16 +87,18 @@ def result_lines(results: list[Any], exit_code: int, hostname: str | None, width
             head += f": {len(r.measurements)} figure(s) in {r.duration_s:.1f} s"
         lines.append(head)
         if r.name == "p2p" or r.name.startswith("import:") and any(m.bench == "p2p" for m in r.measurements):
-            lines += matrix_lines([m for m in r.measurements if m.bench == "p2p"])
+            lines += matrix_lines([m for m in r.measurements if m.bench == "p2p"], width=width)
         shown = list(r.measurements)
         shown.sort(key=lambda m: (m.ratio if m.ratio is not None else 9.0))
+        label_w = min(28, max((len(m.label) for m in shown[:MAX_ROWS]), default=0))
+        op_w = max((len(m.op) for m in shown[:MAX_ROWS]), default=0)
         for m in shown[:MAX_ROWS]:
-            lines.append(f"  {m.label:28} {m.op:10} {m.direction:5} {_fig(m)}")
-            if m.note and m.status != PASS:
-                lines.append(f"  {'':28} {m.note}")
+            lines += _figure_lines(m, label_w, op_w, width)
         if len(shown) > MAX_ROWS:
             lines.append(f"  ... {len(shown) - MAX_ROWS} more (--json lists every figure)")
-    lines = [sanitize(line) for line in lines]
+    from ccdiag.core.textfit import wrap_lines
+
+    lines = wrap_lines([sanitize(line) for line in lines], width)  # head lines with a long reason
     problems = sorted((f for f in findings if f.status != PASS), key=lambda f: STATUS_RANK.get(f.status, 9))
     if problems:
         lines.append("")
@@ -98,12 +112,9 @@ def result_lines(results: list[Any], exit_code: int, hostname: str | None, width
 
 
 def print_results(results: list[Any], exit_code: int, hostname: str | None) -> None:
-    import shutil
-    import sys
+    from ccdiag.core.textfit import text_width
 
-    width = MAX_WIDTH
-    if sys.stdout.isatty():
-        width = max(40, min(MAX_WIDTH, shutil.get_terminal_size((MAX_WIDTH, 24)).columns))
+    width = min(MAX_WIDTH, text_width(piped=MAX_WIDTH))  # piped: $COLUMNS when set, like `check`
     for line in result_lines(results, exit_code, hostname, width):
         click.echo(line)
 

@@ -66,9 +66,10 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]},
              epilog="""\b
 Examples:
-  ccdiag check                                  # is this node fit to run a job?
+  ccdiag check        # is this node fit to run a job?
+  ccdiag topo         # the GPU/NIC matrix, links, bandwidths
+  # the verdict of a recorded node
   ccdiag check --replay samples/hgx-h100-8gpu-degraded.snap.tar.gz
-  ccdiag topo                                   # the GPU/NIC matrix, links, bandwidths
 
 \b
 Shell completion (bash; zsh_source / fish_source for the others):

@@ -47,7 +47,7 @@ def command(reports, as_json, z, force_diff, limit):
         _emit_json({"kind": "compare.fleet", "reports": fleet.hosts, "keys": len(fleet.keys), "z": z,
                     "unreadable": fleet.unreadable, "outliers": outs, "hosts": _by_host(outs)})
     else:
-        sys.stdout.write("\n".join(_fleet_lines(fleet, outs, limit)) + "\n")
+        sys.stdout.write("\n".join(_fitted(_fleet_lines(fleet, outs, limit))) + "\n")
     for u in fleet.unreadable:
         click.echo(f"ccdiag: left out: {u}", err=True)
     if fleet.unreadable:
@@ -104,8 +104,15 @@ def _diff(compare, paths: list[str], as_json: bool, limit: int) -> int:
         lines += [f"  {r['key']}: a={r['a']!r} b={r['b']!r}" for r in rows[:limit]]
         if len(rows) > limit:
             lines.append(f"  ... {len(rows) - limit} more (--limit, --json)")
-        sys.stdout.write("\n".join(lines) + "\n")
+        sys.stdout.write("\n".join(_fitted(lines)) + "\n")
     return int(ExitCode.FAIL if rows else ExitCode.OK)
+
+
+def _fitted(lines: list[str]) -> list[str]:
+    """The text lines wrapped to the terminal (or $COLUMNS, or 80), continuations indented."""
+    from ccdiag.core.textfit import text_width, wrap_lines
+
+    return wrap_lines(lines, text_width())
 
 
 def _emit_json(doc: dict) -> None:

@@ -202,14 +202,18 @@ def _write(path: str, text: str) -> None:
 
 def _print_text(rec, subject: str, log, log_file: str | None, diffs: list[str] | None) -> None:
     from ccdiag.nccl.render import text_rows
-    from ccdiag.core.output import console, table
+    from ccdiag.core.output import console, fit_table, sanitize
+    from ccdiag.core.textfit import text_width, wrap
 
     out = console()
+    width = text_width()
     if rec is not None:
-        out.print(table(f"NCCL settings for {subject}", ["do", "variable", "value", "confidence", "why"],
-                        text_rows(rec)))
+        # a value (an exact list of ports) is never split: the reasons move under their row instead
+        out.print(fit_table(f"NCCL settings for {subject}", ["do", "variable", "value", "confidence", "why"],
+                            text_rows(rec), width, to_rows=["why"]))
         for note in rec.notes:
-            out.print(f"note: {note}")
+            for line in wrap(sanitize(f"note: {note}"), width, indent="      ", first=""):
+                out.print(line, soft_wrap=True)
         settings = rec.settings()
         if settings:
             # one export per line: pasted into a job script as printed, each line its own command
@@ -218,9 +222,12 @@ def _print_text(rec, subject: str, log, log_file: str | None, diffs: list[str] |
                 out.print(f"  export {k}=" + (f"'{v}'" if "'" not in v else shlex.quote(v)), soft_wrap=True)
     if log is not None:
         devs = ", ".join(f"{d} ({k})" for d, k in log.net_devices.items()) or "-"
-        out.print(f"{log_file}: {log.flavour} {log.version or '(version not in the log)'}, network "
-                  f"{log.network or '?'} [{devs}], transports {dict(log.transports) or '-'}, "
-                  f"{log.warning_count} WARN line(s), {len(log.comms) or '?'} communicator(s), "
-                  f"{log.lines} lines read", soft_wrap=True)
+        head = (f"{log_file}: {log.flavour} {log.version or '(version not in the log)'}, network "
+                f"{log.network or '?'} [{devs}], transports {dict(log.transports) or '-'}, "
+                f"{log.warning_count} WARN line(s), {len(log.comms) or '?'} communicator(s), "
+                f"{log.lines} lines read")
+        for line in wrap(sanitize(head), width, indent="    ", first=""):
+            out.print(line, soft_wrap=True)
         for d in diffs or []:
-            out.print(f"  - {d}", soft_wrap=True)
+            for line in wrap(sanitize(d), width, indent="      ", first="  - "):
+                out.print(line, soft_wrap=True)

@@ -55,8 +55,12 @@ def init(replay, root, output, timeout, force):
         raise NotEvaluated(f"nothing to make a policy from ({why})")
     topology = obs.topology
     policy = policy_from_observations(runs, topology)
+    from ccdiag.core.textfit import text_width, wrap
+
     for line in _unhealthy_signs(runs):
-        click.echo(sanitize(f"ccdiag: warning: {line}; a policy should come from a healthy node - review it"), err=True)
+        for part in wrap(sanitize(f"ccdiag: warning: {line}; a policy should come from a healthy node - review it"),
+                         text_width(), indent="    ", first=""):
+            click.echo(part, err=True)
     # the header names the host the snapshot says it came from: shown, never acted on by a terminal
     text = sanitize_text(to_toml(policy, init_header(meta)))
     if output:
@@ -68,8 +72,9 @@ def init(replay, root, output, timeout, force):
             raise InputError(f"cannot write {output}: {exc.strerror or exc}") from None
         unset = [k for k in ("expected_gpu_count", "gpu_model", "min_pcie_gen", "min_pcie_width",
                              "ib_rate_gbit_s", "expected_ib_ports") if getattr(policy, k) is None]
-        click.echo(sanitize(f"wrote {output}" + (f" (not observed, left unset: {', '.join(unset)})" if unset else "")),
-                   err=True)
+        for part in wrap(sanitize(f"wrote {output}" + (f" (not observed, left unset: {', '.join(unset)})" if unset else "")),
+                         text_width(), indent="    ", first=""):
+            click.echo(part, err=True)
     else:
         click.echo(text, nl=False)
     return int(ExitCode.OK)

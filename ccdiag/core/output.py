@@ -86,6 +86,8 @@ def console(stderr: bool = False):
             """Strings and Text printed with control characters escaped (see :func:`sanitize`)."""
             from rich.text import Text
 
+            if any(getattr(obj, "uncropped", False) for obj in objects):
+                kw["crop"] = False  # fit_table's lines: a word longer than the line stands whole
             clean = []
             for obj in objects:
                 if isinstance(obj, str):
@@ -198,7 +200,9 @@ def fit_table(title: str | None, columns: Iterable[str], rows: Iterable[Iterable
     keep = _kept_columns(head, least, width, to_rows)
     widths = _column_widths([cols[i][1:] or cols[i] for i in keep], [least[i] for i in keep], width)
     lines = (_wrapped(sanitize(title), width) if title else []) + _fitted_lines(head, body, keep, widths, width)
-    return Group(*(Text(line, no_wrap=True, overflow="ignore") for line in lines))
+    group = Group(*(Text(line, no_wrap=True, overflow="ignore") for line in lines))
+    group.uncropped = True  # type: ignore[attr-defined]  # read by console().print
+    return group
 
 
 #: above this many cells a table is printed as plain aligned text: rich measures and renders every

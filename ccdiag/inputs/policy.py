@@ -236,20 +236,34 @@ def _toml_value(value: Any) -> str:
 def to_toml(policy: Policy, header: list[str] | None = None) -> str:
     """The policy as commented TOML. Absent values are written as comments, so the file shows every
     knob an operator can set without setting it."""
-    lines = [f"# {h}" for h in (header or [])]
+    from ccdiag.core.textfit import wrap
+
+    lines = [part for h in (header or []) for part in wrap(h, TOML_WIDTH, indent="#   ", first="# ")]
     if lines:
         lines.append("")
     for name in Policy.field_names():
         if name in _INTERNAL:
             continue
         value = getattr(policy, name)
-        lines.append(f"# {FIELD_HELP.get(name, name)}")
+        lines.extend(wrap(FIELD_HELP.get(name, name), TOML_WIDTH, indent="#   ", first="# "))
         if value is None:
             lines.append(f"# {name} =")
         else:
-            lines.append(f"{name} = {_toml_value(value)}")
+            lines.extend(_toml_assignment(name, value))
         lines.append("")
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+#: a written policy file's lines fit this many columns (a long array spreads over lines)
+TOML_WIDTH = 80
+
+
+def _toml_assignment(name: str, value: Any) -> list[str]:
+    """``name = value``; an array too long for one line as one item per line (TOML allows it)."""
+    line = f"{name} = {_toml_value(value)}"
+    if len(line) <= TOML_WIDTH or not isinstance(value, (list, tuple)):
+        return [line]
+    return [f"{name} = ["] + [f"  {_toml_value(v)}," for v in value] + ["]"]
 
 
 # -- from a healthy node ------------------------------------------------------------------------

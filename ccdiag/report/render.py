@@ -176,17 +176,17 @@ _HANGING = (("    evidence: ", 14), ("    expected: ", 14), ("    remedy:   ", 1
 
 
 def wrap_line(text: str, width: int = MAX_WIDTH) -> list[str]:
-    """``text`` in lines of at most ``width`` columns, never splitting a word, path, address or UUID
-    (a single token longer than the line stays whole); continuations hang under the line's label,
-    always at least 6 columns deep, so a reader (or a test) can join them back: a report line never
-    starts with more than 4 spaces."""
-    import textwrap
+    """``text`` in lines of at most ``width`` columns, never splitting a word, path, address or UUID,
+    nor a command in backticks (a single token longer than the line stands whole on its own line);
+    continuations hang under the line's label, always at least 6 columns deep, so a reader (or a
+    test) can join them back: a report line never starts with more than 4 spaces."""
+    from ccdiag.core.textfit import wrap
 
     if len(text) <= width:
         return [text]
     indent = next((n for prefix, n in _HANGING if text.startswith(prefix)), 6)
-    return textwrap.wrap(text, width=width, subsequent_indent=" " * indent, break_long_words=False,
-                         break_on_hyphens=False) or [text]
+    lead = text[: len(text) - len(text.lstrip(" "))]
+    return wrap(text[len(lead):], width, indent=" " * indent, first=lead)
 
 
 def _root_lines(f: Finding, problems: list[Finding], quiet: bool) -> list[tuple[str, str | None]]:
@@ -253,7 +253,9 @@ def print_result(findings: list[Finding], exit_code: int, hostname: str | None, 
     from ccdiag.core.output import console
 
     out = console()
-    width = min(MAX_WIDTH, out.width) if out.is_terminal else MAX_WIDTH
+    from ccdiag.core.textfit import text_width
+
+    width = min(MAX_WIDTH, text_width(piped=MAX_WIDTH))  # piped: $COLUMNS when set
     if quiet and not out.is_terminal:
         # a Slurm prolog logs each line it reads as one syslog record: piped, ``--quiet`` keeps its
         # promise of one line per problem, so a record is a whole finding to grep for
