@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from ccdiag import __version__
+from ccdiag.checks.causes import key as finding_key
 from ccdiag.exporters import spec as S
 from ccdiag.exporters.cycle import Cycle, xid_keys
 from ccdiag.core.findings import STATUSES, Finding, verdict_status
@@ -382,6 +383,28 @@ def _checks(out: _Families, findings: tuple[Finding, ...] | None) -> None:
     for status in sorted(counts):
         out.add("findings", (status,), counts[status])
     out.add("verdict_severity", (), S.SEVERITY[verdict_status(findings)])
+    _roots(out, findings)
+
+
+#: statuses that carry a root: what an operator acts on, and the skips a root cause explains
+_ROOTED = ("warn", "unknown", "fail")
+
+
+def _roots(out: _Families, findings: tuple[Finding, ...]) -> None:
+    """``ccdiag_finding_root``: every finding not passing, with the root cause it follows from
+    (``caused_by``, linked by the check run; a root names itself). Alertmanager groups by ``root``,
+    so one fallen GPU raises one notification, not one per check it made fail."""
+    worst: dict[tuple, tuple[int, str]] = {}
+    for f in findings:
+        if f.status not in _ROOTED and not f.caused_by:
+            continue
+        labels = tuple("" if v is None else str(v) for v in (*_check_labels(f), f.component.bdf))
+        sev = S.SEVERITY[f.status]
+        if labels not in worst or sev > worst[labels][0]:
+            worst[labels] = (sev, f.caused_by or finding_key(f))
+    for labels in sorted(worst):
+        sev, root = worst[labels]
+        out.add("finding_root", labels + (root,), sev)
 
 
 def families(cycle: Cycle, *, interval_s: float | None = None, cycles_total: int | None = None,

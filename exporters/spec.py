@@ -174,6 +174,9 @@ SPECS: tuple[MetricSpec, ...] = (
     _g("findings", "Findings of the served cycle, by status.", ("status",)),
     _g("verdict_severity", f"The served cycle's verdict: its worst finding status, skipped checks not counted "
        f"(a healthy node is 0) ({SEVERITY_HELP})."),
+    _g("finding_root", f"The root cause a finding that is not passing follows from, as the root's check|component "
+       f"(a root names itself), so one cause groups into one alert; value: the finding's status "
+       f"({SEVERITY_HELP}); bdf joins it to the ccdiag_pcie_* series of the same function.", CHECK + ("bdf", "root")),
 )
 
 BY_NAME = {s.name: s for s in SPECS}

@@ -91,6 +91,32 @@ def test_degraded_golden_shows_what_is_broken():
     assert failing and "ccdiag_check_status" not in text
 
 
+def test_finding_root_names_the_root_each_finding_follows_from():
+    """The degraded sample's GPU6 fell off the bus (XID 79): its lost GPU, the node's GPU count and
+    its other checks all name that one root; a root names itself; a healthy node has no series."""
+    text = (GOLDEN / "degraded.prom").read_text()
+    healthy = (GOLDEN / "healthy.prom").read_text()
+    assert "ccdiag_finding_root{" not in healthy
+    rows = [(dict(k[1]), v) for k, v in samples(text).items() if k[0] == "ccdiag_finding_root"]
+    root_of = {(lab["check"], lab["component"]): lab["root"] for lab, _ in rows}
+    assert root_of[("gpu.lost", "GPU6")] == root_of[("gpu.count", "node")] == "xid.recent|GPU6"
+    assert root_of[("xid.recent", "GPU6")] == "xid.recent|GPU6"
+    assert root_of[("ib.port_state", "mlx5_4 port 1")] == "ib.port_state|mlx5_4 port 1"
+    # a root is itself a finding of the cycle, and names itself
+    for root in set(root_of.values()):
+        check, component = root.split("|", 1)
+        assert root_of[(check, component)] == root, root
+    # the value is the finding's status, the same number ccdiag_check_severity carries
+    severity = {(dict(k[1])["check"], dict(k[1])["component"]): v for k, v in samples(text).items()
+                if k[0] == "ccdiag_check_severity"}
+    assert all(severity[(lab["check"], lab["component"])] == v for lab, v in rows)
+    # passing findings carry no root; a skip does only when a root explains it
+    assert all(v != S.SEVERITY["pass"] for _, v in rows)
+    assert all(lab["root"] != f"{lab['check']}|{lab['component']}" for lab, v in rows if v == S.SEVERITY["skip"])
+    # bdf joins the PCIe series: the trained-down GPU3 link is the function the raw series names
+    assert {lab["bdf"] for lab, _ in rows if lab["check"] == "pcie.link_width"} == {"0000:5d:00.0"}
+
+
 def test_gpu_numa_node_comes_from_the_pci_device():
     """NVML's NUMA id is N/A on x86 (the samples record it so); the PCI device's numa_node in sysfs is
     what topo shows: GPUs 0-3 on node 0, 4-7 on node 1 in the 8-GPU samples."""
