@@ -320,7 +320,7 @@ def test_panels_do_not_overlap_and_fit_the_grid():
 
 def test_dashboard_covers_the_areas_it_promises():
     metrics = {n for _, e, _ in _dashboard_exprs() for n in METRIC_RE.findall(e)}
-    for required in ("ccdiag_check_severity", "ccdiag_gpu_ecc_errors_total", "ccdiag_gpu_remapped_rows_total",
+    for required in ("ccdiag_verdict_severity", "ccdiag_finding_root", "ccdiag_check_severity", "ccdiag_gpu_ecc_errors_total", "ccdiag_gpu_remapped_rows_total",
                      "ccdiag_gpu_xid_errors_total", "ccdiag_gpu_clock_event_reason_active",
                      "ccdiag_gpu_temperature_celsius", "ccdiag_gpu_power_usage_watts", "ccdiag_nvlink_up",
                      "ccdiag_nvlink_errors_total", "ccdiag_nvlink_transmit_bytes_total",
@@ -330,6 +330,42 @@ def test_dashboard_covers_the_areas_it_promises():
                      "ccdiag_infiniband_port_stats_total", "ccdiag_probe_success", "ccdiag_probe_duration_seconds",
                      "ccdiag_collection_age_seconds"):
         assert required in metrics, required
+
+
+def _panel(title: str) -> dict:
+    return next(p for p in _data_panels(_dashboard()) if p["title"] == title)
+
+
+def test_the_fleet_comes_first_and_its_headline_is_the_verdict():
+    """A healthy node reads pass (not skip): the headline is ccdiag_verdict_severity, never the worst
+    check (skips would make it blue); a failing-node count and a table of nodes, worst first, follow."""
+    dash = _dashboard()
+    first = dash["panels"][0]
+    assert first["type"] == "row" and first["title"] == "Fleet" and first["gridPos"]["y"] == 0
+    fleet = [p for p in dash["panels"] if p["type"] != "row" and p["gridPos"]["y"] < 16]
+    headline = _panel("Fleet verdict")
+    assert headline in fleet and headline["gridPos"] == {"h": 5, "w": 5, "x": 0, "y": 1}
+    for title in ("Fleet verdict", "Verdict per node"):
+        expr = _panel(title)["targets"][0]["expr"]
+        assert "ccdiag_verdict_severity" in expr and "ccdiag_check_severity" not in expr, title
+    assert "== 4" in _panel("Failing nodes")["targets"][0]["expr"]
+    table = _panel("Nodes, worst first")
+    assert table in fleet and table["type"] == "table"
+    refs = {t["refId"]: t["expr"] for t in table["targets"]}
+    assert all(t.get("format") == "table" and t.get("instant") for t in table["targets"])
+    assert "ccdiag_verdict_severity" in refs["A"] and "root" in refs["B"]
+    organize = next(t for t in table["transformations"] if t["id"] == "organize")["options"]
+    # every renamed or hidden value column is one a query makes
+    for field in list(organize["renameByName"]) + list(organize["excludeByName"]):
+        if field.startswith("Value #"):
+            assert field[len("Value #"):] in refs, field
+    assert organize["renameByName"]["Value #A"] == "verdict" and organize["renameByName"]["root"] == "root cause"
+    sort = next(t for t in table["transformations"] if t["id"] == "sortBy")["options"]["sort"]
+    assert sort == [{"field": "verdict", "desc": True}]
+    # a node in the table opens this dashboard on that node: the drill-down rows below
+    links = [pr["value"] for o in table["fieldConfig"]["overrides"] if o["matcher"]["options"] == "instance"
+             for pr in o["properties"] if pr["id"] == "links"]
+    assert links and f"/d/{dash['uid']}/" in links[0][0]["url"] and "var-instance=${__value.raw}" in links[0][0]["url"]
 
 
 # -- a real Prometheus on real daemons -------------------------------------------------------------
@@ -445,6 +481,28 @@ def test_every_panel_query_returns_data_from_real_daemons(prometheus_on_samples)
         if not result and not any(k in expr for k in MAY_BE_EMPTY):
             empty.append(where)
     assert empty == []
+
+
+@pytest.mark.prometheus
+@pytest.mark.slow
+def test_fleet_panels_on_real_daemons_count_the_failing_node_and_name_its_root(prometheus_on_samples):
+    """Two nodes, the degraded one failing: the fleet reads fail, one failing node, two reporting,
+    and the table puts the degraded node first with its XID 79 as the root cause."""
+    def one(title: str, ref: str = "A") -> list:
+        expr = next(t["expr"] for t in _panel(title)["targets"] if t["refId"] == ref)
+        return _query(prometheus_on_samples, _substitute(expr, job="ccdiag"))
+
+    assert float(one("Fleet verdict")[0]["value"][1]) == 4
+    assert float(one("Failing nodes")[0]["value"][1]) == 1
+    assert float(one("Nodes warning or unknown")[0]["value"][1]) == 0
+    assert float(one("Nodes reporting")[0]["value"][1]) == 2
+    assert float(one("Root causes failing")[0]["value"][1]) >= 5
+    verdicts = {r["metric"]["instance"]: float(r["value"][1]) for r in one("Nodes, worst first", "A")}
+    assert verdicts == {"healthy": 0.0, "degraded": 4.0}
+    roots = {r["metric"]["instance"]: r["metric"]["root"] for r in one("Nodes, worst first", "B")}
+    assert roots == {"degraded": "xid.recent|GPU6"}  # the healthy node has no root cause
+    failing = {r["metric"]["instance"]: float(r["value"][1]) for r in one("Nodes, worst first", "D")}
+    assert set(failing) == {"degraded"} and failing["degraded"] >= 5
 
 
 @pytest.mark.prometheus
