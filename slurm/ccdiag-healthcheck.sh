@@ -15,7 +15,9 @@
 # Environment: CCDIAG (the ccdiag command), CCDIAG_ARGS (extra `ccdiag check` arguments, split on
 # blanks), CCDIAG_TIMEOUT (default 40), CCDIAG_NODENAME (default $SLURMD_NODENAME or hostname -s),
 # CCDIAG_LOG (a file to append one line per run to), CCDIAG_PYTHON (to read the JSON report),
-# SLURM_CONF (passed on to scontrol/sinfo when the configuration is not in /etc/slurm).
+# SLURM_CONF (passed on to scontrol/sinfo when the configuration is not in /etc/slurm),
+# CCDIAG_REPORT_ONLY=1 (roll-out: log "report only: would drain ..." / "would resume ...", never
+# drain or resume, exit 0; what NHC's MARK_OFFLINE=0 does).
 
 set -u
 PATH="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin${PATH:+:$PATH}"
@@ -30,6 +32,7 @@ CCDIAG="${CCDIAG:-ccdiag}"
 PYTHON="${CCDIAG_PYTHON:-python3}"
 NODE="${CCDIAG_NODENAME:-${SLURMD_NODENAME:-$(hostname -s)}}"
 TAG="ccdiag-healthcheck"
+REPORT_ONLY="${CCDIAG_REPORT_ONLY:-0}"
 
 log() {
     local line="$TAG: node $NODE: $*"
@@ -53,6 +56,12 @@ except Exception:
     text = "ccdiag: check failed"
 print(" ".join(text.replace("\"", "").split())[:60])
 ' "$1" 2>/dev/null || echo "ccdiag: check failed"
+}
+
+# The exit status, except in report-only mode, where nothing may react to it: always 0.
+finish() {
+    [ "$REPORT_ONLY" = 1 ] && exit 0
+    exit "$1"
 }
 
 # "<state>|<reason>" of this node as sinfo reports it (state lower case: idle, drained, draining ...)
@@ -85,7 +94,9 @@ case "$rc" in
     *drain*)
         case "$current_reason" in
         ccdiag:*)
-            if scontrol update nodename="$NODE" state=resume; then
+            if [ "$REPORT_ONLY" = 1 ]; then
+                log "report only: check passed; would resume (drained: $current_reason)"
+            elif scontrol update nodename="$NODE" state=resume; then
                 log "check passed; resumed (was drained: $current_reason)"
             else
                 log "check passed but scontrol resume failed"
@@ -105,12 +116,14 @@ case "$rc" in
         ccdiag:*) ;;  # ours: refresh the reason below
         *)
             log "check failed ($reason); already drained by someone else (reason: $current_reason), left as is"
-            exit 1
+            finish 1
             ;;
         esac
         ;;
     esac
-    if scontrol update nodename="$NODE" state=drain reason="$reason"; then
+    if [ "$REPORT_ONLY" = 1 ]; then
+        log "report only: check failed; would drain: $reason"
+    elif scontrol update nodename="$NODE" state=drain reason="$reason"; then
         log "check failed; drained: $reason"
     else
         log "check failed ($reason) but scontrol drain failed"
@@ -123,4 +136,4 @@ case "$rc" in
     log "ccdiag exited $rc (bad arguments or a ccdiag bug); node left as is: $(head -c 300 "$errors" | tr '\n' ' ')"
     ;;
 esac
-exit "$rc"
+finish "$rc"

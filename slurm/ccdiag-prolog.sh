@@ -14,7 +14,8 @@
 # Runs for every job, so it is kept short: --window 0 by default (error-counter rates are the
 # health check's business) and a 40 s deadline, inside Slurm's PrologEpilogTimeout.
 # Environment: as ccdiag-healthcheck.sh (CCDIAG, CCDIAG_ARGS, CCDIAG_TIMEOUT, CCDIAG_DEFAULTS,
-# CCDIAG_PYTHON), and SCONTROL (default: scontrol from PATH).
+# CCDIAG_PYTHON, CCDIAG_REPORT_ONLY=1: log "report only: would drain ... and refuse the job", never
+# drain, always exit 0 so the job runs), and SCONTROL (default: scontrol from PATH).
 
 set -u
 PATH="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin${PATH:+:$PATH}"
@@ -30,6 +31,7 @@ SCONTROL="${SCONTROL:-scontrol}"
 NODE="${SLURMD_NODENAME:-$(hostname -s)}"
 STAGE="${CCDIAG_STAGE:-prolog}"  # "epilog" when run as ccdiag-epilog.sh
 TAG="ccdiag-$STAGE"
+REPORT_ONLY="${CCDIAG_REPORT_ONLY:-0}"
 
 log() {
     echo "$TAG: node $NODE job ${SLURM_JOB_ID:-?}: $*" >&2
@@ -43,7 +45,9 @@ drain_with_reason() {
     reason="$("$PYTHON" -c 'import json, sys; print(json.load(open(sys.argv[1]))["verdict"]["reason"] or "")' \
               "$report" 2>/dev/null)"
     reason="${reason:-ccdiag: check failed}"
-    if command -v "$SCONTROL" >/dev/null 2>&1 && \
+    if [ "$REPORT_ONLY" = 1 ]; then
+        log "report only: would drain: $reason"
+    elif command -v "$SCONTROL" >/dev/null 2>&1 && \
             "$SCONTROL" update nodename="$NODE" state=drain reason="$reason" >/dev/null 2>&1; then
         log "drained: $reason"
     else
@@ -68,6 +72,10 @@ case "$rc" in
 1)
     while IFS= read -r line; do log "$line"; done <<<"$out"
     drain_with_reason
+    if [ "$REPORT_ONLY" = 1 ]; then
+        [ "$STAGE" = epilog ] || log "report only: would refuse the job; job allowed"
+        exit 0
+    fi
     if [ "$STAGE" = epilog ]; then
         log "node failed ccdiag check after the job; drained"
     else
@@ -77,6 +85,10 @@ case "$rc" in
     ;;
 3)
     while IFS= read -r line; do log "$line"; done <<<"$out"
+    if [ "${CCDIAG_PROLOG_FAIL_ON_UNKNOWN:-0}" = 1 ] && [ "$REPORT_ONLY" = 1 ]; then
+        log "report only: no verdict; would refuse the job (CCDIAG_PROLOG_FAIL_ON_UNKNOWN=1); job allowed"
+        exit 0
+    fi
     if [ "${CCDIAG_PROLOG_FAIL_ON_UNKNOWN:-0}" = 1 ]; then
         log "no verdict; refusing the job (CCDIAG_PROLOG_FAIL_ON_UNKNOWN=1)"
         exit 1

@@ -68,6 +68,13 @@ class Cluster:
     def set_args(self, args: str) -> None:
         (self.root / "args").write_text(args)
 
+    def set_report_only(self, on: bool) -> None:
+        (self.root / "report_only").write_text("1" if on else "0")
+
+    def log_lines(self) -> list[str]:
+        log = self.root / "log" / "hc.log"
+        return log.read_text().splitlines() if log.exists() else []
+
     def state(self) -> tuple[str, str]:
         out = subprocess.run(["sinfo", "-h", "-N", "-n", self.node, "-o", "%T|%E"], env=self.env,
                              capture_output=True, text=True, timeout=10).stdout.strip()
@@ -150,12 +157,14 @@ export SLURM_CONF={root}/slurm.conf
 export CCDIAG={root}/ccdiag CCDIAG_PYTHON={sys.executable} CCDIAG_LOG={root}/log/hc.log
 export CCDIAG_DEFAULTS=/nonexistent
 export CCDIAG_ARGS="$(cat {root}/args)"
+export CCDIAG_REPORT_ONLY="$(cat {root}/report_only)"
 exec {HEALTHCHECK}
 """)
         os.chmod(root / "ccdiag", 0o755)
         os.chmod(root / "hc.sh", 0o755)
         c = Cluster(root, node)
         c.set_args(f"--replay {HEALTHY}")
+        c.set_report_only(False)
         procs["slurmctld"] = subprocess.Popen(["slurmctld", "-D", "-c"], env=env, stdout=subprocess.DEVNULL,
                                               stderr=open(root / "log" / "ctld.out", "w"))
         time.sleep(1.0)
@@ -213,6 +222,66 @@ def test_someone_elses_drain_reason_is_kept(samples, cluster):
     finally:
         cluster.scontrol("update", f"nodename={cluster.node}", "state=resume")
     cluster.wait_for(lambda s, r: s == "idle", 30)
+
+
+def _wait_for_lines(cluster: Cluster, needle: str, count: int, after: int, timeout: float = 40.0) -> list[str]:
+    end = time.monotonic() + timeout
+    lines: list[str] = []
+    while time.monotonic() < end:
+        lines = [x for x in cluster.log_lines()[after:] if needle in x]
+        if len(lines) >= count:
+            return lines
+        time.sleep(1.0)
+    raise AssertionError(f"{needle!r} logged {len(lines)} time(s), wanted {count}:\n" +
+                         "\n".join(cluster.log_lines()[after:]))
+
+
+def test_report_only_logs_what_it_would_do_and_never_drains_or_resumes(samples, cluster):
+    """CCDIAG_REPORT_ONLY=1 (a roll-out): a failing node is logged with the drain it would get and
+    stays in service; a node ccdiag drained earlier is logged as one it would resume, and stays
+    drained."""
+    cluster.set_args(f"--replay {HEALTHY}")
+    cluster.wait_for(lambda s, r: s == "idle", 45)
+    cluster.set_report_only(True)
+    try:
+        cluster.set_args(f"--replay {DEGRADED}")
+        before = len(cluster.log_lines())
+        lines = _wait_for_lines(cluster, "report only: check failed; would drain: ccdiag: ", 2, before)
+        reason = lines[-1].split("would drain: ", 1)[1]
+        assert reason.split()[1].count(".") >= 1 and len(reason) <= 60, reason
+        state, _ = cluster.state()
+        assert state == "idle", state
+        # a drain ccdiag made before the roll-out switched to report-only is not lifted either
+        cluster.scontrol("update", f"nodename={cluster.node}", "state=drain", f"reason={reason}")
+        cluster.set_args(f"--replay {HEALTHY}")
+        before = len(cluster.log_lines())
+        _wait_for_lines(cluster, "report only: check passed; would resume", 2, before)
+        state, now = cluster.state()
+        assert "drain" in state and now == reason
+    finally:
+        cluster.set_report_only(False)
+        cluster.set_args(f"--replay {HEALTHY}")
+    cluster.wait_for(lambda s, r: s == "idle", 45)  # back to enforcing: the passing check resumes it
+
+
+@pytest.mark.parametrize("stage", ["prolog", "epilog"])
+def test_report_only_prolog_and_epilog_let_the_job_run_and_never_call_scontrol(samples, tmp_path, stage):
+    calls = tmp_path / "calls"
+    scontrol = tmp_path / "scontrol"
+    scontrol.write_text(f'#!/bin/sh\necho "scontrol $*" >> "{calls}"\n')
+    os.chmod(scontrol, 0o755)
+    wrapper = tmp_path / "ccdiag"
+    wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m ccdiag "$@"\n')
+    os.chmod(wrapper, 0o755)
+    env = {"CCDIAG": str(wrapper), "CCDIAG_ARGS": f"--replay {DEGRADED}", "CCDIAG_DEFAULTS": "/nonexistent",
+           "CCDIAG_PYTHON": sys.executable, "SCONTROL": str(scontrol), "SLURM_JOB_ID": "43",
+           "CCDIAG_REPORT_ONLY": "1"}
+    script = PROLOG if stage == "prolog" else PROLOG.parent / "ccdiag-epilog.sh"
+    proc = subprocess.run(["/bin/bash", str(script)], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "FAIL:" in proc.stderr and "report only: would drain: ccdiag: " in proc.stderr
+    assert ("would refuse the job" in proc.stderr) == (stage == "prolog")
+    assert not calls.exists(), calls.read_text()
 
 
 @pytest.mark.parametrize("which, expected_rc", [("degraded", 1), ("healthy", 0)])
