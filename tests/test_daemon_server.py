@@ -196,17 +196,20 @@ def test_the_parent_reads_a_child_whose_pipe_is_above_descriptor_1023():
 
 
 def test_a_child_past_its_deadline_is_killed_and_reaped_with_its_commands():
+    # a duration no other process on the machine uses (another test run may be sleeping 60 s too)
+    SLEEP_S = f"60.{os.getpid()}"
+
     def hang():
         from ccdiag.host.door import LiveHost
 
-        LiveHost("/").run(["sleep", "60"], timeout=60)
+        LiveHost("/").run(["sleep", SLEEP_S], timeout=60)
 
     job = isolation.start(hang)
     time.sleep(0.5)
     isolation.wait([job], time.monotonic() + 0.5)
     assert job.killed and job.exited
     assert not job.groups
-    sleepers = [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", "60"]]
+    sleepers = [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", SLEEP_S]]
     assert sleepers == []
 
 
