@@ -5,11 +5,12 @@ access unsupported, a copy that never completes (the budget holds), no CuPy, a r
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
 
-from bench_support import context, fake_env, observed, two_cpus
+from bench_support import FAKES, context, fake_env, observed, two_cpus
 from ccdiag.bench.gpu_copy import run_group
 from ccdiag.bench.registry import BenchContext
 from ccdiag.bench.runner import exit_code, run_benchmarks
@@ -268,3 +269,58 @@ def test_gpus_are_found_by_bus_address_whatever_cuda_numbers_them(healthy):
     assert local["GPU2"].gbyte_s == pytest.approx(H100_H2D, rel=1e-6)
     assert out["h2d"].outcome == "partial" and "not visible" in out["h2d"].reason
     assert out["h2d"].engine["spin_kernel"] == "used"
+
+
+DRIVER = """\
+import json, sys
+import ccdiag
+from ccdiag.bench.engine import run_worker
+
+env = json.loads(sys.argv[1])
+req = {"tasks": ["d2d"], "gpus": [{"label": "GPU0", "bdf": "0000:18:00.0", "index": 0, "numa": None}],
+       "size_bytes": 1 << 20, "iters": 1, "warmup": 0}
+run = run_worker(req, 30.0, env=env)
+print(json.dumps({"parent": ccdiag.__file__, "fatal": run.fatal, "done": run.done, "info": run.info,
+                  "measured": len(run.lines), "stderr": run.stderr_tail}))
+"""
+
+
+@pytest.mark.slow
+def test_a_worker_started_from_the_checkout_imports_the_installed_package(tmp_path):
+    """After ``pip install .`` (not editable), ``ccdiag bench`` run with the source checkout as the
+    current directory: the worker must import the installed ccdiag, not the checkout's ``ccdiag/``
+    (which has no ``probes/``). The interpreter is the base one, so no editable-install finder of
+    the test environment can hide the difference; the environment's site directory is only on
+    PYTHONPATH, for the libraries ccdiag imports."""
+    import json
+    import shutil
+    import subprocess
+    import sys
+    import sysconfig
+
+    from conftest import REPO
+
+    tree, target = tmp_path / "src", tmp_path / "installed"
+    top = {".git", ".venv", "build", "tests", "bench", "docs"}  # at the top only: ccdiag/bench is the package's
+    shutil.copytree(REPO, tree, ignore=lambda d, names: [n for n in names if n == "__pycache__" or n.endswith(".egg-info")
+                                                         or (d == str(REPO) and n in top)])
+    import importlib.util
+
+    # the build backend where it is installed here (no index needed); else pip's isolated build
+    here = all(importlib.util.find_spec(m) is not None for m in ("setuptools", "wheel"))
+    isolation = ["--no-build-isolation"] if here else []
+    proc = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", *isolation, "--target", str(target),
+                           str(tree)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert (target / "ccdiag" / "probes").is_dir() and not (REPO / "ccdiag" / "probes").exists()
+    (tmp_path / "driver.py").write_text(DRIVER)
+    site = sysconfig.get_paths()["purelib"]
+    base = getattr(sys, "_base_executable", None) or sys.executable
+    env = fake_env(devices=[{"bdf": "0000:18:00.0", "name": "NVIDIA H100 80GB HBM3", "numa": None}])
+    env["PYTHONPATH"] = os.pathsep.join([str(target), str(FAKES), site])
+    proc = subprocess.run([base, str(tmp_path / "driver.py"), json.dumps(env)], cwd=str(REPO), env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["parent"].startswith(str(target)), got
+    assert got["fatal"] is None and got["done"] and got["measured"] == 1, got

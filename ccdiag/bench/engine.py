@@ -42,8 +42,38 @@ class WorkerRun:
     duration_s: float = 0.0
 
 
+#: how a worker child starts. ``python -m`` would put the child's current directory first on its
+#: path, and run from a source checkout after ``pip install .`` that directory's ``ccdiag/`` (which
+#: has no ``probes/``: ``pyproject.toml`` maps it from the top-level folder) shadows the installed
+#: package and the worker dies on ``ModuleNotFoundError: ccdiag.probes``. ``-P`` would stop that
+#: but needs Python 3.11, and ccdiag supports 3.10. So the child drops the directory Python put
+#: first and loads ``ccdiag`` from the very file this process imported it from (argv[1]); every
+#: other module resolves as the parent's would (``PYTHONPATH`` first, then the environment's
+#: site directories).
+WORKER_BOOT = """\
+import importlib.util, os, runpy, sys
+init, module = sys.argv[1], sys.argv[2]
+if sys.path and sys.path[0] in ("", os.getcwd()):
+    del sys.path[0]
+spec = importlib.util.spec_from_file_location("ccdiag", init, submodule_search_locations=[os.path.dirname(init)])
+pkg = importlib.util.module_from_spec(spec)
+sys.modules["ccdiag"] = pkg
+spec.loader.exec_module(pkg)
+sys.argv = [module]
+runpy.run_module(module, run_name="__main__", alter_sys=True)
+"""
+
+
+def package_init() -> str:
+    """The ``__init__.py`` of the ``ccdiag`` package this process runs (installed or editable)."""
+    import ccdiag
+
+    return os.path.abspath(ccdiag.__file__ or "")
+
+
 def worker_command(module: str) -> list[str]:
-    return [sys.executable, "-m", module]
+    """The child's command line: this interpreter, the boot code above, this process's package."""
+    return [sys.executable, "-c", WORKER_BOOT, package_init(), module]
 
 
 def run_worker(request: dict, budget_s: float, on_line: Callable[[dict], None] | None = None,
