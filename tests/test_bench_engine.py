@@ -249,7 +249,7 @@ def test_bench_command_on_this_machine_says_why_nothing_runs():
     assert code == 2 and "unknown benchmark 'nosuch'" in err
     code, out, _ = run("bench", "list", "--json")
     names = {b["name"] for b in __import__("json").loads(out)}
-    assert code == 0 and names == {"h2d", "d2h", "p2p", "d2d", "ib_write"}
+    assert code == 0 and names == {"h2d", "d2h", "p2p", "d2d", "hbm", "gemm", "ib_write"}
 
 
 def test_gpus_are_found_by_bus_address_whatever_cuda_numbers_them(healthy):
@@ -324,3 +324,4 @@ def test_a_worker_started_from_the_checkout_imports_the_installed_package(tmp_pa
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     assert got["parent"].startswith(str(target)), got
     assert got["fatal"] is None and got["done"] and got["measured"] == 1, got
+    assert got["info"]["ccdiag_package"].startswith(str(target)), got["info"]

@@ -1,4 +1,7 @@
-"""The CuPy engine, run as a child process: ``python -m ccdiag.bench.cuda_worker < request.json``.
+"""The CuPy engine, run as a child process (:func:`ccdiag.bench.engine.worker_command`), one JSON
+request on stdin: host<->device, device-local and peer copies, and what one GPU shows about itself
+(``hbm``: a large device copy, reads and writes counted; ``gemm``: a dense FP16 GEMM for a few
+seconds, TFLOPS).
 
 Why a child process: a CUDA copy on a wedged GPU never completes, and a thread stuck in the driver
 cannot be stopped; a process group can be killed. The parent (:mod:`.engine`) sends one JSON
@@ -41,6 +44,15 @@ DEFAULT_REPS = 4
 DEFAULT_WARMUP = 2
 LATENCY_BYTES = 8
 LATENCY_REPS = 200
+#: bytes of each of the two buffers of the device-memory copy (far beyond any GPU's L2 cache)
+HBM_SIZE_BYTES = 1 << 30
+#: the GEMM's square size, the seconds it runs, a timed round's length, and its most GEMMs per round
+#: (each queued behind the gate; a stream holds about a thousand pending launches before the host
+#: blocks, which would stall the gate's release)
+GEMM_N = 8192
+GEMM_SECONDS = 3.0
+GEMM_ROUND_S = 0.25
+GEMM_MAX_REPS = 256
 
 
 def emit(kind: str, **fields: Any) -> None:
@@ -94,6 +106,7 @@ class Engine:
             drv = rtv = None
         emit("info", cuda_devices=count, mapped=out, names={str(k): v for k, v in names.items()},
              driver_version=drv, runtime_version=rtv, cupy_version=getattr(self.cp, "__version__", None),
+             cupy_distribution=_cupy_distribution(), ccdiag_package=_package_dir(),
              unmapped=[g["label"] for g in self.req.get("gpus") or [] if g["label"] not in out],
              spin_kernel=self.gate.why_not or "used")
         return out
@@ -251,6 +264,74 @@ class Engine:
         emit("measure", bench="d2d", src=label, dst=label, op="copy", direction="uni", samples_gbyte_s=samples,
              size_bytes=self.size, note="device-local copy (bytes copied per second; memory reads and writes both)")
 
+    # -- what one GPU shows about itself ---------------------------------------------------------
+    def hbm(self, gpu: dict) -> None:
+        """A device-to-device copy large enough to leave the L2 cache far behind; the figure counts
+        the bytes read and the bytes written (the memory's own traffic), as the catalogue's HBM
+        bandwidth does."""
+        label = gpu["label"]
+        rt, cp = self.rt, self.cp
+        size = int(self.req.get("hbm_size_bytes") or HBM_SIZE_BYTES)
+        dev = self.devices[label]
+        with cp.cuda.Device(dev):
+            a = rt.malloc(size)
+            try:
+                b = rt.malloc(size)
+                try:
+                    s = cp.cuda.Stream(non_blocking=True)
+
+                    def op(st, a=a, b=b):
+                        rt.memcpyAsync(b, a, size, rt.memcpyDeviceToDevice, st.ptr)
+
+                    (samples,) = self.time_rounds([(dev, s, op)], 2 * size)
+                finally:
+                    rt.free(b)
+            finally:
+                rt.free(a)
+        emit("measure", bench="hbm", src=label, dst=label, op="copy", direction="uni", samples_gbyte_s=samples,
+             size_bytes=size, note=f"device-local copy of {size >> 20} MiB; bytes read and written counted together")
+
+    def gemm(self, gpu: dict) -> None:
+        """A dense n x n x n GEMM with FP16 inputs (FP32 accumulation, cuBLAS on the tensor cores),
+        repeated for a few seconds; each timed round is sized from a first untimed one so a round
+        lasts about ``GEMM_ROUND_S`` whatever the GPU."""
+        label = gpu["label"]
+        cp = self.cp
+        n = int(self.req.get("gemm_n") or GEMM_N)
+        dev = self.devices[label]
+        flops = 2.0 * n * n * n
+        with cp.cuda.Device(dev):
+            a = cp.random.standard_normal((n, n), dtype=cp.float32).astype(cp.float16)
+            b = cp.random.standard_normal((n, n), dtype=cp.float32).astype(cp.float16)
+            c = cp.empty((n, n), dtype=cp.float16)
+            s = cp.cuda.Stream(non_blocking=True)
+
+            def op(st, a=a, b=b, c=c):
+                with st:
+                    cp.matmul(a, b, out=c)
+
+            self._round([(dev, s, op)], timed=False, reps=1)  # cuBLAS picks its kernel here
+            (ms,) = self._round([(dev, s, op)], timed=True, reps=2)
+            per_ms = (ms or 1.0) / 2
+            seconds = float(self.req.get("gemm_seconds") or GEMM_SECONDS)
+            reps = max(1, min(GEMM_MAX_REPS, int(GEMM_ROUND_S * 1e3 / max(per_ms, 1e-3))))
+            rounds = max(1, min(self.iters * 4, int(seconds / GEMM_ROUND_S)))
+            self.check_time()
+            samples = []
+            for _ in range(rounds):
+                (ms,) = self._round([(dev, s, op)], timed=True, reps=reps)
+                if ms and ms > 0:
+                    samples.append(flops * reps / (ms / 1e3) / 1e12)
+                self.check_time()
+            del a, b, c
+            try:
+                cp.get_default_memory_pool().free_all_blocks()
+            except Exception:  # noqa: BLE001 - only a courtesy to the tasks after this one
+                pass
+        emit("measure", bench="gemm", src=label, dst=label, op="gemm", direction="uni", samples_tflops=samples,
+             size_bytes=3 * n * n * 2, gemm_n=n, reps=reps,
+             note=f"FP16 GEMM {n}x{n}x{n}, FP32 accumulation, {reps} per timed round")
+
     # -- peer to peer -------------------------------------------------------------------------
     def peer_access(self, a: int, b: int) -> bool:
         rt, cp = self.rt, self.cp
@@ -332,6 +413,12 @@ class Engine:
             elif task == "d2d":
                 for g in gpus:
                     self._guard(task, g["label"], g["label"], lambda g=g: self.d2d(g))
+            elif task == "hbm":
+                for g in gpus:
+                    self._guard(task, g["label"], g["label"], lambda g=g: self.hbm(g))
+            elif task == "gemm":
+                for g in gpus:
+                    self._guard(task, g["label"], g["label"], lambda g=g: self.gemm(g))
             elif task == "p2p":
                 modes = self.req.get("p2p_modes") or ["write", "read", "bidir", "latency"]
                 for ga in gpus:
@@ -406,6 +493,23 @@ class Gate:
     def open(self) -> None:
         if self._flag is not None:
             self._flag.value = 1
+
+
+def _cupy_distribution() -> str:
+    """Which CuPy distribution this process sees (``cupy-cuda13x 13.6.0 (CUDA 13)``)."""
+    from ccdiag.bench.cupy_dist import describe, installed
+
+    try:
+        return describe(installed())
+    except Exception as exc:  # noqa: BLE001 - metadata that cannot be read: said, never fatal
+        return f"unknown ({type(exc).__name__}: {exc})"
+
+
+def _package_dir() -> str:
+    """Where this worker's ccdiag package lives (the installed one, never a checkout beside it)."""
+    import ccdiag
+
+    return os.path.dirname(os.path.abspath(ccdiag.__file__ or ""))
 
 
 def _name(props: Any) -> str | None:

@@ -135,3 +135,42 @@ def ring(topology: Topology | None, gpus: list[str], nodes: int = 1, nics_per_no
     return Expected(best.gbyte_s, best.current_gbyte_s, best.bottleneck, best.current_bottleneck,
                     best.bottleneck_desc, best.current_desc, best.level, "busbw",
                     "topology: the ring's slowest hop" if best.level != "NET" else best.source, best.links)
+
+
+def _gpu_model(topology: Topology | None, gpu: str) -> tuple[Any, str | None]:
+    """The catalogue's model of ``gpu`` (by the name NVML printed) and that name; (None, name) when
+    the catalogue does not know the part."""
+    from ccdiag.topology.catalogue import gpu_by_name
+
+    try:
+        name = topology.gpu(gpu).name if topology is not None else None
+    except KeyError:
+        return None, None
+    return gpu_by_name(name), name
+
+
+def hbm(topology: Topology | None, gpu: str) -> Expected | None:
+    """The GPU's device memory: the catalogue's published bandwidth of this board (no link of the
+    topology carries it). None when the GPU is unknown or the catalogue has no figure for its model."""
+    if topology is None or _missing(topology, gpu):
+        return None
+    model, name = _gpu_model(topology, gpu)
+    figure = model.hbm_for(name) if model is not None else None
+    if figure is None:
+        return None
+    return Expected(figure, None, f"{gpu} memory", None, f"{model.key} {figure:,.0f} GB/s", None, level="HBM",
+                    kind="hbm", source=f"catalogue {model.key}: {model.hbm_source}")
+
+
+def gemm(topology: Topology | None, gpu: str, dtype: str = "fp16") -> Expected | None:
+    """The GPU's tensor cores: the SKU's published dense peak for ``dtype`` inputs, from the
+    catalogue. None when the GPU is unknown or its model has no published figure there."""
+    if topology is None or _missing(topology, gpu):
+        return None
+    model, _ = _gpu_model(topology, gpu)
+    peak = model.dense_peak_tflops(dtype) if model is not None else None
+    if peak is None:
+        return None
+    return Expected(None, None, f"{gpu} tensor cores", None, f"{model.key} dense {dtype.upper()} {peak:,.1f} TFLOPS",
+                    None, level="SM", kind="gemm", source=f"catalogue {model.key}: {model.dense_tflops_source}",
+                    tflops=peak)

@@ -16,9 +16,11 @@ from typing import TYPE_CHECKING, Any
 from ccdiag.bench import expected as exp
 from ccdiag.bench.judge import judge, judge_against_peers
 from ccdiag.bench.localize import localize
+from ccdiag.bench.cupy_dist import install_hint, installed, why_unusable
 from ccdiag.bench.registry import Benchmark, BenchContext, module_missing, register
 from ccdiag.bench.result import ERROR, PARTIAL, RAN, TIMEOUT, BenchResult, Measurement
 from ccdiag.core.findings import PASS, UNKNOWN, WARN, Component, Evidence, Finding
+from ccdiag.core.probenames import PROBE_NVML
 
 if TYPE_CHECKING:
     from ccdiag.topology.model import Topology
@@ -38,12 +40,30 @@ class CudaCopy(Benchmark):
         self.budget_s, self.quick_budget_s = budget_s, quick_budget_s
 
     def applicable(self, ctx: BenchContext) -> str | None:
-        why = ctx.why_no_gpus() or module_missing("cupy", "pip install '.[gpu]' in ccdiag's source tree", ctx.env)
+        why = ctx.why_no_gpus()
+        if why:
+            return why
+        driver = _driver_version(ctx)
+        why = module_missing("cupy", install_hint(driver), ctx.env) or why_unusable(installed(_search_path(ctx.env)), driver)
         if why:
             return why
         if len(ctx.usable_gpus()) < self.min_gpus:
             return f"needs {self.min_gpus} usable GPUs, this node has {len(ctx.usable_gpus())}"
         return None
+
+
+def _driver_version(ctx: BenchContext) -> str | None:
+    nvml = (ctx.runs or {}).get(PROBE_NVML)
+    return getattr(getattr(nvml, "data", None), "driver_version", None)
+
+
+def _search_path(env: dict | None) -> list[str]:
+    """Where the engine's child will look for packages: its PYTHONPATH first, then this interpreter's path."""
+    import os
+    import sys
+
+    extra = [p for p in ((env or {}).get("PYTHONPATH") or "").split(os.pathsep) if p]
+    return extra + [p for p in sys.path if p]
 
 
 H2D = register(CudaCopy("h2d", "host->device copy per GPU (pinned, own and remote NUMA node, copy engine)"))
@@ -53,18 +73,27 @@ P2P = register(CudaCopy("p2p", "GPU peer-to-peer matrix: write, read, bidirectio
 D2D = register(CudaCopy("d2d", "device-local copy per GPU (memory sanity line, judged against the node's peers)"))
 
 
+#: the benchmarks of one GPU's own memory and compute (:mod:`.gpu_self`), measured by the same engine
+SELF_BENCHES = ("hbm", "gemm")
+
+
 def worker_request(names: list[str], ctx: BenchContext) -> dict:
     topo = ctx.topology
     gpus = [{"label": g.label, "bdf": g.bdf, "index": g.index, "numa": g.numa} for g in ctx.usable_gpus()]
     req = {"tasks": names, "gpus": gpus, "numa_cpus": {str(k): v for k, v in dict(topo.numa_cpus).items() if v},
            "size_bytes": ctx.size(), "iters": ctx.rounds()}
     if ctx.quick:
-        # a prolog's share: one direction per pair, no latency, no remote node
-        req.update(p2p_modes=["write"], remote=False, bidir=False, warmup=1, reps=2)
+        # a prolog's share: one direction per pair, no latency, no remote node, a short GEMM
+        req.update(p2p_modes=["write"], remote=False, bidir=False, warmup=1, reps=2, hbm_size_bytes=256 << 20,
+                   gemm_seconds=0.5)
     return req
 
 
 def _measurement(line: dict, ctx: BenchContext) -> Measurement:
+    if line.get("bench") in SELF_BENCHES:
+        from ccdiag.bench import gpu_self
+
+        return gpu_self.measurement(line, ctx)
     samples = tuple(float(x) for x in line.get("samples_gbyte_s") or () if isinstance(x, (int, float)) and x > 0)
     m = Measurement(bench=str(line.get("bench")), src=str(line.get("src")), dst=str(line.get("dst")),
                     op=str(line.get("op") or "copy"), direction=str(line.get("direction") or "uni"), engine=ENGINE,
@@ -121,7 +150,12 @@ def results_from_run(names: list[str], ctx: BenchContext, run: Any, budget_s: fl
             models = {g.label: g.name or "" for g in ctx.topology.gpus()}
             judge_against_peers(ms, models)
         local = [m for m in ms if not m.extra.get("remote_numa") and m.error is None]
-        res.findings = localize(name, local, ctx.topology)
+        if name in SELF_BENCHES:
+            from ccdiag.bench import gpu_self
+
+            res.findings = gpu_self.findings(name, local, ctx.topology)
+        else:
+            res.findings = localize(name, local, ctx.topology)
         if name == "h2d":
             res.findings += numa_findings(ms, ctx.topology)
         res.findings += _error_findings(name, ms)
@@ -135,7 +169,7 @@ def results_from_run(names: list[str], ctx: BenchContext, run: Any, budget_s: fl
 
 
 def _outcome(res: BenchResult, run: Any, unmapped: bool) -> None:
-    ok = [m for m in res.measurements if m.gbyte_s is not None]
+    ok = [m for m in res.measurements if m.value is not None]
     errors = [m for m in res.measurements if m.error]
     if run.fatal and not ok:
         res.outcome, res.reason = ERROR, run.fatal

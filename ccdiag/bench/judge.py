@@ -24,24 +24,28 @@ def judge(m: Measurement, policy: Any = None, kind: str | None = None) -> Measur
     """Fill ``ratio``, ``ratio_current``, ``status``, ``typical`` from ``m.expected``; ``kind`` names
     other thresholds than the path's own (each direction of a bidirectional NVLink copy)."""
     e = m.expected
-    if m.gbyte_s is None:
+    value = m.value
+    if value is None:
         m.status = UNKNOWN
         return m
-    if e is None or not e.gbyte_s:
+    compute = m.tflops is not None or bool(m.samples_tflops)
+    cap = (e.tflops if compute else e.gbyte_s) if e is not None else None
+    if e is None or not cap:
         m.status = UNKNOWN
         m.note = m.note or "no expected value: the topology does not know this path's links"
         return m
     th = fractions(kind or e.kind, policy)
-    m.ratio = m.gbyte_s / e.gbyte_s
+    m.ratio = value / cap
+    unit = "TFLOPS" if compute else "GB/s"
     if m.ratio > ABOVE_CAPABILITY:
         # faster than the path's slowest link can carry: the topology does not describe the path this
         # figure crossed (another node's snapshot, NVLinks NVML did not report): never a pass
         m.status = UNKNOWN
         m.note = ((m.note + "; ") if m.note else "") + (
-            f"{m.ratio:.0%} of the expected {e.gbyte_s:.1f} GB/s: faster than the path's bottleneck "
+            f"{m.ratio:.0%} of the expected {cap:.1f} {unit}: faster than the path's bottleneck "
             f"({e.bottleneck or 'unknown link'}) can carry, so the topology does not describe this path")
         return m
-    m.ratio_current = m.gbyte_s / e.current_gbyte_s if e.current_gbyte_s else None
+    m.ratio_current = value / e.current_gbyte_s if e.current_gbyte_s and not compute else None
     m.status = th.status(m.ratio)
     m.typical = th.typical_desc()
     m.threshold_source = th.source

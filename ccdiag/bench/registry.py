@@ -125,6 +125,6 @@ def register(bench: Benchmark) -> Benchmark:
 
 def load_all() -> dict[str, Benchmark]:
     """Import the modules that register benchmarks (cheap: no engine is imported)."""
-    from ccdiag.bench import gpu_copy, ib_write  # noqa: F401 - registration side effect
+    from ccdiag.bench import gpu_copy, gpu_self, ib_write  # noqa: F401 - registration side effect
 
     return dict(REGISTRY)

@@ -45,6 +45,7 @@ class Expected:
     kind: str = "pcie"  # threshold kind (see thresholds.DEFAULTS)
     source: str = "topology"
     links: tuple[str, ...] = ()
+    tflops: float | None = None  # a compute figure's expectation (dense GEMM), instead of gbyte_s
 
     @property
     def degraded(self) -> bool:
@@ -52,16 +53,20 @@ class Expected:
                 and self.current_gbyte_s + 1e-9 < self.gbyte_s)
 
     def to_json(self) -> dict:
-        return {"gbyte_s": _r(self.gbyte_s), "current_gbyte_s": _r(self.current_gbyte_s),
-                "bottleneck": self.bottleneck, "current_bottleneck": self.current_bottleneck,
-                "bottleneck_desc": self.bottleneck_desc, "current_desc": self.current_desc,
-                "level": self.level, "kind": self.kind, "source": self.source, "links": list(self.links),
-                "degraded": self.degraded}
+        doc = {"gbyte_s": _r(self.gbyte_s), "current_gbyte_s": _r(self.current_gbyte_s),
+               "bottleneck": self.bottleneck, "current_bottleneck": self.current_bottleneck,
+               "bottleneck_desc": self.bottleneck_desc, "current_desc": self.current_desc,
+               "level": self.level, "kind": self.kind, "source": self.source, "links": list(self.links),
+               "degraded": self.degraded}
+        if self.tflops is not None:
+            doc["tflops"] = _r(self.tflops)
+        return doc
 
 
 @dataclass
 class Measurement:
-    """One measured figure: ``gbyte_s`` is the median of the timed samples (GB/s = 10^9 B/s)."""
+    """One measured figure: ``gbyte_s`` is the median of the timed samples (GB/s = 10^9 B/s); a
+    compute figure (dense GEMM) has ``tflops`` and ``samples_tflops`` instead."""
 
     bench: str  # registered name: "h2d", "p2p", ...
     src: str  # "host:numa0", "GPU3", "mlx5_0"
@@ -82,6 +87,13 @@ class Measurement:
     typical: str | None = None  # "83%-88%"
     threshold_source: str | None = None
     extra: dict = field(default_factory=dict)
+    tflops: float | None = None  # 10^12 floating-point operations per second (a GEMM's 2*m*n*k)
+    samples_tflops: tuple[float, ...] = ()
+
+    @property
+    def value(self) -> float | None:
+        """The figure judged: TFLOPS for a compute figure, else GB/s."""
+        return self.tflops if self.tflops is not None or self.samples_tflops else self.gbyte_s
 
     @property
     def label(self) -> str:
@@ -91,7 +103,7 @@ class Measurement:
     @property
     def spread(self) -> float | None:
         """(max - min) / median of the samples: how steady the figure was."""
-        s = self.samples_gbyte_s
+        s = self.samples_tflops or self.samples_gbyte_s
         if len(s) < 2:
             return None
         med = statistics.median(s)
@@ -105,7 +117,9 @@ class Measurement:
                 "error": self.error, "expected": self.expected.to_json() if self.expected else None,
                 "ratio": _r(self.ratio), "ratio_current": _r(self.ratio_current), "status": self.status,
                 "typical": self.typical, "threshold_source": self.threshold_source,
-                "extra": dict(self.extra)}
+                "extra": dict(self.extra),
+                **({"tflops": _r(self.tflops), "samples_tflops": [_r(v) for v in self.samples_tflops]}
+                   if self.tflops is not None or self.samples_tflops else {})}
 
 
 @dataclass

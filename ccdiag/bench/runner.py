@@ -15,8 +15,8 @@ from ccdiag.bench.result import ERROR, PARTIAL, RAN, SKIP, TIMEOUT, BenchResult
 from ccdiag.core.exitcodes import ExitCode
 from ccdiag.core.findings import FAIL, PASS, UNKNOWN, WARN
 
-#: the CuPy benchmarks in the order the engine measures them
-CUDA_ORDER = ("h2d", "d2h", "d2d", "p2p")
+#: the CuPy benchmarks in the order the engine measures them (the GEMM last: it heats the GPU)
+CUDA_ORDER = ("h2d", "d2h", "d2d", "p2p", "hbm", "gemm")
 
 
 def resolve(names: Iterable[str]) -> list[str]:

@@ -21,6 +21,15 @@ or a path across the CPU socket gives. Figures and sources (public, as cited):
   180-185 of 200 on HDR).
 * NCCL ring bus bandwidth against the bottleneck link: 77-82 % (nccl-tests issues #149 and #212:
   A100 230 of 300, H100 ~370 of 450).
+* Device memory (``hbm``): a large device-to-device copy, reads and writes counted together,
+  against the catalogue's HBM figure: 81-83 % on an H100 PCIe (1,622-1,661 of 2,000 GB/s in
+  p2pBandwidthLatencyTest's diagonal, which counts both, HPE DL380a Gen11 guide). Below 70 % warns,
+  below half (memory clocks held down, a degraded stack) fails.
+* Dense GEMM (``gemm``), FP16 inputs on the tensor cores, against the SKU's published dense peak:
+  78-87 % on NVIDIA parts with the best of many shapes (stas00/ml-engineering, Maximum Achievable
+  Matmul FLOPS: A100 SXM 86.9 %, H100 SXM 80.3 %, B200 77.6 %). ccdiag times one fixed square
+  shape and PCIe boards run at a lower power limit, so the warning sits lower (55 %); below 35 % (a
+  GPU held at a fraction of its clocks or power) fails.
 * NVLS (NVLink SHARP), CollNet and tree bus bandwidths are *not* judged against a link rate: with
   in-network reduction the busbw formula no longer describes bytes on a wire and can exceed the
   link's unidirectional rate (nccl-tests issues #153 and #212; NVIDIA/nccl#1374: 215 GB/s busbw on
@@ -64,7 +73,8 @@ class Fractions:
 
 #: kind -> defaults. Kinds: ``pcie`` (host<->device and PCIe peer copies, one way), ``pcie_bidir``
 #: (each direction of a bidirectional host<->device copy), ``nvlink`` (NVLink peer copies),
-#: ``rdma`` (RDMA write over one port), ``busbw`` (NCCL/MPI ring allreduce bus bandwidth).
+#: ``rdma`` (RDMA write over one port), ``busbw`` (NCCL/MPI ring allreduce bus bandwidth), ``hbm``
+#: (device memory against the catalogue), ``gemm`` (dense GEMM against the SKU's published peak).
 DEFAULTS: dict[str, Fractions] = {
     "pcie": Fractions("pcie", 0.79, 0.88, 0.67, 0.50,
                       "nvbandwidth#11 and stas00/ml-engineering (typical); Azure HPC health checks NDv4/NDv5 (pass)"),
@@ -84,6 +94,12 @@ DEFAULTS: dict[str, Fractions] = {
                       "Azure HPC health checks, ib_write_bw GPUDirect loopback (380/400 NDR, 180/200 HDR)"),
     "busbw": Fractions("busbw", 0.77, 0.82, 0.70, 0.50,
                        "nccl-tests#149 (A100 230/300), #212 (H100 ~370/450), ring algorithm only"),
+    "hbm": Fractions("hbm", 0.80, 0.84, 0.70, 0.50,
+                     "device-local copy, reads and writes counted: 1,622-1,661 of 2,000 GB/s on H100 PCIe "
+                     "(p2pBandwidthLatencyTest diagonal, HPE DL380a Gen11 guide)"),
+    "gemm": Fractions("gemm", 0.78, 0.87, 0.55, 0.35,
+                      "stas00/ml-engineering Maximum Achievable Matmul FLOPS (A100 SXM 86.9 %, H100 SXM 80.3 %, "
+                      "B200 77.6 % of the dense peak); one fixed shape here, so the warning sits lower"),
 }
 
 #: the kinds whose thresholds a policy file may override

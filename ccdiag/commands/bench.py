@@ -49,7 +49,7 @@ class BenchGroup(click.Group):
 def group(ctx):
     """Measure the node's links and judge every figure against the topology.
 
-    NAMES: h2d, d2h, p2p, d2d, ib_write (default: all). Exit 0 ok, 1 a figure failed, 2 bad input,
+    NAMES: h2d, d2h, p2p, d2d, hbm, gemm, ib_write (default: all). Exit 0 ok, 1 a figure failed, 2 bad input,
     3 nothing could be measured here (each skip says why) or the budget ran out.
 
     Across hosts, as MPI ranks under mpirun or srun: `ccdiag bench allreduce`, `ccdiag bench pairs`."""

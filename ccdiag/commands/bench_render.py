@@ -19,12 +19,14 @@ MAX_ROWS = 24
 def _fig(m: Any) -> str:
     if m.error:
         return f"error: {m.error}"
-    if m.gbyte_s is None:
+    if m.value is None:
         return "no figure"
     e = m.expected
-    s = f"{m.gbyte_s:8.1f} GB/s"
-    if m.ratio is not None and e is not None and e.gbyte_s:
-        s += f"  {m.ratio:4.0%} of {e.gbyte_s:.1f} ({e.bottleneck_desc or e.level or 'path'})"
+    compute = m.tflops is not None
+    s = f"{m.value:8.1f} {'TFLOPS' if compute else 'GB/s'}"
+    cap = (e.tflops if compute else e.gbyte_s) if e is not None else None
+    if m.ratio is not None and e is not None and cap:
+        s += f"  {m.ratio:4.0%} of {cap:.1f} ({e.bottleneck_desc or e.level or 'path'})"
     elif m.ratio is not None:
         s += f"  {m.ratio:4.0%} of the peers' median"
     if m.latency_us is not None:

@@ -60,6 +60,14 @@ class GpuModel:
     thermal_c: tuple[tuple[str, float], ...]
     sources: tuple[str, ...]
     note: str | None = None
+    #: device-memory bandwidth, GB/s (10^9 B/s) of reads and writes together, as the vendor
+    #: publishes it; ``hbm_by_name``: a board variant named in the model name ("80gb") -> its figure
+    hbm_gbyte_s: float | None = None
+    hbm_by_name: tuple[tuple[str, float], ...] = ()
+    hbm_source: str | None = None
+    #: the vendor's dense (no sparsity) tensor-core peak, TFLOPS by input type ("fp16", "bf16")
+    dense_tflops: tuple[tuple[str, float], ...] = ()
+    dense_tflops_source: str | None = None
 
     @property
     def is_geforce(self) -> bool:
@@ -68,6 +76,19 @@ class GpuModel:
     def thermal(self, which: str) -> float | None:
         """A thermal limit in degrees C (``"slowdown"``, ``"shutdown"``, ...), None when not known."""
         return dict(self.thermal_c).get(which)
+
+    def hbm_for(self, name: str | None = None) -> float | None:
+        """The memory bandwidth of the board ``name`` (the name NVML prints: "NVIDIA A100-SXM4-80GB"
+        picks the 80 GB figure), else the model's own; None when the catalogue has none."""
+        words = set(normalize_name(name or "").split())
+        for token, gbyte_s in self.hbm_by_name:
+            if token in words:
+                return gbyte_s
+        return self.hbm_gbyte_s
+
+    def dense_peak_tflops(self, dtype: str = "fp16") -> float | None:
+        """The published dense tensor-core peak for inputs of ``dtype``, None when not published."""
+        return dict(self.dense_tflops).get(dtype)
 
 
 @dataclass(frozen=True)
@@ -136,11 +157,21 @@ def _gpu(d: dict, per_gen: dict[int, float]) -> GpuModel:
             raise CatalogueError(f"{d['key']}: NVLink generation {nv['generation']} has no rate")
         spec = NvlinkSpec(int(nv["generation"]), int(nv["links"]), float(rate), bool(nv.get("bridged")))
     pcie = d.get("pcie") or {}
+    hbm = d.get("hbm") or {}
+    tflops = d.get("dense_tensor_tflops") or {}
+    for what, fig in (("hbm", hbm), ("dense_tensor_tflops", tflops)):
+        if fig and not fig.get("source"):
+            raise CatalogueError(f"{d['key']}: {what} has no source")
     return GpuModel(d["key"], tuple(normalize_name(n) for n in d["names"]), _ids(d.get("pci_device_ids")),
                     d["architecture"], d["form_factor"], spec, d.get("c2c_gbyte_s"), pcie.get("gen"),
                     pcie.get("width"), bool(d.get("peer_access_pcie", True)),
                     tuple(sorted((k, float(v)) for k, v in (d.get("thermal_c") or {}).items())),
-                    tuple(d["sources"]), d.get("note"))
+                    tuple(d["sources"]), d.get("note"),
+                    float(hbm["gbyte_s"]) if hbm.get("gbyte_s") is not None else None,
+                    tuple(sorted((normalize_name(k), float(v)) for k, v in (hbm.get("by_name") or {}).items())),
+                    hbm.get("source"),
+                    tuple(sorted((k, float(v)) for k, v in tflops.items() if k != "source")),
+                    tflops.get("source"))
 
 
 def _nic(d: dict) -> NicModel:

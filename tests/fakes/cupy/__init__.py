@@ -5,7 +5,9 @@ no CUDA; see tests/fakes/README.md). Configured by the JSON in ``CCDIAG_FAKE_CUD
 ``p2p``: {"a-b": GB/s} with ``p2p_default``, ``no_peer``: ["a-b"], ``remote_factor``: host->device
 rate multiplier when the pinned buffer sits on another NUMA node (buffer node = the CPU the
 allocating thread is bound to, via ``cpu_numa``; streams do not slow each other), ``oom_devices``: [index],
-``hang``: a benchmark kind whose copies never complete ("h2d", "p2p", "d2d").
+``hang``: a benchmark kind whose copies never complete ("h2d", "p2p", "d2d", "gemm"),
+``gemm_tflops``: TFLOPS per device index of a dense matmul (``cupy.matmul`` advances the clock of the
+stream entered with ``with stream:`` by 2*n^3 / rate).
 """
 
 from __future__ import annotations
@@ -161,6 +163,7 @@ class _Runtime:
 class _Stream:
     by_ptr: dict = {}
     _n = 0
+    entered: list = []  # the streams made current with ``with stream:``, innermost last
 
     def __init__(self, non_blocking: bool = False):
         _Stream._n += 1
@@ -171,6 +174,60 @@ class _Stream:
 
     def synchronize(self) -> None:
         return None
+
+    def __enter__(self):
+        _Stream.entered.append(self)
+        return self
+
+    def __exit__(self, *exc):
+        _Stream.entered.pop()
+
+
+float16, float32 = "float16", "float32"
+
+
+class ndarray:
+    """Shape and type only: no values are ever computed."""
+
+    def __init__(self, shape, dtype):
+        self.shape, self.dtype = tuple(shape), dtype
+        self.device = _State.current
+
+    def astype(self, dtype):
+        return ndarray(self.shape, dtype)
+
+
+def empty(shape, dtype=float32):
+    if _State.current in (_CFG.get("oom_devices") or []):
+        raise _Memory.OutOfMemoryError(f"out of memory to allocate {shape} (device {_State.current})")
+    return ndarray(shape, dtype)
+
+
+class random:
+    @staticmethod
+    def standard_normal(size, dtype=float32):
+        return empty(size, dtype)
+
+
+def matmul(a, b, out=None):
+    """Advances the entered stream's clock by the GEMM's time at the configured rate."""
+    _hang("gemm")
+    if not _Stream.entered:
+        raise CUDARuntimeError("the fake times a matmul only on a stream entered with `with stream:`")
+    s = _Stream.entered[-1]
+    n, k = a.shape
+    m = b.shape[1]
+    s.clock += 2.0 * n * k * m / (_rate("gemm_tflops", s.device) * 1e12)
+    return out if out is not None else ndarray((n, m), a.dtype)
+
+
+class _Pool:
+    def free_all_blocks(self) -> None:
+        return None
+
+
+def get_default_memory_pool():
+    return _Pool()
 
 
 class _Event:
