@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
-"""Every measuring engine of ccdiag beside an independent measure of the same thing, on a real GPU
-node: the evidence `tests/test_real_engines.py` and `tests/test_real_snapshots.py` wait for.
+"""Every measuring engine of ccdiag beside an independent measure of the same thing, on a real
+multi-GPU node with RDMA ports and network access (peer copies, ``ib_write`` with perftest and with
+pyverbs). A single GPU without network access is ``scripts/gpu-evidence.sh``'s job
+(``bench/gpu_evidence.py``); this script covers what that node cannot show.
 
 What it runs (each step says so on stderr, and a step whose tool is missing is recorded as skipped
 with the reason, never invented):
@@ -12,8 +14,10 @@ with the reason, never invented):
 4. ``ccdiag bench ib_write --json`` twice: with perftest on PATH (the perftest engine) and without it
    (the pyverbs engine); and ``ib_write_bw`` run directly as the independent loopback figure.
 
-Writes ``bench/results/engines_real.json``: hardware, driver, CUDA/CuPy/pyverbs versions, each figure
-and each ratio ccdiag / independent. See docs/first-gpu-node.md.
+Writes ``bench/results/engines_real_multi.json``: hardware, driver, CUDA/CuPy/pyverbs versions, each
+figure and each ratio ccdiag / independent. See docs/first-gpu-node.md. Every ccdiag command runs the
+installed ``ccdiag`` from a scratch directory, never ``python -m ccdiag`` inside the checkout (whose
+``ccdiag/`` would shadow the installed package).
 
     python bench/bench_engines_real.py [--size-mib 256] [--iters 10] [--skip-rdma]
 """
@@ -28,11 +32,13 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "bench"))
 
+from bench_copy_independent import ccdiag_argv  # noqa: E402
 from results_file import write_result  # noqa: E402
 
 NVBW_TESTS = ("host_to_device_memcpy_ce", "device_to_host_memcpy_ce", "device_to_device_memcpy_write_ce",
@@ -43,13 +49,16 @@ def say(msg: str) -> None:
     print(f"[engines_real] {msg}", file=sys.stderr, flush=True)
 
 
+SCRATCH = tempfile.mkdtemp(prefix="ccdiag-engines-")
+
+
 def run(argv: list[str], timeout: float = 900, env: dict | None = None) -> subprocess.CompletedProcess:
     say("$ " + " ".join(argv))
-    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env, cwd=SCRATCH)
 
 
 def ccdiag(*args: str, env: dict | None = None) -> tuple[int, dict | None, str]:
-    p = run([sys.executable, "-m", "ccdiag", *args], env=env)
+    p = run([*ccdiag_argv(), *args], env=env)
     try:
         return p.returncode, json.loads(p.stdout), p.stderr
     except ValueError:
@@ -74,7 +83,7 @@ def snapshot(facts: dict) -> dict:
     model = re.sub(r"[^a-z0-9]+", "-", first[0].lower().replace("nvidia", "")).strip("-") or "gpu"
     name = f"{model}-x{len(facts['gpus'])}-driver{first[1].strip()}.snap.tar.gz"
     out = REPO / "tests" / "fixtures" / "real" / name
-    p = run([sys.executable, "-m", "ccdiag", "snapshot", "--window", "5", "-o", str(out)])
+    p = run([*ccdiag_argv(), "snapshot", "--window", "5", "-o", str(out)])
     return {"file": str(out.relative_to(REPO)), "exit_code": p.returncode, "stderr": p.stderr[-500:]}
 
 
@@ -110,11 +119,12 @@ def nvbandwidth_figures(tmp: pathlib.Path) -> dict | str:
 
 
 def torch_figures(size_mib: int, iters: int) -> dict | str:
-    sys.path.insert(0, str(REPO / "bench"))
     from bench_copy_independent import torch_figures as tf
 
-    got = tf(size_mib << 20, iters)
-    return got if isinstance(got, dict) else str(got)
+    got = tf([size_mib << 20], iters)
+    if not isinstance(got, dict):
+        return str(got)
+    return {k.rsplit(":", 1)[0]: v for k, v in got.items() if k.count(":") == 2 and v}
 
 
 def ib_write_figures() -> dict:
@@ -141,7 +151,7 @@ def main() -> None:
     ap.add_argument("--size-mib", type=int, default=256)
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--skip-rdma", action="store_true")
-    ap.add_argument("--out", default=str(REPO / "bench" / "results" / "engines_real.json"))
+    ap.add_argument("--out", default=str(REPO / "bench" / "results" / "engines_real_multi.json"))
     args = ap.parse_args()
     tmp = pathlib.Path(os.environ.get("TMPDIR", "/tmp")) / f"ccdiag-engines-{os.getpid()}"
     tmp.mkdir(parents=True, exist_ok=True)

@@ -279,6 +279,21 @@ def redact(snap: SnapshotData) -> tuple[SnapshotData, dict[str, int]]:
     return out, counts
 
 
+def redact_with_texts(snap: SnapshotData, texts: dict[str, str]) -> tuple[SnapshotData, dict[str, str], dict[str, int]]:
+    """:func:`redact` of ``snap`` and, with the very same pseudonyms, of ``texts`` recorded beside it
+    (a JSON report, ``nvidia-smi -q`` of the same node): a serial or GPU UUID reads as one pseudonym
+    in the snapshot and in every text, so the two still compare field by field."""
+    probe = Redactor(_learn_literals(snap))
+    _redact_into(snap, probe)
+    for text in texts.values():
+        probe.text(text)
+    originals = {orig for table in probe.maps.values() for orig in table}
+    r = Redactor(_learn_literals(snap), reserved=originals)
+    out = _redact_into(snap, r)
+    redacted = {name: r.text(text) for name, text in texts.items()}
+    return out, redacted, {kind: len(table) for kind, table in r.maps.items()}
+
+
 def _redact_into(snap: SnapshotData, r: Redactor) -> SnapshotData:
     out = SnapshotData()
     out.meta = _walk(dict(snap.meta), r.text)
