@@ -64,6 +64,8 @@ AGREE_WITHIN = 0.05
 TARBALL = {"node": "s2-node.tar.gz", "copies": "s3-copies.tar.gz", "gpu_self": "s4-gpu-self.tar.gz"}
 #: the most bytes of one command's output kept in a stage's log
 KEEP_OUTPUT_BYTES = 200_000
+#: the name under which the node stage's step records go through redaction with its files
+STEPS = "\0steps"
 
 
 class Evidence:
@@ -82,6 +84,7 @@ class Evidence:
             self.summary["note"] = ("DRY RUN: no GPU was used; ccdiag ran against a recorded snapshot and the CuPy "
                                     "test double, so no figure here is a measurement")
         self.gpus: list[tuple[str, str]] = []  # (label, PCI address), from the live topology
+        self.redactor: Any = None  # the node stage's, for every file written after it
         self.node_name = "unknown-node"
         self.stage_dir = work
 
@@ -146,10 +149,32 @@ class Evidence:
             self.say(f"stage {name} broke: {info['error']}")
         info["duration_s"] = round(time.monotonic() - t, 1)
         (self.stage_dir / "stage.json").write_text(json.dumps(info, indent=2, sort_keys=True, default=str) + "\n")
+        if name != "node":
+            self.redact_folder()
+        elif self.redactor is None:  # broke before its files were redacted: none of them leaves the node
+            for p in self.stage_dir.rglob("*"):
+                if p.is_file():
+                    p.unlink()
+            (self.stage_dir / "stage.json").write_text(json.dumps(
+                {k: info.get(k) for k in ("status", "error", "duration_s", "budget_s")}, indent=2) + "\n")
         pack(self.stage_dir, self.out / TARBALL[name])
         self.summary["stages"][name] = {k: info[k] for k in ("status", "duration_s", "budget_s") if k in info} | {
             "error": info.get("error"), "file": TARBALL[name]}
         self.write_summary()
+
+    def redact_folder(self) -> None:
+        """Every text file of a later stage through the node stage's redactor (the same pseudonyms as
+        the committed snapshot: host names and GPU UUIDs in benchmark reports, serials in logs); the
+        node stage's own files went through it once, with the snapshot. Without a redactor (the node
+        stage broke) the files are dropped rather than sent unredacted."""
+        for p in sorted(self.stage_dir.rglob("*")):
+            if not p.is_file() or p.suffix == ".gz":
+                continue
+            if self.redactor is None:
+                if p.name != "stage.json":
+                    p.unlink()
+                continue
+            p.write_text(self.redactor.text(p.read_text(errors="replace")))
 
     def write_summary(self) -> None:
         self.summary["updated"] = _now()
@@ -269,7 +294,9 @@ def stage_node(ev: Evidence, deadline: float, info: dict) -> None:
     texts = {n: (ev.stage_dir / n).read_text(errors="replace") for n in names}
     texts["field-comparison.json"] = json.dumps(comparison, indent=2, sort_keys=True, default=str) + "\n"
     texts["node.json"] = json.dumps(node, indent=2, sort_keys=True) + "\n"
-    snap, redacted, counts = redact_with_texts(SnapshotData.load(str(raw)), texts)
+    texts[STEPS] = json.dumps(steps, sort_keys=True, default=str)
+    snap, redacted, counts, ev.redactor = redact_with_texts(SnapshotData.load(str(raw)), texts)
+    info["steps"] = steps = json.loads(redacted.pop(STEPS))
     for n, text in redacted.items():
         (ev.stage_dir / n).write_text(text)
     snap.save(str(ev.stage_dir / "snapshot.snap.tar.gz"), mode=0o644)

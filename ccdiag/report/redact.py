@@ -279,10 +279,12 @@ def redact(snap: SnapshotData) -> tuple[SnapshotData, dict[str, int]]:
     return out, counts
 
 
-def redact_with_texts(snap: SnapshotData, texts: dict[str, str]) -> tuple[SnapshotData, dict[str, str], dict[str, int]]:
+def redact_with_texts(snap: SnapshotData, texts: dict[str, str]) -> tuple[SnapshotData, dict[str, str], dict[str, int],
+                                                                          Redactor]:
     """:func:`redact` of ``snap`` and, with the very same pseudonyms, of ``texts`` recorded beside it
     (a JSON report, ``nvidia-smi -q`` of the same node): a serial or GPU UUID reads as one pseudonym
-    in the snapshot and in every text, so the two still compare field by field."""
+    in the snapshot and in every text, so the two still compare field by field. The redactor comes
+    back too, for texts the same node writes later (``redactor.text(...)``: the same pseudonyms)."""
     probe = Redactor(_learn_literals(snap))
     _redact_into(snap, probe)
     for text in texts.values():
@@ -291,7 +293,7 @@ def redact_with_texts(snap: SnapshotData, texts: dict[str, str]) -> tuple[Snapsh
     r = Redactor(_learn_literals(snap), reserved=originals)
     out = _redact_into(snap, r)
     redacted = {name: r.text(text) for name, text in texts.items()}
-    return out, redacted, {kind: len(table) for kind, table in r.maps.items()}
+    return out, redacted, {kind: len(table) for kind, table in r.maps.items()}, r
 
 
 def _redact_into(snap: SnapshotData, r: Redactor) -> SnapshotData:
