@@ -33,12 +33,25 @@ import pytest
 from conftest import REPO
 from ccdiag.probes.nvml import Gpu, NvmlObservation
 
-sys.path[:0] = [str(REPO / "bench"), str(REPO / "tests" / "fakes")]
+sys.path.insert(0, str(REPO / "bench"))
 
 import copy_driver_api  # noqa: E402
 import evidence_smi  # noqa: E402
 import gpu_evidence  # noqa: E402
-from libcuda import LibCuda  # noqa: E402
+
+
+def _load_standin():
+    """tests/fakes/libcuda.py by its path: tests/fakes must not join sys.path (its ``cupy`` would
+    stand in for the real one in every later test of this process)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("libcuda_standin", REPO / "tests" / "fakes" / "libcuda.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.LibCuda
+
+
+LibCuda = _load_standin()
 
 CORPUS = REPO / "tests" / "fixtures" / "corpus"
 H800_Q = CORPUS / "smi-q" / "q-i0-full-h800-driver525-throttle-reasons-link-info-device-host-max-fabric.txt"
