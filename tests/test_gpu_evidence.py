@@ -311,7 +311,9 @@ def test_the_dry_run_does_every_step_up_to_the_first_gpu_call(tmp_path):
     s1 = members("s1-install.tar.gz")
     assert s1["./pip-install.log.rc"].strip() == b"0" and s1["./ccdiag-version.log.rc"].strip() == b"0"
     worker = json.loads(s1["./worker-from-checkout.log"])
-    assert worker["cwd"] == str(REPO) and "/venv/" in worker["parent_package"] and "ModuleNotFound" not in json.dumps(worker)
+    # the worker imported the installed ccdiag (CuPy itself may be absent where the suite runs)
+    assert worker["cwd"] == str(REPO) and "/venv/" in worker["parent_package"]
+    assert "No module named 'ccdiag" not in json.dumps(worker)
     s2 = members("s2-node.tar.gz")
     fields = json.loads(s2["field-comparison.json"])
     assert fields["agree"] and fields["counts"]["static_equal"] > 200  # 8 GPUs x the static fields
