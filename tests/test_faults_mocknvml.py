@@ -74,3 +74,25 @@ def test_uncorrectable_ecc_rising_in_the_window_fails_that_gpu():
 def test_mig_mode_is_read_on_every_gpu():
     obs = _obs("a100-mig-enabled")
     assert all(g.mig_mode_current is True for g in obs.gpus) and obs.errors == ()
+
+
+
+@pytest.mark.parametrize("name, level, gbyte_s", [("gb200", "NV18", 900.0), ("a100", "NV12", 300.0)])
+def test_placeholder_far_ends_still_reach_the_nvswitch_fabric(name, level, gbyte_s):
+    """NVML names no far end (FFFFFFFF:FF:FF.0) for links to the switch trays; the links still reach
+    NVSwitches, so every GPU pair is NV18 (GB200) / NV12 (A100) and P2P expects the links' rate."""
+    from ccdiag.topology import build_topology
+    topo = build_topology({"nvml": _obs(name)})
+    labels = [g.label for g in topo.gpus()]
+    assert {topo.level(a, b) for a in labels for b in labels if a != b} == {level}
+    assert topo.expected_p2p("GPU0", "GPU7").gbyte_s == pytest.approx(gbyte_s)
+    assert [topo.label(s) for s in topo.nvswitches] == ["NVSwitch fabric (clique 0)" if name == "gb200"
+                                                         else "NVSwitch fabric"]
+
+
+def test_a_gpu_in_another_fabric_clique_has_no_nvlink_path_to_the_others():
+    """GPU5 of the degraded profile registered in clique 7: NVLink does not join it to clique 0."""
+    from ccdiag.topology import build_topology
+    topo = build_topology({"nvml": _obs("gb200-fabric-degraded")})
+    assert topo.level("GPU0", "GPU3") == "NV18"
+    assert not topo.level("GPU0", "GPU5").startswith("NV")

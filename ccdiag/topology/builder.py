@@ -282,19 +282,44 @@ class Builder:
                 self.t.up_link[l.b] = new
 
     # -- NVSwitches -------------------------------------------------------------------------------
+    def _domain_node(self, g: Any) -> str:
+        """The switch node standing for the NVSwitches a GPU reaches when NVML names no far end.
+
+        NVML answers the placeholder ``FFFFFFFF:FF:FF.0`` for the far end of a link to an NVSwitch it
+        cannot address (the switch trays of a GB200 NVL72, some HGX baseboards): the links still
+        reach switches, so they get one switch node per NVLink domain. The GPUs of one node share
+        one physical NVLink domain; the fabric manager may still split it into cliques (partitions),
+        and GPUs of different cliques do not reach each other. So the domain is the GPU's clique when
+        it registered with the fabric, else the node itself."""
+        clique = getattr(g, "fabric_clique_id", None)
+        domain = f"clique {clique}" if clique is not None else "node"
+        node = f"nvswitch-domain:{domain}"
+        if node not in self.g:
+            label = "NVSwitch fabric" + (f" (clique {clique})" if clique is not None else "")
+            self.g.add_node(node, kind="nvswitch", label=label, bdf=None, numa=None, domain=domain,
+                            placeholder=True)
+        return node
+
     def _nvswitches(self) -> None:
         sw = {n for n, a in self.g.nodes(data=True) if a.get("kind") == "nvswitch"}
+        domains = set()
         for g in getattr(self.nvml, "gpus", ()) or ():
             for l in g.nvlinks:
-                if l.remote_device_type == "switch" and l.remote_bus_id:
-                    bdf = normalize_bdf(l.remote_bus_id)
-                    node = (self.node_of_bdf.get(bdf) if bdf is not None else None) or f"nvswitch:{bdf}"
-                    if node not in self.g:
-                        self.g.add_node(node, kind="nvswitch", label=bdf, bdf=bdf, numa=None)
-                    sw.add(node)
+                if l.remote_device_type != "switch":
+                    continue
+                if not l.remote_bus_id:
+                    domains.add(self._domain_node(g))
+                    continue
+                bdf = normalize_bdf(l.remote_bus_id)
+                node = (self.node_of_bdf.get(bdf) if bdf is not None else None) or f"nvswitch:{bdf}"
+                if node not in self.g:
+                    self.g.add_node(node, kind="nvswitch", label=bdf, bdf=bdf, numa=None)
+                sw.add(node)
         for i, node in enumerate(sorted(sw)):
             self.g.nodes[node]["label"] = f"NVSwitch{i}"
+            self.g.nodes[node].setdefault("domain", "node")
             self.t.nvswitches.append(node)
+        self.t.nvswitches.extend(sorted(domains))
         self._relabel_links()
 
     # -- NICs ------------------------------------------------------------------------------------
@@ -436,7 +461,9 @@ class Builder:
             remotes = self.t.nv.setdefault(me, {})
             for l in g.nvlinks:
                 bdf = normalize_bdf(l.remote_bus_id)
-                if bdf is None:
+                if bdf is None and l.remote_device_type == "switch":
+                    remote = self._domain_node(g)
+                elif bdf is None:
                     if l.active:  # an active link whose far end could not be read
                         remote = "nvswitch-fabric" if self.t.nvswitches else "nvlink:unknown"
                     else:

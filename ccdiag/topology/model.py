@@ -360,7 +360,15 @@ class Topology:
         direct = max(la.get(nb, (0, 0, None))[1], lb.get(na, (0, 0, None))[1])
         if direct:
             return direct
+        if not self._switch_domains(na) & self._switch_domains(nb):
+            return 0  # switches of different NVLink domains (two NVL72 racks, two cliques) do not join
         return min(self._active_to_switches(na), self._active_to_switches(nb))
+
+    def _switch_domains(self, gpu: str) -> frozenset:
+        """The NVLink domains a GPU's active switch links reach: a placeholder switch node carries
+        its fabric clique; switches NVML addresses, and the unreadable far end, are this node's."""
+        return frozenset(self.graph.nodes[r].get("domain", "node") if r in self.graph else "node"
+                         for r, v in self.nv.get(gpu, {}).items() if v[1] and self.is_switch(r))
 
     def _active_to_switches(self, gpu: str) -> int:
         n = self._switch_active.get(gpu)
