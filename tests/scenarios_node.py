@@ -205,6 +205,18 @@ def idle_gen3() -> "MS.Variant":
                       gpu_link=lambda i: ssf.Link(ssf.GEN3, 16, ssf.GEN5, 16) if i == 4 else None)
 
 
+def busy_peers_idle_gen1() -> "MS.Variant":
+    """A job runs on GPUs 0-6 (a process each; GPUs 0-3 caught between kernels with the idle bit
+    up), their links at Gen5; GPU7 is unused and rests at Gen1 (2.5 GT/s), as idle GPUs do."""
+    def fn(i, g, epoch):
+        if i == 7:
+            return dataclasses.replace(g, pcie_gen=1)
+        return dataclasses.replace(g, processes=((4100 + i, 30 << 30),), memory_used_mib=30720,
+                                   clocks_event_reasons=0x1 if i < 4 else 0x0)
+    return MS.Variant("busy-peers-idle-gen1", "GPUs 0-6 in a job at Gen5, GPU7 unused at Gen1", gpus=edit_gpus(fn),
+                      gpu_link=lambda i: ssf.Link(ssf.GEN1, 16, ssf.GEN5, 16) if i == 7 else None)
+
+
 def rail_nic_other_socket() -> "MS.Variant":
     """mlx5_2 (GPU2's rail NIC) sits in a slot of socket 1, under its own root port, instead of
     beside GPU2 on socket 0."""
@@ -261,6 +273,7 @@ SCENARIOS = {
     "mixed-model": mixed_model,
     "power-capped": power_capped,
     "idle-gen3": idle_gen3,
+    "busy-peers-idle-gen1": busy_peers_idle_gen1,
     "rail-nic-other-socket": rail_nic_other_socket,
     "fabric-degraded": fabric_degraded,
     "fabric-healthy": fabric_healthy_mask,

@@ -70,6 +70,16 @@ def test_verdict_and_failure_line_format():
         "UNKNOWN: 0 failed, 1 unknown, 0 passed (node unknown), deadline reached"
 
 
+def test_verdict_counts_root_problems_with_the_folded_ones_beside():
+    """One switch down with 32 links behind it is one failure, its consequences counted apart."""
+    import dataclasses
+    root = _f(FAIL, "nvswitch.links_down")
+    links = [dataclasses.replace(_f(FAIL, "nvlink.down", component=Component("nvlink", f"GPU{i} NVLinks", gpu=i)),
+                                 caused_by=root.key) for i in range(8)]
+    warn = dataclasses.replace(_f(WARN, "w.x"), caused_by=root.key)
+    assert verdict_line([root, *links, warn, _f(PASS)], ExitCode.FAIL, "n") == "FAIL: 1 failed (+9 folded) (node n)"
+
+
 def test_quiet_keeps_only_verdict_and_problems():
     text = render_text([_f(FAIL, "a.b"), _f(PASS), _f(SKIP)], ExitCode.FAIL, "n", quiet=True)
     assert text.splitlines() == ["FAIL: 1 failed (node n)", "FAIL a.b n s"]

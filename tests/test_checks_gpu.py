@@ -364,11 +364,17 @@ def test_mig_unsupported_everywhere_skips():
     assert [f.status for f in findings] == ["skip"]
 
 
-def test_leftover_compute_process_warns():
+def test_compute_process_is_information_unless_the_policy_wants_idle_gpus():
+    """During a job its processes are the job: pass, naming them. A prolog policy that asks for
+    idle GPUs (require_idle_gpus) fails a leftover process."""
     from ccdiag.probes.nvml import ComputeProcess
     runs = S.with_gpu(S.healthy_runs(), 4, compute_processes=(ComputeProcess(4242, 1 << 30),))
-    f = one(run(S.context(runs), "gpu.processes"), "warn")
-    assert f.component.gpu == 4 and "4242" in f.summary
+    findings = run(S.context(runs), "gpu.processes")
+    assert {f.status for f in findings} == {"pass"}
+    busy = [f for f in findings if f.details.get("in_use")]
+    assert [f.component.gpu for f in busy] == [4] and "4242" in busy[0].summary
+    f = one(run(S.context(runs, policy=Policy(require_idle_gpus=True)), "gpu.processes"), "fail")
+    assert f.component.gpu == 4 and "4242" in f.summary and f.details["pids"] == [4242]
 
 
 def test_model_policy_mismatch_fails():

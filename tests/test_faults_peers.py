@@ -84,3 +84,13 @@ def test_the_hardware_catalogue_is_the_one_source_of_thermal_limits():
     assert src.startswith("hardware catalogue (A100-PCIE")
     g, src = _with_thermal_limits(Gpu(index=0, name="NVIDIA L40S"))
     assert g.temp_shutdown_c is None and src.startswith("the GPU's own")
+
+
+def test_an_unused_gpu_resting_at_gen1_beside_a_job_at_gen5_is_not_a_fault():
+    """GPUs in a job keep their links at Gen5 even between kernels (idle bit up); an unused GPU rests
+    at Gen1. Its link is compared with GPUs at rest only, and nothing about it fails or warns."""
+    res = N.result("busy-peers-idle-gen1")
+    flagged = [(f.check, f.status, f.component.name) for f in res.findings
+               if f.check.startswith("pcie.") and f.status not in (PASS, "skip")]
+    assert flagged == []
+    assert not any(f.status == FAIL for f in res.findings if f.component.gpu == 7)

@@ -22,7 +22,7 @@ DEGRADED = REPO / "samples" / "hgx-h100-8gpu-degraded.snap.tar.gz"
 def test_xid79_is_the_root_of_the_lost_gpu_its_unknowns_and_the_gpu_count():
     code, out, err = run("check", "--replay", str(DEGRADED))
     lines = unwrap(out)
-    assert code == 1 and lines[0].startswith("FAIL: 10 failed")  # the counts still count everything
+    assert code == 1 and lines[0].startswith("FAIL: 8 failed (+13 folded)")  # roots, with their consequences beside
     xid = next(i for i, l in enumerate(lines) if l.startswith("FAIL xid.recent GPU6"))
     folded = lines[xid + 1]
     assert folded.startswith("  + 11 follow from it: gpu.count node (fail); gpu.lost GPU6 (fail); ")

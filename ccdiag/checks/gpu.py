@@ -664,8 +664,12 @@ def check_mig(ctx: CheckContext) -> list[Finding]:
 
 @check("gpu.processes", needs=(PROBE_NVML,))
 def check_processes(ctx: CheckContext) -> list[Finding]:
-    """Compute processes left on a GPU before a job hold memory and SMs the job expects to own."""
+    """Compute processes on a GPU. During a job they are the job: information, never a warning
+    printed before a real problem. A job prolog that wants empty GPUs says so in the policy
+    (``require_idle_gpus``): there a leftover process holds memory and SMs the next job expects to
+    own, and fails."""
     cid = "gpu.processes"
+    strict = ctx.policy.require_idle_gpus
 
     def judge(g, _nvml):
         src = f"nvmlDeviceGetComputeRunningProcesses({g.index})"
@@ -673,13 +677,22 @@ def check_processes(ctx: CheckContext) -> list[Finding]:
             return [not_read(cid, g, "compute processes", ("nvmlDeviceGetComputeRunningProcesses",))]
         if g.compute_processes:
             procs = [(p.pid, p.used_memory_bytes) for p in g.compute_processes]
-            return [Finding(cid, WARN, gpu_component(g),
-                            f"GPU{g.index}: {len(procs)} compute process(es) running "
-                            f"(pids {', '.join(str(p) for p, _ in procs)}).",
+            pids = ", ".join(str(p) for p, _ in procs)
+            if not strict:
+                return [Finding(cid, PASS, gpu_component(g),
+                                f"GPU{g.index}: in use by {len(procs)} compute process(es) (pids {pids}).",
+                                evidence=(Evidence("processes (pid, used bytes)", procs, src),),
+                                expected="information (the policy does not ask for idle GPUs)",
+                                expected_source=policy_source(ctx, "require_idle_gpus"),
+                                details={"in_use": True, "pids": [p for p, _ in procs]})]
+            return [Finding(cid, FAIL, gpu_component(g),
+                            f"GPU{g.index}: {len(procs)} compute process(es) running (pids {pids}).",
                             evidence=(Evidence("processes (pid, used bytes)", procs, src),),
                             expected="no compute process before a job",
-                            remedy="If this runs as a job prolog, kill the stray processes (leftovers of a previous "
-                                   "job) or drain; during a job this is expected.")]
+                            expected_source=policy_source(ctx, "require_idle_gpus"),
+                            remedy="Kill the stray processes (leftovers of a previous job) before the next job "
+                                   "starts, or drain the node if they do not exit.",
+                            details={"pids": [p for p, _ in procs]})]
         if read_error(g, "nvmlDeviceGetComputeRunningProcesses") is not None:
             return [not_read(cid, g, "compute processes", ("nvmlDeviceGetComputeRunningProcesses",))]
         return [Finding(cid, PASS, gpu_component(g), f"GPU{g.index}: no compute process.",

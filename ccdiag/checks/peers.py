@@ -159,9 +159,15 @@ def peer_clocks(ctx: CheckContext) -> list[Finding]:
     return out
 
 
+def _at_rest(g: Any) -> bool:
+    """Idle by NVML's idle bit *and* running nothing. A GPU in a job raises the idle bit between
+    kernels while its link still runs at its working speed: beside it, an unused GPU resting at
+    Gen1 would look slow. Only GPUs at rest are each other's reference."""
+    return gpu_activity(g) == "idle" and not getattr(g, "compute_processes", ())
+
+
 def _idle_gens(gpus: list) -> dict[int, int]:
-    return {g.index: g.pcie_gen_current for g in gpus
-            if gpu_activity(g) == "idle" and g.pcie_gen_current is not None}
+    return {g.index: g.pcie_gen_current for g in gpus if _at_rest(g) and g.pcie_gen_current is not None}
 
 
 @check("pcie.peer_gen", needs=(PROBE_NVML,), what="idle PCIe generation against peers")

@@ -40,6 +40,7 @@ class Policy:
     min_memlock_bytes: int | None = None  # None: require unlimited for RDMA
     require_persistence_mode: bool = True
     require_peermem: bool | None = None  # None: required only when GPUs and RDMA ports are both present
+    require_idle_gpus: bool = False  # a compute process on a GPU fails (a job prolog wants empty GPUs)
     nvlink_error_rate_warn: int = 1  # counter increase over the window that warns
     ib_error_rate_warn: int = 1
     # ccdiag bench: thresholds as fractions of a path's bottleneck link (None: the defaults of
@@ -78,6 +79,7 @@ FIELD_HELP: dict[str, str] = {
     "min_memlock_bytes": "smallest locked-memory limit that passes; absent means 'unlimited' is required",
     "require_persistence_mode": "GPUs must have persistence mode on",
     "require_peermem": "nvidia_peermem must be loaded; absent means 'when GPUs and RDMA ports are both present'",
+    "require_idle_gpus": "a compute process on a GPU fails (set it for a job prolog); otherwise processes are information",
     "nvlink_error_rate_warn": "NVLink error counter increase over the window that warns",
     "ib_error_rate_warn": "IB error counter increase over the window that warns",
     "bench_pcie_warn_fraction": "ccdiag bench: pcie figures below this fraction of the path's bottleneck link warn",
@@ -107,6 +109,7 @@ def _expected_type(name: str) -> str:
         "min_shm_bytes": "int", "min_memlock_bytes": "int", "nvlink_error_rate_warn": "int",
         "ib_error_rate_warn": "int", "gpu_model": "str", "ib_rate_gbit_s": "float", "xid_window_s": "float",
         "temperature_warn_c": "float", "require_persistence_mode": "bool", "require_peermem": "bool",
+        "require_idle_gpus": "bool",
         "ignore_xids": "int list",
     }
     if name.startswith("bench_") and name.endswith("_fraction"):

@@ -30,13 +30,16 @@ def _plural(n: int, word: str) -> str:
 
 def verdict_line(findings: list[Finding], exit_code: int, hostname: str | None, timed_out: bool = False,
                  strict: bool = False) -> str:
-    """``FAIL: 3 failed, 1 warning (node hgx-01)``."""
-    counts = Counter(f.status for f in findings)
+    """``FAIL: 1 failed (+32 folded), 1 warning (node hgx-01)``: root problems are counted; the
+    findings that follow from them (folded beneath their root, :mod:`ccdiag.checks.causes`) are
+    counted beside, so one NVSwitch down reads as one failure, not 33."""
+    counts = Counter(f.status for f in findings if not f.caused_by)
+    folded = sum(1 for f in findings if f.caused_by and f.status in (FAIL, WARN, UNKNOWN))
     code = ExitCode(exit_code) if exit_code in iter(ExitCode) else ExitCode.INTERNAL
     word = VERDICT_WORD.get(code, "ERROR")
     if code == ExitCode.OK and counts[WARN]:
         word = "WARN"
-    parts = [f"{counts[FAIL]} failed"]
+    parts = [f"{counts[FAIL]} failed" + (f" (+{folded} folded)" if folded else "")]
     if counts[WARN]:
         parts.append(_plural(counts[WARN], "warning"))
     if counts[UNKNOWN]:
