@@ -18,6 +18,8 @@ from ccdiag import __version__
 from ccdiag.checks.causes import key as finding_key
 from ccdiag.exporters import spec as S
 from ccdiag.exporters.cycle import Cycle, xid_keys
+from ccdiag.core.actions import RANK, action_of
+from ccdiag.core.actions import worst as worst_action
 from ccdiag.core.findings import STATUSES, Finding, verdict_status
 from ccdiag.core.readings import normalize_bdf
 from ccdiag.probes.registry import OK, PARTIAL, UNAVAILABLE
@@ -383,6 +385,15 @@ def _checks(out: _Families, findings: tuple[Finding, ...] | None) -> None:
     for status in sorted(counts):
         out.add("findings", (status,), counts[status])
     out.add("verdict_severity", (), S.SEVERITY[verdict_status(findings)])
+    roots = [f for f in findings if not f.caused_by and f.status in ("fail", "warn", "unknown")]
+    acted: dict[tuple, int] = {}
+    for f in roots:
+        key = tuple("" if v is None else str(v) for v in _check_labels(f))
+        acted[key] = max(acted.get(key, 0), RANK[action_of(f)])
+    for key in sorted(acted):
+        out.add("check_action", key, acted[key])
+    node = worst_action(action_of(f) for f in roots)
+    out.add("node_action", (node,), RANK[node])
     _roots(out, findings)
 
 
@@ -396,8 +407,8 @@ def _roots(out: _Families, findings: tuple[Finding, ...]) -> None:
     so one fallen GPU raises one notification, not one per check it made fail."""
     worst: dict[tuple, tuple[int, str]] = {}
     for f in findings:
-        if f.status not in _ROOTED and not f.caused_by:
-            continue
+        if f.status == "pass" or (f.status not in _ROOTED and not f.caused_by):
+            continue  # a passing XID folded under its event (45 after 149) is no alert
         labels = tuple("" if v is None else str(v) for v in (*_check_labels(f), f.component.bdf))
         sev = S.SEVERITY[f.status]
         if labels not in worst or sev > worst[labels][0]:

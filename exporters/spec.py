@@ -18,6 +18,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from ccdiag.core.actions import ACTIONS
+
 GAUGE = "gauge"
 COUNTER = "counter"
 
@@ -34,6 +36,9 @@ CHECK = ("check", "component", "kind", "gpu", "UUID", "device", "port")
 #: over any set of series is their worst status
 SEVERITY = {"pass": 0, "skip": 1, "warn": 2, "unknown": 3, "fail": 4}
 SEVERITY_HELP = "0 pass, 1 skip, 2 warn, 3 unknown, 4 fail"
+
+#: numeric encoding of an action (ccdiag/core/actions.py), least disruptive first, so ``max()`` works too
+ACTION_HELP = ", ".join(f"{i} {a}" for i, a in enumerate(ACTIONS))
 
 PROBE_STATUSES = ("ok", "partial", "unavailable", "failed", "timeout")
 
@@ -177,6 +182,10 @@ SPECS: tuple[MetricSpec, ...] = (
     _g("finding_root", f"The root cause a finding that is not passing follows from, as the root's check|component "
        f"(a root names itself), so one cause groups into one alert; value: the finding's status "
        f"({SEVERITY_HELP}); bdf joins it to the ccdiag_pcie_* series of the same function.", CHECK + ("bdf", "root")),
+    _g("check_action", f"The action one root problem (fail, warn or unknown, not a consequence of another) asks "
+       f"for ({ACTION_HELP}); an escalation ladder climbs these values.", CHECK),
+    _g("node_action", f"The node's action: the most disruptive among its root problems ({ACTION_HELP}); the "
+       "action label names it.", ("action",)),
 )
 
 BY_NAME = {s.name: s for s in SPECS}

@@ -20,7 +20,10 @@ Message formats vary across driver generations and are matched loosely:
   errors, with the driver's severity word and the switch port; the ``nvidia-nvswitchN:`` prefix is
   missing from some pasted logs, and continuation lines carry ``Severity ...`` or ``Data {...}``);
 * ``mlx5_core 0000:0c:00.0 ib0: Link down`` / ``mlx5_core 0000:ab:00.0 mlx5_5: Port: 1 Link ACTIVE``;
-* ``pcieport 0000:00:01.0: AER: Corrected error received: 0000:01:00.0``.
+* ``pcieport 0000:00:01.0: AER: Corrected error received: 0000:01:00.0``;
+* ``NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  550.127.05  Release Build ...`` (the
+  driver was loaded: every GPU was initialised afresh, so an XID logged before it no longer
+  describes the GPU; "Open" marks the open GPU kernel modules, which GPUDirect over DMA-BUF needs).
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ COMMAND_TIMEOUT_S = 3.0
 @dataclass(frozen=True)
 class KernelEvent:
     # "xid" | "sxid" | "fallen_off_bus" | "rm_init_failed" | "gpu_uuid" | "ib_link_down" | "ib_link_up" |
-    # "aer" | "nvlink"
+    # "aer" | "nvlink" | "driver_load"
     kind: str
     message: str
     time_s: float | None = None  # seconds since boot, as the kernel stamps it
@@ -54,7 +57,8 @@ class KernelEvent:
     pid: int | None = None
     port: int | None = None  # the RDMA port number of an mlx5 port event
     link: int | None = None  # the NVSwitch port ("Link 48") an SXid names
-    severity: str | None = None  # the driver's own word in an SXid: "Fatal", "Non-fatal"
+    severity: str | None = None  # the driver's own word in an SXid: "Fatal", "Non-fatal"; "open" for a
+    # driver_load of the open GPU kernel modules, "proprietary" for the others
 
 
 @dataclass(frozen=True)
@@ -120,6 +124,9 @@ _AER = re.compile(rf"^\S+ ({_BDF}): AER: (.*)$", re.IGNORECASE)
 #: the longest message read: the kernel prints at most 1024 bytes a record (PRINTK_MESSAGE_MAX);
 #: longer lines come from a damaged paste or snapshot, and their tail is not read
 MAX_MESSAGE_CHARS = 2048
+#: "NVRM: loading NVIDIA UNIX [Open ]<arch> Kernel Module  <version>  ..." (arch before or after)
+_DRIVER_LOAD = re.compile(r"NVRM: loading NVIDIA UNIX (Open )?.{0,40}?Kernel Module\b.{0,40}?"
+                          r"\s([0-9]{2,4}\.[0-9]{1,4}(?:\.[0-9]{1,4})?)(?:\s|$)")
 _AER_SOURCE = re.compile(rf"(?:from|received:)\s+({_BDF})")
 
 
@@ -151,6 +158,10 @@ def match_event(message: str, time_s: float | None, context: dict | None = None)
     m = _RM_INIT.search(message)
     if m:
         return KernelEvent("rm_init_failed", message, time_s, normalize_bdf(m.group(1)) if m.group(1) else None)
+    m = _DRIVER_LOAD.search(message)
+    if m:
+        return KernelEvent("driver_load", message, time_s, device=m.group(2),
+                           severity="open" if m.group(1) else "proprietary")
     m = _GPU_UUID.search(message)
     if m:
         return KernelEvent("gpu_uuid", message, time_s, normalize_bdf(m.group(1)), None, m.group(2))

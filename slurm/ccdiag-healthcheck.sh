@@ -7,7 +7,7 @@
 # come from the environment or from ${CCDIAG_DEFAULTS:-/etc/default/ccdiag} (sourced when readable).
 #
 #   ccdiag exit 0  node fine: resume it if it is drained with a "ccdiag:" reason (never another one)
-#   ccdiag exit 1  failure: drain it, reason "ccdiag: <first failure id> <component>" (<= 60 chars),
+#   ccdiag exit 1  failure: drain it, reason "ccdiag: <action> <first failure id> <component>" (<= 60 chars),
 #                  unless someone else already drained it (their reason is kept)
 #   ccdiag exit 3  no verdict (probe timed out, deadline): leave the node as it is, log why
 #   other          ccdiag misconfigured or broken: leave the node as it is, log why
@@ -44,7 +44,8 @@ log() {
     return 0
 }
 
-# The drain reason ccdiag computed (report verdict.reason): "ccdiag: <check id> <component name>" of
+# The drain reason ccdiag computed (report verdict.reason): "ccdiag: <action> <check id> <component name>":
+# the node's action (none, restart_job, drain, reset_gpu, reboot, service; ccdiag/core/actions.py), then
 # the first root-cause failure (one that does not follow from another: a lost GPU, not the GPU
 # count it lowers), "(+N)" other root failures, at most 60 chars.
 reason_from_report() {

@@ -4,7 +4,7 @@
 #
 # A prolog or epilog that exits non-zero makes Slurm drain the node with its generic reason
 # ("Prolog error") and requeue the job, so before exiting the script drains the node itself with
-# ccdiag's reason (the root-cause failure, e.g. "ccdiag: xid.recent GPU6 (+7)"), which slurmctld is
+# ccdiag's reason (action, root failure: "ccdiag: reboot xid.recent GPU6 (+7)"), which slurmctld is
 # meant to keep for a node already draining (checked against a stand-in scontrol, not yet against a
 # running Slurm's prolog path). The verdict and one line per failure
 # go to stderr (the slurmd log) and to syslog. Only a failure (ccdiag exit 1) stops the job. No verdict (exit 3: a

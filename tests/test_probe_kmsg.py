@@ -71,7 +71,9 @@ def test_xid79_crash_dump_continuation_lines_are_not_events():
 
 def test_fallen_off_bus_without_xid_over_three_lines():
     events, _ = events_of("dmesg-fallen-off-bus-without-xid-multiline.txt")
-    assert [(e.kind, e.bdf, e.time_s) for e in events] == [("fallen_off_bus", "0000:b3:00.0", None)]
+    assert [(e.kind, e.bdf, e.time_s) for e in events] == [("fallen_off_bus", "0000:b3:00.0", None),
+                                                           ("driver_load", None, 1843.439669)]
+    assert (events[1].device, events[1].severity) == ("570.158.01", "open")  # the open GPU kernel modules
     assert "not responding" in events[0].message
 
 

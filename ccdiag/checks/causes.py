@@ -17,6 +17,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Callable
 
+from ccdiag.core.actions import RANK, action_of, worst
 from ccdiag.core.findings import FAIL, SKIP, STATUS_RANK, UNKNOWN, WARN, Finding
 
 Match = Callable[[Finding, Finding], bool]
@@ -191,16 +192,23 @@ def link_causes(findings: list[Finding]) -> list[Finding]:
 
 
 def drain_reason(findings: list[Finding], limit: int = 60) -> str | None:
-    """``ccdiag: gpu.lost GPU6 (+8)``: the first root-cause failure and how many other root
-    failures there are, at most ``limit`` characters (Slurm shows reasons in narrow columns).
-    None when nothing failed."""
+    """``ccdiag: reboot gpu.lost GPU6 (+8)``: the node's action, the first root-cause failure and how
+    many other root failures there are, at most ``limit`` characters (Slurm shows reasons in narrow
+    columns; the action comes first so a cut never loses it). None when nothing failed."""
     fails = [f for f in ordered_roots(findings) if f.status == FAIL]
     if not fails:
         return None
     f = fails[0]
-    text = f"ccdiag: {f.check} {f.component.name}" + (f" (+{len(fails) - 1})" if len(fails) > 1 else "")
+    text = (f"ccdiag: {node_action(findings)} {f.check} {f.component.name}"
+            + (f" (+{len(fails) - 1})" if len(fails) > 1 else ""))
     text = " ".join(text.replace('"', "").split())
     return text if len(text) <= limit else text[: limit - 1] + "~"
+
+
+def node_action(findings: list[Finding]) -> str:
+    """What the node needs: the most disruptive action among its root problems (a consequence's
+    action is its root's business). See :mod:`ccdiag.core.actions`."""
+    return worst(action_of(f) for f in roots(findings) if f.status in (FAIL, WARN, UNKNOWN))
 
 
 def roots(findings: list[Finding]) -> list[Finding]:
@@ -208,10 +216,12 @@ def roots(findings: list[Finding]) -> list[Finding]:
 
 
 def ordered_roots(findings: list[Finding]) -> list[Finding]:
-    """The root findings, worst first and, within a status, those that explain the most first (an
-    XID 79 that explains a lost GPU and a short GPU count comes before a lone failure)."""
+    """The root findings, worst first; within a status the most disruptive action first (the node's
+    action is its first root's), then those that explain the most (an XID 79 that explains a lost GPU
+    and a short GPU count comes before a lone failure)."""
     explained = Counter(f.caused_by for f in findings if f.caused_by)
-    return sorted(roots(findings), key=lambda f: (STATUS_RANK.get(f.status, 9), -explained.get(key(f), 0)))
+    return sorted(roots(findings), key=lambda f: (STATUS_RANK.get(f.status, 9), -RANK.get(action_of(f), 0),
+                                                  -explained.get(key(f), 0)))
 
 
 def effects_of(cause: Finding, findings: list[Finding]) -> list[Finding]:

@@ -63,6 +63,8 @@ class Finding:
     remedy: str | None = None
     details: dict[str, Any] = field(default_factory=dict)
     caused_by: str | None = None  # key ("check|component") of the finding this one follows from
+    #: one word of :data:`ccdiag.core.actions.ACTIONS` (None: the status's default, see actions.action_of)
+    action: str | None = None
 
     @property
     def key(self) -> str:

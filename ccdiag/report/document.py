@@ -15,6 +15,7 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from ccdiag import __version__
+from ccdiag.core.actions import action_of
 from ccdiag.core.findings import STATUSES, Finding, verdict_status
 from ccdiag.core.readings import to_jsonable
 from ccdiag.probes.registry import ProbeRun
@@ -22,7 +23,7 @@ from ccdiag.probes.registry import ProbeRun
 if TYPE_CHECKING:
     from ccdiag.topology.model import Topology
 
-SCHEMA_VERSION = "1.3.0"
+SCHEMA_VERSION = "1.4.0"
 
 
 def host_section(meta: dict) -> dict:
@@ -37,17 +38,17 @@ def probes_section(runs: dict[str, ProbeRun]) -> dict:
 
 
 def findings_section(findings: list[Finding]) -> list[dict]:
-    return [{**to_jsonable(f), "key": f.key} for f in findings]
+    return [{**to_jsonable(f), "key": f.key, "action": action_of(f)} for f in findings]
 
 
 def verdict_section(findings: list[Finding], exit_code: int) -> dict:
     counts = {s: 0 for s in STATUSES}
     for f in findings:
         counts[f.status] += 1
-    from ccdiag.checks.causes import drain_reason
+    from ccdiag.checks.causes import drain_reason, node_action
 
     return {"status": verdict_status(findings), "counts": counts, "exit_code": int(exit_code),
-            "reason": drain_reason(findings)}
+            "reason": drain_reason(findings), "action": node_action(findings)}
 
 
 def build_report(kind: str, meta: dict, runs: dict[str, ProbeRun] | None = None, topology: Topology | None = None,

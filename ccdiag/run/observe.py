@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from ccdiag.host import inflight
 from ccdiag.host.door import Host
-from ccdiag.probes.registry import TIMEOUT, ProbeRun, all_probes, counter_probes, run_probes
+from ccdiag.probes.registry import TIMEOUT, ProbeRun, all_probes, resampled_probes, run_probes
 
 if TYPE_CHECKING:
     from ccdiag.topology.model import Topology
@@ -130,7 +130,7 @@ def observe(host: Host, probes: Iterable[str] | None = None, deadline: float | N
     """Read ``host`` with ``probes`` (default: every registered probe) until ``deadline`` (an
     absolute ``time.monotonic()``; commands the probes start never outlive it).
 
-    ``window_s``: on a live host, wait that long and read ``resample`` again (default: the counter
+    ``window_s``: on a live host, wait that long and read ``resample`` again (default: the counter and log
     probes that delivered data); with ``fit_window`` the window shrinks so it and the second pass
     fit before the deadline. A replayed snapshot with a second epoch gives its recorded window and
     nothing sleeps. ``load_links``: keep every GPU's PCIe link busy while the first sample is read
@@ -144,7 +144,7 @@ def observe(host: Host, probes: Iterable[str] | None = None, deadline: float | N
     finally:
         load_state = load.stop() if load is not None else None
     if resample is None:
-        again = [n for n in counter_probes() if n in runs and runs[n].usable]
+        again = [n for n in resampled_probes() if n in runs and runs[n].usable]  # counters and logs
     else:
         again = [n for n in resample if n in runs]
     later, window = _second_sample(host, again, window_s, deadline, fit_window)
