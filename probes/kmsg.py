@@ -106,7 +106,8 @@ def split_line(line: str) -> tuple[float | None, str] | None:
 
 
 # -- event matching --------------------------------------------------------------------------------
-_XID = re.compile(rf"NVRM: Xid \((?:PCI:)?({_BDF})\): ([0-9]{{1,9}})\b(.*)$")
+#: "NVRM: Xid (PCI:0000:01:00): 79, ..." and, on a MIG GPU, "NVRM: Xid (PCI:0000:01:00 GPU-I:05): 94, ..."
+_XID = re.compile(rf"NVRM: Xid \((?:PCI:)?({_BDF})(?: GPU-I:[0-9]{{1,4}})?\): ([0-9]{{1,9}})\b(.*)$")
 _SXID = re.compile(rf"(?:(nvidia-nvswitch[0-9]{{0,4}}): )?SXid \((?:PCI:)?({_BDF})\): ([0-9]{{1,9}})\b(.*)$")
 _SXID_SEVERITY = re.compile(r"^,\s*(Fatal|Non-fatal|Nonfatal)\b", re.IGNORECASE)
 _SXID_LINK = re.compile(r"\bLink ([0-9]{1,4})\b")

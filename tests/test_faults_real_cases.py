@@ -76,3 +76,88 @@ def test_initializing_ports_without_a_subnet_manager_name_the_subnet_manager():
     assert (spec.state, spec.phys_state, spec.sm_lid) == (c["state"], c["phys_state"], c["sm_lid"])
     root = _root(N.result("no-subnet-manager"))
     assert root.check == "ib.subnet_manager" and "subnet manager" in root.summary
+
+
+# -- one GPU event, one root ------------------------------------------------------------------------
+
+def _gpu_event_case(name: str, at_s: float = 50_000.0, uptime_s: float = 50_600.0):
+    """The runs of a case file's XID lines (stamped one second apart) and NVML facts, on GPU2 of the
+    synthesized HGX node re-addressed to the case's PCI address."""
+    import scenarios_gpu as G
+    from ccdiag.probes.kmsg import parse_lines
+
+    c = case(name)
+    lines = [f"[{at_s + i:.6f}] {v}" for i, (k, v) in enumerate((k, v) for k, v in c.items() if k.startswith("xid "))]
+    events, _ = parse_lines(lines)
+    bdf = events[0].bdf
+    nv = {k.removeprefix("nvml "): v for k, v in c.items() if k.startswith("nvml ")}
+    typed = {k: (v == "True" if v in ("True", "False") else int(v) if v.isdigit() else v) for k, v in nv.items()}
+    gpus = [G.h100(i, bus_id=bdf if i == 2 else G.bus_id(i), **(typed if i == 2 else {})) for i in range(8)]
+    pcie = G.pcie_obs([g.bus_id for g in gpus])
+    return c, G.healthy_runs(gpus=gpus, kmsg=G.kmsg_obs(events, uptime_s=uptime_s), pcie=pcie)
+
+
+def _linked(runs, **kw):
+    import scenarios_gpu as G
+    from ccdiag.checks.causes import link_causes, node_action
+
+    found = link_causes(list(run_checks(G.context(runs, **kw))))
+    return found, node_action(found)
+
+
+def test_vllm_backport_62_one_dbe_is_one_root_with_one_remedy():
+    """XID 48/171, 63, 94 and 154 with a DBE counted, a remap pending and the driver asking for a
+    reset, all on one GPU: one root (the XID 48), everything else folded beneath it, one action."""
+    c, runs = _gpu_event_case("vllm-backport-62-hbm-dbe-one-gpu.txt")
+    assert "HBM" in c["cause"] and "one GPU" in c["cause"]
+    found, action = _linked(runs)
+    roots = [f for f in found if f.status in ("fail", "warn", "unknown") and not f.caused_by
+             and f.check.startswith(("xid.", "gpu.", "nvlink.", "pcie."))]
+    assert [(f.check, f.component.name, f.details.get("xid")) for f in roots] == [("xid.recent", "GPU2", 48)]
+    under = {(f.check, f.details.get("xid")) for f in found if f.caused_by == roots[0].key}
+    assert under >= {("xid.recent", 171), ("xid.recent", 94), ("xid.recent", 154), ("gpu.ecc", None),
+                     ("gpu.remapped_rows", None), ("gpu.recovery_action", None)}
+    assert action == "reset_gpu" and roots[0].action == "reset_gpu"
+    assert "nvidia-smi -r -i 2" in roots[0].remedy
+
+
+def test_an_old_xid95_before_the_driver_was_loaded_again_no_longer_fails():
+    """An uncontained error (XID 95, the driver's own line format) an hour before the driver was
+    loaded again (its real banner, NVIDIA/NVSentinel#155): the GPU was initialised afresh since."""
+    import scenarios_gpu as G
+    from ccdiag.probes.kmsg import parse_lines
+
+    bdf = G.bus_id(4)[:-2]
+    lines = [f"[40000.0] NVRM: Xid (PCI:{bdf}): 95, pid=7062, Uncontained: LTC TAG (0x2,0x1). RST: Yes, D-RST: No",
+             "[44000.0] NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  570.158.01  Release Build  "
+             "(dvs-builder@U22-I3-B10-02-5)  Mon Jun  2 13:13:04 UTC 2025"]
+    events, _ = parse_lines(lines)
+    runs = G.healthy_runs(kmsg=G.kmsg_obs(events, uptime_s=45000.0))
+    f = [x for x in run_checks(G.context(runs), only=["xid.recent"]) if x.details.get("xid") == 95][0]
+    assert (f.status, f.action, f.details["cleared_by_driver_load"]) == ("pass", "none", True)
+    assert "initialised afresh" in f.summary
+    events, _ = parse_lines(lines[:1])  # without the reload it still fails, with NVIDIA's bucket
+    runs = G.healthy_runs(kmsg=G.kmsg_obs(events, uptime_s=45000.0))
+    f = [x for x in run_checks(G.context(runs), only=["xid.recent"]) if x.details.get("xid") == 95][0]
+    assert (f.status, f.action) == ("fail", "reset_gpu")
+
+
+def test_an_xid_logged_during_the_window_is_judged_and_explains_the_lost_gpu():
+    """The first read of the kernel log is clean; XID 79 arrives during the window and NVML loses
+    the GPU in the second sample: xid.recent fails on it and gpu.lost folds under it."""
+    import dataclasses
+
+    import scenarios_gpu as G
+    from ccdiag.probes.kmsg import parse_lines
+
+    bdf = G.bus_id(6)[:-2]
+    events, _ = parse_lines([f"[52000.0] NVRM: Xid (PCI:{bdf}): 79, pid=48211, name=python3, GPU has fallen off the bus."])
+    before = G.healthy_runs(kmsg=G.kmsg_obs((), uptime_s=51990.0))
+    after = G.with_gpu(G.healthy_runs(kmsg=G.kmsg_obs(events, uptime_s=52010.0)), 6, failed="gpu_lost")
+    after = {k: after[k] for k in ("nvml", "kmsg")}
+    found, action = _linked(before, later=after, window_s=20.0)
+    xid = [f for f in found if f.check == "xid.recent"]
+    assert [(f.status, f.component.name, f.details["during_window"]) for f in xid] == [("fail", "GPU6", 1)]
+    lost = [f for f in found if f.check == "gpu.lost" and f.status == "fail"]
+    assert [f.caused_by for f in lost] == ["xid.recent|GPU6"] and action == "reboot"
+    assert dataclasses.replace  # the window's own reads, nothing else changed

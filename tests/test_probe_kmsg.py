@@ -192,3 +192,12 @@ def test_live_run_reads_kmsg_or_falls_back():
         assert obs.errors
     else:
         assert obs.lines_scanned >= 0 and (obs.uptime_s is None or obs.uptime_s > 0)
+
+
+def test_an_xid_of_a_mig_instance_names_its_gpu():
+    """The driver's own format for a contained error in a GPU instance (NVIDIA open-gpu-kernel-modules,
+    the error-containment log comment): the GPU is the PCI address, the instance is not a device."""
+    from ccdiag.probes.kmsg import match_event
+    e = match_event("NVRM: Xid (PCI:0000:01:00 GPU-I:05): 94, pid=7194, Contained: CE User Channel (0x9). "
+                    "RST: No, D-RST: No", 12.0)
+    assert (e.kind, e.bdf, e.code, e.pid) == ("xid", "0000:01:00.0", 94, 7194)

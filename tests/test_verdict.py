@@ -56,7 +56,8 @@ def test_the_slurm_drain_reason_names_the_root_cause(tmp_path):
     snippet = re.search(r'reason_from_report\(\) \{\n\s*"\$PYTHON" -c \'(.*?)\' "\$1"', script, re.S).group(1)
     reason = subprocess.run([sys.executable, "-c", snippet, str(report)], capture_output=True, text=True,
                             timeout=30).stdout.strip()
-    assert reason == "ccdiag: reboot xid.recent GPU6 (+7)"  # the node's action first
+    # the node's action first, with the root that asks for it: GPU3's lane needs service, more than a reboot
+    assert reason == "ccdiag: service pcie.link_width GPU3 PCIe link (+7)"
 
 
 def test_evidence_reads_as_values_and_remedies_are_whole_sentences():
@@ -135,8 +136,8 @@ def test_prolog_and_epilog_drain_with_ccdiags_reason(tmp_path, script):
     proc = subprocess.run(["/bin/bash", str(REPO / "slurm" / script)], env=env, capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 1, proc.stderr
-    assert calls.read_text().split("\n")[0] == "update nodename=gpu-node-7 state=drain reason=ccdiag: reboot xid.recent GPU6 (+7)"
-    assert "drained: ccdiag: reboot xid.recent GPU6 (+7)" in proc.stderr
+    assert calls.read_text().split("\n")[0] == "update nodename=gpu-node-7 state=drain reason=ccdiag: service pcie.link_width GPU3 PCIe link (+7)"
+    assert "drained: ccdiag: service pcie.link_width GPU3 PCIe link (+7)" in proc.stderr
     assert ("after the job" in proc.stderr) == (script == "ccdiag-epilog.sh")
 
 

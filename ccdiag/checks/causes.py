@@ -102,6 +102,26 @@ def always(f: Finding) -> bool:
     return True
 
 
+def xid_on_same_gpu(*codes: int) -> Match:
+    """An XID finding with one of ``codes`` on the cause's GPU (the other lines of one GPU event)."""
+    return lambda cause, effect: (effect.check != "xid.recent" or effect.details.get("xid") in codes) \
+        and same_gpu(cause, effect)
+
+
+#: XIDs NVIDIA's catalogue describes as following another on the same GPU: 45 (preemptive cleanup
+#: "due to previous errors") and 154 (the recovery action changed, "seen in conjunction with other Xids")
+FOLLOWERS = (45, 154)
+#: an uncorrectable memory error (48, and 171/172 that say which memory it hit)
+MEMORY_DBE = (48,)
+#: what a memory error brings on the same GPU: remap event/failure (63/64), containment (94/95),
+#: an unrecovered ECC escape (140), resource retirement (156/157), the DRAM/SRAM supplements
+MEMORY_FOLLOW = FOLLOWERS + (63, 64, 92, 94, 95, 140, 156, 157, 171, 172)
+#: the GPU's memory state that such an event leaves (counters, pending remap, the driver's action)
+MEMORY_STATE = ("gpu.ecc", "gpu.remapped_rows", "gpu.recovery_action", "gpu.sram_ecc")
+#: NVLink errors the GPU logs for one of its links (74; NVLink5: 144-150, 155; link training 136)
+LINK_XIDS = (74, 136, 144, 145, 146, 147, 148, 149, 150, 155)
+
+
 @dataclass(frozen=True)
 class CauseRule:
     """``cause`` (a check id, with a status in ``cause_statuses`` and ``cause_when`` true) explains
@@ -154,6 +174,31 @@ RULES: tuple[CauseRule, ...] = (
     CauseRule("acs-platform", "pcie.acs", ("pcie.acs",), acs_bridge,
               "ACS on many bridges at once is one platform setting (BIOS or kernel), not many faults",
               cause_when=is_root_kind("acs_platform")),
+    # -- one GPU event, one root: the event's first line explains what it leaves on that GPU
+    CauseRule("dbe-event", "xid.recent", ("xid.recent",) + MEMORY_STATE, xid_on_same_gpu(*MEMORY_FOLLOW),
+              "an uncorrectable memory error (XID 48) brings its remap (63/64), containment (94/95), cleanup "
+              "(45), recovery action (154), ECC counters and pending remap on the same GPU: one event",
+              cause_when=has_xid(*MEMORY_DBE)),
+    CauseRule("containment-event", "xid.recent", ("xid.recent",) + MEMORY_STATE,
+              xid_on_same_gpu(*(FOLLOWERS + (63, 64, 156, 157))),
+              "an uncontained memory error (XID 95, or 140) explains the GPU's ECC counters, pending remap, "
+              "recovery action and the cleanup XIDs after it", cause_when=has_xid(95, 140)),
+    CauseRule("ecc-event", "gpu.ecc", ("gpu.remapped_rows", "gpu.recovery_action", "gpu.sram_ecc", "xid.recent"),
+              xid_on_same_gpu(*(FOLLOWERS + (63, 64, 92, 156))),
+              "uncorrected ECC errors since the last reset are why a row remap is pending and the driver asks "
+              "for a reset"),
+    CauseRule("remap-event", "gpu.remapped_rows", ("gpu.recovery_action", "xid.recent"),
+              xid_on_same_gpu(*(FOLLOWERS + (63, 64))),
+              "a pending or failed row remap is why the driver asks for a reset"),
+    CauseRule("link-event", "xid.recent", ("nvlink.", "gpu.recovery_action", "xid.recent"),
+              xid_on_same_gpu(*FOLLOWERS), "an NVLink error XID on a GPU explains its link findings and the "
+              "recovery action that follows", cause_when=has_xid(*LINK_XIDS)),
+    CauseRule("link-down-event", "nvlink.down", ("nvlink.errors", "gpu.recovery_action", "xid.recent"),
+              xid_on_same_gpu(*FOLLOWERS), "a GPU's link that went down explains its error counters and the "
+              "recovery action"),
+    CauseRule("xid-follows", "xid.recent", ("gpu.recovery_action", "xid.recent"), xid_on_same_gpu(*FOLLOWERS),
+              "XID 45 and 154 follow another XID on the same GPU (NVIDIA's catalogue), as does the driver's "
+              "recovery action"),
 )
 
 
@@ -188,18 +233,42 @@ def link_causes(findings: list[Finding]) -> list[Finding]:
                 break
             cause = nxt
         out.append(dataclasses.replace(f, caused_by=key(cause)) if cause is not None else f)
+    return _one_action_per_root(out)
+
+
+def _one_action_per_root(findings: list[Finding]) -> list[Finding]:
+    """Each root takes the most disruptive action of its event (a failed row remap under an XID 48
+    asks for service, not the reset the XID alone would), with that consequence's remedy: one event,
+    one remedy. The consequences keep their own for the record."""
+    by_root: dict[str, list[Finding]] = {}
+    for f in findings:
+        if f.caused_by and f.status in (FAIL, WARN, UNKNOWN):
+            by_root.setdefault(f.caused_by, []).append(f)
+    out = []
+    for f in findings:
+        effects = by_root.get(key(f)) if not f.caused_by else None
+        if effects:
+            top = max(effects, key=lambda e: RANK.get(action_of(e), 0))
+            if RANK.get(action_of(top), 0) > RANK.get(action_of(f), 0) and top.remedy:
+                f = dataclasses.replace(
+                    f, action=action_of(top),
+                    remedy=f"{top.remedy} ({top.check} on {top.component.name} follows from this and asks for "
+                           f"{action_of(top).replace('_', ' ')}.)",
+                    details={**f.details, "action_from": key(top)})
+        out.append(f)
     return out
 
 
 def drain_reason(findings: list[Finding], limit: int = 60) -> str | None:
-    """``ccdiag: reboot gpu.lost GPU6 (+8)``: the node's action, the first root-cause failure and how
-    many other root failures there are, at most ``limit`` characters (Slurm shows reasons in narrow
+    """``ccdiag: reboot gpu.lost GPU6 (+8)``: the node's action, the root-cause failure that asks for
+    it (the first in report order) and how many other root failures there are, at most ``limit`` characters (Slurm shows reasons in narrow
     columns; the action comes first so a cut never loses it). None when nothing failed."""
     fails = [f for f in ordered_roots(findings) if f.status == FAIL]
     if not fails:
         return None
-    f = fails[0]
-    text = (f"ccdiag: {node_action(findings)} {f.check} {f.component.name}"
+    action = node_action(findings)
+    f = next((r for r in fails if action_of(r) == action), fails[0])  # the root that needs that action
+    text = (f"ccdiag: {action} {f.check} {f.component.name}"
             + (f" (+{len(fails) - 1})" if len(fails) > 1 else ""))
     text = " ".join(text.replace('"', "").split())
     return text if len(text) <= limit else text[: limit - 1] + "~"
@@ -216,12 +285,12 @@ def roots(findings: list[Finding]) -> list[Finding]:
 
 
 def ordered_roots(findings: list[Finding]) -> list[Finding]:
-    """The root findings, worst first; within a status the most disruptive action first (the node's
-    action is its first root's), then those that explain the most (an XID 79 that explains a lost GPU
-    and a short GPU count comes before a lone failure)."""
+    """The root findings, worst first and, within a status, those that explain the most first (an
+    XID 79 that explains a lost GPU and a short GPU count comes before a lone failure), then the most
+    disruptive action."""
     explained = Counter(f.caused_by for f in findings if f.caused_by)
-    return sorted(roots(findings), key=lambda f: (STATUS_RANK.get(f.status, 9), -RANK.get(action_of(f), 0),
-                                                  -explained.get(key(f), 0)))
+    return sorted(roots(findings), key=lambda f: (STATUS_RANK.get(f.status, 9), -explained.get(key(f), 0),
+                                                  -RANK.get(action_of(f), 0)))
 
 
 def effects_of(cause: Finding, findings: list[Finding]) -> list[Finding]:

@@ -17,6 +17,7 @@ from typing import Any
 from ccdiag.checks import CheckContext, check
 from ccdiag.checks.common import (NODE, NVML, gpu_by_bdf, gpu_component, node_component, not_read, nvidia_pci_gpus,
                                   nvml_gate, nvswitches_on_pci, per_gpu, policy_source, read_error)
+from ccdiag.core import actions as A
 from ccdiag.core.findings import FAIL, PASS, SKIP, UNKNOWN, WARN, Component, Evidence, Finding
 from ccdiag.probes.nvml import decode_fabric_health
 from ccdiag.topology.catalogue import gpu_by_name
@@ -205,7 +206,7 @@ def check_lost(ctx: CheckContext) -> list[Finding]:
                                 "reset)."
                                 if reboot else
                                 f"Drain the node, then reset the GPU when idle (nvidia-smi -r -i {g.index}); "
-                                "reboot if the reset fails."))]
+                                "reboot if the reset fails."), action=A.REBOOT if reboot else A.RESET_GPU)]
 
     return per_gpu(ctx, cid, judge)
 
@@ -271,7 +272,7 @@ def check_ecc(ctx: CheckContext) -> list[Finding]:
                             evidence=ev, expected="0 volatile uncorrected ECC errors",
                             expected_source="DCGM health (volatile DBE); imbue cluster-health",
                             remedy=f"Drain the node and reset GPU{g.index} when idle (nvidia-smi -r -i {g.index}); "
-                                   "check gpu.remapped_rows afterwards; RMA if errors return.")]
+                                   "check gpu.remapped_rows afterwards; RMA if errors return.", action=A.RESET_GPU)]
         out = []
         if g.ecc_mode_current is False:
             out.append(_ecc_disabled(cid, g))
@@ -375,7 +376,7 @@ def _judge_remap(cid: str, g: Any, comp: Component) -> Finding:
     if g.remapped_rows_failure:
         return Finding(cid, FAIL, comp, f"GPU{g.index}: a row remapping failed; the bad memory cannot be retired.",
                        evidence=ev, expected="no remap failure", expected_source="DCGM health; Azure azure_gpu_ecc.nhc",
-                       remedy="Drain the node and open an RMA for this GPU (serial in nvidia-smi -q).")
+                       remedy="Drain the node and open an RMA for this GPU (serial in nvidia-smi -q).", action=A.SERVICE)
     if g.remapped_rows_pending:
         return Finding(cid, FAIL, comp,
                        f"GPU{g.index}: a row remap is pending; it takes effect only after a GPU reset.",
@@ -383,7 +384,7 @@ def _judge_remap(cid: str, g: Any, comp: Component) -> Finding:
                        expected_source="Azure azure_gpu_ecc.nhc (fail); Meta GCM (critical); "
                                        "NVIDIA: reset at next opportunity",
                        remedy=f"Drain the node and reset GPU{g.index} when idle (nvidia-smi -r -i {g.index}) or "
-                              "reboot; re-run ccdiag check.")
+                              "reboot; re-run ccdiag check.", action=A.RESET_GPU)
     if (g.remapped_rows_uncorrectable or 0) >= ROW_REMAP_UNCORRECTABLE_WARN:
         return Finding(cid, WARN, comp,
                        f"GPU{g.index}: {g.remapped_rows_uncorrectable} rows remapped for uncorrectable errors.",
@@ -403,14 +404,14 @@ def _judge_retired(cid: str, g: Any, comp: Component) -> Finding:
         return Finding(cid, FAIL, comp, f"GPU{g.index}: {total} retired pages; the retirement table is (nearly) full.",
                        evidence=ev, expected=f"< {MAX_RETIRED_PAGES} retired pages",
                        expected_source="DCGM DcgmGPUHardwareLimits.h; Azure azure_gpu_ecc.nhc",
-                       remedy="Drain the node and open an RMA for this GPU.")
+                       remedy="Drain the node and open an RMA for this GPU.", action=A.SERVICE)
     if g.retired_pages_pending:
         return Finding(cid, FAIL, comp,
                        f"GPU{g.index}: a page retirement is pending; it takes effect only after a reset.",
                        evidence=ev, expected="no pending retirement",
                        expected_source="DCGM health (pending retirement); NVIDIA memory error management",
                        remedy=f"Drain the node and reset GPU{g.index} when idle (nvidia-smi -r -i {g.index}) "
-                              "or reboot.")
+                              "or reboot.", action=A.RESET_GPU)
     if (g.retired_pages_dbe or 0) > RETIRED_DBE_SOFT_LIMIT:
         return Finding(cid, WARN, comp, f"GPU{g.index}: {g.retired_pages_dbe} pages retired for double-bit errors.",
                        evidence=ev, expected=f"<= {RETIRED_DBE_SOFT_LIMIT} DBE-retired pages",
@@ -448,7 +449,8 @@ def check_recovery_action(ctx: CheckContext) -> list[Finding]:
                         f"GPU{g.index}: the driver asks for recovery action '{g.recovery_action}'.",
                         evidence=ev, expected="none", expected_source="NVML recovery action (driver)",
                         remedy=remedies.get(g.recovery_action, "Drain the node and follow the driver's recovery action "
-                                            "(NVIDIA 'Error Recovery and Response Flags').").format(i=g.index))]
+                                            "(NVIDIA 'Error Recovery and Response Flags').").format(i=g.index),
+                        action=A.NVML_RECOVERY.get(g.recovery_action, A.DRAIN))]
 
     return per_gpu(ctx, cid, judge)
 

@@ -15,6 +15,7 @@ from typing import Any
 from ccdiag.checks import CheckContext, check
 from ccdiag.checks.common import (NODE, gpu_by_bdf, gpu_component, nvml_gate, nvswitches_on_pci, policy_source,
                                   second_sample)
+from ccdiag.core import actions as A
 from ccdiag.core.findings import FAIL, PASS, SKIP, UNKNOWN, WARN, Component, Evidence, Finding
 from ccdiag.core.readings import normalize_bdf
 from ccdiag.core.probenames import PROBE_NVML
@@ -144,13 +145,13 @@ def _judge_gpu_links(cid: str, g: Any, exp: int | None, exp_src: str | None, pee
                         f"GPU{g.index} NVLink {lk.link} is down ({len(active)}/{exp} links active).",
                         evidence=(Evidence("link state", "inactive", f"nvmlDeviceGetNvLinkState({g.index}, {lk.link})"),
                                   Evidence("active links on this GPU", len(active), src)),
-                        expected="active", expected_source=exp_src, remedy=remedy)
+                        expected="active", expected_source=exp_src, remedy=remedy, action=A.RESET_GPU)
                 for lk in inactive]
     return [Finding(cid, FAIL, Component("nvlink", f"GPU{g.index} NVLinks", gpu=g.index, uuid=g.uuid,
                                          bdf=normalize_bdf(g.bus_id)),
                     f"GPU{g.index}: {len(active)}/{exp} NVLinks active ({missing} missing"
                     + (f"; inactive: {', '.join(str(lk.link) for lk in inactive)})." if inactive else ")."),
-                    evidence=ev, expected=f"{exp} active", expected_source=exp_src, remedy=remedy)]
+                    evidence=ev, expected=f"{exp} active", expected_source=exp_src, remedy=remedy, action=A.RESET_GPU)]
 
 
 @check("nvlink.asymmetric", needs=(PROBE_NVML,))
@@ -270,7 +271,7 @@ def _judge_link(cid: str, g: Any, lk: Any, l2: Any, window: float, warn_at: int,
         why = (f"{rec} link recovery(s)" if rec >= RECOVERY_FAIL_DELTA else f"CRC errors at {crc_rate:.0f}/s")
         return Finding(cid, FAIL, comp, f"GPU{g.index} NVLink {lk.link}: {why} in {window:g}s.", evidence=tuple(ev),
                        expected=f"recovery increase < {RECOVERY_FAIL_DELTA}, CRC < {CRC_FAIL_PER_S:g}/s",
-                       expected_source=DCGM, remedy=remedy, details={"deltas": deltas}), len(deltas)
+                       expected_source=DCGM, remedy=remedy, details={"deltas": deltas}, action=A.RESET_GPU), len(deltas)
     if crc >= warn_at or replay >= warn_at:
         return Finding(cid, WARN, comp,
                        f"GPU{g.index} NVLink {lk.link}: +{crc} CRC, +{replay} replay error(s) in {window:g}s.",

@@ -31,6 +31,7 @@ from typing import Any
 from ccdiag.checks import CheckContext, check
 from ccdiag.checks.common import NODE, nvml_gate, nvswitches_on_pci
 from ccdiag.checks.xid import human_age
+from ccdiag.core import actions as A
 from ccdiag.core.findings import FAIL, PASS, SKIP, UNKNOWN, WARN, Component, Evidence, Finding
 from ccdiag.core.probenames import PROBE_KMSG, PROBE_NVML, PROBE_PCIE
 from ccdiag.core.readings import normalize_bdf
@@ -38,6 +39,9 @@ from ccdiag.core.readings import normalize_bdf
 CATALOGUE_SOURCE = ("ccdiag SXid catalogue (ccdiag/data/sxid_catalog.json, from NVIDIA's Fabric Manager user guide, "
                     "'NVSwitch SXid Errors')")
 ACTION_STATUS = {"monitor": WARN, "reset_fabric": FAIL, "reboot": FAIL}
+#: the catalogue's actions in ccdiag's vocabulary (ccdiag.core.actions): a fatal SXid needs the GPUs
+#: and NVSwitches behind the port reset, an always-fatal one the whole host rebooted
+SXID_ACTION = {"monitor": A.NONE, "reset_fabric": A.RESET_GPU, "reboot": A.REBOOT}
 #: the addresses NVML gives for the far end of a link that has none (link down, nothing there)
 PLACEHOLDER_BDFS = ("ffffffff:ff:ff.0", "0000:00:00.0", "ffff:ff:ff.0")
 
@@ -131,7 +135,7 @@ def _sxid_finding(bdf: str, code: int, events: list, source: str, window_s: floa
         evidence.append(Evidence("catalogue class", f"{entry.cls} ({entry.section})", CATALOGUE_SOURCE))
     return Finding("nvswitch.sxid", entry.status, switch_component(bdf, device), summary, evidence=tuple(evidence),
                    expected="no SXid that needs action", expected_source=CATALOGUE_SOURCE,
-                   remedy=_REMEDY[entry.action],
+                   remedy=_REMEDY[entry.action], action=SXID_ACTION[entry.action],
                    details={"sxid": code, "class": entry.cls, "action": entry.action, "switch_bdf": bdf,
                             "switch_ports": links, "count": len(events)})
 

@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterable, cast
 from ccdiag.checks import CheckContext, check
 from ccdiag.checks.common import (GpuId, counter_delta, gpu_activity, gpu_ids, nic_names, node_component,
                                   policy_source, second_sample, sysfs_path)
+from ccdiag.core import actions as A
 from ccdiag.core.findings import FAIL, PASS, SKIP, UNKNOWN, WARN, Component, Evidence, Finding
 from ccdiag.core.linkrates import pcie_gen as gen_of
 from ccdiag.core.readings import normalize_bdf
@@ -226,7 +227,7 @@ def _gpu_speed_hop(ctx: CheckContext, names: Names, d: Any, a: _Attr,
             tuple(ev), expected=a.fmt(mx), expected_source=f"device capability ({a.max_file})",
             remedy="Drain the node; reseat the GPU/riser and check the slot's BIOS link settings; a link that "
                    "keeps training low under load after a cold boot points at the riser, retimer or slot.",
-            details={"gpus": [g.label for g in gpus], "under_load": True}), None
+            details={"gpus": [g.label for g in gpus], "under_load": True}, action=A.SERVICE), None
     return "problem", Finding(
         check_id, WARN, names.component(d),
         f"{names.label(d)} PCIe link at {a.fmt(cur)} of {a.fmt(mx)} while the GPU is busy",
@@ -253,7 +254,7 @@ def _trained_low(names: Names, d: Any, a: _Attr, check_id: str) -> Finding:
         check_id, status, names.component(d),
         f"{names.label(d)}{serving} PCIe link at {a.fmt(cur)} of {a.fmt(mx)}: {what}",
         tuple(_link_evidence(d, a)), expected=a.fmt(mx), expected_source=f"device capability ({a.max_file})",
-        remedy=remedy)
+        remedy=remedy, action=A.SERVICE if status == FAIL else None)
 
 
 def _speed_severity(carried: tuple[Any, ...]) -> str:

@@ -71,9 +71,14 @@ NVIDIA_BUCKET = {
 NVML_RECOVERY = {
     "none": NONE,
     "reset": RESET_GPU,
+    "gpu_reset": RESET_GPU,
     "reboot": REBOOT,
+    "node_reboot": REBOOT,
+    "system_reboot": REBOOT,
+    "bus_reset": REBOOT,  # the GPU's PCIe bus is reset: the node's business, as a reboot is
     "drain_p2p": DRAIN,
     "drain_and_reset": RESET_GPU,
+    "recover_imex_domain": DRAIN,  # restart the IMEX daemons of the domain: a person's step
 }
 
 
