@@ -4,7 +4,10 @@ Why these facts: each is a known cause of slow or failing collectives that no GP
 ``nvidia_peermem`` not loaded disables GPUDirect RDMA; a stopped ``nvidia-fabricmanager`` leaves
 NVSwitch systems without NVLink P2P; a small ``/dev/shm`` breaks NCCL's shared-memory transport in
 containers; a low memlock limit makes RDMA memory registration fail; an IOMMU in translated mode
-slows or breaks P2P DMA. All are read from /proc and /sys without root.
+slows or breaks P2P DMA. Which kernel module flavour is loaded (the open GPU kernel modules), the
+kernel and the rdma-core release decide whether GPUDirect RDMA can go over DMA-BUF instead of
+``nvidia_peermem``; ``/etc/nccl.conf`` says which path NCCL is told to take. All are read from /proc,
+/sys and the file system without root.
 """
 
 from __future__ import annotations
@@ -47,6 +50,12 @@ class SystemObservation:
     cmdline: str | None = None
     environ: dict[str, str] | None = None  # NCCL_*/CUDA_* seen by the run
     errors: tuple[ReadError, ...] = ()
+    #: "open" | "proprietary": which NVIDIA kernel module is loaded (the /proc/driver/nvidia/version
+    #: banner); GPUDirect RDMA over DMA-BUF needs the open GPU kernel modules
+    nvidia_module_flavor: str | None = None
+    rdma_core_version: int | None = None  # from libibverbs.so.1's file name (libibverbs.so.1.14.<N>.0)
+    libibverbs_path: str | None = None  # the libibverbs.so.1 that was read
+    nccl_conf_text: str | None = None  # /etc/nccl.conf as NCCL reads it (None: no file)
 
 
 # -- parsers (pure) ------------------------------------------------------------------------------
@@ -105,6 +114,28 @@ def parse_nvidia_version(text: str) -> str | None:
     "... Open Kernel Module for x86_64  570.158.01  Release Build ...")."""
     m = re.search(r"Kernel Module(?:\s+for\s+\S+)?\s+(\d+\.\d+(?:\.\d+)?)", text)
     return m.group(1) if m else None
+
+
+def parse_module_flavor(text: str) -> str | None:
+    """"open" when /proc/driver/nvidia/version names the open GPU kernel modules ("NVRM version:
+    NVIDIA UNIX Open Kernel Module for x86_64  570.158.01 ..."), "proprietary" for any other NVIDIA
+    kernel module banner, None when the text is not a banner."""
+    if "Open Kernel Module" in text:
+        return "open"
+    return "proprietary" if "Kernel Module" in text else None
+
+
+#: where distributions put libibverbs (Debian/Ubuntu multiarch, RHEL/SUSE lib64)
+LIBIBVERBS = ("/usr/lib/x86_64-linux-gnu/libibverbs.so.1", "/usr/lib/aarch64-linux-gnu/libibverbs.so.1",
+              "/usr/lib64/libibverbs.so.1", "/lib/x86_64-linux-gnu/libibverbs.so.1",
+              "/lib/aarch64-linux-gnu/libibverbs.so.1", "/usr/lib/libibverbs.so.1")
+
+
+def parse_libibverbs_target(name: str) -> int | None:
+    """The rdma-core release of a libibverbs file name: rdma-core names its library
+    ``libibverbs.so.1.<ABI>.<release>.0`` ("libibverbs.so.1.14.44.0" is rdma-core 44)."""
+    m = re.search(r"libibverbs\.so\.1\.[0-9]{1,3}\.([0-9]{2,3})\.[0-9]{1,3}$", name.strip())
+    return int(m.group(1)) if m else None
 
 
 #: RLIM_INFINITY as a number: ``~0UL`` (16 EiB - 1) on most architectures, ``LONG_MAX`` on a few
@@ -211,6 +242,19 @@ def _iommu(host, cmdline: str | None, errors: list[ReadError]) -> str | None:
     return iommu_mode(cmdline, listing(host, "/sys/class/iommu"), group_type)
 
 
+def _rdma_core(host, errors: list[ReadError]) -> tuple[int | None, str | None]:
+    """(rdma-core release, the libibverbs read) from where the distribution links libibverbs.so.1."""
+    for path in LIBIBVERBS:
+        try:
+            target = host.read_link(path)
+        except HostReadError as exc:
+            if exc.kind != "missing":
+                errors.append(read_error(exc))
+            continue
+        return parse_libibverbs_target(target), path
+    return None, None
+
+
 @probe(order=10, what="modules, fabric manager, limits")
 def collect(host) -> SystemObservation:
     """Facts about the node; every one may be None with the reason beside it."""
@@ -224,6 +268,9 @@ def collect(host) -> SystemObservation:
     modules_text = _text(host, "/proc/modules", errors, optional=False)
     nv_text = _text(host, "/proc/driver/nvidia/version", errors)
     nv_version = parse_nvidia_version(nv_text) if nv_text else None
+    flavor = parse_module_flavor(nv_text) if nv_text else None
+    rdma_core, libibverbs = _rdma_core(host, errors)
+    nccl_conf = _text(host, "/etc/nccl.conf", errors)
     if nv_version is None:
         nv_version = attr(host, "/sys/module/nvidia/version", errors)
     shm = None
@@ -249,4 +296,6 @@ def collect(host) -> SystemObservation:
         nvidia_driver_version=nv_version, fabric_manager=_fabric_manager(host, errors),
         shm_bytes=shm, memlock_soft_bytes=soft, memlock_hard_bytes=hard, memlock_unlimited=unlimited,
         iommu=_iommu(host, cmdline, errors), cmdline=cmdline, environ=environ, errors=tuple(errors),
+        nvidia_module_flavor=flavor, rdma_core_version=rdma_core, libibverbs_path=libibverbs,
+        nccl_conf_text=nccl_conf[:65536] if nccl_conf is not None else None,
     )

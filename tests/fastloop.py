@@ -54,6 +54,7 @@ SLOW_TESTS: dict[str, tuple[str, ...]] = {
         "test_a_hung_ib_write_bw_is_killed_at_the_budget", "test_client_started_again_until_the_server_listens",
         "test_perftest_adapter_runs_server_and_client_per_port_and_reads_the_client",
         "test_perftest_error_is_that_ports_error_with_perftests_words",
+        "test_perftest_registers_gpu_memory_by_dmabuf_first_and_says_which",
     ),
     "test_check_cli.py": (
         "test_degraded_sample_fails_with_failures_first", "test_healthy_sample_passes",

@@ -217,6 +217,24 @@ def busy_peers_idle_gen1() -> "MS.Variant":
                       gpu_link=lambda i: ssf.Link(ssf.GEN1, 16, ssf.GEN5, 16) if i == 7 else None)
 
 
+def dmabuf_no_peermem() -> "MS.Variant":
+    """GPUDirect RDMA over DMA-BUF: the open GPU kernel modules (banner of a real R570 one), Linux
+    6.8, rdma-core 50, and no nvidia_peermem loaded (the healthy node NCCL's maintainers describe in
+    NVIDIA/nccl#1474)."""
+    modules = tuple(m for m in MS.ssf.DEFAULT_MODULES if m != "nvidia_peermem")
+    return MS.Variant("dmabuf-no-peermem", "open kernel modules, Linux 6.8, rdma-core 50, no nvidia_peermem",
+                      system={"modules": modules, "kernel": "6.8.0-90-generic", "open_kernel_module": True,
+                              "libibverbs": "libibverbs.so.1.14.50.0"})
+
+
+def dmabuf_disabled_no_peermem() -> "MS.Variant":
+    """The same node with NCCL told not to use DMA-BUF in /etc/nccl.conf (the workaround of
+    NVIDIA/nccl#778): now nothing registers GPU memory for the NICs."""
+    v = dmabuf_no_peermem()
+    return dataclasses.replace(v, name="dmabuf-disabled-no-peermem",
+                               system={**v.system, "nccl_conf": "NCCL_DMABUF_ENABLE=0\n"})
+
+
 def rail_nic_other_socket() -> "MS.Variant":
     """mlx5_2 (GPU2's rail NIC) sits in a slot of socket 1, under its own root port, instead of
     beside GPU2 on socket 0."""
@@ -274,6 +292,8 @@ SCENARIOS = {
     "power-capped": power_capped,
     "idle-gen3": idle_gen3,
     "busy-peers-idle-gen1": busy_peers_idle_gen1,
+    "dmabuf-no-peermem": dmabuf_no_peermem,
+    "dmabuf-disabled-no-peermem": dmabuf_disabled_no_peermem,
     "rail-nic-other-socket": rail_nic_other_socket,
     "fabric-degraded": fabric_degraded,
     "fabric-healthy": fabric_healthy_mask,

@@ -200,3 +200,44 @@ def test_roce_gid_index_is_the_one_nccl_would_pick(healthy):
     ctx = context({**runs, "infiniband": ProbeRun("infiniband", "ok", 0.0, data)}, topo, env=None)
     assert ib_write._gid_index(ctx, "mlx5_0", 1) == 3
     assert ib_write._gid_index(ctx, "mlx5_9", 1) is None
+
+
+def fake_perftest_dmabuf(tmp_path, monkeypatch, dmabuf_works: bool):
+    """A stand-in ib_write_bw built with CUDA dma-buf support: its --help lists --use_cuda_dmabuf
+    (the flag perftest prints when built with it); a run with the flag measures, or fails the way a
+    node without DMA-BUF would (SYNTHESIZED message); a run without it measures (peermem)."""
+    log = tmp_path / "argv.log"
+    script = tmp_path / "ib_write_bw"
+    script.write_text(f"""#!/bin/bash
+if [ "$1" = "--help" ]; then echo " --use_cuda_dmabuf  Use CUDA DMA-BUF for GPUDirect RDMA testing"; exit 1; fi
+echo "$@" >> {log}
+last="${{@: -1}}"
+if [ "$last" != "127.0.0.1" ]; then sleep 0.2; exit 0; fi
+case "$*" in
+  *--use_cuda_dmabuf*) if [ {int(dmabuf_works)} = 0 ]; then echo " Couldn't allocate MR"; exit 1; fi;;
+esac
+grep -v '^#ccdiag-' {HDR_CLIENT}
+""")
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    return log
+
+
+@pytest.mark.parametrize("works", [True, False])
+def test_perftest_registers_gpu_memory_by_dmabuf_first_and_says_which(healthy, tmp_path, monkeypatch, works):
+    runs, topo = healthy
+    log = fake_perftest_dmabuf(tmp_path, monkeypatch, works)
+    ctx = context(runs, topo, env=None, size_bytes=None, iters=None, quick=True)
+    job = ib_write.IbWrite().jobs(ctx)[0]
+    assert ib_write.perftest_has_dmabuf(ib_write._engine_env(ctx))
+    m = ib_write.run_perftest(job, ctx, time.monotonic() + 20)
+    clients = [a for a in log.read_text().splitlines() if a.endswith("127.0.0.1")]
+    assert "--use_cuda_dmabuf" in clients[0]
+    if works:
+        assert m.extra["registration"] == "dmabuf" and len(clients) == 1
+    else:  # the DMA-BUF run failed: measured again through nvidia_peermem, and why is kept
+        assert m.extra["registration"] == "peermem" and "--use_cuda_dmabuf" not in clients[-1]
+        assert "Couldn't allocate MR" in m.extra["dmabuf_error"]
+    assert m.error is None and "registered by " in ib_write.registered(m)
+    host = ib_write.run_perftest(ib_write.IbWrite().jobs(ctx)[1], ctx, time.monotonic() + 20)
+    assert "registration" not in host.extra and ib_write.registered(host) == ""

@@ -161,12 +161,52 @@ def test_roce_gid_skips_on_infiniband_only_node():
     assert [f.status for f in roce_gid(S.make_ctx())] == [SKIP]
 
 
+NO_PEERMEM = ("nvidia", "mlx5_core", "mlx5_ib", "ib_core")
+#: a node that can register GPU memory by DMA-BUF: the open kernel modules, Linux 5.15, R570, rdma-core 44
+DMABUF_NODE = dict(modules=NO_PEERMEM, nvidia_module_flavor="open", kernel="5.15.0-131-generic",
+                   nvidia_driver_version="570.133.20", rdma_core_version=44)
+
+
 def test_peermem_missing_fails():
-    runs = S.edit_system(S.healthy_runs(), modules=("nvidia", "mlx5_core", "mlx5_ib", "ib_core"))
+    """The proprietary kernel module cannot export dma-bufs: without nvidia_peermem, no GPUDirect."""
+    runs = S.edit_system(S.healthy_runs(), **{**DMABUF_NODE, "nvidia_module_flavor": "proprietary"})
     problems = bad(gpudirect(S.make_ctx(runs)))
     assert [(f.check, f.status, f.component.kind, f.component.name) for f in problems] == \
         [("ib.gpudirect", FAIL, "module", "nvidia_peermem")]
-    assert "modprobe nvidia_peermem" in problems[0].remedy
+    assert "modprobe nvidia_peermem" in problems[0].remedy and "open GPU kernel modules" in problems[0].summary
+
+
+def test_a_healthy_dmabuf_node_passes_without_peermem_and_names_nccls_path():
+    runs = S.edit_system(S.healthy_runs(), **DMABUF_NODE)
+    f = [x for x in gpudirect(S.make_ctx(runs)) if x.component.kind == "module"]
+    assert [(x.status, x.component.name, x.details["nccl_path"]) for x in f] == [(PASS, "dma-buf", "dmabuf")]
+    assert "DMA-BUF" in f[0].summary and "no nvidia_peermem needed" in f[0].summary
+
+
+@pytest.mark.parametrize("changes, status, words", [
+    ({"environ": {"NCCL_DMABUF_ENABLE": "0"}}, FAIL, "NCCL_DMABUF_ENABLE=0"),
+    ({"nccl_conf_text": "NCCL_DMABUF_ENABLE=0\n"}, FAIL, "NCCL_DMABUF_ENABLE=0"),
+    ({"environ": {"NCCL_NET_GDR_LEVEL": "LOC"}}, WARN, "will not use GPUDirect RDMA"),
+    ({"kernel": "5.4.0-216-generic"}, FAIL, "Linux 5.12 or later"),
+    ({"nvidia_driver_version": "470.256.02"}, FAIL, "R515 or later"),
+    ({"rdma_core_version": None}, PASS, "rdma-core 34 or later (not read; assumed from the kernel release)"),
+    ({"rdma_core_version": 28}, FAIL, "rdma-core 34 or later"),
+    ({"kernel": None}, UNKNOWN, "Linux 5.12"),
+    ({"nvidia_module_flavor": None}, UNKNOWN, "open GPU kernel modules"),
+])
+def test_what_stops_each_path_is_named(changes, status, words):
+    runs = S.edit_system(S.healthy_runs(), **{**DMABUF_NODE, **changes})
+    f = [x for x in gpudirect(S.make_ctx(runs)) if x.component.kind == "module"]
+    assert [x.status for x in f] == [status] and words in f[0].summary, f[0].summary
+
+
+def test_both_paths_nccl_prefers_dmabuf_and_the_policy_can_still_require_peermem():
+    runs = S.edit_system(S.healthy_runs(), **{**DMABUF_NODE, "modules": NO_PEERMEM + ("nvidia_peermem",)})
+    f = [x for x in gpudirect(S.make_ctx(runs)) if x.component.kind == "module"][0]
+    assert (f.status, f.details["nccl_path"]) == (PASS, "dmabuf") and "nvidia_peermem is loaded too" in f.summary
+    runs = S.edit_system(S.healthy_runs(), **DMABUF_NODE)
+    f = [x for x in gpudirect(S.make_ctx(runs, policy=Policy(require_peermem=True))) if x.component.kind == "module"]
+    assert [x.status for x in f] == [FAIL] and "policy requires it" in f[0].summary
 
 
 def test_legacy_peer_mem_module_counts_and_policy_can_waive():

@@ -303,3 +303,66 @@ def test_the_pyverbs_worker_reaches_the_device_list_and_reports_each_port():
     kinds = [ln["type"] for ln in lines]
     assert p.returncode == 0 and kinds == ["info", "error", "done"], p.stdout + p.stderr
     assert lines[1]["dst"] == "mlx5_0:1" and "PyverbsRDMAError" in lines[1]["error"]
+
+
+# -- GPU memory by DMA-BUF (no GPU here: the calls are checked against the real pyverbs and a
+# stand-in of the CUDA driver library; the path is untested on hardware, docs/testing.md) ----------
+
+def test_the_real_pyverbs_registers_a_dmabuf_descriptor_it_is_given():
+    _need("pyverbs")
+    v = rdma_worker._verbs()
+    assert v["DmaBufMR"] is not None and rdma_worker.dmabuf_mr_takes_fd(v["DmaBufMR"])
+    for attr in ("offset", "lkey", "rkey"):  # the worker's work requests address the MR from its offset
+        assert hasattr(v["DmaBufMR"], attr), attr
+    assert ".offset" in (BENCH / "rdma_worker.py").read_text()
+
+
+class _CudaStandIn:
+    """The two CUDA driver functions the worker calls, as ctypes would hand them its arguments."""
+
+    def __init__(self, supported: int, rc: int = 0):
+        self.supported, self.rc, self.calls = supported, rc, []
+
+    def cuDeviceGetAttribute(self, out, attribute, device):  # noqa: N802 - the driver's own name
+        self.calls.append(("attr", attribute.value, device.value))
+        out._obj.value = self.supported
+        return 0
+
+    def cuMemGetHandleForAddressRange(self, out, ptr, size, handle_type, flags):  # noqa: N802
+        self.calls.append(("handle", ptr.value, size.value, handle_type.value, flags.value))
+        out._obj.value = 37
+        return self.rc
+
+
+def test_cuda_exports_a_dmabuf_descriptor_with_the_driver_apis_arguments():
+    lib = _CudaStandIn(supported=1)
+    assert rdma_worker.cuda_dmabuf_fd(0x7F0000200000, 8 << 20, 3, lib) == (37, None)
+    assert lib.calls == [("attr", 124, 3), ("handle", 0x7F0000200000, 8 << 20, 1, 0)]
+    fd, why = rdma_worker.cuda_dmabuf_fd(0x7F0000200000, 8 << 20, 3, _CudaStandIn(supported=0))
+    assert fd is None and "open GPU kernel modules" in why
+    fd, why = rdma_worker.cuda_dmabuf_fd(0x7F0000200000, 8 << 20, 3, _CudaStandIn(supported=1, rc=1))
+    assert fd is None and "CUresult 1" in why
+    assert rdma_worker.page_aligned(0x1000010, 5000, 4096) == (0x1001000, 8192)
+
+
+def test_gpu_memory_falls_back_to_peermem_and_says_why():
+    """Without a CUDA driver here the DMA-BUF export fails: the worker registers the GPU address as
+    it is (nvidia_peermem) with the real MR class's keyword, and keeps the reason."""
+    registered = {}
+
+    class MR:
+        def __init__(self, pd, length, access, address=None):
+            registered.update(length=length, address=address)
+            self.buf, self.lkey = address, 1
+
+    class DmaBufMR:
+        def __init__(self, pd, length, access, dmabuf=None, offset=0):
+            """:param dmabuf: A DmaBuf object or a FD representing a dmabuf."""
+            raise AssertionError("not reached without a CUDA driver")
+
+    lb = rdma_worker.Loopback.__new__(rdma_worker.Loopback)
+    lb.v, lb.size, lb.pd = {"MR": MR, "DmaBufMR": DmaBufMR}, 8192, None
+    lb.dmabuf_error = None
+    lb._register_gpu(0x7F0000200000, 0, 0, 4096)
+    assert lb.registration == "peermem" and registered == {"length": 8192, "address": 0x7F0000200000}
+    assert lb.src_addr == 0x7F0000200000 and lb.dmabuf_error

@@ -161,3 +161,21 @@ def test_an_xid_logged_during_the_window_is_judged_and_explains_the_lost_gpu():
     lost = [f for f in found if f.check == "gpu.lost" and f.status == "fail"]
     assert [f.caused_by for f in lost] == ["xid.recent|GPU6"] and action == "reboot"
     assert dataclasses.replace  # the window's own reads, nothing else changed
+
+
+def test_nccl_1474_a_dmabuf_node_without_peermem_is_healthy():
+    """Open kernel modules, a recent kernel and rdma-core, no nvidia_peermem: GPUDirect RDMA over
+    DMA-BUF, the node passes, and the finding says NCCL's path."""
+    c = case("nccl-1474-dmabuf-instead-of-peermem.txt")
+    assert "DMA-BUF" in c["cause"] and c["nvidia_peermem"] == "not loaded"
+    res = N.result("dmabuf-no-peermem")
+    f = [x for x in res.findings if x.check == "ib.gpudirect" and x.component.kind == "module"]
+    assert [(x.status, x.details["nccl_path"]) for x in f] == [("pass", "dmabuf")]
+    assert res.exit_code == 0 and not [x for x in res.findings if x.status == "fail"]
+
+
+def test_nccl_778_dmabuf_turned_off_without_peermem_fails_naming_the_setting():
+    res = N.result("dmabuf-disabled-no-peermem")
+    root = _root(res)
+    assert (root.check, root.component.name) == ("ib.gpudirect", "dma-buf")
+    assert "NCCL_DMABUF_ENABLE=0" in root.summary and "/etc/nccl.conf" in root.remedy

@@ -5,8 +5,13 @@ run): the source buffer in the memory of the GPU nearest to that port, then in h
 comparison. Two engines:
 
 * ``perftest``: runs the installed ``ib_write_bw`` as server and client on the same device
-  (``--use_cuda`` for GPU memory, ``--report_gbits``) and reads the client's table;
+  (``--use_cuda_bus_id`` for GPU memory, ``--report_gbits``) and reads the client's table;
 * ``pyverbs``: ccdiag's own RC loopback (:mod:`.rdma_worker`).
+
+GPU memory is registered by DMA-BUF first, NVIDIA's recommended path on the open GPU kernel modules
+(perftest ``--use_cuda_dmabuf`` when its ``--help`` lists it; the pyverbs engine exports the CUDA
+allocation itself), and through ``nvidia_peermem`` when that fails or is not built in; each GPU
+measurement says which registration it used.
 
 Expected: the GPU->NIC PCIe path and the port's rate, the smaller of the two (topology). A GPU
 figure low while the host figure is normal blames the GPU<->NIC path: a ``SYS``/``NODE`` path
@@ -111,11 +116,12 @@ class IbWrite(Benchmark):
         end = t0 + budget_s
         jobs = self.jobs(ctx)
         if engine == "perftest":
+            dmabuf = perftest_has_dmabuf(_engine_env(ctx)) if any(j.get("cuda_bus_id") for j in jobs) else False
             for job in jobs:
                 if time.monotonic() >= end:
                     res.outcome, res.reason = TIMEOUT, f"the budget of {budget_s:.0f} s ran out"
                     break
-                res.measurements.append(run_perftest(job, ctx, end))
+                res.measurements.append(run_perftest(job, ctx, end, dmabuf))
                 ctx.tick(self.name, f"{job['src']}->{job['device']}:{job['port']}")
         else:
             from ccdiag.bench.engine import run_worker
@@ -128,6 +134,9 @@ class IbWrite(Benchmark):
                 s = tuple(float(x) for x in line.get("samples_gbyte_s") or () if isinstance(x, (int, float)))
                 m.samples_gbyte_s, m.gbyte_s = s, (statistics.median(s) if s else None)
                 m.extra["buffer"] = line.get("buffer")
+                if line.get("registration") in ("dmabuf", "peermem"):
+                    m.extra["registration"] = line["registration"]
+                    m.extra["dmabuf_error"] = line.get("dmabuf_error")
                 res.measurements.append(m)
             if wr.fatal and not wr.lines:
                 res.outcome, res.reason = ERROR, wr.fatal
@@ -192,7 +201,22 @@ def _free_tcp_port() -> int:
         return s.getsockname()[1]
 
 
-def perftest_argv(job: dict, ctx: BenchContext, tcp_port: int) -> list[str]:
+#: what a perftest built with CUDA dma-buf support lists in its --help
+DMABUF_FLAG = "--use_cuda_dmabuf"
+
+
+def perftest_has_dmabuf(env: dict) -> bool:
+    """Whether the installed ``ib_write_bw`` was built with CUDA dma-buf support (its ``--help``
+    lists ``--use_cuda_dmabuf``)."""
+    try:
+        proc = subprocess.run(["ib_write_bw", "--help"], stdin=subprocess.DEVNULL, capture_output=True, env=env,
+                              timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return DMABUF_FLAG in (proc.stdout + proc.stderr).decode("utf-8", "replace")
+
+
+def perftest_argv(job: dict, ctx: BenchContext, tcp_port: int, dmabuf: bool = False) -> list[str]:
     argv = ["ib_write_bw", "-d", job["device"], "-i", str(job["port"]), "-s", str(ctx.size_bytes or SIZE_BYTES),
             "-n", str(ctx.iters or (QUICK_ITERS if ctx.quick else ITERS)), "-F", "--report_gbits",
             "-p", str(tcp_port)]
@@ -201,6 +225,8 @@ def perftest_argv(job: dict, ctx: BenchContext, tcp_port: int) -> list[str]:
     if job.get("cuda_bus_id") is not None:
         # by PCI address: a number would be CUDA's ordinal, which CUDA_VISIBLE_DEVICES renumbers
         argv.append(f"--use_cuda_bus_id={job['cuda_bus_id']}")
+        if dmabuf:
+            argv.append(DMABUF_FLAG)
     return argv
 
 
@@ -231,14 +257,33 @@ def _finish(proc: subprocess.Popen, timeout: float) -> tuple[str, bool]:
         return (out or b"")[:MAX_OUTPUT_BYTES].decode("utf-8", "replace"), True
 
 
-def run_perftest(job: dict, ctx: BenchContext, end: float) -> Measurement:
+def run_perftest(job: dict, ctx: BenchContext, end: float, dmabuf: bool | None = None) -> Measurement:
+    """One loopback, GPU memory registered by DMA-BUF first when perftest supports it and through
+    ``nvidia_peermem`` when that run fails (``dmabuf``: whether perftest supports it; None: ask it)."""
+    if job.get("cuda_bus_id") is None:
+        return _run_perftest_once(job, ctx, end, False)
+    if dmabuf is None:
+        dmabuf = perftest_has_dmabuf(_engine_env(ctx))
+    first = None
+    if dmabuf:
+        first = _run_perftest_once(job, ctx, end, True)
+        if first.error is None:
+            first.extra["registration"] = "dmabuf"
+            return first
+    m = _run_perftest_once(job, ctx, end, False)
+    m.extra["registration"] = "peermem"
+    m.extra["dmabuf_error"] = first.error if first is not None else "this ib_write_bw has no --use_cuda_dmabuf"
+    return m
+
+
+def _run_perftest_once(job: dict, ctx: BenchContext, end: float, dmabuf: bool) -> Measurement:
     """One loopback: ``ib_write_bw`` server and client on the same port, bounded by ``end``. The
     client is started again while it cannot connect and the server still runs (the server opens its
     port after it set the device up, which takes longer on a loaded node than any fixed pause)."""
     m = Measurement("ib_write", job["src"], f"{job['device']}:{job['port']}", op="rdma_write", engine="perftest",
                     size_bytes=ctx.size_bytes or SIZE_BYTES, note=job.get("note"))
     env = _engine_env(ctx)
-    argv = perftest_argv(job, ctx, _free_tcp_port())
+    argv = perftest_argv(job, ctx, _free_tcp_port(), dmabuf)
     m.extra["argv"] = " ".join(argv + ["127.0.0.1"])
     try:
         server = _spawn(argv, env)
@@ -326,8 +371,11 @@ def _port_findings(port: str, g: Measurement | None, h: Measurement | None) -> l
     judged = [m for m in (g, h) if m is not None and m.status in (PASS, WARN, FAIL)]
     if not judged:
         return out
-    ev = tuple(Evidence(f"RDMA write from {m.src} ({m.engine})", f"{m.gbyte_s * 8:.1f} Gb/s = {m.ratio:.0%} of "
-                        f"{m.expected.gbyte_s * 8:.0f} Gb/s", m.extra.get("argv") or m.engine) for m in judged)
+    ev = tuple(Evidence(f"RDMA write from {m.src} ({m.engine}{registered(m)})", f"{m.gbyte_s * 8:.1f} Gb/s = "
+                        f"{m.ratio:.0%} of {m.expected.gbyte_s * 8:.0f} Gb/s", m.extra.get("argv") or m.engine)
+               for m in judged)
+    ev += tuple(Evidence(f"DMA-BUF not used for {m.src}", m.extra["dmabuf_error"], m.engine) for m in judged
+                if m.extra.get("registration") == "peermem" and m.extra.get("dmabuf_error"))
     bad = [m for m in judged if m.status != PASS]
     if not bad:
         out.append(Finding("bench.ib_write", PASS, comp, f"{port}: RDMA write at line rate "
@@ -340,13 +388,20 @@ def _port_findings(port: str, g: Measurement | None, h: Measurement | None) -> l
     return out
 
 
+def registered(m: Measurement) -> str:
+    """", GPU memory registered by DMA-BUF" / "... through nvidia_peermem", or nothing (host memory)."""
+    how = {"dmabuf": "DMA-BUF", "peermem": "nvidia_peermem"}.get(m.extra.get("registration") or "")
+    return f", GPU memory registered by {how}" if how else ""
+
+
 def _error_finding(m: Measurement, port: str, dev: str, comp: Component) -> Finding:
     remedy = (f"Check `ibv_devinfo -d {dev}` (the port ACTIVE, the device usable by this user: "
               f"/dev/infiniband/uverbs*)")
     if m.src.startswith("GPU"):
         remedy += ("; for GPU buffers, that GPUDirect can register GPU memory (nvidia_peermem loaded: "
                    "`lsmod | grep peermem`, or a perftest built with dma-buf)")
-    return Finding("bench.ib_write.error", UNKNOWN, comp, f"{m.src}->{port}: could not measure: {m.error}",
+    why = f" (DMA-BUF first: {m.extra['dmabuf_error']})" if m.extra.get("dmabuf_error") else ""
+    return Finding("bench.ib_write.error", UNKNOWN, comp, f"{m.src}->{port}: could not measure: {m.error}{why}",
                    remedy=remedy + ".")
 
 

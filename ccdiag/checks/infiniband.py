@@ -522,7 +522,9 @@ def _affinity(ctx: CheckContext, ib: Any) -> list[Finding]:
 
 @check("ib.gpudirect", needs=(PROBE_INFINIBAND,), uses=(PROBE_SYSTEM, PROBE_NVML), what="GPUDirect RDMA")
 def gpudirect(ctx: CheckContext) -> list[Finding]:
-    """GPUDirect RDMA prerequisites: nvidia_peermem loaded, and each GPU near an RDMA NIC."""
+    """GPUDirect RDMA prerequisites as NVIDIA documents them (nvidia_peermem loaded, or DMA-BUF:
+    open kernel modules, Linux 5.12+, driver R515+, rdma-core with ibv_reg_dmabuf_mr), the path NCCL
+    will take, and each GPU near an RDMA NIC."""
     ib, skip = _ib_or_skip(ctx, "ib.gpudirect", "GPUDirect RDMA")
     if skip:
         return [skip]
@@ -531,29 +533,82 @@ def gpudirect(ctx: CheckContext) -> list[Finding]:
     if _gpu_count(ctx) == 0:
         return [Finding("ib.gpudirect", SKIP, node_component(), "no GPU on this node")]
     out: list[Finding] = []
-    comp = Component("module", "nvidia_peermem", device="nvidia_peermem")
     if ctx.policy.require_peermem is False:
-        out.append(Finding("ib.gpudirect", SKIP, comp, "peer-memory module not required by the policy"))
+        out.append(Finding("ib.gpudirect", SKIP, Component("module", "nvidia_peermem", device="nvidia_peermem"),
+                           "GPUDirect RDMA memory registration not required by the policy"))
     else:
         gated = gate(ctx, "ib.gpudirect", "kernel modules", probes=(PROBE_SYSTEM,))
-        if gated:
-            out.append(gated)
-        else:
-            mods = set(ctx.data(PROBE_SYSTEM).modules)
-            loaded = [m for m in PEERMEM_MODULES if m in mods]
-            ev = (Evidence("peer-memory module", loaded or "none loaded", "/proc/modules"),)
-            if loaded:
-                out.append(Finding("ib.gpudirect", PASS, Component("module", loaded[0], device=loaded[0]),
-                                   f"{loaded[0]} loaded", ev))
-            else:
-                out.append(Finding(
-                    "ib.gpudirect", FAIL, comp,
-                    "nvidia_peermem is not loaded: RDMA NICs cannot reach GPU memory (no GPUDirect RDMA)", ev,
-                    expected="nvidia_peermem (or nv_peer_mem) loaded",
-                    expected_source=policy_source(ctx, "require_peermem") if ctx.policy.require_peermem
-                    else "GPUs and active RDMA ports are both present",
-                    remedy="`modprobe nvidia_peermem` (it ships with the NVIDIA driver) and add it to "
-                           "/etc/modules-load.d/. If this node uses DMA-BUF for GPUDirect instead, set "
-                           "require_peermem: false in the policy."))
+        out.append(gated if gated else _registration(ctx))
     out.extend(_affinity(ctx, ib))
     return out
+
+
+def _registration(ctx: CheckContext) -> Finding:
+    """Can RDMA NICs reach GPU memory: through nvidia_peermem or DMA-BUF, and which NCCL takes."""
+    from ccdiag.checks.gpudirect import GDR_OFF, SOURCE, gpudirect_paths
+
+    paths = gpudirect_paths(ctx.data(PROBE_SYSTEM))
+    strict_peermem = bool(ctx.policy.require_peermem)
+    ev = [Evidence("peer-memory module", paths.peermem or "none loaded", "/proc/modules"),
+          Evidence("NVIDIA kernel module", paths.facts["kernel module"], "/proc/driver/nvidia/version"),
+          Evidence("kernel", paths.facts["kernel"], "/proc/sys/kernel/osrelease"),
+          Evidence("driver", paths.facts["driver"], "/proc/driver/nvidia/version"),
+          Evidence("rdma-core", paths.facts["rdma-core"], "libibverbs.so.1 (its versioned file name)")]
+    for name, value in (("NCCL_DMABUF_ENABLE", paths.nccl_dmabuf_enable), ("NCCL_NET_GDR_LEVEL", paths.nccl_gdr_level)):
+        if value is not None:
+            ev.append(Evidence(name, value, paths.settings_source))
+    details = {"peermem": paths.peermem, "dmabuf": paths.dmabuf, "nccl_path": paths.nccl_path,
+               "dmabuf_missing": list(paths.dmabuf_missing), "dmabuf_unread": list(paths.dmabuf_unread)}
+    comp = Component("module", paths.peermem or ("dma-buf" if paths.dmabuf else "nvidia_peermem"),
+                     device=paths.peermem or ("dma-buf" if paths.dmabuf else "nvidia_peermem"))
+    level = (paths.nccl_gdr_level or "").strip().upper()
+    cap = ""
+    if paths.nccl_gdr_level is not None:
+        cap = (f"; NCCL_NET_GDR_LEVEL={paths.nccl_gdr_level} overrides NCCL's GPUDirect RDMA path choice "
+               "(`ccdiag nccl` names it for removal)")
+    expected = "nvidia_peermem loaded, or DMA-BUF available"
+    if strict_peermem and not paths.peermem:
+        return Finding("ib.gpudirect", FAIL, comp, "nvidia_peermem is not loaded and the policy requires it"
+                       + (" (DMA-BUF is available)" if paths.dmabuf else ""), tuple(ev),
+                       expected="nvidia_peermem (or nv_peer_mem) loaded",
+                       expected_source=policy_source(ctx, "require_peermem"),
+                       remedy="`modprobe nvidia_peermem` (it ships with the NVIDIA driver) and add it to "
+                              "/etc/modules-load.d/; or drop require_peermem from the policy where DMA-BUF serves.",
+                       details=details)
+    if level in GDR_OFF:
+        return Finding("ib.gpudirect", WARN, comp, f"NCCL_NET_GDR_LEVEL={paths.nccl_gdr_level}: NCCL will not use "
+                       "GPUDirect RDMA on this node, whatever its memory registration", tuple(ev),
+                       expected="NCCL free to choose its GPUDirect RDMA path", expected_source=paths.settings_source,
+                       remedy="Remove NCCL_NET_GDR_LEVEL (a debugging variable; see `ccdiag nccl`) unless this "
+                              "platform's documentation sets it.", details=details)
+    if paths.nccl_path is not None:
+        how = {"dmabuf": "DMA-BUF (open GPU kernel modules; no nvidia_peermem needed)",
+               "peermem": f"{paths.peermem}"}[paths.nccl_path]
+        also = f" ({'; '.join(paths.facts['assumed'])})" if paths.nccl_path == "dmabuf" and paths.facts["assumed"] \
+            else ""
+        if paths.nccl_path == "dmabuf" and paths.peermem:
+            also = f"; {paths.peermem} is loaded too"
+        elif paths.nccl_path == "peermem" and paths.dmabuf:
+            also = "; DMA-BUF is available but NCCL_DMABUF_ENABLE=0 turns it off"
+        return Finding("ib.gpudirect", PASS, comp, f"GPUDirect RDMA can reach GPU memory: NCCL will register it "
+                       f"through {how}{also}{cap}", tuple(ev), expected=expected, expected_source=SOURCE,
+                       details=details)
+    if paths.dmabuf and (paths.nccl_dmabuf_enable or "").strip() == "0":
+        return Finding("ib.gpudirect", FAIL, comp, "NCCL_DMABUF_ENABLE=0 turns off DMA-BUF and nvidia_peermem is "
+                       "not loaded: NCCL has no way to reach GPU memory from the NICs (no GPUDirect RDMA)",
+                       tuple(ev), expected=expected, expected_source=SOURCE,
+                       remedy=f"Remove NCCL_DMABUF_ENABLE=0 ({paths.settings_source}), or load nvidia_peermem.",
+                       details=details)
+    if paths.dmabuf is None:
+        return Finding("ib.gpudirect", UNKNOWN, comp, "nvidia_peermem is not loaded, and whether DMA-BUF can serve "
+                       f"instead is not known: not read: {', '.join(paths.dmabuf_unread)}", tuple(ev),
+                       expected=expected, expected_source=SOURCE,
+                       remedy="Run as a user that can read /proc/driver/nvidia/version and /proc/sys/kernel/osrelease "
+                              "(and with rdma-core's libibverbs installed), or load nvidia_peermem.",
+                       details=details)
+    return Finding("ib.gpudirect", FAIL, comp, "Neither GPUDirect RDMA path is available: nvidia_peermem is not "
+                   f"loaded and DMA-BUF needs {'; '.join(paths.dmabuf_missing)}", tuple(ev),
+                   expected=expected, expected_source=SOURCE,
+                   remedy="`modprobe nvidia_peermem` (it ships with the NVIDIA driver) and add it to "
+                          "/etc/modules-load.d/; or move to DMA-BUF (the open GPU kernel modules, Linux 5.12+, "
+                          "rdma-core 34+).", details=details)

@@ -399,11 +399,15 @@ def add_system(snap: SnapshotData, *, kernel: str | None = None,
                memlock: tuple[str, str] = ("unlimited", "unlimited"),
                cmdline: str = "BOOT_IMAGE=/vmlinuz root=/dev/sda1 ro iommu=pt",
                iommu_class: Sequence[str] = ("dmar0", "dmar1"), iommu_group_type: str | None = "identity",
-               environ: dict[str, str] | None = None) -> None:
+               environ: dict[str, str] | None = None, open_kernel_module: bool = False,
+               libibverbs: str | None = None, nccl_conf: str | None = None) -> None:
     """The /proc and /sys facts the system probe reads, plus the fabric manager command, the
     /dev/shm size and the recorded environment. ``fabric_manager`` None records systemctl as not
     found; ``memlock`` is (soft, hard) as /proc/<pid>/limits prints them ("8388608" or
-    "unlimited"); ``nvidia_version`` None leaves the driver out."""
+    "unlimited"); ``nvidia_version`` None leaves the driver out. ``open_kernel_module``: the banner
+    of the open GPU kernel modules (the form of a real one: NVIDIA/NVSentinel#155); ``libibverbs``:
+    the file libibverbs.so.1 links to (rdma-core names it ``libibverbs.so.1.14.<release>.0``);
+    ``nccl_conf``: the text of /etc/nccl.conf."""
     kernel = kernel or snap.meta.get("kernel") or "5.15.0-105-generic"
     snap.meta.setdefault("kernel", kernel)
     put_attr(snap, "/proc/sys/kernel/osrelease", kernel)
@@ -419,10 +423,19 @@ def add_system(snap: SnapshotData, *, kernel: str | None = None,
         taint = " (POE)" if mod in _TAINTED else ""
         lines.append(f"{mod} {16384 * (len(mod) + 1)} 0 - Live 0x0000000000000000{taint}")
     snap.put_file("/proc/modules", "\n".join(lines) + ("\n" if lines else ""))
-    if nvidia_version:
+    if nvidia_version and open_kernel_module:
+        snap.put_file("/proc/driver/nvidia/version",
+                      f"NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  {nvidia_version}  Release Build  "
+                      "(dvs-builder@U22-I3-B10-02-5)  Mon Jun  2 13:13:04 UTC 2025\n"
+                      "GCC version:  gcc version 11.4.0 (Ubuntu 11.4.0-1ubuntu1~22.04) \n")
+    elif nvidia_version:
         snap.put_file("/proc/driver/nvidia/version",
                       f"NVRM version: NVIDIA UNIX x86_64 Kernel Module  {nvidia_version}  "
                       "Sat Aug 19 01:15:15 UTC 2023\nGCC version:  gcc version 11.4.0 (Ubuntu 11.4.0-1ubuntu1~22.04) \n")
+    if libibverbs:
+        snap.put_link("/usr/lib/x86_64-linux-gnu/libibverbs.so.1", libibverbs)
+    if nccl_conf is not None:
+        snap.put_file("/etc/nccl.conf", nccl_conf)
         put_attr(snap, "/sys/module/nvidia/version", nvidia_version)
     if fabric_manager is None:
         record_command(snap, ["systemctl", "is-active", "nvidia-fabricmanager"], "", None, error="not found",
