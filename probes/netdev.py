@@ -5,7 +5,9 @@ and a portable up/MTU view; sysfs adds what NCCL's interface choice depends on: 
 interface is virtual (its device path is under /sys/devices/virtual: docker0, bridges, lo),
 which PCI function and driver carry it, and which RDMA device it belongs to (RoCE / IPoIB).
 ``speed`` reads -1 or fails with EINVAL when the link is down or the driver does not say; both
-become None.
+become None. For the interfaces of RDMA devices, two settings RoCE on several rails depends on are
+read too: reverse-path filtering (``rp_filter``: strict filtering drops the replies of rails that
+share a subnet) and, where the driver exposes it, ECN per priority (mlx5's ``ecn`` directory).
 """
 
 from __future__ import annotations
@@ -44,12 +46,22 @@ class NetInterface:
     virtual: bool | None = None
     ib_device: str | None = None  # the RDMA device this netdev belongs to, if any
     errors: tuple[ReadError, ...] = ()
+    #: of an RDMA device's interface: /proc/sys/net/ipv4/conf/<name>/rp_filter (0 off, 1 strict, 2 loose)
+    rp_filter: int | None = None
+    #: /proc/sys/net/ipv4/conf/<name>/arp_ignore: 0 answers ARP for any local address on any interface
+    #: (ARP flux when several rails share a subnet)
+    arp_ignore: int | None = None
+    #: of an RDMA device's interface, where the driver exposes it (mlx5: ecn/roce_np|roce_rp/enable/<prio>):
+    #: {"roce_np": (priorities with ECN on), "roce_rp": (...)}; None where sysfs has no ecn directory
+    ecn: dict[str, tuple[int, ...]] | None = None
 
 
 @dataclass(frozen=True)
 class NetdevObservation:
     interfaces: tuple[NetInterface, ...] = ()
     errors: tuple[ReadError, ...] = ()
+    rp_filter_all: int | None = None  # /proc/sys/net/ipv4/conf/all/rp_filter: the kernel uses max(all, interface)
+    arp_ignore_all: int | None = None  # /proc/sys/net/ipv4/conf/all/arp_ignore: likewise the larger applies
 
 
 # -- parsers (pure) ------------------------------------------------------------------------------
@@ -123,6 +135,11 @@ def _read_interface(host, name: str, facts: dict, in_sysfs: bool) -> NetInterfac
             driver = link_basename(host, f"{base}/device/driver")
             ib_names = listing(host, f"{base}/device/infiniband")
             ib_device = ib_names[0] if ib_names else None
+    rp_filter = arp_ignore = ecn = None
+    if ib_device:  # what RoCE on several rails depends on: reverse-path filtering and ECN
+        rp_filter = _number(host, f"/proc/sys/net/ipv4/conf/{name}/rp_filter", errors)
+        arp_ignore = _number(host, f"/proc/sys/net/ipv4/conf/{name}/arp_ignore", errors)
+        ecn = _ecn(host, f"{NET_CLASS}/{name}/ecn", errors)
     up = stats.get("isup")
     if up is None and operstate is not None:
         up = operstate == "up"
@@ -133,8 +150,27 @@ def _read_interface(host, name: str, facts: dict, in_sysfs: bool) -> NetInterfac
     return NetInterface(
         name=name, up=up, operstate=operstate, speed_mbps=speed, mtu=mtu, mac=mac or psutil_mac,
         addresses=addrs, driver=driver, pci_bdf=bdf, virtual=virtual, ib_device=ib_device,
-        errors=tuple(errors),
+        errors=tuple(errors), rp_filter=rp_filter, arp_ignore=arp_ignore, ecn=ecn,
     )
+
+
+def _ecn(host, base: str, errors: list[ReadError]) -> dict[str, tuple[int, ...]] | None:
+    """{"roce_np": (priorities with ECN on), "roce_rp": (...)} from mlx5's
+    ``ecn/<roce_np|roce_rp>/enable/<priority>`` files (the notification point marks, the reaction
+    point slows down); None when the driver has no such directory."""
+    kinds = listing(host, base)
+    if not kinds:
+        return None
+    out = {}
+    for kind in ("roce_np", "roce_rp"):
+        if kind not in kinds:
+            continue
+        on = []
+        for prio in sorted(listing(host, f"{base}/{kind}/enable") or [], key=lambda p: (len(p), p)):
+            if prio.isdigit() and _number(host, f"{base}/{kind}/enable/{prio}", errors) == 1:
+                on.append(int(prio))
+        out[kind] = tuple(on)
+    return out or None
 
 
 #: the kernel's one plain file in /sys/class/net (present once the bonding module is loaded)
@@ -165,4 +201,7 @@ def collect(host) -> NetdevObservation:
         raise ProbeUnavailable(f"no network interfaces: {NET_CLASS} absent and no interface facts")
     in_sysfs = set(sysfs_names)
     interfaces = tuple(_read_interface(host, n, facts, n in in_sysfs) for n in sorted(names))
-    return NetdevObservation(interfaces=interfaces, errors=tuple(errors))
+    rdma = any(i.ib_device for i in interfaces)
+    rp_all = _number(host, "/proc/sys/net/ipv4/conf/all/rp_filter", errors) if rdma else None
+    arp_all = _number(host, "/proc/sys/net/ipv4/conf/all/arp_ignore", errors) if rdma else None
+    return NetdevObservation(interfaces=interfaces, errors=tuple(errors), rp_filter_all=rp_all, arp_ignore_all=arp_all)

@@ -245,6 +245,12 @@ class Gpu:
     fabric_health_mask: int | None = None  # nvmlGpuFabricInfo_v2 healthMask, raw
     fabric_clique_id: int | None = None  # nvmlGpuFabricInfo cliqueId: GPUs of one NVLink domain share it
     fabric_cluster_uuid: str | None = None  # nvmlGpuFabricInfo clusterUuid (None when all zero)
+    #: nvmlDeviceGetSramEccErrorStatus: the SRAM error threshold of field diagnostics exceeded
+    #: (bThresholdExceeded; NVIDIA's XID 48 flow: RMA when set), and the uncorrectable SRAM counts
+    #: (parity + SEC-DED) since the last reset and over the GPU's life
+    sram_threshold_exceeded: bool | None = None
+    sram_uncorrected_volatile: int | None = None
+    sram_uncorrected_aggregate: int | None = None
 
 
 @dataclass(frozen=True)
@@ -468,22 +474,32 @@ FABRIC_HEALTH_FIELDS = {
     "route_unhealthy": (4, 0x3, 1),  # ROUTE_UNHEALTHY_TRUE
     "access_timeout_recovery": (6, 0x3, 1),  # ACCESS_TIMEOUT_RECOVERY_TRUE
 }
-#: nvml.h NVML_GPU_FABRIC_HEALTH_MASK_INCORRECT_CONFIGURATION_* (shift 8, width 0xF)
+#: nvml.h NVML_GPU_FABRIC_HEALTH_MASK_INCORRECT_CONFIGURATION_* (shift 8, width 0xF): every value the
+#: header defines (0 not supported and 1 none are no problem)
 FABRIC_CONFIG = {0: None, 1: None, 2: "incorrect system GUID", 3: "incorrect chassis serial number",
-                 4: "no partition", 5: "insufficient NVLinks"}
+                 4: "no partition", 5: "insufficient NVLinks", 6: "incompatible GPU firmware",
+                 7: "invalid location", 8: "GPU state invalid"}
+#: nvml.h NVML_GPU_FABRIC_HEALTH_MASK_PARTITION_ASSIGNED_* (shift 12, width 0x3) and
+#: NVML_GPU_FABRIC_HEALTH_MASK_GFM_STATE_* (shift 14, width 0x3): the value meaning a problem
+FABRIC_STATE_FIELDS = {
+    "no_partition_assigned": (12, 0x3, 2),  # PARTITION_ASSIGNED_FALSE: the GPU is in no NVLink partition
+    "fabric_manager_disconnected": (14, 0x3, 2),  # GFM_STATE_DISCONNECTED: the global fabric manager is gone
+}
 
 
 def decode_fabric_health(mask: int | None) -> dict[str, Any]:
     """The problems a fabric health mask reports: ``{"degraded_bandwidth": True, ...,
-    "incorrect_configuration": "insufficient NVLinks"}``; empty when healthy or unsupported."""
+    "incorrect_configuration": "insufficient NVLinks"}``; empty when healthy or unsupported. Every
+    field of nvml.h's mask is read; a configuration value the header does not define yet is named by
+    its number."""
     if not mask:
         return {}
     out: dict[str, Any] = {}
-    for name, (shift, width, bad) in FABRIC_HEALTH_FIELDS.items():
+    for name, (shift, width, bad) in {**FABRIC_HEALTH_FIELDS, **FABRIC_STATE_FIELDS}.items():
         if (mask >> shift) & width == bad:
             out[name] = True
     config = (mask >> 8) & 0xF
-    reason = FABRIC_CONFIG.get(config, f"configuration error {config}")
+    reason = FABRIC_CONFIG.get(config, f"configuration error {config} (not in this ccdiag's nvml.h)")
     if reason:
         out["incorrect_configuration"] = reason
     return out
@@ -675,10 +691,23 @@ def _read_identity(r: _Reader, i: int, f: dict) -> None:
         f["mig_mode_current"], f["mig_mode_pending"] = mig
 
 
+def parse_sram_status(v: Any) -> tuple[bool, int, int]:
+    """(threshold exceeded, volatile uncorrectable, aggregate uncorrectable) from an
+    nvmlEccSramErrorStatus_v1_t as JSON."""
+    if not isinstance(v, dict) or "bThresholdExceeded" not in v:
+        raise ParseError(f"expected an SRAM ECC error status structure, got {v!r}")
+    return (bool(_int(v["bThresholdExceeded"])),
+            _int(v.get("volatileUncParity", 0)) + _int(v.get("volatileUncSecDed", 0)),
+            _int(v.get("aggregateUncParity", 0)) + _int(v.get("aggregateUncSecDed", 0)))
+
+
 def _read_ecc(r: _Reader, i: int, f: dict) -> None:
     ecc = r.get("nvmlDeviceGetEccMode", i, parse=parse_bool_pair)
     if ecc is not None:
         f["ecc_mode_current"], f["ecc_mode_pending"] = ecc
+    sram = r.get("nvmlDeviceGetSramEccErrorStatus", i, parse=parse_sram_status)
+    if sram is not None:
+        f["sram_threshold_exceeded"], f["sram_uncorrected_volatile"], f["sram_uncorrected_aggregate"] = sram
     for field, etype, ctype in (("ecc_volatile_corrected", MEMORY_ERROR_CORRECTED, VOLATILE_ECC),
                                 ("ecc_volatile_uncorrected", MEMORY_ERROR_UNCORRECTED, VOLATILE_ECC),
                                 ("ecc_aggregate_corrected", MEMORY_ERROR_CORRECTED, AGGREGATE_ECC),

@@ -28,6 +28,7 @@ NVML_ERROR_NOT_SUPPORTED = 3
 NVML_ERROR_NOT_FOUND = 6
 NVML_ERROR_INSUFFICIENT_SIZE = 7
 NVML_ERROR_GPU_IS_LOST = 15
+NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25
 #: first fake device handle; handle = base + index
 HANDLE_BASE = 0x7A000
 
@@ -182,6 +183,15 @@ class NvmlAbi:
 
         g_("nvmlDeviceGetMigMode", (P, P), two(0, 0))
         g_("nvmlDeviceGetEccMode", (P, P), two(1, 1))
+
+        def sram_status(i: int, g: AbiGpu, out: int) -> int:
+            st = pynvml.c_nvmlEccSramErrorStatus_v1_t.from_address(out)
+            if st.version != pynvml.nvmlEccSramErrorStatus_v1:
+                return NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+            st.bThresholdExceeded = 0
+            return ok
+
+        g_("nvmlDeviceGetSramEccErrorStatus", (P,), sram_status)
         g_("nvmlDeviceGetTotalEccErrors", (ENUM, ENUM, P),
            lambda i, g, etype, ctype, out: self._put(c_ulonglong, out, 0))
 

@@ -354,7 +354,12 @@ def test_mig_pending_and_mixed_modes_warn():
     f = one(run(S.context(runs), "gpu.mig"), "warn")
     assert f.component.gpu == 0 and "pending" in f.summary
     runs = S.with_gpu(S.healthy_runs(), 0, mig_mode_current=True, mig_mode_pending=True)
-    f = one(run(S.context(runs), "gpu.mig"), "warn")
+    f = one(run(S.context(runs), "gpu.mig"), "warn")  # the odd GPU is named, not the node
+    assert (f.component.kind, f.component.gpu, f.details) == ("gpu", 0, {"mig": True, "peers_mig": False})
+    assert "7 peers have MIG off" in f.summary
+    runs = S.healthy_runs(n=2, gpus=[S.h100(0, mig_mode_current=True, mig_mode_pending=True), S.h100(1)],
+                          pcie=S.pcie_obs([S.bus_id(0), S.bus_id(1)]))
+    f = one(run(S.context(runs), "gpu.mig"), "warn")  # split down the middle: no odd one, the node
     assert f.component.kind == "node" and "[0]" in f.summary
 
 
@@ -453,3 +458,19 @@ def test_lost_gpu_is_short_of_the_policy_count():
     runs = S.with_gpu(S.healthy_runs(), 6, failed="gpu_lost")
     f = one(run(S.context(runs, policy=Policy(expected_gpu_count=8)), "gpu.count"), "fail")
     assert f.summary == "7 usable GPU(s) (GPU6 gpu_lost), policy expects 8."
+
+
+def test_sram_over_its_threshold_needs_service_and_below_it_a_reset():
+    """nvmlDeviceGetSramEccErrorStatus: bThresholdExceeded set is NVIDIA's RMA criterion (XID 48
+    flow); uncorrectable SRAM errors below it warn; a driver without the call skips."""
+    runs = S.with_gpu(S.healthy_runs(), 3, sram_threshold_exceeded=True, sram_uncorrected_volatile=2,
+                      sram_uncorrected_aggregate=41)
+    runs = S.with_gpu(runs, 5, sram_threshold_exceeded=False, sram_uncorrected_volatile=1, sram_uncorrected_aggregate=1)
+    for i in (0, 1, 2, 4, 6, 7):
+        runs = S.with_gpu(runs, i, sram_threshold_exceeded=False, sram_uncorrected_volatile=0,
+                          sram_uncorrected_aggregate=0)
+    found = {f.component.gpu: f for f in run(S.context(runs), "gpu.sram_ecc")}
+    assert (found[3].status, found[3].action) == ("fail", "service") and "threshold" in found[3].summary
+    assert (found[5].status, found[5].action) == ("warn", "reset_gpu")
+    assert {found[i].status for i in (0, 1, 2, 4, 6, 7)} == {"pass"}
+    assert {f.status for f in run(S.context(S.healthy_runs()), "gpu.sram_ecc")} == {"skip"}

@@ -58,9 +58,25 @@ def test_the_ffffffff_placeholder_is_not_a_switch():
     (1 | 1 << 4 | 5 << 8, {"degraded_bandwidth": True, "route_unhealthy": True,
                            "incorrect_configuration": "insufficient NVLinks"}),
     (1 << 2 | 1 << 6, {"route_recovery": True, "access_timeout_recovery": True}),
+    (6 << 8, {"incorrect_configuration": "incompatible GPU firmware"}),
+    (7 << 8, {"incorrect_configuration": "invalid location"}),
+    (8 << 8, {"incorrect_configuration": "GPU state invalid"}),
+    (1 << 12 | 1 << 14 | 1 << 8, {}),  # a partition assigned, the global fabric manager connected
+    (2 << 12 | 2 << 14 | 1 << 8, {"no_partition_assigned": True, "fabric_manager_disconnected": True}),
 ])
 def test_fabric_health_mask_follows_nvml_h(mask, problems):
+    """Every field and value nvml.h defines (NVML_GPU_FABRIC_HEALTH_MASK_*, as nvidia-ml-py carries
+    them): degraded bandwidth, route recovery and health, access timeouts, the nine configuration
+    values, partition assignment and the global fabric manager's state."""
     assert nvml.decode_fabric_health(mask) == problems
+
+
+def test_every_configuration_value_of_nvml_h_has_words():
+    import pynvml
+
+    prefix = "NVML_GPU_FABRIC_HEALTH_MASK_INCORRECT_CONFIGURATION_"
+    values = {getattr(pynvml, n) for n in dir(pynvml) if n.startswith(prefix)}
+    assert values <= set(nvml.FABRIC_CONFIG), sorted(values - set(nvml.FABRIC_CONFIG))
 
 
 def test_clique_and_cluster_are_read_once_registered():

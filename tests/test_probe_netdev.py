@@ -125,3 +125,24 @@ def test_live_run_lists_this_machines_interfaces():
     physical = [i for i in ifs.values() if i.virtual is False]
     assert physical, "this machine has at least one non-virtual interface (eth0)"
     assert all(i.mtu is None or i.mtu > 0 for i in ifs.values())
+
+
+def test_rdma_interfaces_carry_their_rp_filter_arp_and_ecn_settings():
+    """SYNTHESIZED files in the kernel's layout: /proc/sys/net/ipv4/conf/<if>/{rp_filter,arp_ignore}
+    and mlx5's /sys/class/net/<if>/ecn/<roce_np|roce_rp>/enable/<priority>; read only for RDMA
+    interfaces."""
+    snap = node_tree()
+    for name, rp, arp in (("all", 1, 0), ("ens2f0", 2, 1), ("ib0", 0, 0)):
+        snap.put_file(f"/proc/sys/net/ipv4/conf/{name}/rp_filter", f"{rp}\n")
+        snap.put_file(f"/proc/sys/net/ipv4/conf/{name}/arp_ignore", f"{arp}\n")
+    for kind in ("roce_np", "roce_rp"):
+        for prio in range(8):
+            snap.put_file(f"/sys/devices/pci0000:17/0000:17:02.0/0000:19:00.0/net/ens2f0/ecn/{kind}/enable/{prio}",
+                          "1\n" if prio == 3 else "0\n")
+    obs = netdev.collect(ReplayHost(snap))
+    by = {i.name: i for i in obs.interfaces}
+    assert (by["ens2f0"].rp_filter, by["ens2f0"].arp_ignore) == (2, 1)
+    assert by["ens2f0"].ecn == {"roce_np": (3,), "roce_rp": (3,)}
+    assert (by["ib0"].rp_filter, by["ib0"].ecn) == (0, None)
+    assert (obs.rp_filter_all, obs.arp_ignore_all) == (1, 0)
+    assert by["docker0"].rp_filter is None  # not an RDMA interface: not read

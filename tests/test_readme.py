@@ -15,7 +15,7 @@ import pytest
 from conftest import REPO
 
 README = REPO / "README.md"
-SAMPLE_VERDICT = "FAIL: 8 failed (+13 folded) (node hgx-h100-synth-degraded)"
+SAMPLE_VERDICT = "FAIL: 8 failed (+14 folded) (node hgx-h100-synth-degraded)"
 
 
 def shell_commands(text: str) -> list[str]:

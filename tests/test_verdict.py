@@ -22,10 +22,10 @@ DEGRADED = REPO / "samples" / "hgx-h100-8gpu-degraded.snap.tar.gz"
 def test_xid79_is_the_root_of_the_lost_gpu_its_unknowns_and_the_gpu_count():
     code, out, err = run("check", "--replay", str(DEGRADED))
     lines = unwrap(out)
-    assert code == 1 and lines[0].startswith("FAIL: 8 failed (+13 folded)")  # roots, with their consequences beside
+    assert code == 1 and lines[0].startswith("FAIL: 8 failed (+14 folded)")  # roots, with their consequences beside
     xid = next(i for i, l in enumerate(lines) if l.startswith("FAIL xid.recent GPU6"))
     folded = lines[xid + 1]
-    assert folded.startswith("  + 11 follow from it: gpu.count node (fail); gpu.lost GPU6 (fail); ")
+    assert folded.startswith("  + 12 follow from it: gpu.count node (fail); gpu.lost GPU6 (fail); ")
     assert "gpu.ecc" in folded and "nvlink.down GPU6 (unknown)" in folded
     one_liners = [l for l in lines if re.match(r"^(FAIL|WARN|UNKNOWN) \S+ ", l)]
     assert not [l for l in one_liners if l.startswith(("FAIL gpu.count", "FAIL gpu.lost", "UNKNOWN gpu."))]
@@ -44,7 +44,7 @@ def test_json_links_each_consequence_to_its_cause():
     count = by_key["gpu.count|node"]
     assert count["caused_by"] == "xid.recent|GPU6" and by_key[count["caused_by"]]["status"] == "fail"
     caused = sorted(f["check"] for f in doc["findings"] if f["caused_by"] == "xid.recent|GPU6")
-    assert len(caused) == 11 and "gpu.lost" in caused  # chains end at the root: XID 79 -> lost -> unknowns
+    assert len(caused) == 12 and "gpu.lost" in caused  # chains end at the root: XID 79 -> lost -> unknowns
     assert by_key["xid.recent|GPU6"]["caused_by"] is None
 
 

@@ -346,6 +346,46 @@ ROW_REMAP_UNCORRECTABLE_WARN = 512
 RETIRED_TABLE_FULL = 62
 
 
+@check("gpu.sram_ecc", needs=(PROBE_NVML,))
+def check_sram_ecc(ctx: CheckContext) -> list[Finding]:
+    """Uncorrectable errors in the GPU's on-chip SRAM (L2, SM, PCIe, microcontrollers). Row remapping
+    cannot repair SRAM: NVIDIA's XID 48 flow says to check the SRAM error threshold and follow the
+    RMA flow when it is exceeded (``nvmlDeviceGetSramEccErrorStatus`` ``bThresholdExceeded``)."""
+    cid = "gpu.sram_ecc"
+    fn = "nvmlDeviceGetSramEccErrorStatus"
+
+    def judge(g, _nvml):
+        if g.sram_threshold_exceeded is None:
+            err = read_error(g, fn)
+            if err is not None and err.kind == "not_recorded" and not g.failed:
+                return [Finding(cid, SKIP, gpu_component(g), f"GPU{g.index}: SRAM ECC status not in this snapshot "
+                                "(recorded by a ccdiag that did not read it).", evidence=(Evidence(
+                                    "SRAM ECC error status", "not recorded", f"{fn}({g.index})"),))]
+            return [not_read(cid, g, "SRAM ECC error status", (fn,))]
+        src = f"{fn}({g.index})"
+        ev = (Evidence("SRAM error threshold exceeded", g.sram_threshold_exceeded, src),
+              Evidence("uncorrectable SRAM errors since the last reset", g.sram_uncorrected_volatile, src),
+              Evidence("uncorrectable SRAM errors, lifetime", g.sram_uncorrected_aggregate, src))
+        if g.sram_threshold_exceeded:
+            return [Finding(cid, FAIL, gpu_component(g), f"GPU{g.index}: its SRAM uncorrectable-error threshold is "
+                            f"exceeded ({g.sram_uncorrected_aggregate} in its life): the on-chip memory cannot be "
+                            "repaired.", evidence=ev, expected="threshold not exceeded",
+                            expected_source="NVIDIA XID catalogue, XID 48 (SRAM: RMA when the threshold is exceeded)",
+                            remedy="Drain the node, run NVIDIA's field diagnostics on this GPU and open an RMA "
+                                   "(serial in nvidia-smi -q).", action=A.SERVICE)]
+        if g.sram_uncorrected_volatile:
+            return [Finding(cid, WARN, gpu_component(g), f"GPU{g.index}: {g.sram_uncorrected_volatile} uncorrectable "
+                            "SRAM error(s) since its last reset, below NVIDIA's threshold.", evidence=ev,
+                            expected="no uncorrectable SRAM error",
+                            expected_source="NVIDIA XID catalogue, XID 48 (SRAM)",
+                            remedy=f"Reset GPU{g.index} when idle (nvidia-smi -r -i {g.index}); watch the count: "
+                                   "NVIDIA's threshold flag asks for an RMA once set.", action=A.RESET_GPU)]
+        return [Finding(cid, PASS, gpu_component(g), f"GPU{g.index}: SRAM below its error threshold "
+                        f"({g.sram_uncorrected_aggregate or 0} uncorrectable in its life).", evidence=ev)]
+
+    return per_gpu(ctx, cid, judge)
+
+
 @check("gpu.remapped_rows", needs=(PROBE_NVML,))
 def check_remapped_rows(ctx: CheckContext) -> list[Finding]:
     """Row remapping (Ampere+) and page retirement (earlier GPUs) take bad memory out of service,
@@ -656,11 +696,27 @@ def check_mig(ctx: CheckContext) -> list[Finding]:
     if len(set(modes.values())) > 1:
         on = sorted(i for i, m in modes.items() if m)
         off = sorted(i for i, m in modes.items() if not m)
-        out.append(Finding(cid, WARN, NODE, f"MIG is on for GPU(s) {on} and off for GPU(s) {off}.",
-                           evidence=tuple(Evidence(f"GPU{i} MIG", m, f"nvmlDeviceGetMigMode({i})")
-                                          for i, m in sorted(modes.items())),
-                           expected="the same MIG mode on every GPU",
-                           remedy="Use one mode per node unless the scheduler is set up for mixed MIG."))
+        odd = on if len(on) < len(off) else off if len(off) < len(on) else []
+        by_index = {g.index: g for g in nvml.gpus}
+        for i in odd:  # the GPUs whose mode differs from most of the node's: named one by one
+            mine = modes[i]
+            peers = len(off) if mine else len(on)
+            out = [f for f in out if f.component.gpu != i or f.status != PASS]
+            out.append(Finding(cid, WARN, gpu_component(by_index[i]),
+                               f"GPU{i}: MIG {'on' if mine else 'off'} while its {peers} peers have MIG "
+                               f"{'off' if mine else 'on'}.",
+                               evidence=(Evidence("current", mine, f"nvmlDeviceGetMigMode({i})"),
+                                         Evidence("peers' MIG mode", not mine, "nvmlDeviceGetMigMode")),
+                               expected=f"MIG {'off' if mine else 'on'}, as the other GPUs",
+                               remedy=f"Set GPU{i} like the others (nvidia-smi -i {i} -mig {int(not mine)}, then reset "
+                                      "it), unless the scheduler is set up for mixed MIG.",
+                               details={"mig": mine, "peers_mig": not mine}))
+        if not odd:
+            out.append(Finding(cid, WARN, NODE, f"MIG is on for GPU(s) {on} and off for GPU(s) {off}.",
+                               evidence=tuple(Evidence(f"GPU{i} MIG", m, f"nvmlDeviceGetMigMode({i})")
+                                              for i, m in sorted(modes.items())),
+                               expected="the same MIG mode on every GPU",
+                               remedy="Use one mode per node unless the scheduler is set up for mixed MIG."))
     return out
 
 
@@ -736,6 +792,8 @@ def check_model(ctx: CheckContext) -> list[Finding]:
 FABRIC_OK = ("completed",)
 FABRIC_BAD = ("not_started", "in_progress")
 FABRIC_STATUS_OK = ("success", "ok", "nvml_success")
+#: systemctl is-active states of a service on its way up, not down
+FM_STARTING = ("activating", "reloading")
 
 
 @check("gpu.fabric_manager", needs=(PROBE_NVML,), uses=(PROBE_SYSTEM, PROBE_PCIE))
@@ -776,12 +834,21 @@ def check_fabric_manager(ctx: CheckContext) -> list[Finding]:
                            remedy="Start or restart nvidia-fabricmanager (its version must equal the driver's) and "
                                   "check /var/log/fabricmanager.log; reboot if registration stays stuck."))
     completed = bool(states) and all(s in FABRIC_OK for s in states.values())
-    if fm != "active":
+    if fm in FM_STARTING and not completed:
+        out.append(Finding(cid, WARN, node_component("nvidia-fabricmanager"),
+                           f"The fabric manager is '{fm}': the GPUs join the NVLink fabric once it has started.",
+                           evidence=(ev_sw, ev_fm), expected="active", expected_source="NVSwitch present",
+                           remedy="Check again in a minute; if it stays there, see `journalctl -u nvidia-fabricmanager` "
+                                  "and /var/log/fabricmanager.log."))
+    elif fm != "active":
         if fm is None and completed:
             pass  # service state unreadable here (e.g. a container), but every GPU is registered
+        elif fm is None and states:
+            pass  # the GPUs that have not completed registration are named above; the service is not readable
         elif fm is None:
-            out.append(Finding(cid, UNKNOWN, NODE, "NVSwitch present; fabric manager state could not be read and "
-                               "the GPUs do not report fabric registration.", evidence=(ev_sw, ev_fm),
+            out.append(Finding(cid, UNKNOWN, NODE, "NVSwitch present; the fabric manager's state could not be read "
+                               "and no GPU reports a fabric registration state (this driver or GPU does not report "
+                               "it).", evidence=(ev_sw, ev_fm),
                                remedy="Check `systemctl status nvidia-fabricmanager` on the host."))
         elif completed:
             out.append(Finding(cid, WARN, NODE, f"Fabric manager service is '{fm}' here, yet every GPU reports fabric "
@@ -800,7 +867,8 @@ def check_fabric_manager(ctx: CheckContext) -> list[Finding]:
     if not out:
         out.append(Finding(cid, PASS, NODE, "NVSwitch present; fabric manager "
                            + (f"{fm}" if fm else "state not readable here") +
-                           (f", {len(states)} GPU(s) registered." if states else "."),
+                           (f"; every GPU ({len(states)}) reports its fabric registration completed." if completed
+                            else "."),
                            evidence=(ev_sw, ev_fm)))
     return out
 
@@ -812,7 +880,9 @@ def check_fabric_manager(ctx: CheckContext) -> list[Finding]:
 FABRIC_RECOVERING = ("route_recovery", "access_timeout_recovery")
 FABRIC_HEALTH_TEXT = {"degraded_bandwidth": "NVLink bandwidth degraded", "route_unhealthy": "a route is unhealthy",
                       "route_recovery": "a route is being recovered",
-                      "access_timeout_recovery": "recovering from an access timeout"}
+                      "access_timeout_recovery": "recovering from an access timeout",
+                      "no_partition_assigned": "no NVLink partition assigned",
+                      "fabric_manager_disconnected": "the global fabric manager is disconnected"}
 FABRIC_SOURCE = "nvml.h NVML_GPU_FABRIC_HEALTH_MASK_* (nvmlGpuFabricInfo_v2 healthMask)"
 
 

@@ -71,6 +71,7 @@ _DEVICE_ARGS: dict[str, tuple[int, ...]] = {
 _OUT_STRUCTS: dict[str, str] = {
     "nvmlDeviceGetGpuFabricInfoV": "c_nvmlGpuFabricInfoV_t",
     "nvmlDeviceGetGpuFabricInfo": "c_nvmlGpuFabricInfo_t",
+    "nvmlDeviceGetSramEccErrorStatus": "c_nvmlEccSramErrorStatus_v1_t",
 }
 
 

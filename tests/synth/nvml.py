@@ -158,6 +158,9 @@ class SynthGpu:
     fabric_clique_id: int = 0  # nvmlGpuFabricInfo cliqueId
     fabric_cluster_uuid: tuple[int, ...] = (0,) * 16  # nvmlGpuFabricInfo clusterUuid bytes
     recovery_action: int | None = 0  # nvmlGpuRecoveryAction_t: none
+    #: nvmlEccSramErrorStatus_v1_t answered as (threshold exceeded, volatile uncorrectable SEC-DED,
+    #: aggregate uncorrectable SEC-DED); None: NVML answers "not supported" (drivers before R550)
+    sram_ecc: tuple[bool, int, int] | None = (False, 0, 0)
     nvlink_count: int = 18
     nvlink_version: int = 6  # nvmlNvlinkVersion_t for NVLink 4.0
     nvlink_remote_bus_ids: tuple[str, ...] | None = None  # per link; None: the synthesized switches
@@ -252,6 +255,14 @@ class _Model:
             etype, ctype = rest
             return {(0, 0): g.ecc_volatile_corrected, (1, 0): g.ecc_volatile_uncorrected,
                     (0, 1): g.ecc_aggregate_corrected, (1, 1): g.ecc_aggregate_uncorrected}[(etype, ctype)]
+        if fn == "nvmlDeviceGetSramEccErrorStatus":
+            if g.sram_ecc is None:
+                return ns
+            exceeded, vol, agg = g.sram_ecc
+            return {"version": 0x01000068, "aggregateUncParity": 0, "aggregateUncSecDed": agg, "aggregateCor": 0,
+                    "volatileUncParity": 0, "volatileUncSecDed": vol, "volatileCor": 0, "aggregateUncBucketL2": 0,
+                    "aggregateUncBucketSm": agg, "aggregateUncBucketPcie": 0, "aggregateUncBucketMcu": 0,
+                    "aggregateUncBucketOther": 0, "bThresholdExceeded": int(exceeded)}
         if fn == "nvmlDeviceGetRetiredPages":
             if g.retired_pages is None:
                 return ns
