@@ -24,6 +24,8 @@ NAME = PROBE_SYSTEM
 TIMEOUT_S = 8.0
 
 FABRIC_MANAGER_ARGV = ("systemctl", "is-active", "nvidia-fabricmanager")
+IMEX_ARGV = ("systemctl", "is-active", "nvidia-imex")
+IMEX_CHANNELS = "/dev/nvidia-caps-imex-channels"
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,12 @@ class SystemObservation:
     rdma_core_version: int | None = None  # from libibverbs.so.1's file name (libibverbs.so.1.14.<N>.0)
     libibverbs_path: str | None = None  # the libibverbs.so.1 that was read
     nccl_conf_text: str | None = None  # /etc/nccl.conf as NCCL reads it (None: no file)
+    #: IMEX (multi-node NVLink memory sharing, GB200/GB300): systemctl is-active nvidia-imex, whether the
+    #: driver registered the channel device (/proc/devices "nvidia-caps-imex-channels"), and the
+    #: channel nodes administrators create (/dev/nvidia-caps-imex-channels/channelN; None: no directory)
+    imex_service: str | None = None
+    imex_channel_device: bool | None = None
+    imex_channels: tuple[str, ...] | None = None
 
 
 # -- parsers (pure) ------------------------------------------------------------------------------
@@ -222,11 +230,11 @@ def _cpu_count(host, errors: list[ReadError]) -> int | None:
     return count
 
 
-def _fabric_manager(host, errors: list[ReadError]) -> str | None:
-    result = host.run(list(FABRIC_MANAGER_ARGV), timeout=5)
+def _fabric_manager(host, errors: list[ReadError], argv: tuple[str, ...] = FABRIC_MANAGER_ARGV) -> str | None:
+    result = host.run(list(argv), timeout=5)
     if result.error is not None or result.timed_out:
         if result.error not in ("not found", NOT_RUN_UNDER_ROOT):  # no systemd (containers), a tree: unknown
-            errors.append(ReadError(" ".join(FABRIC_MANAGER_ARGV), "command", result.describe()))
+            errors.append(ReadError(" ".join(argv), "command", result.describe()))
         return None
     # is-active exits non-zero for inactive/failed/unknown units and prints the state anyway
     state = result.stdout.strip().splitlines()
@@ -255,6 +263,17 @@ def _rdma_core(host, errors: list[ReadError]) -> tuple[int | None, str | None]:
     return None, None
 
 
+def _imex(host, errors: list[ReadError]) -> tuple[bool | None, tuple[str, ...] | None]:
+    """(the driver registered the IMEX channel device, the channel nodes that exist)."""
+    devices = _text(host, "/proc/devices", errors)
+    registered = None if devices is None else any(
+        line.split()[-1:] == ["nvidia-caps-imex-channels"] for line in devices.splitlines())
+    channels = None
+    if host.exists(IMEX_CHANNELS):
+        channels = tuple(sorted(listing(host, IMEX_CHANNELS, errors) or ()))
+    return registered, channels
+
+
 @probe(order=10, what="modules, fabric manager, limits")
 def collect(host) -> SystemObservation:
     """Facts about the node; every one may be None with the reason beside it."""
@@ -271,6 +290,7 @@ def collect(host) -> SystemObservation:
     flavor = parse_module_flavor(nv_text) if nv_text else None
     rdma_core, libibverbs = _rdma_core(host, errors)
     nccl_conf = _text(host, "/etc/nccl.conf", errors)
+    imex_device, imex_channels = _imex(host, errors)
     if nv_version is None:
         nv_version = attr(host, "/sys/module/nvidia/version", errors)
     shm = None
@@ -298,4 +318,6 @@ def collect(host) -> SystemObservation:
         iommu=_iommu(host, cmdline, errors), cmdline=cmdline, environ=environ, errors=tuple(errors),
         nvidia_module_flavor=flavor, rdma_core_version=rdma_core, libibverbs_path=libibverbs,
         nccl_conf_text=nccl_conf[:65536] if nccl_conf is not None else None,
+        imex_service=_fabric_manager(host, errors, IMEX_ARGV) if imex_device else None,
+        imex_channel_device=imex_device, imex_channels=imex_channels,
     )

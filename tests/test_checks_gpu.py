@@ -474,3 +474,23 @@ def test_sram_over_its_threshold_needs_service_and_below_it_a_reset():
     assert (found[5].status, found[5].action) == ("warn", "reset_gpu")
     assert {found[i].status for i in (0, 1, 2, 4, 6, 7)} == {"pass"}
     assert {f.status for f in run(S.context(S.healthy_runs()), "gpu.sram_ecc")} == {"skip"}
+
+
+def _gb200_runs(**system):
+    gpus = [S.h100(i, name="NVIDIA GB200", fabric_cluster_uuid="00000000-0000-0000-0000-000000000001",
+                   fabric_clique_id=0) for i in range(4)]
+    runs = S.healthy_runs(n=4, gpus=gpus, pcie=S.pcie_obs([S.bus_id(i) for i in range(4)]))
+    sysobs = dataclasses.replace(runs["system"].data, **system)
+    return {**runs, "system": S.ok("system", sysobs)}
+
+
+def test_imex_on_gb200_needs_its_service_and_a_channel():
+    """NVIDIA's IMEX guide: the nvidia-imex service and /dev/nvidia-caps-imex-channels/channelN
+    (created by the administrator, gone after a reboot) for memory shared across trays."""
+    ok = _gb200_runs(imex_channel_device=True, imex_service="active", imex_channels=("channel0",))
+    assert [f.status for f in run(S.context(ok), "gpu.imex")] == ["pass"]
+    down = _gb200_runs(imex_channel_device=True, imex_service="inactive", imex_channels=())
+    got = sorted((f.status, f.component.name) for f in run(S.context(down), "gpu.imex"))
+    assert got == [("warn", "nvidia-caps-imex-channels"), ("warn", "nvidia-imex")]
+    assert [f.status for f in run(S.context(S.healthy_runs()), "gpu.imex")] == ["skip"]  # H100: no IMEX
+    assert [f.status for f in run(S.context(_gb200_runs()), "gpu.imex")] == ["skip"]  # not read

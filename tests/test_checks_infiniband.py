@@ -16,7 +16,7 @@ from ccdiag.probes.kmsg import KernelEvent
 from ccdiag.probes.registry import ProbeRun
 
 IB_CHECKS = ("ib.port_state", "ib.rate", "ib.counters", "ib.link_flaps", "ib.roce_gid", "ib.gpudirect",
-             "ib.subnet_manager", "ib.rail_socket")
+             "ib.subnet_manager", "ib.rail_socket", "ib.mtu", "ib.rp_filter", "ib.ecn")
 
 
 def bad(findings):

@@ -343,13 +343,15 @@ def link_flaps(ctx: CheckContext) -> list[Finding]:
     gated = gate(ctx, "ib.link_flaps", "IB link flaps (kernel log)", probes=(PROBE_KMSG,))
     if gated:
         return [gated]
-    km = ctx.data(PROBE_KMSG)
+    from ccdiag.checks.xid import kernel_log
+
+    km, events, _arrived, uptime = kernel_log(ctx)  # both reads of a --window run: the whole window
     window = ctx.policy.xid_window_s
     recent = []
-    for e in km.events:
+    for e in events:
         if e.kind != "ib_link_down":
             continue
-        if km.uptime_s is not None and e.time_s is not None and km.uptime_s - e.time_s > window:
+        if uptime is not None and e.time_s is not None and uptime - e.time_s > window:
             continue
         recent.append(e)
     if not recent:

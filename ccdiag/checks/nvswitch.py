@@ -99,16 +99,18 @@ _REMEDY = {
 
 
 def _sxid_events(ctx: CheckContext) -> tuple[dict[tuple[str, int], list], int, Any]:
-    km = ctx.data(PROBE_KMSG)
+    from ccdiag.checks.xid import kernel_log
+
+    km, events, _arrived, uptime = kernel_log(ctx)  # both reads of a --window run: the whole window
     groups: dict[tuple[str, int], list] = {}
     older = 0
     if km is None:
         return groups, older, None
     window = ctx.policy.xid_window_s
-    for ev in km.events:
+    for ev in events:
         if ev.kind != "sxid" or ev.code is None or not ev.bdf:
             continue
-        age = km.uptime_s - ev.time_s if km.uptime_s is not None and ev.time_s is not None else None
+        age = uptime - ev.time_s if uptime is not None and ev.time_s is not None else None
         if age is not None and age > window:
             older += 1
             continue
