@@ -225,3 +225,30 @@ def test_no_gpu_node_with_clean_log_skips():
             "nvml": ProbeRun("nvml", "unavailable", 0.01, None, "no driver"),
             "kmsg": S.ok("kmsg", S.kmsg_obs())}
     assert [f.status for f in xids(S.context(runs))] == ["skip"]
+
+
+# -- real lines of NVLink5 and follow-up XIDs --------------------------------------------------------
+
+def test_gpud_1174_nvlink5_xid_severity_comes_from_the_line():
+    kmsg = S.kmsg_obs(S.kmsg_fixture("kmsg-nvlink5-xid149-fatal-xid145-nonfatal-gpud-1174.txt"), uptime_s=None)
+    runs = node_at("0019:01:00.0", "0018:01:00.0", "0000:9b:00.0", kmsg=kmsg)
+    by = {f.details["xid"]: f for f in xids(S.context(runs))}
+    assert (by[149].status, by[149].action) == ("fail", "reset_gpu")
+    assert (by[145].status, by[145].action) == ("warn", "none") and "non-fatal" in by[145].remedy
+    assert (by[94].status, by[94].action) == ("warn", "restart_job")
+
+
+def test_ogkm_1150_xid45_is_never_a_failure_and_folds_under_the_xid_it_follows():
+    from ccdiag.checks.causes import link_causes
+    from ccdiag.probes.kmsg import parse_lines
+
+    events = S.kmsg_fixture("kmsg-xid45-caused-by-previous-xid149-145-ogkm-1150.txt")
+    bdfs = ("0000:dc:00.0", "0000:ed:00.0", "0000:ba:00.0", "0000:97:00.0")
+    alone = xids(S.context(node_at(*bdfs, kmsg=S.kmsg_obs(events, uptime_s=None))))
+    assert {f.status for f in alone} == {"pass"} and {f.details["xid"] for f in alone} == {45}
+    # with the XID 149 it names (the real gpud#1174 line, RE-ADDRESSED to 0000:dc:00): one event
+    fatal, _ = parse_lines(["NVRM: Xid (PCI:0000:dc:00): 149, NETIR Fatal XC0 i0 Link -1 (0x000fe406 0x00000000 "
+                            "0x00000000 0x00000000 0x00000000 0x00000000)"])
+    found = link_causes(xids(S.context(node_at(*bdfs, kmsg=S.kmsg_obs(fatal + list(events), uptime_s=None)))))
+    on_dc = {f.details["xid"]: f for f in found if f.component.bdf == "0000:dc:00.0"}
+    assert on_dc[45].caused_by == on_dc[149].key and on_dc[149].caused_by is None

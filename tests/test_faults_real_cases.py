@@ -159,7 +159,7 @@ def test_an_xid_logged_during_the_window_is_judged_and_explains_the_lost_gpu():
     xid = [f for f in found if f.check == "xid.recent"]
     assert [(f.status, f.component.name, f.details["during_window"]) for f in xid] == [("fail", "GPU6", 1)]
     lost = [f for f in found if f.check == "gpu.lost" and f.status == "fail"]
-    assert [f.caused_by for f in lost] == ["xid.recent|GPU6"] and action == "reboot"
+    assert [f.caused_by for f in lost] == ["xid.recent|GPU6|XID 79"] and action == "reboot"
     assert dataclasses.replace  # the window's own reads, nothing else changed
 
 

@@ -42,10 +42,10 @@ def test_json_links_each_consequence_to_its_cause():
     jsonschema.validate(doc, json.loads((REPO / "ccdiag" / "schema" / "report.schema.json").read_text()))
     by_key = {f["key"]: f for f in doc["findings"]}
     count = by_key["gpu.count|node"]
-    assert count["caused_by"] == "xid.recent|GPU6" and by_key[count["caused_by"]]["status"] == "fail"
-    caused = sorted(f["check"] for f in doc["findings"] if f["caused_by"] == "xid.recent|GPU6")
+    assert count["caused_by"] == "xid.recent|GPU6|XID 79" and by_key[count["caused_by"]]["status"] == "fail"
+    caused = sorted(f["check"] for f in doc["findings"] if f["caused_by"] == "xid.recent|GPU6|XID 79")
     assert len(caused) == 12 and "gpu.lost" in caused  # chains end at the root: XID 79 -> lost -> unknowns
-    assert by_key["xid.recent|GPU6"]["caused_by"] is None
+    assert by_key["xid.recent|GPU6|XID 79"]["caused_by"] is None
 
 
 def test_the_slurm_drain_reason_names_the_root_cause(tmp_path):

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ccdiag.core.actions import RANK, action_of, worst
-from ccdiag.core.findings import FAIL, SKIP, STATUS_RANK, UNKNOWN, WARN, Finding
+from ccdiag.core.findings import FAIL, PASS, SKIP, STATUS_RANK, UNKNOWN, WARN, Finding
 
 Match = Callable[[Finding, Finding], bool]
 FALLEN_OFF_BUS = 79  # ccdiag.checks.xid.FALLEN_OFF_BUS
@@ -26,8 +26,9 @@ RM_INIT_FAILED = -1  # ccdiag.checks.xid.RM_INIT_FAILED: "RmInitAdapter failed!"
 
 
 def key(f: Finding) -> str:
-    """A finding's key in one report: ``check|component name`` (``gpu.lost|GPU6``)."""
-    return f"{f.check}|{f.component.name}"
+    """A finding's key in one report: ``check|component name`` (``gpu.lost|GPU6``), and the subject
+    where a check reports one component more than once (``xid.recent|GPU6|XID 79``)."""
+    return f.key
 
 
 # ------------------------------------------------------------------ how a cause meets its effect
@@ -103,9 +104,14 @@ def always(f: Finding) -> bool:
 
 
 def xid_on_same_gpu(*codes: int) -> Match:
-    """An XID finding with one of ``codes`` on the cause's GPU (the other lines of one GPU event)."""
-    return lambda cause, effect: (effect.check != "xid.recent" or effect.details.get("xid") in codes) \
-        and same_gpu(cause, effect)
+    """An XID finding with one of ``codes`` on the cause's GPU (the other lines of one GPU event,
+    passing ones too: an XID 45 "caused by previous Xid 149" belongs under it), or another
+    check's problem on that GPU."""
+    def match(cause: Finding, effect: Finding) -> bool:
+        if effect.check == "xid.recent":
+            return effect.details.get("xid") in codes and same_gpu(cause, effect)
+        return effect.status != PASS and same_gpu(cause, effect)
+    return match
 
 
 #: XIDs NVIDIA's catalogue describes as following another on the same GPU: 45 (preemptive cleanup
@@ -118,6 +124,8 @@ MEMORY_DBE = (48,)
 MEMORY_FOLLOW = FOLLOWERS + (63, 64, 92, 94, 95, 140, 156, 157, 171, 172)
 #: the GPU's memory state that such an event leaves (counters, pending remap, the driver's action)
 MEMORY_STATE = ("gpu.ecc", "gpu.remapped_rows", "gpu.recovery_action", "gpu.sram_ecc")
+#: a GPU event folds its problems, and the passing XIDs that belong to it (45 after 149)
+EVENT_STATUSES = (FAIL, UNKNOWN, WARN, PASS)
 #: NVLink errors the GPU logs for one of its links (74; NVLink5: 144-150, 155; link training 136)
 LINK_XIDS = (74, 136, 144, 145, 146, 147, 148, 149, 150, 155)
 
@@ -178,27 +186,34 @@ RULES: tuple[CauseRule, ...] = (
     CauseRule("dbe-event", "xid.recent", ("xid.recent",) + MEMORY_STATE, xid_on_same_gpu(*MEMORY_FOLLOW),
               "an uncorrectable memory error (XID 48) brings its remap (63/64), containment (94/95), cleanup "
               "(45), recovery action (154), ECC counters and pending remap on the same GPU: one event",
-              cause_when=has_xid(*MEMORY_DBE)),
+              cause_when=has_xid(*MEMORY_DBE),
+              effect_statuses=EVENT_STATUSES),
     CauseRule("containment-event", "xid.recent", ("xid.recent",) + MEMORY_STATE,
               xid_on_same_gpu(*(FOLLOWERS + (63, 64, 156, 157))),
               "an uncontained memory error (XID 95, or 140) explains the GPU's ECC counters, pending remap, "
-              "recovery action and the cleanup XIDs after it", cause_when=has_xid(95, 140)),
+              "recovery action and the cleanup XIDs after it", cause_when=has_xid(95, 140),
+              effect_statuses=EVENT_STATUSES),
     CauseRule("ecc-event", "gpu.ecc", ("gpu.remapped_rows", "gpu.recovery_action", "gpu.sram_ecc", "xid.recent"),
               xid_on_same_gpu(*(FOLLOWERS + (63, 64, 92, 156))),
               "uncorrected ECC errors since the last reset are why a row remap is pending and the driver asks "
-              "for a reset"),
+              "for a reset",
+              effect_statuses=EVENT_STATUSES),
     CauseRule("remap-event", "gpu.remapped_rows", ("gpu.recovery_action", "xid.recent"),
               xid_on_same_gpu(*(FOLLOWERS + (63, 64))),
-              "a pending or failed row remap is why the driver asks for a reset"),
+              "a pending or failed row remap is why the driver asks for a reset",
+              effect_statuses=EVENT_STATUSES),
     CauseRule("link-event", "xid.recent", ("nvlink.", "gpu.recovery_action", "xid.recent"),
               xid_on_same_gpu(*FOLLOWERS), "an NVLink error XID on a GPU explains its link findings and the "
-              "recovery action that follows", cause_when=has_xid(*LINK_XIDS)),
+              "recovery action that follows", cause_when=has_xid(*LINK_XIDS),
+              effect_statuses=EVENT_STATUSES),
     CauseRule("link-down-event", "nvlink.down", ("nvlink.errors", "gpu.recovery_action", "xid.recent"),
               xid_on_same_gpu(*FOLLOWERS), "a GPU's link that went down explains its error counters and the "
-              "recovery action"),
+              "recovery action",
+              effect_statuses=EVENT_STATUSES),
     CauseRule("xid-follows", "xid.recent", ("gpu.recovery_action", "xid.recent"), xid_on_same_gpu(*FOLLOWERS),
               "XID 45 and 154 follow another XID on the same GPU (NVIDIA's catalogue), as does the driver's "
-              "recovery action"),
+              "recovery action",
+              effect_statuses=EVENT_STATUSES),
 )
 
 

@@ -136,6 +136,7 @@ def _sxid_finding(bdf: str, code: int, events: list, source: str, window_s: floa
     if entry.section:
         evidence.append(Evidence("catalogue class", f"{entry.cls} ({entry.section})", CATALOGUE_SOURCE))
     return Finding("nvswitch.sxid", entry.status, switch_component(bdf, device), summary, evidence=tuple(evidence),
+                   subject=f"SXid {code}",
                    expected="no SXid that needs action", expected_source=CATALOGUE_SOURCE,
                    remedy=_REMEDY[entry.action], action=SXID_ACTION[entry.action],
                    details={"sxid": code, "class": entry.cls, "action": entry.action, "switch_bdf": bdf,

@@ -309,7 +309,7 @@ def _xid_finding(cid: str, code: int, events: list, comp_label: tuple, source: s
     pids = sorted({e.pid for e, _ in events if e.pid is not None})
     if pids:
         evidence.append(Evidence("pids", pids, source))
-    return Finding(cid, status, comp, summary, evidence=tuple(evidence),
+    return Finding(cid, status, comp, summary, evidence=tuple(evidence), subject=code_label(code),
                    expected="no XID that needs action", expected_source=catalogue_version(),
                    remedy=None if cleared is not None else _remedy(entry, label, index), action=action,
                    details={"xid": code, "action": action, "scope": entry.scope, "count": n,

@@ -65,10 +65,14 @@ class Finding:
     caused_by: str | None = None  # key ("check|component") of the finding this one follows from
     #: one word of :data:`ccdiag.core.actions.ACTIONS` (None: the status's default, see actions.action_of)
     action: str | None = None
+    #: what within the component, where a check reports one component more than once ("XID 79")
+    subject: str | None = None
 
     @property
     def key(self) -> str:
-        return f"{self.check}|{self.component.name}"
+        """``check|component name`` (``|subject`` where there is one): unique in one report."""
+        base = f"{self.check}|{self.component.name}"
+        return f"{base}|{self.subject}" if self.subject else base
 
     def sort_key(self) -> tuple:
         c = self.component
