@@ -179,3 +179,27 @@ def test_nccl_778_dmabuf_turned_off_without_peermem_fails_naming_the_setting():
     root = _root(res)
     assert (root.check, root.component.name) == ("ib.gpudirect", "dma-buf")
     assert "NCCL_DMABUF_ENABLE=0" in root.summary and "/etc/nccl.conf" in root.remedy
+
+
+def test_xid79_with_xid154_is_one_event_whose_action_is_a_reboot():
+    """XID 79 and the driver's own XID 154 "Node Reboot Required" on one GPU: one root, a reboot."""
+    import scenarios_gpu as G
+
+    events = G.kmsg_fixture("dmesg-xid79-then-xid154-node-reboot-required.txt")
+    gpus = [G.h100(i, bus_id="0000:01:00.0" if i == 0 else G.bus_id(i)) for i in range(8)]
+    runs = G.healthy_runs(gpus=gpus, kmsg=G.kmsg_obs(events, uptime_s=None),
+                          pcie=G.pcie_obs([g.bus_id for g in gpus]))
+    found, action = _linked(runs)
+    xid = {f.details["xid"]: f for f in found if f.check == "xid.recent"}
+    assert xid[154].caused_by == xid[79].key and xid[79].caused_by is None
+    assert (xid[154].action, xid[79].action, action) == ("reboot", "reboot", "reboot")
+
+
+def test_awsome_1190_a_failed_row_remap_is_one_root_that_needs_service():
+    c, runs = _gpu_event_case("awsome-1190-xid64-row-remap-failure-rma.txt")
+    assert "RMA" in c["cause"]
+    found, action = _linked(runs)
+    roots = [f for f in found if f.status == "fail" and not f.caused_by and f.check.startswith(("xid.", "gpu."))]
+    assert [(f.check, f.component.name) for f in roots] == [("gpu.remapped_rows", "GPU2")]
+    assert [f.details["xid"] for f in found if f.caused_by == roots[0].key and f.check == "xid.recent"] == [64]
+    assert action == "service" and "RMA" in roots[0].remedy
