@@ -161,7 +161,7 @@ def _ecn(host, base: str, errors: list[ReadError]) -> dict[str, tuple[int, ...]]
     kinds = listing(host, base)
     if not kinds:
         return None
-    out = {}
+    out: dict[str, tuple[int, ...]] = {}
     for kind in ("roce_np", "roce_rp"):
         if kind not in kinds:
             continue

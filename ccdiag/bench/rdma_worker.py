@@ -135,7 +135,8 @@ class Loopback:
                  gpu_device: int | None = None, page: int = 4096):
         e = v["e"]
         self.v, self.size = v, size
-        self.registration, self.dmabuf_error = "host", None
+        self.registration: str = "host"
+        self.dmabuf_error: str | None = None
         self.ctx = v["Context"](name=device)
         self.pd = v["PD"](self.ctx)
         self.cq = v["CQ"](self.ctx, DEPTH * 2)
@@ -159,7 +160,7 @@ class Loopback:
         its addresses in work requests start at the MR's offset, the iova rdma-core gives it),
         ``nvidia_peermem`` (the GPU address registered as it is) when that is not possible."""
         v = self.v
-        why = "this pyverbs' DmaBufMR cannot take a dma-buf descriptor (rdma-core v44 or later can)"
+        why: str | None = "this pyverbs' DmaBufMR cannot take a dma-buf descriptor (rdma-core v44 or later can)"
         if v.get("DmaBufMR") is not None and dmabuf_mr_takes_fd(v["DmaBufMR"]):
             _, length = page_aligned(gpu_ptr, self.size, page)
             fd, why = cuda_dmabuf_fd(gpu_ptr, length, int(gpu_device or 0))
