@@ -494,3 +494,18 @@ def test_imex_on_gb200_needs_its_service_and_a_channel():
     assert got == [("warn", "nvidia-caps-imex-channels"), ("warn", "nvidia-imex")]
     assert [f.status for f in run(S.context(S.healthy_runs()), "gpu.imex")] == ["skip"]  # H100: no IMEX
     assert [f.status for f in run(S.context(_gb200_runs()), "gpu.imex")] == ["skip"]  # not read
+
+
+def test_fabric_manager_finding_follows_what_the_gpus_report():
+    """Registration that finishes during the window counts as finished; with the service not
+    readable (a container), GPUs that report registration are never said to report none."""
+    sysobs = dataclasses.replace(S.system_obs(), fabric_manager=None)
+    before = S.healthy_runs(system=sysobs)
+    for i in range(8):
+        before = S.with_gpu(before, i, fabric_state="in_progress", fabric_status=None)
+    after = {"nvml": S.healthy_runs(system=sysobs)["nvml"]}
+    found = run(S.context(before, later=after, window_s=10), "gpu.fabric_manager")
+    assert [f.status for f in found] == ["pass"] and "every GPU (8)" in found[0].summary
+    found = run(S.context(before), "gpu.fabric_manager")
+    assert {f.status for f in found} == {"fail"} and len(found) == 8
+    assert not any("do not report" in f.summary or "no GPU reports" in f.summary for f in found)

@@ -817,6 +817,9 @@ def check_fabric_manager(ctx: CheckContext) -> list[Finding]:
     states = {}
     for g in sorted(nvml.gpus, key=lambda g: g.index):
         src = f"nvmlDeviceGetGpuFabricInfoV({g.index})"
+        later = _later_same_gpu(ctx, g)
+        if later is not None and later.fabric_state not in (None, "not_supported") and not later.failed:
+            g = later  # registration that finished during the window counts as finished
         if g.fabric_state is None or g.fabric_state == "not_supported":
             continue
         states[g.index] = g.fabric_state
