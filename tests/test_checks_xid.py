@@ -252,3 +252,70 @@ def test_ogkm_1150_xid45_is_never_a_failure_and_folds_under_the_xid_it_follows()
     found = link_causes(xids(S.context(node_at(*bdfs, kmsg=S.kmsg_obs(fatal + list(events), uptime_s=None)))))
     on_dc = {f.details["xid"]: f for f in found if f.component.bdf == "0000:dc:00.0"}
     assert on_dc[45].caused_by == on_dc[149].key and on_dc[149].caused_by is None
+
+
+def test_every_bucket_nvidia_names_has_an_action_and_every_action_a_meaning():
+    from ccdiag.core import actions as A
+
+    raw = json.loads(resources.files("ccdiag").joinpath("data/xid_catalog.json").read_text())
+    buckets = {e["immediate"] for e in raw["codes"].values() if e["immediate"]}
+    assert buckets and all(A.from_bucket(b) in A.ACTIONS for b in buckets), sorted(buckets)
+    assert set(A.MEANING) == set(A.ACTIONS) and list(A.RANK) == list(A.ACTIONS)
+    assert A.worst(["drain", "reboot", "reset_gpu"]) == "reboot" and A.worst([]) == "none"
+    assert A.action_of(type("F", (), {"status": "fail", "action": None})()) == "drain"
+
+
+def _extractor():
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parent.parent / "scripts" / "extract_xid_catalog.py"
+    spec = importlib.util.spec_from_file_location("extract_xid_catalog", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+HEAD = ["Type (XID)", "Code", "Mnemonic", "Description", "Applies to A100", "Applies to H100", "Applies to B100",
+        "Applies to GB200", "Resolution Bucket (Immediate Action)", "Resolution Bucket (Investigatory Action)"]
+ROWS = [["XID", "48", "ROBUST_CHANNEL_GPU_ECC_DBE", "Double Bit ECC Error", "YES", "YES", "YES", "YES",
+         "WORKFLOW_XID_48", "WORKFLOW_XID_48"],
+        ["XID", "56", "DISPLAY_CHANNEL_EXCEPTION", "Unused", "NO", "NO", "NO", "NO", "CONTACT_SUPPORT", ""]]
+
+
+def test_the_extractor_reads_nvidias_spreadsheet_and_page(tmp_path):
+    """SYNTHESIZED inputs in the layouts the script reads: a spreadsheet with a "Catalog" sheet
+    (shared strings, as spreadsheet programs write them) and the page's HTML table."""
+    import zipfile
+
+    ex = _extractor()
+    strings = sorted({c for r in [HEAD] + ROWS for c in r})
+    idx = {c: i for i, c in enumerate(strings)}
+    cols = "ABCDEFGHIJ"
+    rows = "".join(f'<row r="{n}">' + "".join(f'<c r="{cols[i]}{n}" t="s"><v>{idx[v]}</v></c>' for i, v in enumerate(r))
+                   + "</row>" for n, r in enumerate([HEAD] + ROWS, 1))
+    ns = 'xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main"'
+    rel = 'xmlns:r="http://schemas.openxmlformats.org/officeDocument/2006/relationships"'
+    xlsx = tmp_path / "Xid-Catalog.xlsx"
+    with zipfile.ZipFile(xlsx, "w") as z:
+        z.writestr("xl/workbook.xml", f'<workbook {ns} {rel}><sheets><sheet name="Decode" sheetId="2" r:id="rId2"/>'
+                                      f'<sheet name="Catalog" sheetId="1" r:id="rId1"/></sheets></workbook>')
+        z.writestr("xl/_rels/workbook.xml.rels",
+                   '<Relationships xmlns="http://schemas.openxmlformats.org/package/2006/relationships">'
+                   '<Relationship Id="rId1" Target="worksheets/sheet1.xml"/>'
+                   '<Relationship Id="rId2" Target="worksheets/sheet2.xml"/></Relationships>')
+        z.writestr("xl/sharedStrings.xml", f"<sst {ns}>" + "".join(f"<si><t>{s}</t></si>" for s in strings) + "</sst>")
+        z.writestr("xl/worksheets/sheet1.xml", f"<worksheet {ns}><sheetData>{rows}</sheetData></worksheet>")
+        z.writestr("xl/worksheets/sheet2.xml", f"<worksheet {ns}><sheetData/></worksheet>")
+    page = tmp_path / "analyzing-xid-catalog.html"
+    page.write_text("<html><body><table><tr>" + "".join(f"<th>{h}</th>" for h in HEAD) + "</tr>"
+                    + "".join("<tr>" + "".join(f"<td>{c}</td>" for c in r) + "</tr>" for r in ROWS)
+                    + "</table></body></html>")
+    for src in (xlsx, page):
+        got = ex.read_any(src)
+        assert sorted(got) == [48, 56]
+        doc = ex.build(got, {"decisions": {"56": {"why": "kept"}}}, "2099-01-01", src.name)
+        assert doc["codes"]["48"]["immediate"] == "WORKFLOW_XID_48" and doc["codes"]["48"]["applies_to"] == [
+            "A100", "H100", "B100", "GB200"]
+        assert doc["codes"]["56"]["unused"] and doc["decisions"] == {"56": {"why": "kept"}}
+        assert doc["catalogue"]["codes_documented"] == 2
