@@ -21,6 +21,8 @@ import time
 
 import pytest
 
+from ccdiag.core.actions import ACTIONS
+
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
@@ -190,8 +192,8 @@ def test_degraded_node_is_drained_then_resumed_when_healthy(samples, cluster):
     cluster.set_args(f"--replay {DEGRADED}")
     state, reason = cluster.wait_for(lambda s, r: "drain" in s and r.startswith("ccdiag:"), 45)
     assert len(reason) <= 60
-    # the reason names the first failure: a check id (dotted) and a component
-    assert reason.split()[1].count(".") >= 1, reason
+    # the reason names the node's action, then its root failure: a check id (dotted) and a component
+    assert reason.split()[1] in ACTIONS and reason.split()[2].count(".") >= 1, reason  # action, then the check
     cluster.set_args(f"--replay {HEALTHY}")
     state, reason = cluster.wait_for(lambda s, r: s == "idle", 45)
     assert reason in ("", "none")
@@ -248,7 +250,7 @@ def test_report_only_logs_what_it_would_do_and_never_drains_or_resumes(samples, 
         before = len(cluster.log_lines())
         lines = _wait_for_lines(cluster, "report only: check failed; would drain: ccdiag: ", 2, before)
         reason = lines[-1].split("would drain: ", 1)[1]
-        assert reason.split()[1].count(".") >= 1 and len(reason) <= 60, reason
+        assert reason.split()[2].count(".") >= 1 and len(reason) <= 60, reason
         state, _ = cluster.state()
         assert state == "idle", state
         # a drain ccdiag made before the roll-out switched to report-only is not lifted either
