@@ -295,7 +295,8 @@ def build(degraded: bool, variant: Variant | None = None) -> SnapshotData:
         ]
     boot += list(v.kmsg)
     ssf.add_kmsg(snap, boot, uptime_s=52990.0)
-    ssf.add_kmsg(snap, [], epoch=1, uptime_s=52990.0 + WINDOW_S)
+    # the second read of the ring buffer holds what the first held (nothing new arrived in the window)
+    ssf.add_kmsg(snap, boot, epoch=1, uptime_s=52990.0 + WINDOW_S)
 
     # -- NVML ------------------------------------------------------------------------------------------
     gpus = snv.h100_node(8)

@@ -99,12 +99,12 @@ def test_finding_root_names_the_root_each_finding_follows_from():
     assert "ccdiag_finding_root{" not in healthy
     rows = [(dict(k[1]), v) for k, v in samples(text).items() if k[0] == "ccdiag_finding_root"]
     root_of = {(lab["check"], lab["component"]): lab["root"] for lab, _ in rows}
-    assert root_of[("gpu.lost", "GPU6")] == root_of[("gpu.count", "node")] == "xid.recent|GPU6"
-    assert root_of[("xid.recent", "GPU6")] == "xid.recent|GPU6"
+    assert root_of[("gpu.lost", "GPU6")] == root_of[("gpu.count", "node")] == "xid.recent|GPU6|XID 79"
+    assert root_of[("xid.recent", "GPU6")] == "xid.recent|GPU6|XID 79"
     assert root_of[("ib.port_state", "mlx5_4 port 1")] == "ib.port_state|mlx5_4 port 1"
     # a root is itself a finding of the cycle, and names itself
     for root in set(root_of.values()):
-        check, component = root.split("|", 1)
+        check, component = root.split("|")[:2]  # check|component, and |subject where it has one (XID 79)
         assert root_of[(check, component)] == root, root
     # the value is the finding's status, the same number ccdiag_check_severity carries
     severity = {(dict(k[1])["check"], dict(k[1])["component"]): v for k, v in samples(text).items()

@@ -500,7 +500,7 @@ def test_fleet_panels_on_real_daemons_count_the_failing_node_and_name_its_root(p
     verdicts = {r["metric"]["instance"]: float(r["value"][1]) for r in one("Nodes, worst first", "A")}
     assert verdicts == {"healthy": 0.0, "degraded": 4.0}
     roots = {r["metric"]["instance"]: r["metric"]["root"] for r in one("Nodes, worst first", "B")}
-    assert roots == {"degraded": "xid.recent|GPU6"}  # the healthy node has no root cause
+    assert roots == {"degraded": "xid.recent|GPU6|XID 79"}  # the healthy node has no root cause
     failing = {r["metric"]["instance"]: float(r["value"][1]) for r in one("Nodes, worst first", "D")}
     assert set(failing) == {"degraded"} and failing["degraded"] >= 5
 
@@ -528,8 +528,8 @@ def test_alert_rules_on_real_daemons_flag_the_degraded_node_only(prometheus_on_s
     roots = _query(prometheus_on_samples, 'count by (root) (ccdiag_finding_root{instance="degraded"} == 4)')
     assert sorted(u["root"] for u in unfit) == sorted(r["metric"]["root"] for r in roots)
     xid = _query(prometheus_on_samples, 'ALERTS{alertname="CcdiagNodeUnfit",instance="degraded",'
-                                        'root="xid.recent|GPU6"}')  # pending or firing
+                                        'root="xid.recent|GPU6|XID 79"}')  # pending or firing
     assert xid, "the XID 79 root raised no alert of its own"
     # the raw-series alert of the lost GPU names the same root, so Alertmanager groups them
     lost = [a["labels"] for a in doc["data"]["alerts"] if a["labels"]["alertname"] == "CcdiagGpuLost"]
-    assert [a.get("root") for a in lost] == ["xid.recent|GPU6"]
+    assert [a.get("root") for a in lost] == ["xid.recent|GPU6|XID 79"]

@@ -432,11 +432,12 @@ def add_system(snap: SnapshotData, *, kernel: str | None = None,
         snap.put_file("/proc/driver/nvidia/version",
                       f"NVRM version: NVIDIA UNIX x86_64 Kernel Module  {nvidia_version}  "
                       "Sat Aug 19 01:15:15 UTC 2023\nGCC version:  gcc version 11.4.0 (Ubuntu 11.4.0-1ubuntu1~22.04) \n")
+    if nvidia_version:
+        put_attr(snap, "/sys/module/nvidia/version", nvidia_version)
     if libibverbs:
         snap.put_link("/usr/lib/x86_64-linux-gnu/libibverbs.so.1", libibverbs)
     if nccl_conf is not None:
         snap.put_file("/etc/nccl.conf", nccl_conf)
-        put_attr(snap, "/sys/module/nvidia/version", nvidia_version)
     if fabric_manager is None:
         record_command(snap, ["systemctl", "is-active", "nvidia-fabricmanager"], "", None, error="not found",
                        duration_s=0.0)
