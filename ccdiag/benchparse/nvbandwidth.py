@@ -31,12 +31,21 @@ from ccdiag.benchparse.errors import MAX_LABELS, BenchParseError, clip
 _RUNNING = re.compile(r"^Running ([A-Za-z0-9_]{1,200})\.\s*$")
 _WAIVING = re.compile(r"^Waiving ([A-Za-z0-9_]{1,200})\.\s*$")  # v0.2: a testcase that cannot run here
 _STATUS = re.compile(r"^(Waived|Error|ERROR|Not Found)\s?:\s?(.*)$")
+#: a CUDA driver error the tool prints when a call fails (error_handling.h): "[CUDA_ERROR_...] ..."
+_CUDA_ERROR = re.compile(r"^\[(CUDA_ERROR_[A-Z_]{1,60})\] ?(.{0,400})$")
 _SUM = re.compile(r"^SUM ([A-Za-z0-9_]{1,200}) (\S{1,60})\s*$")
 _PERF = re.compile(r"^&&&& PERF ([A-Za-z0-9_]{1,200}) (\S{1,60}) ([+-](?:GB/s|ns))\s*$")
 _DESC_UNIT = re.compile(r"\((GB/s|ns)\)\s*$")
 _AXES = re.compile(r"(CPU|GPU)\(row\) (<->|->|<-) (CPU|GPU)\(column\)")
 _VERSION_PAREN = re.compile(r"[0-9]{1,4}\.[0-9]{1,4} \(([0-9]{1,12})\)")
 _DEVICE = re.compile(r"^Device ([0-9]{1,5}): (.{1,300})$")
+#: a multi-node build's device lines (v0.7+, output.cpp printGPUsMultinode): one per MPI process
+_PROCESS = re.compile(r"^Process +([0-9]{1,6}) \((.{1,300})\): device ([0-9]{1,5}): (.{1,300})$")
+_CV = re.compile(r"^COEFFICIENT_OF_VARIATION ([A-Za-z0-9_]{1,200}) (\S{1,60})\s*$")
+#: the multi-node bisect testcase prints a matrix without a unit in its description, rows "0->1"
+_BISECT = "Bisect benchmarking"
+_PAIR_LABEL = re.compile(r"[0-9]{1,6}->[0-9]{1,6}")
+_HOSTNAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
 _KV = {
     "nvbandwidth Version:": "version",
     "Built from Git version:": "git_version",
@@ -44,6 +53,7 @@ _KV = {
     "CUDA Driver Version:": "cuda_driver_version",
     "CUDA Driver Version (API):": "cuda_driver_version",
     "Driver Version:": "driver_version",
+    "MPI version:": "mpi_version",
 }
 
 
@@ -93,16 +103,37 @@ class NvbTestcase:
 
 
 @dataclass(frozen=True)
+class NvbProcess:
+    """One MPI process of a multi-node run: the host it ran on, its CUDA device there, and the device's
+    name as printed (with the PCI address in parentheses on v0.5 and later)."""
+
+    index: int
+    host: str
+    device: int
+    name: str
+
+
+@dataclass(frozen=True)
 class NvbResult:
+    """``devices`` maps the labels the matrices use to the GPU names printed: CUDA ordinals of a
+    single-node run, process indices of a multi-node one (``processes`` then says where each ran)."""
+
     format: str  # "text" | "json"
     version: str | None = None
     git_version: str | None = None
     cuda_runtime_version: int | None = None
     cuda_driver_version: int | None = None
     driver_version: str | None = None
+    mpi_version: str | None = None
     devices: dict[int, str] = field(default_factory=dict)
+    processes: dict[int, NvbProcess] = field(default_factory=dict)
     testcases: dict[str, NvbTestcase] = field(default_factory=dict)
     error: str | None = None
+    format_ids: tuple[str, ...] = ()
+
+    @property
+    def multinode(self) -> bool:
+        return bool(self.processes)
 
 
 def _axes(description: str) -> tuple[str | None, str | None, str | None]:
@@ -122,7 +153,8 @@ def _cell(token: str, n: int, line: str) -> float | None:
 def _matrix(description: str, rows: list[tuple[float | None, ...]], row_labels: list[str],
             column_labels: tuple[str, ...], total: float | None) -> NvbMatrix:
     row_device, column_device, direction = _axes(description)
-    unit = _DESC_UNIT.search(description).group(1)
+    m = _DESC_UNIT.search(description)
+    unit = m.group(1) if m else "GB/s"  # the bisect testcase's description names no unit; it is GB/s
     values = tuple(rows)
     if unit == "ns":
         us = tuple(tuple(None if v is None else v / 1000.0 for v in r) for r in values)
@@ -134,7 +166,10 @@ def _matrix(description: str, rows: list[tuple[float | None, ...]], row_labels: 
 
 
 def _label(token: str, what: str, n: int, line: str) -> str:
-    """A row or column label: nvbandwidth prints device indices (a short integer)."""
+    """A row or column label: nvbandwidth prints device (or process) indices, short integers; the
+    multi-node bisect testcase labels its rows with the pair, ``0->1``."""
+    if _PAIR_LABEL.fullmatch(token) and what == "row label":
+        return token
     if not _text.is_int_token(token) or token.startswith(("+", "-")):
         raise BenchParseError(f"{what} {clip(token, 30)!r} is not a device index", n, line)
     return token
@@ -152,6 +187,9 @@ class _TextReader:
         self.cases: dict[str, dict] = {}
         self.current: dict | None = None
         self.seen_tool = False
+        self.processes: dict[int, NvbProcess] = {}
+        self.marks: set[str] = set()
+        self.hostname: str | None = None
         self._reset()
 
     def _reset(self) -> None:
@@ -207,6 +245,8 @@ class _TextReader:
         m = _SUM.match(s) or _PERF.match(s)
         if not m:
             return False
+        if s.startswith("&&&&"):
+            self.marks.add("perf")
         total = _text.to_float(m.group(2), "SUM", n, line)
         if self.desc is None:
             raise BenchParseError("SUM line without a matrix before it", n, line)
@@ -244,12 +284,17 @@ class _TextReader:
         return True
 
     def description(self, s: str, n: int, line: str) -> bool:
-        if _DESC_UNIT.search(s) and ("(row)" in s or "(column)" in s):
+        if (_DESC_UNIT.search(s) and ("(row)" in s or "(column)" in s)) or s.startswith(_BISECT):
             self.desc = (n, s)
             return True
         return False
 
     def status(self, s: str, n: int, line: str) -> bool:
+        e = _CUDA_ERROR.match(s)
+        if e and self.current is not None:
+            self.current["status"] = "Error"
+            self.current["message"] = f"[{e.group(1)}] {e.group(2)}".strip()
+            return True
         m = _STATUS.match(s)
         if not m or self.current is None:
             return False
@@ -265,10 +310,34 @@ class _TextReader:
                 if key in ("cuda_runtime_version", "cuda_driver_version"):
                     # v0.10 prints "13.3 (13030)": the integer is the one in parentheses
                     m = _VERSION_PAREN.fullmatch(value)
+                    if m:
+                        self.marks.add("paren")
                     self.info[key] = _text.to_int(m.group(1) if m else value, prefix.rstrip(":"), n, line)
                 else:
                     self.info[key] = value
                 return True
+        return False
+
+    def process(self, s: str, n: int, line: str) -> bool:
+        m = _PROCESS.match(s)
+        if not m:
+            return False
+        if len(self.processes) >= MAX_LABELS:
+            raise BenchParseError(f"more than MAX_LABELS={MAX_LABELS} processes", n, line, limit="MAX_LABELS")
+        idx = int(m.group(1))
+        self.processes[idx] = NvbProcess(idx, m.group(2).strip(), int(m.group(3)), m.group(4).strip())
+        self.devices[idx] = m.group(4).strip()
+        return True
+
+    def extra(self, s: str, n: int, line: str) -> bool:
+        """Lines that mark a version: the coefficient-of-variation line (v0.9 and later) and the host
+        name v0.7 and later print before the device list."""
+        if _CV.match(s):
+            self.marks.add("cv")
+            return True
+        if _HOSTNAME.fullmatch(s) and not self.devices and self.current is None and "version" in self.info:
+            self.hostname = s
+            return True
         return False
 
     def device(self, s: str, n: int, line: str) -> bool:
@@ -292,12 +361,75 @@ class _TextReader:
                                   n, line)
         testcases = {k: NvbTestcase(k, self.cases[k]["status"], tuple(self.cases[k]["matrices"]),
                                     self.cases[k]["message"]) for k in self.order}
-        return NvbResult("text", devices=self.devices, testcases=testcases, **self.info)
+        info = self.info
+        return NvbResult("text", version=_opt_str(info.get("version")), git_version=_opt_str(info.get("git_version")),
+                         cuda_runtime_version=_opt_int(info.get("cuda_runtime_version")),
+                         cuda_driver_version=_opt_int(info.get("cuda_driver_version")),
+                         driver_version=_opt_str(info.get("driver_version")),
+                         mpi_version=_opt_str(info.get("mpi_version")), devices=self.devices,
+                         processes=self.processes, testcases=testcases,
+                         format_ids=self._format_ids(testcases))
+
+    def _format_ids(self, testcases: dict[str, NvbTestcase]) -> tuple[str, ...]:
+        ids = [_version_format(_opt_str(self.info.get("version")), self.marks, testcases,
+                               self.hostname is not None, "13.3 (" in str(self.info.get("raw_runtime", "")))]
+        if self.processes or self.info.get("mpi_version"):
+            ids.append("nvbandwidth.multinode")
+        if any(m.description.startswith(_BISECT) for case in testcases.values() for m in case.matrices):
+            ids.append("nvbandwidth.multinode.bisect")
+        if "perf" in self.marks:
+            ids.append("nvbandwidth.perf")
+        return tuple(ids)
 
 
 #: handlers of a line outside an open matrix, in the order they are tried
 _HANDLERS = (_TextReader.running, _TextReader.waiving, _TextReader.description, _TextReader.status, _TextReader.key_value,
-             _TextReader.device)
+             _TextReader.process, _TextReader.device, _TextReader.extra)
+
+
+def _opt_str(v: object) -> str | None:
+    return v if isinstance(v, str) else None
+
+
+def _opt_int(v: object) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+_VERSION_NUM = re.compile(r"v?([0-9]{1,3})\.([0-9]{1,3})")
+
+
+def _version_format(version: str | None, marks: set[str], testcases: dict[str, NvbTestcase], hostname: bool,
+                    _: bool = False) -> str:
+    """The format id of the release that printed the file: from its version line when it has one, else
+    from the lines only some releases print (``Waiving``: v0.4 and before; Read1/Read2/Total matrices:
+    v0.6 and later; latency matrices: v0.5 and later; the host name line: v0.7 and later)."""
+    m = _VERSION_NUM.match(version or "")
+    if m:
+        minor = int(m.group(1)) * 100 + int(m.group(2))
+        if minor <= 1:
+            return "nvbandwidth.v0.1"
+        if minor <= 4:
+            return "nvbandwidth.v0.2"
+        if minor == 5:
+            return "nvbandwidth.v0.5"
+        if minor == 6:
+            return "nvbandwidth.v0.6"
+        if minor <= 8:
+            return "nvbandwidth.v0.7"
+        return "nvbandwidth.v0.10"
+    mats = [mat for case in testcases.values() for mat in case.matrices]
+    if "paren" in marks or "cv" in marks:
+        return "nvbandwidth.v0.10"
+    if hostname:
+        return "nvbandwidth.v0.7"
+    if any(" Read1 " in mat.description or " Write1 " in mat.description for mat in mats):
+        return "nvbandwidth.v0.6"
+    if any(mat.latency_us is not None for mat in mats):
+        return "nvbandwidth.v0.5"
+    if mats and all(None not in row for mat in mats if mat.bandwidth_gbyte_s is not None
+                    for row in mat.bandwidth_gbyte_s):
+        return "nvbandwidth.v0.1"  # no N/A cell anywhere: v0.1 printed the diagonal as 0.00
+    return "nvbandwidth.v0.2"
 
 
 def parse_nvbandwidth(text: str) -> NvbResult:
@@ -364,13 +496,24 @@ def _parse_json(text: str, numbered: list[tuple[int, str]]) -> NvbResult:
         return None
 
     devices: dict[int, str] = {}
+    hosts: dict[int, str] = {}
     dev_list = root.get("GPU Device list")
     if isinstance(dev_list, list):
         for i, entry in enumerate(dev_list[:MAX_LABELS]):
             if isinstance(entry, str):
-                idx, _, name = entry.partition(": ")
-                idx = idx.strip()
-                devices[int(idx) if _text.is_int_token(idx) else i] = name.strip()
+                idx_s, _, name = entry.partition(": ")
+                idx = int(idx_s.strip()) if _text.is_int_token(idx_s.strip()) else i
+                name = name.strip()
+                if name.endswith(")") and "): (" in name:  # "NAME (bdf): (host)"
+                    name, _, host = name.rpartition(": (")
+                    hosts[idx] = host[:-1]
+                devices[idx] = name
+    processes: dict[int, NvbProcess] = {}
+    if len(set(hosts.values())) > 1:
+        local: dict[str, int] = {}
+        for idx in sorted(hosts):
+            processes[idx] = NvbProcess(idx, hosts[idx], local.get(hosts[idx], 0), devices[idx])
+            local[hosts[idx]] = local.get(hosts[idx], 0) + 1
     cases_raw = root.get("testcases", [])
     if not isinstance(cases_raw, list) or len(cases_raw) > MAX_LABELS:
         raise BenchParseError("\"testcases\" is not a list (or over MAX_LABELS)", *_text.json_line(numbered, '"testcases"'))
@@ -400,4 +543,5 @@ def _parse_json(text: str, numbered: list[tuple[int, str]]) -> NvbResult:
     return NvbResult("json", version=opt_str("version"), git_version=opt_str("git_version"),
                      cuda_runtime_version=opt_int("CUDA Runtime Version"),
                      cuda_driver_version=opt_int("CUDA Driver Version"), driver_version=opt_str("Driver Version"),
-                     devices=devices, testcases=testcases, error=opt_str("error"))
+                     devices=devices, processes=processes, testcases=testcases, error=opt_str("error"),
+                     format_ids=("nvbandwidth.json",) + (("nvbandwidth.multinode",) if processes else ()))

@@ -65,6 +65,7 @@ class P2PLatResult:
     gpu_latency_p2p_enabled_us: Matrix | None = None
     cpu_latency_p2p_enabled_us: Matrix | None = None
     p2p_mode: str | None = None
+    format_ids: tuple[str, ...] = ()
 
     def pairs_without_peer_access(self) -> tuple[tuple[int, int], ...]:
         return tuple(sorted(k for k, ok in self.peer_access.items() if not ok))
@@ -75,8 +76,10 @@ def parse_p2plat(text: str) -> P2PLatResult:
     numbered = _text.lines(text)
     devices: list[P2PDevice] = []
     peer: dict[tuple[int, int], bool] = {}
-    out: dict[str, object] = {}
-    seen = False
+    mats: dict[str, Matrix] = {}
+    connectivity: tuple[tuple[int, ...], ...] | None = None
+    mode: str | None = None
+    seen = titled = False
     i = 0
     total = len(numbered)
     while i < total:
@@ -84,7 +87,7 @@ def parse_p2plat(text: str) -> P2PLatResult:
         s = line.strip()
         i += 1
         if s == _TITLE:
-            seen = True
+            seen = titled = True
             continue
         m = _DEVICE.match(s)
         if m:
@@ -101,39 +104,50 @@ def parse_p2plat(text: str) -> P2PLatResult:
         if s == "P2P Connectivity Matrix":
             seen = True
             values, i = _read_matrix(numbered, i, ("D\\D",), n, line)
-            out["connectivity"] = tuple(tuple(int(v) for v in row) for row in values)
+            connectivity = tuple(tuple(int(v) for v in row) for row in values)
             continue
         m = _BW.match(s)
         if m:
             seen = True
             key = ("unidir" if m.group(1) == "Unidirectional" else "bidir") + "_p2p_" + m.group(2).lower() + "_gbyte_s"
             if m.group(3):
-                out["p2p_mode"] = m.group(3)
-            out[key], i = _read_matrix(numbered, i, ("D\\D",), n, line)
+                mode = m.group(3)
+            mats[key], i = _read_matrix(numbered, i, ("D\\D",), n, line)
             continue
         m = _LAT.match(s)
         if m:
             seen = True
             state = m.group(1).lower()
             if m.group(2):
-                out["p2p_mode"] = m.group(2)
-            out[f"gpu_latency_p2p_{state}_us"], i = _read_matrix(numbered, i, ("GPU",), n, line)
+                mode = m.group(2)
+            mats[f"gpu_latency_p2p_{state}_us"], i = _read_matrix(numbered, i, ("GPU",), n, line)
             # the CPU sub-matrix follows after a blank line; a cut paste may lack it
             j = i
             while j < total and not numbered[j][1].strip():
                 j += 1
             if j < total and numbered[j][1].split()[:1] == ["CPU"]:
-                out[f"cpu_latency_p2p_{state}_us"], i = _read_matrix(numbered, j, ("CPU",), n, line)
+                mats[f"cpu_latency_p2p_{state}_us"], i = _read_matrix(numbered, j, ("CPU",), n, line)
             continue
     if not seen:
         n, line = _text.first_line(numbered)
         raise BenchParseError("not p2pBandwidthLatencyTest output (no title, connectivity or P2P matrix line)",
                               n, line)
-    if not peer and out.get("connectivity"):
+    if not peer and connectivity:
         # no CAN/CANNOT lines (a cut paste): the connectivity matrix says the same, 1 for peer access
-        conn = out["connectivity"]
-        peer = {(a, b): bool(v) for a, row in enumerate(conn) for b, v in enumerate(row) if a != b}
-    return P2PLatResult(devices=tuple(devices), peer_access=peer, **out)
+        peer = {(a, b): bool(v) for a, row in enumerate(connectivity) for b, v in enumerate(row) if a != b}
+    ids = ["p2pBandwidthLatencyTest.p2p_read" if mode == "P2P Reads" else "p2pBandwidthLatencyTest.v10"]
+    if not titled and not devices:
+        ids.append("p2pBandwidthLatencyTest.excerpt")
+    return P2PLatResult(
+        devices=tuple(devices), peer_access=peer, connectivity=connectivity,
+        unidir_p2p_disabled_gbyte_s=mats.get("unidir_p2p_disabled_gbyte_s"),
+        unidir_p2p_enabled_gbyte_s=mats.get("unidir_p2p_enabled_gbyte_s"),
+        bidir_p2p_disabled_gbyte_s=mats.get("bidir_p2p_disabled_gbyte_s"),
+        bidir_p2p_enabled_gbyte_s=mats.get("bidir_p2p_enabled_gbyte_s"),
+        gpu_latency_p2p_disabled_us=mats.get("gpu_latency_p2p_disabled_us"),
+        cpu_latency_p2p_disabled_us=mats.get("cpu_latency_p2p_disabled_us"),
+        gpu_latency_p2p_enabled_us=mats.get("gpu_latency_p2p_enabled_us"),
+        cpu_latency_p2p_enabled_us=mats.get("cpu_latency_p2p_enabled_us"), p2p_mode=mode, format_ids=tuple(ids))
 
 
 def _read_matrix(numbered: list[tuple[int, str]], i: int, corner: tuple[str, ...], title_n: int,
