@@ -47,6 +47,7 @@ SLOW_TESTS: dict[str, tuple[str, ...]] = {
         "test_pairs_below_their_nvlink_count_name_the_links_down",
         "test_remote_numa_penalty_is_measured_with_the_thread_really_bound",
     ),
+    "test_realcases.py": ("test_no_ok_with_nothing_judged_on_any_file",),
     "test_bench_import.py": (
         "test_every_corpus_file_is_judged_or_refused_with_its_line",
     ),

@@ -213,6 +213,7 @@ def no_peer_access(ms: list[Measurement], source: str) -> list[Finding]:
     why = blocked[0].extra["no_peer_reason"]
     figs = ", ".join(f"{m.label} {m.gbyte_s:.1f} GB/s" for m in blocked[:4])
     geforce = "driver offers no peer access" in why
+    unnamed = "could be any that fits" in why  # the file names its GPUs only generically
     return [Finding(
         "bench.p2p.no_peer_access", WARN, Component("node", "p2p"),
         f"{len(blocked)} GPU pair(s) have no peer access, so their copies are staged through host memory "
@@ -220,7 +221,10 @@ def no_peer_access(ms: list[Measurement], source: str) -> list[Finding]:
         evidence=tuple(Evidence(m.label, f"{m.gbyte_s:.2f} GB/s", source) for m in blocked[:8]),
         expected="peer access between GPUs that NCCL and CUDA copies use directly",
         expected_source="p2pBandwidthLatencyTest 'CANNOT Access Peer' lines / P2P connectivity matrix",
-        remedy=("Expected on GeForce boards: the driver offers peer access only over an NVLink bridge; NCCL falls "
+        remedy=("Name the GPU first: `lspci -nn -d 10de:` gives its PCI device id (pass it as --gpu-pci-id). On a "
+                "GeForce board no peer access over PCIe is expected (NCCL falls back to SHM); on any other, check "
+                "`nvidia-smi topo -p2p r` on the node; " + ACS_OR_IOMMU if unnamed else
+                "Expected on GeForce boards: the driver offers peer access only over an NVLink bridge; NCCL falls "
                 "back to SHM. Use a bridge where the board has one, or data-center GPUs for peer traffic."
                 if geforce else
                 "Check `nvidia-smi topo -p2p r` on the node; " + ACS_OR_IOMMU))]

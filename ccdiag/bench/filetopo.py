@@ -15,17 +15,32 @@ direct links rather than NVSwitches. Those paths get no expected rate unless a p
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from typing import Any
 
 from ccdiag.bench.result import Expected
 from ccdiag.topology.bandwidth import pcie_gbyte_s
-from ccdiag.topology.catalogue import GpuModel, gpu_by_name
+from ccdiag.topology.catalogue import GpuModel, SystemModel, catalogue, gpu_by_name, gpu_by_pci_id
 
 #: PCIe signalling rate by generation (GT/s per lane)
 _GTS = {1: 2.5, 2: 5.0, 3: 8.0, 4: 16.0, 5: 32.0, 6: 64.0}
 #: architectures whose 8-GPU SXM boards are partial NVLink meshes (DGX-1 hybrid cube mesh), not NVSwitch
 _MESH_ARCHS = ("Pascal", "Volta")
+#: the names CUDA and NVML print for a GPU the driver has no name for (a part newer than the driver):
+#: "NVIDIA Graphics Device", "Graphics Device", "NVIDIA Device 2b85"
+_GENERIC = re.compile(r"^(?:nvidia\s+)?(?:graphics\s+device|device(?:\s+[0-9a-f]{4})?)$", re.IGNORECASE)
+#: PCI ids of NVIDIA parts as lspci -nn or a topology dump print them: "[10de:2b85]", "10de:2b85"
+PCI_ID_IN_TEXT = re.compile(r"\b10de:([0-9a-fA-F]{4})\b")
+#: the causes of "no peer access" between GPUs whose model the file does not name
+ALL_PEER_CAUSES = ("a GeForce board (the driver offers no peer access over PCIe on GeForce parts: the NCCL "
+                   "maintainers' answer for RTX 5090, NVIDIA/nccl-tests#287), PCIe ACS redirecting peer requests, an "
+                   "IOMMU in translation mode, or a VM without P2P")
+
+
+def is_generic(name: str | None) -> bool:
+    """Whether ``name`` says nothing of the model (the driver printed a placeholder)."""
+    return bool(name) and _GENERIC.match(name.strip()) is not None
 
 
 class MatrixTopology:
@@ -61,9 +76,14 @@ class FileTopology:
     :class:`MatrixTopology` from ``--from-smi``, or None. ``peer_access``: label pairs the file says
     cannot reach each other (p2pBandwidthLatencyTest ``CANNOT Access Peer``) map to False."""
 
-    def __init__(self, names: dict[str, str], levels: MatrixTopology | None = None):
+    def __init__(self, names: dict[str, str], levels: MatrixTopology | None = None, pci_ids: Iterable[str] = ()):
         self.names = dict(names)
-        self.models = {g: gpu_by_name(n) for g, n in self.names.items()}
+        self.pci_ids = tuple(sorted(set(pci_ids)))
+        by_pci = {gpu_by_pci_id(p) for p in self.pci_ids} - {None}
+        #: the one model the PCI ids given name (for GPUs the file names only generically)
+        self.pci_model: GpuModel | None = next(iter(by_pci)) if len(by_pci) == 1 else None
+        self.generic = sorted({n for n in self.names.values() if is_generic(n)})
+        self.models = {g: gpu_by_name(n) or (self.pci_model if is_generic(n) else None) for g, n in self.names.items()}
         self.levels = levels
 
     # -- what the file's GPUs are --------------------------------------------------------------
@@ -82,6 +102,24 @@ class FileTopology:
         for n in self.names.values():
             counts[n] = counts.get(n, 0) + 1
         return ", ".join(f"{c} x {n}" for n, c in counts.items()) or "no GPU names"
+
+    def peer_reason(self, why: str) -> str:
+        """Why a pair has no peer access, from what the file says of its GPUs: the driver's GeForce policy
+        when the model (or the PCI id of a generically named GPU) is a GeForce part; every cause that
+        fits when the file names the GPUs only generically; else ACS, the IOMMU or a VM."""
+        blocked = sorted({m.key for m in self.models.values() if m is not None and not m.peer_access_pcie})
+        named = f"the file names the GPUs only as {', '.join(repr(n) for n in self.generic)}" if self.generic else ""
+        if blocked and self.generic:
+            return (f"{why}; {named}, and PCI id {', '.join(self.pci_ids)} is {', '.join(blocked)}: the driver offers no "
+                    "peer access over PCIe on GeForce boards (first cause); otherwise ACS, an IOMMU or a VM")
+        if blocked:
+            return (f"{why}; the driver offers no peer access over PCIe on {', '.join(blocked)} "
+                    "(GeForce/TITAN boards: hardware catalogue)")
+        if self.generic:
+            return (f"{why}; {named} (a driver older than the GPU), so the cause could be any that fits a model it "
+                    f"could be: {ALL_PEER_CAUSES}; give --gpu-pci-id with the GPU's PCI device id (`lspci -nn -d 10de:`) "
+                    "to name which")
+        return f"{why}; peer access is blocked by ACS, an IOMMU, or a VM without P2P (see `nvidia-smi topo -p2p r`)"
 
     def unknown_names(self) -> list[str]:
         return sorted({self.names[g] for g, m in self.models.items() if m is None})
@@ -195,8 +233,10 @@ class FileTopology:
         board's PCIe ring from an NVLink one when nothing else does."""
         gpus = list(gpus)
         if nodes > 1:
-            return None, ("the ranks span several nodes and the file does not name the NICs or their rates: give "
-                          "--replay with a snapshot of one of the nodes")
+            return self._across_nodes(gpus, nodes)
+        if not gpus:
+            return None, ("the file names no GPU or rank (a tail of the table without its header and '# Rank' "
+                          "lines): give the whole output, or --replay SNAPSHOT of the node")
         if len(gpus) < 2:
             return None, "a single GPU: no ring to judge"
         exp, why = self.peer(gpus[0], gpus[1], peer_access)
@@ -207,6 +247,23 @@ class FileTopology:
         return Expected(exp.gbyte_s, bottleneck=exp.bottleneck, bottleneck_desc=exp.bottleneck_desc, level=exp.level,
                         kind="staged" if exp.kind == "staged" else "busbw",
                         source=exp.source.replace("catalogue: ", "catalogue (the ring's slowest hop): ", 1)), None
+
+    def _across_nodes(self, gpus: list[str], nodes: int) -> tuple[Expected | None, str | None]:
+        """A ring over several nodes crosses each node's network: judged only where the GPU model names a
+        system whose network is part of the product (DGX Spark's built-in ConnectX-7), never guessed
+        from a GPU that many vendors' servers carry with NICs of their choice."""
+        model = self.model(*gpus) if gpus else None
+        system = integrated_system(model, len(gpus)) if model is not None else None
+        if system is None or not system.rail_gbit_s:
+            return None, ("the ranks span several nodes and the file does not name the NICs or their rates: give "
+                          "--replay with a snapshot of one of the nodes")
+        per_gpu = system.rails * system.rail_gbit_s / 8.0 / max(system.gpus, 1)
+        return Expected(per_gpu, bottleneck=f"{system.rail_nic} {system.rail_gbit_s:g} Gb/s",
+                        bottleneck_desc=f"{system.rails} x {system.rail_nic} {system.rail_gbit_s:g} Gb/s", level="NET",
+                        kind="busbw",
+                        source=(f"catalogue: {system.key} ({model.key if model else ''}), {system.rails} x "
+                                f"{system.rail_nic} at {system.rail_gbit_s:g} Gb/s per node for {system.gpus} GPU(s): the "
+                                f"ring between {nodes} nodes crosses that link")), None
 
     def nic(self, gpu: str | None, dev: str) -> tuple[Expected | None, str | None]:
         return None, nic_reason(dev)
@@ -226,8 +283,18 @@ class FileTopology:
         names = sorted({self.names.get(l, "an unnamed GPU") for l in labels})
         if len(names) > 1:
             return f"the pair mixes GPU models ({', '.join(names)})"
+        if is_generic(names[0]):
+            return (f"the file names the GPU only as {names[0]!r} (a driver older than the GPU): give --gpu-pci-id with "
+                    "its PCI device id (`lspci -nn -d 10de:`), or --replay SNAPSHOT of the node")
         return (f"the hardware catalogue does not know {names[0]!r}: give --replay SNAPSHOT of the node, or "
                 "--from-smi, or add the part to ccdiag/data/hardware.json")
+
+
+def integrated_system(model: GpuModel, gpus_per_node: int) -> SystemModel | None:
+    """The one catalogued system built around ``model`` whose network is part of the product (a fixed
+    NIC, not a vendor's choice), when the run used that system's GPU count per node."""
+    hits = [s for s in catalogue().systems if s.gpu == model.key and s.integrated_network and s.gpus == gpus_per_node]
+    return hits[0] if len(hits) == 1 else None
 
 
 def nic_reason(dev: str) -> str:
@@ -241,8 +308,8 @@ class OtherNode(FileTopology):
     """The file ran on other hardware than the snapshot given: nothing is held to that node's links
     (the file's own figures are still compared with each other)."""
 
-    def __init__(self, names: dict[str, str], why: str):
-        super().__init__(names)
+    def __init__(self, names: dict[str, str], why: str, pci_ids: Iterable[str] = ()):
+        super().__init__(names, pci_ids=pci_ids)
         self.why = why
 
     def peer(self, a: str, b: str, peer_access: bool = True, said: bool = False) -> tuple[Expected | None, str | None]:

@@ -32,12 +32,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from ccdiag.bench import expected as exp
-from ccdiag.bench import filerules
-from ccdiag.bench.filetopo import FileTopology, MatrixTopology, OtherNode
+from ccdiag.bench import filerules, import_bwt
+from ccdiag.bench.filetopo import PCI_ID_IN_TEXT, FileTopology, MatrixTopology, OtherNode
 from ccdiag.bench.judge import judge, judge_against_peers
 from ccdiag.bench.localize import localize
 from ccdiag.bench.result import RAN, BenchResult, Expected, Measurement
 from ccdiag.core.findings import FAIL, UNKNOWN, WARN, Component, Evidence, Finding
+from ccdiag.benchparse.formats import describe
 from ccdiag.topology.catalogue import gpu_by_name, normalize_name
 
 __all__ = ["MatrixTopology", "NodeInfo", "import_file"]
@@ -128,21 +129,21 @@ def _mismatch(topology: Any, names: dict[str, str], hosts: list[str], node: Node
 
 
 def choose(topology: Any, names: dict[str, str], hosts: list[str], node: NodeInfo,
-           gpu_file: bool = True) -> tuple[Any, str | None]:
-    """What the file's figures are held to, and a note saying so when it is not the node itself."""
+           gpu_file: bool = True, pci_ids: tuple[str, ...] = ()) -> tuple[Any, str | None]:
+    """What the file's figures are held to, and a note saying so when it is not the node itself.
+    ``pci_ids``: PCI device ids of the file's GPUs (given, or printed in the file), which name a GPU the
+    file names only generically."""
     if isinstance(topology, MatrixTopology):
-        return FileTopology(names, levels=topology), None
+        return FileTopology(names, levels=topology, pci_ids=pci_ids), None
     has_gpus = topology is not None and bool(topology.gpus())
-    if not has_gpus and (names or gpu_file):
-        return FileTopology(names), None
-    if topology is None:
-        return FileTopology(names), None
+    if topology is None or (not has_gpus and (names or gpu_file)):
+        return FileTopology(names, pci_ids=pci_ids), None
     why = _mismatch(topology, names, hosts, node)
     if why is None:
         return NodeExpect(topology), None
     if node.replayed:
-        return OtherNode(names, f"not judged against the snapshot: {why}"), why
-    return FileTopology(names), f"{why}: expected values come from the hardware catalogue"
+        return OtherNode(names, f"not judged against the snapshot: {why}", pci_ids), why
+    return FileTopology(names, pci_ids=pci_ids), f"{why}: expected values come from the hardware catalogue"
 
 
 def _judge(m: Measurement, ex: tuple[Expected | None, str | None], policy: Any) -> Measurement:
@@ -167,7 +168,21 @@ def _nvb_end(label: str, device: str | None) -> str:
     return _gpu(label) if label.isdigit() else label
 
 
+_BISECT_ROW = re.compile(r"^([0-9]{1,6})->([0-9]{1,6})$")
+
+
 def _nvb_cells(name: str, mat: Any) -> Iterable[tuple[str, str, float]]:
+    """(source, destination, GB/s) of each measured cell: GPU pairs, host<->GPU, and the multi-node bisect
+    case's "a->b" rows; matrices whose rows are not devices (all-to-one totals, local copies,
+    multicast) hold no pair and give nothing."""
+    if mat.description.startswith("Bisect"):
+        for r, row in enumerate(mat.bandwidth_gbyte_s):
+            m = _BISECT_ROW.match(mat.row_labels[r]) if r < len(mat.row_labels) else None
+            if m and row and row[0] is not None:
+                yield _gpu(m.group(1)), _gpu(m.group(2)), float(row[0])
+        return
+    if mat.row_device is None or mat.column_device is None:
+        return
     for r, row in enumerate(mat.bandwidth_gbyte_s):
         for c, val in enumerate(row):
             if val is None:
@@ -204,12 +219,38 @@ def from_nvbandwidth(parsed: Any, ex: Any, policy: Any, source: str) -> list[Mea
     return out
 
 
+def _nvb_errors(parsed: Any, ex: Any, source: str) -> list[Finding]:
+    """Testcases that stopped on an error. A multi-node build failing to create its memory names its
+    cause: multi-node nvbandwidth allocates fabric memory, which needs the IMEX service and channels
+    even on one node (the maintainers' answer in NVIDIA/nvbandwidth#35, and its README), and NVLink
+    between the nodes (GB200/GB300 NVL racks) to cross them."""
+    out = []
+    for name, case in parsed.testcases.items():
+        msg = case.message or ""
+        if case.status != "Error" and "CUDA_ERROR" not in msg:
+            continue
+        if parsed.multinode and ("cuMem" in msg or "NOT_PERMITTED" in msg):
+            models = sorted({_model_key(n.split(" (")[0]) for n in parsed.devices.values()})
+            summary = (f"{name} failed creating its memory ({msg[:120]}): multi-node nvbandwidth allocates fabric memory, "
+                       "which needs the IMEX service and its channels on every node (even a single one) and an NVLink "
+                       f"fabric between the nodes; the processes ran on {', '.join(models) or 'GPUs the file does not name'}")
+            remedy = ("On GB200/GB300 NVL racks: start nvidia-imex (`systemctl start nvidia-imex`), list the nodes in "
+                      "/etc/nvidia-imex/nodes_config.cfg, create the channels (`nvidia-modprobe -s -i 0`). Other "
+                      "systems have no multi-node NVLink: use the single-node build of nvbandwidth there.")
+        else:
+            summary = f"{name} stopped on an error: {msg[:160] or case.status}"
+            remedy = "Rerun the testcase alone (`nvbandwidth -t NAME`); an error before any figure says nothing of the links."
+        out.append(Finding("bench.nvbandwidth.error", WARN, Component("node", "nvbandwidth"), summary,
+                           evidence=(Evidence("testcase", f"{name}: {case.status}", source),), remedy=remedy))
+    return out
+
+
 def _nvb_waived(parsed: Any, ex: Any, source: str) -> list[Finding]:
     """nvbandwidth waives its peer testcases when the driver gives no peer mapping: name why."""
     waived = [n for n, c in parsed.testcases.items() if c.status == "Waived" and n.startswith("device_to_device")]
     if not waived:
         return []
-    why = _peer_reason(getattr(ex, "names", {}), "nvbandwidth waived its peer-to-peer testcases (no peer mapping)")
+    why = _peer_reason(ex, "nvbandwidth waived its peer-to-peer testcases (no peer mapping)")
     return [Finding(
         "bench.p2p.no_peer_access", WARN, Component("node", "p2p"), f"{len(waived)} testcase(s) waived: {why}",
         evidence=tuple(Evidence("testcase", f"{n}: Waived", source) for n in waived[:8]),
@@ -256,7 +297,7 @@ def _p2p_cell(parsed: Any, ex: Any, policy: Any, source: str, a: str, b: str, ij
             m.note = f"{source}; the pair cannot access each other (CANNOT Access Peer)"
     m.extra["peer_uniform"] = ex.uniform_peers([a, b])
     if not peer and enabled:
-        m.extra["no_peer_reason"] = _peer_reason(getattr(ex, "names", {}), "the pair cannot access each other")
+        m.extra["no_peer_reason"] = _peer_reason(ex, "the pair cannot access each other")
     if not enabled and said is not False:
         # a P2P-disabled run between GPUs that can reach each other: the user's copies do not take this
         # path, and staged copies behind one PCIe switch share its uplink twice (NVIDIA/nccl#1309), so
@@ -295,11 +336,32 @@ def from_p2plat(parsed: Any, ex: Any, policy: Any, source: str, topology: Any = 
     return out + local
 
 
+def _p2p_access_only(parsed: Any, ex: Any, source: str, ms: list[Measurement]) -> list[Finding]:
+    """A paste of the sample's device and CAN/CANNOT lines without its matrices (the part people copy
+    first) still says which pairs have no peer access, and why."""
+    blocked = parsed.pairs_without_peer_access()
+    if not blocked or any(m.bench == "p2p" for m in ms):
+        return []
+    why = _peer_reason(ex, "the sample says these pairs CANNOT access each other")
+    pairs = ", ".join(f"{a}-{b}" for a, b in blocked[:6]) + (" ..." if len(blocked) > 6 else "")
+    geforce = "driver offers no peer access" in why
+    return [Finding(
+        "bench.p2p.no_peer_access", WARN, Component("node", "p2p"),
+        f"{len(blocked)} ordered GPU pair(s) have no peer access ({pairs}): {why}",
+        evidence=tuple(Evidence(f"Device={a} -> Device={b}", "CANNOT Access Peer", source) for a, b in blocked[:8]),
+        expected="peer access between GPUs that NCCL and CUDA copies use directly",
+        expected_source="p2pBandwidthLatencyTest 'CAN/CANNOT Access Peer' lines",
+        remedy=("Expected on GeForce boards: the driver offers peer access only over an NVLink bridge; NCCL falls back "
+                "to SHM." if geforce else "Check `nvidia-smi topo -p2p r` on the node; " + filerules.ACS_OR_IOMMU))]
+
+
 # -- perftest -------------------------------------------------------------------------------------
 def from_perftest(parsed: Any, ex: Any, policy: Any, source: str) -> list[Measurement]:
     if parsed.kind != "bw" or not parsed.bw_rows:
         return []
-    row = max(parsed.bw_rows, key=lambda r: r.size_bytes or 0)
+    largest = max(r.size_bytes for r in parsed.bw_rows)
+    at_largest = sorted((r for r in parsed.bw_rows if r.size_bytes == largest), key=lambda r: r.bw_average_gbyte_s)
+    row = at_largest[len(at_largest) // 2]  # --run_infinitely prints one row per interval: their median
     dev = parsed.device or "?"
     gpu = _gpu(parsed.cuda_device) if parsed.use_cuda and parsed.cuda_device is not None else None
     test = (parsed.test or "").lower()
@@ -319,7 +381,46 @@ def from_perftest(parsed: Any, ex: Any, policy: Any, source: str) -> list[Measur
     if getattr(parsed, "bw_unit_assumed", False):
         m.note = (m.note or "") + (f"; perftest's JSON does not record its unit: read as {parsed.bw_unit} "
                                    "(give --perftest-unit Gb/sec for a run with --report_gbits)")
+    if len(at_largest) > 1:
+        m.note = (m.note or "") + f"; the median of {len(at_largest)} intervals at {largest} bytes"
+    if row.bw_min_gbyte_s is not None:
+        m.extra["bw_min_gbyte_s"] = row.bw_min_gbyte_s / half
     return [_judge(m, ex.nic(gpu, dev), policy)] if m.gbyte_s is not None else []
+
+
+#: a window's bandwidth below this fraction of the run's average is a dip worth naming
+BW_MIN_DIP = 0.5
+
+
+def _perftest_findings(parsed: Any, source: str) -> list[Finding]:
+    """The BW min column (--report-min-bw): a window far below the average shows transient dips the
+    average hides (congestion, throttling, a marginal link); 0.00 is a window never measured."""
+    out = []
+    rows = [r for r in parsed.bw_rows if r.bw_min_gbyte_s is not None]
+    if not rows:
+        return out
+    measured = [r for r in rows if r.bw_min_gbyte_s]
+    if not measured:
+        out.append(Finding(
+            "bench.rdma.bw_min", UNKNOWN, Component("rdma", parsed.device or "?"),
+            "BW min printed as 0.00 on every row: no window of --report-min-bw iterations was measured (the run did "
+            "not ask for it, or had fewer iterations than the window); the column says nothing of dips",
+            evidence=tuple(Evidence(f"{r.size_bytes} bytes", "BW min 0.00", source) for r in rows[:4])))
+        return out
+    dips = [r for r in measured if r.bw_min_gbyte_s < BW_MIN_DIP * r.bw_average_gbyte_s]
+    if dips:
+        r = min(dips, key=lambda x: x.bw_min_gbyte_s / x.bw_average_gbyte_s)
+        out.append(Finding(
+            "bench.rdma.bw_min", WARN, Component("rdma", parsed.device or "?"),
+            f"bandwidth dipped to {r.bw_min_gbyte_s:.2f} GB/s in a window at {r.size_bytes} bytes, "
+            f"{r.bw_min_gbyte_s / r.bw_average_gbyte_s:.0%} of the run's average {r.bw_average_gbyte_s:.2f} GB/s: "
+            "transient drops the average hides",
+            evidence=tuple(Evidence(f"{x.size_bytes} bytes", f"min {x.bw_min_gbyte_s:.2f} / average "
+                                    f"{x.bw_average_gbyte_s:.2f} GB/s", source) for x in dips[:6]),
+            remedy=("Dips within a run point at congestion (PFC pause / ECN counters on the switch port), thermal or "
+                    "power throttling of the NIC, or a marginal link (symbol errors, FEC corrections: `mlxlink -d DEV "
+                    "--show_ber`); compare with a run on an idle fabric.")))
+    return out
 
 
 # -- nccl-tests -----------------------------------------------------------------------------------
@@ -345,13 +446,12 @@ def _transport(text: str) -> tuple[bool, str | None]:
     return True, None
 
 
-def _peer_reason(names: dict[str, str], why: str) -> str:
-    models = {gpu_by_name(n) for n in names.values()}
-    blocked = sorted(m.key for m in models if m is not None and not m.peer_access_pcie)
-    if blocked:
-        return (f"{why}; the driver offers no peer access over PCIe on {', '.join(blocked)} "
-                "(GeForce/TITAN boards: hardware catalogue)")
-    return f"{why}; peer access is blocked by ACS, an IOMMU, or a VM without P2P (see `nvidia-smi topo -p2p r`)"
+def _peer_reason(ex: Any, why: str) -> str:
+    """Why GPUs lack peer access, from what is known of them: the file's names (and PCI ids), or the node's."""
+    if isinstance(ex, FileTopology):
+        return ex.peer_reason(why)
+    names = {g.label: g.name or "" for g in ex.t.gpus()} if isinstance(ex, NodeExpect) else {}
+    return FileTopology(names).peer_reason(why)
 
 
 def _busbw_unknown(m: Measurement, busbw: float, in_network: str | None) -> bool:
@@ -369,12 +469,12 @@ def _busbw_unknown(m: Measurement, busbw: float, in_network: str | None) -> bool
 def _nccl_run(run: Any, ex: Any, policy: Any, source: str, transport: tuple[bool, str | None],
               in_network: str | None) -> tuple[Measurement | None, list[Finding]]:
     coll = (run.collective or "collective").replace("_perf", "")
-    findings = _wrong_findings(run, coll, source)
-    rows = [r for r in run.rows if r.out_of_place is not None]
+    findings = _wrong_findings(run, coll, source) + _not_one_job(run, coll, source)
+    rows = [r for r in run.rows if r.out_of_place is not None or r.in_place is not None]
     if not rows:
         return None, findings
     row = max(rows, key=lambda r: r.size_bytes)
-    busbw = max(row.out_of_place.busbw_gbyte_s, row.in_place.busbw_gbyte_s if row.in_place else 0.0)
+    busbw = max(x.busbw_gbyte_s for x in (row.out_of_place, row.in_place) if x is not None)
     hosts = sorted({d.host for d in run.devices}) or ["?"]
     nodes = run.n_nodes or len(hosts)
     local = sorted({_gpu(d.device) for d in run.devices if d.host == hosts[0]}, key=lambda g: int(g[3:]))
@@ -383,15 +483,21 @@ def _nccl_run(run: Any, ex: Any, policy: Any, source: str, transport: tuple[bool
     peer, why = transport
     m = Measurement("nccl", f"{run.n_ranks or len(run.devices) or '?'} ranks", f"{nodes} node(s)", op=coll,
                     direction="ring", engine="import:nccl-tests", gbyte_s=busbw, samples_gbyte_s=(busbw,),
-                    size_bytes=row.size_bytes, note=f"{source}; busbw at the largest size")
+                    size_bytes=row.size_bytes,
+                    note=(f"{source}; busbw at the largest size ({row.size_bytes} bytes), not the 'Avg bus bandwidth' "
+                          "line (an average over every size, the small ones included)"))
+    if run.header_inferred:
+        m.note = (m.note or "") + f"; {run.header_inferred}"
+    if "nccl-tests.nocheck" in run.format_ids:
+        m.note = (m.note or "") + "; results not validated (-c 0: #wrong printed N/A)"
     if not peer:
-        m.note = (m.note or "") + "; " + _peer_reason(getattr(ex, "names", {}), why or "no peer access")
+        m.note = (m.note or "") + "; " + _peer_reason(ex, why or "no peer access")
     found = ex.ring(local, nodes, peer, figure=busbw)
     m.expected = found[0]
     if not _busbw_unknown(m, busbw, in_network):
         _judge(m, found, policy)
     if m.expected is not None and m.expected.kind == "staged":
-        reason = _peer_reason(getattr(ex, "names", {}), why or "the ring ran without peer access between the GPUs")
+        reason = _peer_reason(ex, why or "the ring ran without peer access between the GPUs")
         findings.append(Finding(
             "bench.nccl.no_peer_access", WARN, Component("node", f"nccl-tests {coll}"),
             f"{coll} busbw {busbw:.1f} GB/s is held to a ring staged through host memory: {reason}",
@@ -420,6 +526,55 @@ def _nccl_run(run: Any, ex: Any, policy: Any, source: str, transport: tuple[bool
     return m, findings
 
 
+def _not_one_job(run: Any, coll: str, source: str) -> list[Finding]:
+    """The same rank number on several hosts: the processes did not form one job. nccl-tests built
+    without MPI (MPI=1) runs each process alone as rank 0 (NVIDIA/nccl-tests#17: "didn't compile with
+    MPI at all"), so its figures are single-process ones, never the network's."""
+    by_rank: dict[int, set[str]] = {}
+    for d in run.devices:
+        by_rank.setdefault(d.rank, set()).add(d.host)
+    dup = {r: h for r, h in by_rank.items() if len(h) > 1}
+    if not dup:
+        return []
+    r, hosts = sorted(dup.items())[0]
+    return [Finding(
+        "bench.nccl.not_one_job", FAIL, Component("node", f"nccl-tests {coll}"),
+        f"rank {r} appears on {len(hosts)} hosts ({', '.join(sorted(hosts)[:4])}): the processes did not join one job, "
+        "so each ran the collective alone and no byte crossed the network",
+        evidence=tuple(Evidence("# Rank line", f"rank {d.rank} on {d.host} device {d.device}", source)
+                       for d in run.devices if d.rank == r)[:8],
+        expected="ranks 0..N-1 once each across the hosts", expected_source="nccl-tests '# Rank' lines",
+        remedy=("Build nccl-tests with MPI (`make MPI=1 MPI_HOME=...`) and launch one process per GPU under mpirun/srun; "
+                "a build without MPI runs every process as its own rank 0."))]
+
+
+def _failed_runs(parsed: Any, text: str, coll_source: str) -> list[Finding]:
+    """A run that printed its table header and stopped: the failure line it printed instead of rows."""
+    out = []
+    for run in parsed.runs:
+        if run.rows:
+            continue
+        head = text[:1 << 24]
+        m = _TEST_FAILURE.search(head)
+        warn = _WARN_FAILURE.search(head)
+        why = m.group(0).strip() if m else "no row was printed (output cut, or the run failed)"
+        coll = (run.collective or "collective").replace("_perf", "")
+        out.append(Finding(
+            "bench.nccl.failed", FAIL if m else UNKNOWN, Component("node", f"nccl-tests {coll}"),
+            f"nccl-tests {coll} printed its table header but no row: {why[:200]}"
+            + (f" (after {warn.group(0).strip()[:120]})" if warn else ""),
+            evidence=tuple(Evidence(what, x.group(0).strip()[:200], coll_source)
+                           for what, x in (("failure", m), ("NCCL WARN", warn)) if x is not None),
+            remedy=("Rerun with NCCL_DEBUG=INFO and read the WARN line before the failure (`ccdiag nccl --log FILE` "
+                    "names its cause).")))
+    return out
+
+
+#: the line nccl-tests prints when a call fails, and NCCL's own WARN of a failed call
+_TEST_FAILURE = re.compile(r"Test (?:NCCL|CUDA) failure [^\n]{0,200}")
+_WARN_FAILURE = re.compile(r"NCCL WARN [^\n]{0,60}(?:failure|failed|error)[^\n]{0,140}", re.IGNORECASE)
+
+
 def _typical_words(m: Measurement) -> str:
     """``typical 77%-82%``; for a pass below the typical range, that it is above the warn floor only
     (a pass that printed "25% ... typical 35%-45%" alone would read as a contradiction)."""
@@ -439,6 +594,14 @@ def nccl_findings(parsed: Any, text: str, ex: Any, policy: Any, source: str) -> 
         findings += found
         if m is not None:
             ms.append(m)
+    findings += _failed_runs(parsed, text, source)
+    if not transport[0] and not ms and any(not r.rows for r in parsed.runs):
+        findings.append(Finding(
+            "bench.nccl.no_peer_access", WARN, Component("node", "nccl-tests"),
+            f"the GPUs had no peer access: {_peer_reason(ex, transport[1] or 'NCCL connected them via SHM')}",
+            evidence=(Evidence("NCCL transport", transport[1] or "via SHM", source),),
+            remedy=("Expected on GeForce boards (no peer access over PCIe: NCCL uses SHM). Elsewhere check "
+                    "`nvidia-smi topo -p2p r`, ACS and the IOMMU (`ccdiag check`).")))
     return ms, findings
 
 
@@ -446,7 +609,10 @@ def nccl_findings(parsed: Any, text: str, ex: Any, policy: Any, source: str) -> 
 def _file_names(kind: str, parsed: Any) -> tuple[dict[str, str], list[str]]:
     """GPU label -> the model name the file prints, and the hosts it names (nccl-tests)."""
     if kind == "nvbandwidth":
-        return {_gpu(i): n.split(" (")[0] for i, n in parsed.devices.items()}, []
+        hosts = sorted({p.host for p in parsed.processes.values()})
+        return {_gpu(i): n.split(" (")[0] for i, n in parsed.devices.items()}, hosts
+    if kind == "bandwidthTest":
+        return {_gpu(i): n for run in parsed.runs for i, n in run.devices.items()}, []
     if kind == "p2plat":
         return {_gpu(d.index): d.name for d in parsed.devices}, []
     if kind == "nccl-tests":
@@ -495,22 +661,35 @@ def _measure(kind: str, parsed: Any, text: str, ex: Any, topology: Any, policy: 
     if kind == "nccl-tests":
         return nccl_findings(parsed, text, ex, policy, source)
     if kind == "nvbandwidth":
-        return from_nvbandwidth(parsed, ex, policy, source), _nvb_waived(parsed, ex, source)
+        return (from_nvbandwidth(parsed, ex, policy, source),
+                _nvb_waived(parsed, ex, source) + _nvb_errors(parsed, ex, source))
     if kind == "p2plat":
-        return from_p2plat(parsed, ex, policy, source, topology if isinstance(ex, NodeExpect) else None), []
-    return from_perftest(parsed, ex, policy, source), []
+        ms = from_p2plat(parsed, ex, policy, source, topology if isinstance(ex, NodeExpect) else None)
+        return ms, _p2p_access_only(parsed, ex, source, ms)
+    if kind == "bandwidthTest":
+        ms = import_bwt.measurements(parsed, ex, source, lambda m, found: _judge(m, found, policy))
+        numa = {g.label: g.numa for g in ex.t.gpus()} if isinstance(ex, NodeExpect) else None
+        return ms, import_bwt.numa_findings(ms, source, numa) + import_bwt.slow_causes(ms, source)
+    return from_perftest(parsed, ex, policy, source), _perftest_findings(parsed, source)
 
 
 def import_file(text: str, topology: Any, policy: Any, source: str, perftest_unit: str | None = None,
-                node: NodeInfo | None = None) -> BenchResult:
+                node: NodeInfo | None = None, gpu_pci_ids: tuple[str, ...] = ()) -> BenchResult:
     """Parse one file (any supported tool) and judge it. Raises BenchParseError on a bad file.
     ``topology``: the node's (live or replayed), a :class:`MatrixTopology` (``--from-smi``) or None;
     ``node`` says whose it is. ``perftest_unit``: the bandwidth unit of a perftest JSON file
-    ("MiB/sec" or "Gb/sec"), which the JSON itself does not record."""
+    ("MiB/sec" or "Gb/sec"), which the JSON itself does not record. ``gpu_pci_ids``: PCI device ids of
+    the file's GPUs, which name GPUs the file calls only "NVIDIA Graphics Device" (ids printed in the
+    file itself, as lspci -nn prints them, are read too)."""
     kind, parsed = _parse(text, perftest_unit)
     names, hosts = _file_names(kind, parsed)
-    ex, note = choose(topology, names, hosts, node or NodeInfo(), gpu_file=kind != "perftest")
+    pci = tuple(sorted({p.lower().removeprefix("0x") for p in gpu_pci_ids}
+                       | {m.group(1).lower() for m in PCI_ID_IN_TEXT.finditer(text[:1 << 20])}))
+    ex, note = choose(topology, names, hosts, node or NodeInfo(), gpu_file=kind != "perftest", pci_ids=pci)
     res = BenchResult(f"import:{kind}", RAN, params={"file": source, "tool": kind})
+    read_as = describe(getattr(parsed, "format_ids", ()))
+    if read_as:
+        res.params["read_as"] = read_as
     res.measurements, res.findings = _measure(kind, parsed, text, ex, topology, policy, source)
     if note:
         res.params["judged_against"] = note

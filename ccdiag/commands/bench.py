@@ -215,12 +215,17 @@ def list_command(replay, root, as_json):
 @click.option("--strict", is_flag=True, help="Warnings fail too (exit 1).")
 @click.option("--perftest-unit", type=click.Choice(["MiB/sec", "Gb/sec"]), default=None,
               help="Bandwidth unit of perftest JSON files (their JSON does not say; Gb/sec with --report_gbits).")
-def import_command(files, replay, root, from_smi, as_json, policy_file, strict, perftest_unit):
-    """Judge nvbandwidth, p2pBandwidthLatencyTest, nccl-tests or perftest outputs (text or JSON).
+@click.option("--gpu-pci-id", "gpu_pci_ids", multiple=True, metavar="ID",
+              help="PCI device id of the files' GPUs (2b85, from `lspci -nn -d 10de:`) where a file names them only "
+                   "as 'NVIDIA Graphics Device'.")
+def import_command(files, replay, root, from_smi, as_json, policy_file, strict, perftest_unit, gpu_pci_ids):
+    """Judge nvbandwidth, p2pBandwidthLatencyTest, nccl-tests, perftest or bandwidthTest outputs.
 
     Against this node, or --replay SNAPSHOT; a file whose GPUs are not the node's is judged from the
-    hardware catalogue (by the GPU names it prints), with --from-smi levels when given. Exit 0 ok,
-    1 failed, 2 bad input, 3 UNKNOWN: no figure could be judged (the reason is printed)."""
+    hardware catalogue (by the GPU names it prints), with --from-smi levels when given; several files
+    are also compared with each other. Exit 0 ok, 1 failed, 2 bad input, 3 UNKNOWN: no figure could be
+    judged (the reason is printed)."""
+    from ccdiag.bench.filecompare import attach
     from ccdiag.bench.imports import MatrixTopology, NodeInfo, import_file
     from ccdiag.bench.runner import exit_code
     from ccdiag.benchparse.errors import BenchParseError
@@ -249,9 +254,11 @@ def import_command(files, replay, root, from_smi, as_json, policy_file, strict, 
     results = []
     for f, text in texts:
         try:
-            results.append(import_file(text, topology, policy, f, perftest_unit, node=node))
+            results.append(import_file(text, topology, policy, f, perftest_unit, node=node,
+                                       gpu_pci_ids=tuple(gpu_pci_ids)))
         except BenchParseError as exc:
             raise InputError(f"{f}: {exc}") from None
+    results = attach(results)  # several files: the same figures compared across them
     code = exit_code(results, strict)  # UNKNOWN (3) when no figure could be judged
     if as_json:
         from ccdiag.core.output import emit_json

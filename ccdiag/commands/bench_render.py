@@ -88,6 +88,8 @@ def result_lines(results: list[Any], exit_code: int, hostname: str | None, width
         elif r.measurements:
             head += f": {len(r.measurements)} figure(s) in {r.duration_s:.1f} s"
         lines.append(head)
+        if r.params.get("read_as"):
+            lines += wrap_line(f"  read as {r.params['read_as']}", width)
         if r.name == "p2p" or r.name.startswith("import:") and any(m.bench == "p2p" for m in r.measurements):
             lines += matrix_lines([m for m in r.measurements if m.bench == "p2p"], width=width)
         shown = list(r.measurements)

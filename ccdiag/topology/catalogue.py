@@ -117,6 +117,7 @@ class SystemModel:
     rail_gbit_s: float | None
     sources: tuple[str, ...]
     note: str | None = None
+    integrated_network: bool = False  # the NIC is part of the product (DGX Spark), not a vendor's choice
 
 
 @dataclass(frozen=True)
@@ -184,7 +185,7 @@ def _system(d: dict) -> SystemModel:
     rails = d.get("rails") or {}
     return SystemModel(d["key"], tuple(d["names"]), d.get("gpu"), int(d["gpus"]), int(d.get("nvswitches", 0)),
                        d["nvlink_topology"], rails.get("nic"), int(rails.get("count", 0)),
-                       rails.get("gbit_s"), tuple(d["sources"]), d.get("note"))
+                       rails.get("gbit_s"), tuple(d["sources"]), d.get("note"), bool(rails.get("integrated")))
 
 
 def parse_catalogue(doc: dict) -> Catalogue:
