@@ -5,6 +5,7 @@ comes from it (bridged GA102 boards at 14.06 GB/s per link, not the 25 of an A10
 from __future__ import annotations
 
 import json
+import re
 
 import networkx as nx
 import pytest
@@ -118,3 +119,89 @@ def test_topology_nvlink_rate_comes_from_the_catalogue_by_model():
     g.add_node("b", label="GPU1", name="NVIDIA A40")
     link = nvlink_bundle(g, {"a": {"b": (4, 4, 3)}}, (), "a", "b")
     assert link.max_gbyte_s == pytest.approx(56.25) and "A40" in link.source
+
+
+# ---- the audit: every entry sourced, its figures held to what its vendor states --------------
+DOC = json.loads(C.resources.files("ccdiag").joinpath("data", C.DATA_FILE).read_text())
+
+
+def _entries():
+    return [("gpu", g) for g in DOC["gpus"]] + [("nic", n) for n in DOC["nics"]] + [("system", s) for s in DOC["systems"]]
+
+
+@pytest.mark.parametrize("kind,entry", _entries(), ids=lambda e: e["key"] if isinstance(e, dict) else e)
+def test_every_entry_names_its_source_and_when_it_was_checked(kind, entry):
+    assert entry["source"].strip() and entry["sources"], entry["key"]
+    if entry["checked"] is None:
+        assert entry["checked_how"].strip(), f"{entry['key']}: not checked, and not said why"
+    else:
+        assert re.fullmatch(r"20[0-9]{2}-[01][0-9]-[0-3][0-9]", entry["checked"]) and "stated" in entry
+
+
+@pytest.mark.parametrize("entry", [g for g in DOC["gpus"] if "stated" in g], ids=lambda g: g["key"])
+def test_gpu_figures_are_what_the_vendor_states(entry):
+    stated, nv = entry["stated"], entry.get("nvlink")
+    if "nvlink_bidir_gbyte_s" in stated:
+        rate = (nv or {}).get("gbyte_s_per_link", DOC["nvlink_generations"][str(nv["generation"])]["gbyte_s_per_link"]
+                              if nv else 0)
+        assert (nv["links"] * rate * 2 if nv else 0) == pytest.approx(stated["nvlink_bidir_gbyte_s"]), entry["key"]
+    if "pcie_gen" in stated:
+        assert entry["pcie"]["gen"] == stated["pcie_gen"], entry["key"]
+    if "c2c_bidir_gbyte_s" in stated:
+        assert entry["c2c_gbyte_s"] * 2 == stated["c2c_bidir_gbyte_s"], entry["key"]
+    for figure in ("c2c_gbyte_s", "pcie", "nvlink"):
+        value = entry.get(figure)
+        stated_it = {"c2c_gbyte_s": "c2c_bidir_gbyte_s", "pcie": "pcie_gen", "nvlink": "nvlink_bidir_gbyte_s"}[figure]
+        if value and stated_it not in stated:
+            assert figure in entry.get("unsourced", {}), f"{entry['key']}: {figure} is neither stated nor marked unsourced"
+
+
+@pytest.mark.parametrize("entry", [n for n in DOC["nics"]], ids=lambda n: n["key"])
+def test_nic_rates_are_what_the_vendor_states(entry):
+    assert entry["max_port_gbit_s"] == entry["stated"]["max_port_gbit_s"] == max(entry["port_rates_gbit_s"])
+
+
+@pytest.mark.parametrize("entry", [s for s in DOC["systems"] if "stated" in s], ids=lambda s: s["key"])
+def test_system_figures_are_what_the_vendor_states(entry):
+    rails = entry.get("rails") or {}
+    got = {"gpus": entry["gpus"], "nvswitches": entry.get("nvswitches", 0), "rails": rails.get("count"),
+           "rail_gbit_s": rails.get("gbit_s")}
+    assert {k: got[k] for k in entry["stated"]} == entry["stated"]
+
+
+def test_a800s_have_8_nvlinks_not_the_a100s_12():
+    for name, key in (("NVIDIA A800-SXM4-80GB", "A800-SXM4"), ("NVIDIA A800 80GB PCIe", "A800-PCIE")):
+        m = C.gpu_by_name(name)
+        assert m.key == key and m.nvlink.links == 8 and m.nvlink.total_gbyte_s == 200.0
+    assert C.gpu_by_name("NVIDIA A100-SXM4-80GB").nvlink.links == 12
+    from ccdiag.bench.filetopo import FileTopology
+
+    ft = FileTopology({f"GPU{i}": "NVIDIA A800-SXM4-80GB" for i in range(8)})
+    exp, _ = ft.peer("GPU0", "GPU1")
+    assert exp.gbyte_s == 200.0 and "8 x 25" in exp.source  # 171 GB/s, an A800's healthy figure, is 86 %
+
+
+def test_the_unsourced_gb200_c2c_figure_is_marked_where_it_is_used():
+    m = C.gpu_by_name("NVIDIA GB200")
+    assert m.unsourced_note("c2c_gbyte_s") and m.source.startswith("NVIDIA GB200 NVL72 specifications")
+    from ccdiag.bench.filetopo import FileTopology
+
+    exp, _ = FileTopology({"GPU0": "NVIDIA GB200"}).host_device("GPU0")
+    assert "unsourced" in exp.source
+
+
+def test_an_entry_without_a_source_field_is_refused():
+    doc = json.loads(json.dumps(DOC))
+    doc["nics"][0]["source"] = " "
+    with pytest.raises(C.CatalogueError, match="without a source"):
+        C.parse_catalogue(doc)
+
+
+def test_audit_figures_are_printed(capsys):
+    entries = _entries()
+    checked = sum(1 for _, e in entries if e["checked"])
+    read = sum(1 for _, e in entries if "read in this audit" in (e.get("checked_how") or ""))
+    with capsys.disabled():
+        print(f"\nhardware catalogue audit: {len(entries)} entries, {len(entries)} with a vendor source, {checked} "
+              f"checked against the vendor's stated figures, {read} with a page read in this audit")
+    assert checked >= len(entries) - 4

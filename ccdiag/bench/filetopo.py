@@ -200,9 +200,11 @@ class FileTopology:
         if model is None:
             return None, self._why_no_model(gpu)
         if model.c2c_gbyte_s:
+            caveat = model.unsourced_note("c2c_gbyte_s")
             return Expected(model.c2c_gbyte_s, bottleneck=f"{gpu} NVLink-C2C", bottleneck_desc="NVLink-C2C",
                             level="C2C", kind="pcie_bidir" if bidir else "pcie",
-                            source=f"catalogue: {model.key} NVLink-C2C {model.c2c_gbyte_s:g} GB/s per direction"), None
+                            source=f"catalogue: {model.key} NVLink-C2C {model.c2c_gbyte_s:g} GB/s per direction"
+                                   + (f" (unsourced: {caveat.split(':')[0]})" if caveat else "")), None
         rate = _pcie_rate(model)
         if rate is None:
             return None, f"the catalogue has no host link rate for {model.key}"

@@ -4,7 +4,11 @@ Why: a pasted benchmark file names its GPUs ("NVIDIA A40", "NVIDIA H100 80GB HBM
 link rates, and NVML reports an NVLink's generation but not every part's per-link rate (bridged
 GA102 boards run NVLink 3 at 14.06 GB/s per link, not the 25 of an A100). One data file,
 ``ccdiag/data/hardware.json``, holds those facts with the public source of each entry; this module
-reads it into frozen dataclasses. There is one place to add a GPU: that file.
+reads it into frozen dataclasses. There is one place to add a GPU: that file. Each entry names the
+vendor page its figures come from (``source``), the figures that page states (``stated``, which the
+tests hold the entry to), when they were compared (``checked``), and any figure no source states
+(``unsourced``, said wherever the figure is used). Fields this reader does not know are kept in the
+file for other readers (the schema is open to new per-entry fields).
 
 Order of trust, applied by the callers: what the live node says (NVML link counts, PCIe
 capability read from sysfs) over the catalogue, the catalogue over nothing (UNKNOWN).
@@ -68,6 +72,13 @@ class GpuModel:
     #: the vendor's dense (no sparsity) tensor-core peak, TFLOPS by input type ("fp16", "bf16")
     dense_tflops: tuple[tuple[str, float], ...] = ()
     dense_tflops_source: str | None = None
+    source: str = ""  # the vendor page the figures come from
+    checked: str | None = None  # the date the figures were compared with it (None: no vendor page exists)
+    unsourced: tuple[tuple[str, str], ...] = ()  # figure -> why no source states it
+
+    def unsourced_note(self, figure: str) -> str | None:
+        """Why no source states ``figure`` ("c2c_gbyte_s", "pcie", ...), None when one does."""
+        return dict(self.unsourced).get(figure)
 
     @property
     def is_geforce(self) -> bool:
@@ -100,6 +111,8 @@ class NicModel:
     max_port_gbit_s: float
     link_layers: tuple[str, ...]
     sources: tuple[str, ...]
+    source: str = ""
+    checked: str | None = None
 
 
 @dataclass(frozen=True)
@@ -118,6 +131,8 @@ class SystemModel:
     sources: tuple[str, ...]
     note: str | None = None
     integrated_network: bool = False  # the NIC is part of the product (DGX Spark), not a vendor's choice
+    source: str = ""
+    checked: str | None = None
 
 
 @dataclass(frozen=True)
@@ -172,20 +187,22 @@ def _gpu(d: dict, per_gen: dict[int, float]) -> GpuModel:
                     tuple(sorted((normalize_name(k), float(v)) for k, v in (hbm.get("by_name") or {}).items())),
                     hbm.get("source"),
                     tuple(sorted((k, float(v)) for k, v in tflops.items() if k != "source")),
-                    tflops.get("source"))
+                    tflops.get("source"), source=str(d.get("source") or ""), checked=d.get("checked"),
+                    unsourced=tuple(sorted((d.get("unsourced") or {}).items())))
 
 
 def _nic(d: dict) -> NicModel:
     return NicModel(d["key"], tuple(normalize_name(n) for n in d["names"]), _ids(d.get("pci_device_ids")),
                     tuple(float(r) for r in d["port_rates_gbit_s"]), float(d["max_port_gbit_s"]),
-                    tuple(d.get("link_layers", ())), tuple(d["sources"]))
+                    tuple(d.get("link_layers", ())), tuple(d["sources"]), str(d.get("source") or ""), d.get("checked"))
 
 
 def _system(d: dict) -> SystemModel:
     rails = d.get("rails") or {}
     return SystemModel(d["key"], tuple(d["names"]), d.get("gpu"), int(d["gpus"]), int(d.get("nvswitches", 0)),
                        d["nvlink_topology"], rails.get("nic"), int(rails.get("count", 0)),
-                       rails.get("gbit_s"), tuple(d["sources"]), d.get("note"), bool(rails.get("integrated")))
+                       rails.get("gbit_s"), tuple(d["sources"]), d.get("note"), bool(rails.get("integrated")),
+                       str(d.get("source") or ""), d.get("checked"))
 
 
 def parse_catalogue(doc: dict) -> Catalogue:
@@ -199,7 +216,7 @@ def parse_catalogue(doc: dict) -> Catalogue:
     except (KeyError, TypeError, ValueError) as exc:
         raise CatalogueError(f"hardware catalogue: {type(exc).__name__}: {exc}") from None
     entries: tuple[GpuModel | NicModel | SystemModel, ...] = (*cat.gpus, *cat.nics, *cat.systems)
-    unsourced = [e.key for e in entries if not e.sources]
+    unsourced = [e.key for e in entries if not e.sources or not e.source.strip()]
     if unsourced:
         raise CatalogueError(f"hardware catalogue entries without a source: {', '.join(unsourced)}")
     return cat
