@@ -35,7 +35,7 @@ def inputs(n: int) -> list[str]:
     real = sorted((fx / "realcases").glob("*.txt"))
     real += sorted(p for d in ("nvbandwidth", "nccl-tests", "perftest") for p in (fx / "corpus" / d).glob("*.txt"))
     # a server-side output without results is refused (exit 2) and would stop the command: leave it out
-    real = [p for p in real if "server-side-no-results" not in p.name]
+    real = [p for p in real if "server-side-no-results" not in p.name and "server-waiting-no-results" not in p.name]
     return [str(real[i % len(real)]) for i in range(n)]
 
 

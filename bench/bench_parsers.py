@@ -25,16 +25,18 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from ccdiag.benchparse import parse_nccl_tests, parse_nvbandwidth, parse_p2plat, parse_perftest  # noqa: E402
+from ccdiag.benchparse import parse_bandwidth_test, parse_nccl_tests, parse_nvbandwidth, parse_p2plat  # noqa: E402
+from ccdiag.benchparse import parse_perftest  # noqa: E402
 from ccdiag.nccl.logread import parse_nccl_log  # noqa: E402
 from ccdiag.probes.smi_topo import parse_topo_matrix, parse_topo_p2p  # noqa: E402
 
 CORPUS = os.path.join(REPO, "tests", "fixtures", "corpus")
+REAL = os.path.join(REPO, "tests", "fixtures", "realcases")
 RESULTS = os.path.join(REPO, "bench", "results", "parsers.json")
 
 
-def read(rel: str) -> str:
-    with open(os.path.join(CORPUS, rel), encoding="utf-8") as f:
+def read(rel: str, base: str = CORPUS) -> str:
+    with open(os.path.join(base, rel), encoding="utf-8") as f:
         return f.read()
 
 
@@ -83,6 +85,43 @@ def perftest_input(size: int) -> str:
     return grow_repeat_lines(lines[:first], lines[first:last], lines[last:], size)
 
 
+def bandwidth_test_input(size: int) -> str:
+    """A shmoo-long host-to-device table: the real 2080 Ti output's row repeated with growing sizes."""
+    lines = body(read("bandwidthTest-rtx2080ti-gbs-half-of-gen3-x16.txt", REAL))
+    row = next(i for i, l in enumerate(lines) if l.strip().startswith("32000000"))
+
+    def resize(u, k):
+        return [f"   {1024 * (k + 1):<28} 7.8"]
+
+    return grow_repeat_lines(lines[:row], [lines[row]], lines[row + 1:], size, resize)
+
+
+def nccl_tests_headerless_input(size: int) -> str:
+    """A header-less tail (kubectl logs --tail): the GB200 rows repeated, read from fixed columns."""
+    lines = body(read("nccl-tests-headerless-tail-gb200-nvl-2tray-kubectl-logs-healthy.txt", REAL))
+    rows = [l for l in lines if l[:12].strip().isdigit()]
+    return grow_repeat_lines(lines[:1], rows, [], size)
+
+
+def perftest_bw_min_input(size: int) -> str:
+    """The RoCE GB200 client's table with perftest's BW min column, its row repeated."""
+    lines = body(read("perftest-ib_write_bw-gb200-roce-bw-min-column-cuda-dmabuf-client.txt", REAL))
+    head = next(i for i, l in enumerate(lines) if "BW min" in l)
+    last = len(lines) - 1 - next(i for i, l in enumerate(reversed(lines)) if l.startswith("-----"))
+    return grow_repeat_lines(lines[:head + 1], lines[head + 1:last], lines[last:], size)
+
+
+def nvbandwidth_multinode_input(size: int) -> str:
+    """Multi-node nvbandwidth (process lines): its testcase blocks repeated under new names."""
+    lines = body(read("nvbandwidth-multinode-gb200-2tray-imex-dra-healthy.txt", REAL))
+    start = next(i for i, l in enumerate(lines) if l.startswith("Running "))
+
+    def rename(u, k):
+        return [l.replace("multinode_", f"multinode{k}_") for l in u]
+
+    return grow_repeat_lines(lines[:start], lines[start:], [], size, rename)
+
+
 def logread_input(size: int) -> str:
     lines = body(read("nccl-log/2node-16rank-node2-trees-p2p-ipc-pxn-gdrdma-channels.txt"))
     return grow_repeat_lines([], lines, [], size)
@@ -110,6 +149,10 @@ CASES = [
     ("benchparse.parse_nvbandwidth", parse_nvbandwidth, nvbandwidth_input, "nvbandwidth-v0.4 H100 testcase block"),
     ("benchparse.parse_p2plat", parse_p2plat, p2plat_input, "p2pBandwidthLatencyTest H100 PCIe whole output"),
     ("benchparse.parse_perftest", parse_perftest, perftest_input, "ib_write_bw -a MB/sec rows"),
+    ("benchparse.parse_bandwidth_test", parse_bandwidth_test, bandwidth_test_input, "bandwidthTest RTX 2080 Ti H2D rows"),
+    ("benchparse.nccl_tests_headerless", parse_nccl_tests, nccl_tests_headerless_input, "GB200 header-less tail rows"),
+    ("benchparse.perftest_bw_min", parse_perftest, perftest_bw_min_input, "ib_write_bw BW min (GB200 RoCE) rows"),
+    ("benchparse.nvbandwidth_multinode", parse_nvbandwidth, nvbandwidth_multinode_input, "multi-node nvbandwidth GB200 testcases"),
     ("nccl.logread.parse_nccl_log", parse_nccl_log, logread_input, "nccl-log 2node-16rank log lines"),
     ("smi_topo.parse_topo_matrix", parse_topo_matrix, topo_m_input, "N-GPU topo -m built on the P100 capture's layout"),
     ("smi_topo.parse_topo_p2p", parse_topo_p2p, topo_p2p_input, "N-GPU topo -p2p r built on the L4 capture's layout"),

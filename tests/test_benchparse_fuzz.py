@@ -10,8 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ccdiag.benchparse import BenchParseError, detect, parse_any, parse_nccl_tests, parse_nvbandwidth, parse_p2plat
-from ccdiag.benchparse import parse_perftest
+from ccdiag.benchparse import BenchParseError, detect, parse_any, parse_bandwidth_test, parse_nccl_tests
+from ccdiag.benchparse import parse_nvbandwidth, parse_p2plat, parse_perftest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SEEDS = []
@@ -21,8 +21,15 @@ for sub, base in (("nvbandwidth", "corpus"), ("nccl-tests", "corpus"), ("perftes
     for name in sorted(os.listdir(d)):
         with open(os.path.join(d, name), encoding="utf-8") as f:
             SEEDS.append(f.read())
+# the real outputs the newer readers were written for: bandwidthTest, multi-node nvbandwidth, header-less
+# nccl-tests tails, perftest's BW min column (the "#ccdiag-" provenance lines kept: they are input too)
+REAL = os.path.join(HERE, "fixtures", "realcases")
+for name in sorted(os.listdir(REAL)):
+    if name.startswith("bandwidthTest-") or "multinode" in name or "headerless" in name or "bw-min" in name:
+        with open(os.path.join(REAL, name), encoding="utf-8") as f:
+            SEEDS.append(f.read())
 
-PARSERS = (parse_nvbandwidth, parse_p2plat, parse_nccl_tests, parse_perftest, parse_any, detect)
+PARSERS = (parse_nvbandwidth, parse_p2plat, parse_nccl_tests, parse_perftest, parse_bandwidth_test, parse_any, detect)
 
 
 @st.composite

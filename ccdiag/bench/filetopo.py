@@ -40,7 +40,7 @@ ALL_PEER_CAUSES = ("a GeForce board (the driver offers no peer access over PCIe 
 
 def is_generic(name: str | None) -> bool:
     """Whether ``name`` says nothing of the model (the driver printed a placeholder)."""
-    return bool(name) and _GENERIC.match(name.strip()) is not None
+    return name is not None and _GENERIC.match(name.strip()) is not None
 
 
 class MatrixTopology:

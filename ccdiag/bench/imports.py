@@ -395,7 +395,7 @@ BW_MIN_DIP = 0.5
 def _perftest_findings(parsed: Any, source: str) -> list[Finding]:
     """The BW min column (--report-min-bw): a window far below the average shows transient dips the
     average hides (congestion, throttling, a marginal link); 0.00 is a window never measured."""
-    out = []
+    out: list[Finding] = []
     rows = [r for r in parsed.bw_rows if r.bw_min_gbyte_s is not None]
     if not rows:
         return out

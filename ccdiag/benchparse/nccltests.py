@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from ccdiag.benchparse import _text
 from ccdiag.benchparse.errors import MAX_LABELS, MAX_ROWS, BenchParseError, clip
@@ -266,12 +267,13 @@ def _measure(t: list[str], n: int, line: str, time_scale: float = 1.0, delta: bo
     bounds values"), not a count of wrong elements."""
     f = _text.to_float
     it: list[float | None] = [f(x, "per-iteration value", n, line) for x in t[4:8]] if len(t) == 8 else [None] * 4
+    per_iter = dict(iter_min_us=it[0], iter_max_us=it[1], iter_p99_us=it[2], iter_cv_pct=it[3])
     if delta:
         d = None if t[3] == "N/A" else f(t[3], "error", n, line)
         return NcclTestsMeasure(f(t[0], "time", n, line) * time_scale, f(t[1], "algbw", n, line),
-                                f(t[2], "busbw", n, line), None, *it, max_delta=d)
+                                f(t[2], "busbw", n, line), None, max_delta=d, **per_iter)
     return NcclTestsMeasure(f(t[0], "time", n, line) * time_scale, f(t[1], "algbw", n, line),
-                            f(t[2], "busbw", n, line), _wrong(t[3], n, line), *it)
+                            f(t[2], "busbw", n, line), _wrong(t[3], n, line), **per_iter)
 
 
 class _RunBuilder:
@@ -558,11 +560,12 @@ def _json_measure(obj: object, where: tuple[int, str]) -> NcclTestsMeasure | Non
     if not isinstance(obj, dict):
         raise BenchParseError("out_of_place/in_place is not an object", *where)
     t = obj.get("time", obj.get("cpu_time"))
-    vals = [_num(t, "time", where), _num(obj.get("alg_bw"), "alg_bw", where), _num(obj.get("bus_bw"), "bus_bw", where)]
-    if any(v is None for v in vals):
+    time_us, alg, bus = _num(t, "time", where), _num(obj.get("alg_bw"), "alg_bw", where), \
+        _num(obj.get("bus_bw"), "bus_bw", where)
+    if time_us is None or alg is None or bus is None:
         raise BenchParseError("a result without time, alg_bw or bus_bw", *where)
     wrong = _num(obj.get("nwrong"), "nwrong", where)
-    return NcclTestsMeasure(vals[0], vals[1], vals[2], None if wrong is None else int(wrong))
+    return NcclTestsMeasure(time_us, alg, bus, None if wrong is None else int(wrong))
 
 
 def _json_collective(doc: dict) -> str | None:
@@ -607,8 +610,8 @@ def _json_row(r: object, where: tuple[int, str]) -> NcclTestsRow:
 
 
 def _json_info(doc: dict, config: dict, devices: list[NcclTestsDevice],
-               numbered: list[tuple[int, str]]) -> dict[str, object]:
-    info: dict[str, object] = {}
+               numbered: list[tuple[int, str]]) -> dict[str, Any]:
+    info: dict[str, Any] = {}
     avg = doc.get("average_bus_bandwidth")
     if isinstance(avg, dict):
         info["avg_bus_bandwidth_gbyte_s"] = _num(avg.get("bandwidth"), "bandwidth",
@@ -640,7 +643,8 @@ def _parse_json(text: str, numbered: list[tuple[int, str]]) -> NcclTestsResult:
                               limit="MAX_ROWS")
     code = doc.get("nccl_version")
     version = _nccl_version_from_code(code) if isinstance(code, int) and not isinstance(code, bool) else None
-    config = doc.get("config") if isinstance(doc.get("config"), dict) else {}
+    config_v = doc.get("config")
+    config: dict = config_v if isinstance(config_v, dict) else {}
     devices = _json_devices(doc, config, numbered)
     where = _text.json_line(numbered, '"results"')
     rows = [_json_row(r, where) for r in results]

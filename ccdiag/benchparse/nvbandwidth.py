@@ -452,7 +452,7 @@ def parse_nvbandwidth(text: str) -> NvbResult:
 def _json_matrix(rows: object, where: tuple[int, str]) -> list[tuple[float | None, ...]]:
     if not isinstance(rows, list) or len(rows) > MAX_LABELS:
         raise BenchParseError("bandwidth_matrix is not a list of rows (or over MAX_LABELS)", *where)
-    out = []
+    out: list[tuple[float | None, ...]] = []
     width = None
     for row in rows:
         if not isinstance(row, list) or len(row) > MAX_LABELS:
@@ -461,7 +461,7 @@ def _json_matrix(rows: object, where: tuple[int, str]) -> list[tuple[float | Non
             width = len(row)
         elif len(row) != width:
             raise BenchParseError("bandwidth_matrix rows differ in length", *where)
-        cells = []
+        cells: list[float | None] = []
         for v in row:
             if v == "N/A" or v is None:
                 cells.append(None)
@@ -523,7 +523,8 @@ def _parse_json(text: str, numbered: list[tuple[int, str]]) -> NvbResult:
             raise BenchParseError("a testcase without a name", *_text.json_line(numbered, '"testcases"'))
         name = case["name"]
         where = _text.json_line(numbered, f'"{name}"')
-        status = case.get("status") if isinstance(case.get("status"), str) else "Running"
+        status_v = case.get("status")
+        status = status_v if isinstance(status_v, str) else "Running"
         matrices: tuple[NvbMatrix, ...] = ()
         if "bandwidth_matrix" in case:
             desc = case.get("bandwidth_description")

@@ -438,7 +438,7 @@ def parse_perftest(text: str, json_bw_unit: str | None = None) -> PerftestResult
     return reader.result(numbered)
 
 
-def _header_fields(header: dict[str, str]) -> dict[str, object]:
+def _header_fields(header: dict[str, str]) -> dict[str, Any]:
     out: dict[str, object] = {}
 
     def num(key: str) -> int | None:
@@ -523,19 +523,19 @@ def _json_result(ti: dict[str, Any], res: dict[str, Any], numbered: list[tuple[i
         bidirectional=bool(test and "Bidirectional" in test))
     if kind == "lat":
         if "t_min" in res:
-            row = PerftestLatRow(count("MsgSize"), count("n_iterations"), t_avg_us=num("t_avg"),
-                                 t_min_us=num("t_min"), t_max_us=num("t_max"), t_typical_us=num("t_typical"),
-                                 t_stdev_us=num("t_stdev"), p99_us=num("percentile_99"),
-                                 p99_9_us=num("percentile_99.9"))
+            lat_row = PerftestLatRow(count("MsgSize"), count("n_iterations"), t_avg_us=num("t_avg"),
+                                     t_min_us=num("t_min"), t_max_us=num("t_max"), t_typical_us=num("t_typical"),
+                                     t_stdev_us=num("t_stdev"), p99_us=num("percentile_99"),
+                                     p99_9_us=num("percentile_99.9"))
             ids: tuple[str, ...] = (json_id, "perftest.json.lat")
         elif "tps_average" in res:
-            row = PerftestLatRow(count("MsgSize"), count("n_iterations"), t_avg_us=num("t_avg"),
-                                 tps_average=num("tps_average"))
+            lat_row = PerftestLatRow(count("MsgSize"), count("n_iterations"), t_avg_us=num("t_avg"),
+                                     tps_average=num("tps_average"))
             ids = (json_id, "perftest.json.lat_dur")
         else:
             raise BenchParseError("latency results without t_min or tps_average (the -o/--output summary form is "
                                   "not read)", *where)
-        return PerftestResult(lat_rows=(row,), format_ids=ids, **common)
+        return PerftestResult(lat_rows=(lat_row,), format_ids=ids, **common)
     if "BW_peak" not in res:
         raise BenchParseError("bandwidth results without BW_peak (the -o/--output summary form is not read)", *where)
     unit = json_bw_unit or "MiB/sec"
