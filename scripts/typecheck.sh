@@ -21,7 +21,7 @@ ln -s "$ROOT/probes" "$TREE/ccdiag/probes"
 ln -s "$ROOT/exporters" "$TREE/ccdiag/exporters"
 MYPY=${MYPY:-mypy}
 if [ $# -eq 0 ]; then
-    set -- -p ccdiag.topology -p ccdiag.checks -p ccdiag.bench -p ccdiag.nccl -p ccdiag.cluster
+    set -- -p ccdiag.topology -p ccdiag.checks -p ccdiag.bench -p ccdiag.benchparse -p ccdiag.nccl -p ccdiag.cluster
 fi
 cd "$TREE"
 exec $MYPY --config-file "$ROOT/pyproject.toml" --cache-dir "$PWD/.mypy_cache" "$@"
