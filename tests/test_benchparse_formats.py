@@ -118,6 +118,13 @@ def test_the_renderer_follows_c_printf():
     assert cprintf("%*s|%6g|%%", [4, "ab", 1e6]) == "  ab| 1e+06|%"
 
 
+def test_the_formats_page_is_the_list():
+    """docs/bench-formats.md is generated from formats.json; regenerate it with
+    ``python -m ccdiag.benchparse.formats > docs/bench-formats.md``."""
+    page = (TESTS.parent / "docs" / "bench-formats.md").read_text(encoding="utf-8")
+    assert page == F.markdown(), "docs/bench-formats.md is stale: python -m ccdiag.benchparse.formats > docs/bench-formats.md"
+
+
 def test_describe_names_tool_version_and_format():
     text = F.describe(("perftest.bw.mib", "perftest.bw.bidir"))
     assert text.startswith("perftest 24.07.0-0.44..26.04.17, bandwidth table in MiB/sec")

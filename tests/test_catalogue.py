@@ -205,3 +205,12 @@ def test_audit_figures_are_printed(capsys):
         print(f"\nhardware catalogue audit: {len(entries)} entries, {len(entries)} with a vendor source, {checked} "
               f"checked against the vendor's stated figures, {read} with a page read in this audit")
     assert checked >= len(entries) - 4
+
+
+def test_a_new_per_entry_field_is_kept_open():
+    """Other readers add fields to entries (per-SKU memory bandwidth, GEMM peaks): the catalogue reads
+    what it knows and leaves the rest alone."""
+    doc = json.loads(json.dumps(DOC))
+    doc["gpus"][0]["hbm_gbyte_s"] = 3350.0
+    doc["gpus"][0]["stated"]["hbm_gbyte_s"] = 3350.0
+    assert C.parse_catalogue(doc).gpus[0].key == doc["gpus"][0]["key"]

@@ -230,9 +230,10 @@ def test_a_generically_named_gpu_gets_every_cause_then_geforce_first_with_its_pc
     f = next(f for f in doc["findings"] if f["check"] == "bench.p2p.no_peer_access")
     assert "NVIDIA Graphics Device" in f["summary"] and all(w in f["summary"] for w in ("GeForce", "ACS", "IOMMU", "VM"))
     assert "--gpu-pci-id" in f["remedy"]
-    _, doc, _ = imported(name, "--gpu-pci-id", "0x2b85")
-    f = next(f for f in doc["findings"] if f["check"] == "bench.p2p.no_peer_access")
-    assert "RTX-5090" in f["summary"] and "(first cause)" in f["summary"]
+    for given in ("0x2b85", "10de:2b85", "[10de:2b85]"):  # as typed, or as lspci -nn prints it
+        _, doc, _ = imported(name, "--gpu-pci-id", given)
+        f = next(f for f in doc["findings"] if f["check"] == "bench.p2p.no_peer_access")
+        assert "RTX-5090" in f["summary"] and "(first cause)" in f["summary"], given
 
 
 def test_bandwidthtest_numa_names_the_far_node_and_the_gpus_node():

@@ -683,7 +683,8 @@ def import_file(text: str, topology: Any, policy: Any, source: str, perftest_uni
     file itself, as lspci -nn prints them, are read too)."""
     kind, parsed = _parse(text, perftest_unit)
     names, hosts = _file_names(kind, parsed)
-    pci = tuple(sorted({p.lower().removeprefix("0x") for p in gpu_pci_ids}
+    # "2b85", "0x2b85", "10de:2b85" or lspci's "[10de:2b85]": the device id is the part after the vendor
+    pci = tuple(sorted({p.strip().strip("[]").lower().rpartition(":")[2].removeprefix("0x") for p in gpu_pci_ids}
                        | {m.group(1).lower() for m in PCI_ID_IN_TEXT.finditer(text[:1 << 20])}))
     ex, note = choose(topology, names, hosts, node or NodeInfo(), gpu_file=kind != "perftest", pci_ids=pci)
     res = BenchResult(f"import:{kind}", RAN, params={"file": source, "tool": kind})

@@ -80,3 +80,34 @@ def coverage() -> dict[str, tuple[int, int]]:
         read, listed = out.get(f.tool, (0, 0))
         out[f.tool] = (read + f.read, listed + 1)
     return out
+
+
+def markdown() -> str:
+    """``docs/bench-formats.md``: every listed format, per tool, with its versions, flags, status and the
+    real outputs that print it (``python -m ccdiag.benchparse.formats > docs/bench-formats.md``)."""
+    doc = _load(FORMATS_FILE)
+    cov = coverage()
+    out = ["# The benchmark output formats `ccdiag bench import` reads", "",
+           "Generated from `ccdiag/benchparse/formats.json` by `python -m ccdiag.benchparse.formats`; "
+           "a test fails when this file and the list differ. " + doc["about"], ""]
+    for what, where in doc.get("elsewhere", {}).items():
+        out += [f"Not here: {what}: {where}.", ""]
+    for tool, entry in doc["tools"].items():
+        read, listed = cov[tool]
+        out += [f"## {tool}: {read} / {listed} read", "", f"Print code: {entry['repository']}.", "",
+                "| id | format | versions | flags | status | tested on |", "|---|---|---|---|---|---|"]
+        for f in entry["formats"]:
+            first, last = f["versions"]
+            span = first if first == last else f"{first} .. {last}"
+            status = "read: " + f.get("reads", "") if f["status"] == "read" else "refused: " + (f.get("why") or "")
+            tested = ", ".join(f"`{r.rsplit('/', 1)[-1]}`" for r in f.get("real", [])) or (
+                f"`{f['synth_fixture']}` (written from the print code)" if f.get("synth_fixture") else
+                "SYNTHESIZED from the printed formats" if f.get("synth") else "none")
+            cells = [f"`{f['id']}`", f["name"], span, f["flags"], status, tested]
+            out.append("| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") for c in cells) + " |")
+        out.append("")
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    print(markdown(), end="")

@@ -216,7 +216,7 @@ def list_command(replay, root, as_json):
 @click.option("--perftest-unit", type=click.Choice(["MiB/sec", "Gb/sec"]), default=None,
               help="Bandwidth unit of perftest JSON files (their JSON does not say; Gb/sec with --report_gbits).")
 @click.option("--gpu-pci-id", "gpu_pci_ids", multiple=True, metavar="ID",
-              help="PCI device id of the files' GPUs (2b85, from `lspci -nn -d 10de:`) where a file names them only "
+              help="PCI device id of the files' GPUs (2b85 or 10de:2b85, from `lspci -nn -d 10de:`) where a file names them only "
                    "as 'NVIDIA Graphics Device'.")
 def import_command(files, replay, root, from_smi, as_json, policy_file, strict, perftest_unit, gpu_pci_ids):
     """Judge nvbandwidth, p2pBandwidthLatencyTest, nccl-tests, perftest or bandwidthTest outputs.
