@@ -214,3 +214,11 @@ def test_a_new_per_entry_field_is_kept_open():
     doc["gpus"][0]["hbm_gbyte_s"] = 3350.0
     doc["gpus"][0]["stated"]["hbm_gbyte_s"] = 3350.0
     assert C.parse_catalogue(doc).gpus[0].key == doc["gpus"][0]["key"]
+
+
+def test_a_systems_known_slow_causes_each_name_their_source():
+    spark = next(s for s in C.catalogue().systems if s.key == "DGX-Spark")
+    assert len(spark.slow_causes) >= 3 and all(c.endswith(")") and " (" in c for c in spark.slow_causes)
+    for entry in DOC["systems"]:
+        for c in entry.get("slow_causes", []):
+            assert c["cause"].strip() and c["source"].strip(), entry["key"]

@@ -267,6 +267,13 @@ class FileTopology:
                                 f"{system.rail_nic} at {system.rail_gbit_s:g} Gb/s per node for {system.gpus} GPU(s): the "
                                 f"ring between {nodes} nodes crosses that link")), None
 
+    def slow_causes(self, gpus: list[str]) -> tuple[str, ...]:
+        """The known causes of a slow figure between nodes of the system these GPUs make (DGX Spark's
+        built-in link), each with its source; empty where no such system is catalogued."""
+        model = self.model(*gpus) if gpus else None
+        system = integrated_system(model, len(gpus)) if model is not None else None
+        return system.slow_causes if system is not None else ()
+
     def nic(self, gpu: str | None, dev: str) -> tuple[Expected | None, str | None]:
         return None, nic_reason(dev)
 
@@ -323,6 +330,13 @@ class OtherNode(FileTopology):
     def ring(self, gpus: Iterable[str], nodes: int, peer_access: bool = True,
              figure: float | None = None) -> tuple[Expected | None, str | None]:
         return None, self.why
+
+    def slow_causes(self, gpus: list[str]) -> tuple[str, ...]:
+        """The known causes of a slow figure between nodes of the system these GPUs make (DGX Spark's
+        built-in link), each with its source; empty where no such system is catalogued."""
+        model = self.model(*gpus) if gpus else None
+        system = integrated_system(model, len(gpus)) if model is not None else None
+        return system.slow_causes if system is not None else ()
 
     def nic(self, gpu: str | None, dev: str) -> tuple[Expected | None, str | None]:
         return None, self.why

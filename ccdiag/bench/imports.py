@@ -514,15 +514,19 @@ def _nccl_run(run: Any, ex: Any, policy: Any, source: str, transport: tuple[bool
             expected=f"{m.expected.gbyte_s:.1f} GB/s", expected_source=m.expected.source))
     if m.status in ("warn", "fail"):
         e = m.expected
+        known = ex.slow_causes(local) if isinstance(ex, FileTopology) and nodes > 1 else ()
+        remedy = ("Measure the links one by one: `ccdiag bench p2p` inside the node, `ccdiag bench pairs` "
+                  "between nodes; check `ccdiag nccl --log` on an NCCL_DEBUG=INFO log of the run.")
+        if known:
+            remedy = ("Known causes of a slow link between these systems: "
+                      + "; ".join(f"({i}) {c}" for i, c in enumerate(known, 1)) + ". " + remedy)
         findings.append(Finding(
             "bench.nccl", m.status, Component("node", f"nccl-tests {coll}"),
             f"{coll} busbw {busbw:.1f} GB/s at {row.size_bytes} bytes = {m.ratio:.0%} of the "
             f"{e.gbyte_s:.1f} GB/s its bottleneck ({e.bottleneck}) carries (typical {m.typical})"
             + (f"; {why}" if why else ""),
             evidence=(Evidence("busbw (largest size)", f"{busbw:.1f} GB/s", source),),
-            expected=f"{e.gbyte_s:.1f} GB/s", expected_source=e.source,
-            remedy=("Measure the links one by one: `ccdiag bench p2p` inside the node, `ccdiag bench pairs` "
-                    "between nodes; check `ccdiag nccl --log` on an NCCL_DEBUG=INFO log of the run.")))
+            expected=f"{e.gbyte_s:.1f} GB/s", expected_source=e.source, remedy=remedy))
     return m, findings
 
 

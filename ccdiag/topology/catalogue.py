@@ -133,6 +133,9 @@ class SystemModel:
     integrated_network: bool = False  # the NIC is part of the product (DGX Spark), not a vendor's choice
     source: str = ""
     checked: str | None = None
+    #: known causes of a slow figure between two of these systems, each with the public thread or page
+    #: that established it (the network is part of the product, so its failure modes are known too)
+    slow_causes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -202,7 +205,8 @@ def _system(d: dict) -> SystemModel:
     return SystemModel(d["key"], tuple(d["names"]), d.get("gpu"), int(d["gpus"]), int(d.get("nvswitches", 0)),
                        d["nvlink_topology"], rails.get("nic"), int(rails.get("count", 0)),
                        rails.get("gbit_s"), tuple(d["sources"]), d.get("note"), bool(rails.get("integrated")),
-                       str(d.get("source") or ""), d.get("checked"))
+                       str(d.get("source") or ""), d.get("checked"),
+                       tuple(f"{c['cause']} ({c['source']})" for c in d.get("slow_causes") or ()))
 
 
 def parse_catalogue(doc: dict) -> Catalogue:
