@@ -69,6 +69,9 @@ MIN_DEADLINE_S = 0.5
 #: the most --web.max-requests may be: each admitted request may take a thread, and threads count
 #: against the unit's TasksMax (systemd/ccdiag-exporter.service)
 MAX_REQUESTS_LIMIT = 1024
+#: seconds the HTTP server's loop may go without stamping its liveness before the daemon is unhealthy
+#: (it stamps every quarter second; a loop blocked this long answers no scrape within a timeout)
+SERVER_SILENCE_S = 5.0
 #: seconds a collection child gets beyond the cycle's deadline to start and send its result
 CHILD_GRACE_S = 3.0
 #: how a setting is named in messages, per source: the file's key or the command line's option
@@ -422,13 +425,17 @@ class Daemon:
 
     def health(self) -> tuple[bool, str]:
         """Healthy while the loop keeps completing cycles (it may still be serving stale probes:
-        those show in ``ccdiag_probe_success``)."""
+        those show in ``ccdiag_probe_success``) and the HTTP server's loop keeps stamping its
+        liveness with its listener open. systemd's watchdog is fed only while this holds: a daemon
+        that collects but no longer serves is restarted, as is one that serves a frozen cycle."""
         if self._loop is None or not self._loop.is_alive():
             return False, "collection loop not running"
         since = self._last_cycle_mono if self._last_cycle_mono is not None else self._started
         age = time.monotonic() - since
         if age > self._max_age():
             return False, f"no collection cycle completed for {age:.0f}s"
+        if self.server is not None and not self.server.alive(SERVER_SILENCE_S):
+            return False, f"the HTTP server's loop has not answered for more than {SERVER_SILENCE_S:g}s"
         return True, "ok"
 
     def ready(self) -> bool:

@@ -23,9 +23,10 @@ A bcrypt check costs tens of milliseconds by design, so every (user, password) p
 remembered by the SHA-256 of the password with its answer, for the life of the configuration: a
 client repeating a wrong password costs a dictionary lookup, not a bcrypt. The failures remembered
 are bounded (the oldest forgotten first), so a flood of distinct wrong passwords cannot grow the
-daemon. bcrypt checks run one at a time, so that flood costs one core at most, and the bounded
-number of requests served at once (``--web.max-requests``) bounds how many wait. An unknown user
-still pays one bcrypt check, so response time does not reveal which user names exist.
+daemon. bcrypt checks run one at a time in an executor of their own, with a bounded queue and a
+back-off per client (:mod:`.authgate`), so that flood costs one core at most and never delays a
+client whose password is remembered. An unknown user still pays one bcrypt check, so response time
+does not reveal which user names exist.
 """
 
 from __future__ import annotations
@@ -63,7 +64,12 @@ MAX_FAILED_REMEMBERED = 4096
 
 
 class BasicAuth:
-    """Checks ``Authorization: Basic`` headers against bcrypt hashes."""
+    """Checks ``Authorization: Basic`` headers against bcrypt hashes, remembering every answer.
+
+    :meth:`parse`, :meth:`known` and :meth:`verify` are the steps the server's
+    :class:`~ccdiag.exporters.authgate.PasswordGate` takes (the cache on the event loop, bcrypt in its
+    own executor); :meth:`check` takes them in order, for callers without a loop.
+    """
 
     def __init__(self, users: dict[str, str]):
         self.users = {u: h.encode() for u, h in users.items()}
@@ -73,21 +79,40 @@ class BasicAuth:
         self._bcrypt_lock = threading.Lock()  # one bcrypt at a time
         self.bcrypt_checks = 0  # how many were run (benchmarks read it)
 
-    def check(self, header: str | None) -> bool:
+    @staticmethod
+    def parse(header: str | None) -> tuple[str, str, bytes] | None:
+        """(user, password, SHA-256 of the password) of a ``Basic`` header, or ``None``."""
         if not header or not header.startswith("Basic "):
-            return False
+            return None
         try:
             user, sep, password = base64.b64decode(header[6:].strip(), validate=True).decode("utf-8").partition(":")
         except (binascii.Error, UnicodeDecodeError, ValueError):
-            return False
+            return None
         if not sep:
+            return None
+        return user, password, hashlib.sha256(password.encode()).digest()
+
+    def check(self, header: str | None) -> bool:
+        parsed = self.parse(header)
+        if parsed is None:
             return False
-        digest = hashlib.sha256(password.encode()).digest()
-        known = self._known(user, digest)
-        if known is not None:
-            return known
+        user, password, digest = parsed
+        known = self.known(user, digest)
+        return known if known is not None else self.verify(user, password, digest)
+
+    def known(self, user: str, digest: bytes) -> bool | None:
+        """The remembered answer for this pair, or ``None``."""
+        with self._lock:
+            if any(u == user and hmac.compare_digest(d, digest) for u, d in self._ok):
+                return True
+            if (user, digest) in self._failed:
+                return False
+        return None
+
+    def verify(self, user: str, password: str, digest: bytes) -> bool:
+        """The bcrypt check (one at a time), its answer remembered."""
         with self._bcrypt_lock:
-            known = self._known(user, digest)  # checked by another request while this one waited
+            known = self.known(user, digest)  # checked by another caller while this one waited
             if known is not None:
                 return known
             ok = self._bcrypt(user, password)
@@ -99,15 +124,6 @@ class BasicAuth:
                 while len(self._failed) > MAX_FAILED_REMEMBERED:
                     self._failed.popitem(last=False)
         return ok
-
-    def _known(self, user: str, digest: bytes) -> bool | None:
-        """The remembered answer for this pair, or ``None``."""
-        with self._lock:
-            if any(u == user and hmac.compare_digest(d, digest) for u, d in self._ok):
-                return True
-            if (user, digest) in self._failed:
-                return False
-        return None
 
     def _bcrypt(self, user: str, password: str) -> bool:
         import bcrypt

@@ -484,3 +484,50 @@ def test_health_fails_without_a_running_loop():
     assert not d.ready()
     assert d.run_cycle() is True
     assert d.ready()
+
+
+@pytest.mark.slow  # starts a daemon with its collection process
+def test_the_watchdog_stops_when_the_http_servers_loop_dies(tmp_path, notify_socket, monkeypatch):
+    path, sock = notify_socket
+    sock.settimeout(0.5)
+    monkeypatch.setenv("NOTIFY_SOCKET", path)
+    monkeypatch.setenv("WATCHDOG_USEC", "400000")  # a ping every 0.2 s
+    monkeypatch.delenv("WATCHDOG_PID", raising=False)
+    d = Daemon(DaemonConfig(listen="127.0.0.1:0", interval_s=600.0), host=ReplayHost(str(C.HEALTHY)))
+    seen: dict[str, list[float]] = {"before": [], "after": []}
+
+    def pings(until: float) -> list[float]:
+        got = []
+        while time.monotonic() < until:
+            try:
+                msg = sock.recv(4096).decode()
+            except socket.timeout:
+                continue
+            if "WATCHDOG=1" in msg:
+                got.append(time.monotonic())
+        return got
+
+    def drive():
+        try:
+            wait_for(d.ready, 30)
+            seen["before"] = pings(time.monotonic() + 1.5)
+            d.server._loop.call_soon_threadsafe(d.server._loop.stop)  # the server's loop dies
+            wait_for(lambda: not d.server.alive())
+            time.sleep(0.3)  # a ping already decided may still be in flight
+            while True:  # drain what was sent before the loop died
+                try:
+                    sock.recv(4096)
+                except socket.timeout:
+                    break
+            seen["after"] = pings(time.monotonic() + 1.5)
+            seen["health"] = [d.health()]
+        finally:
+            d._stop.set()
+
+    helper = threading.Thread(target=drive)
+    helper.start()
+    assert d.serve() == 0
+    helper.join(30)
+    assert len(seen["before"]) >= 3  # fed while both loops answer
+    assert seen["after"] == []  # and never again once the server's loop is gone
+    assert "HTTP server" in seen["health"][0][1]

@@ -1,15 +1,15 @@
 """The endpoint under hostile clients: idle and half-open connections hold no thread and are closed
-at the header timeout, requests beyond --web.max-requests get 503 at once, a flood past the
-connection bound evicts the oldest pending connection, accept backs off when descriptors run out,
-wrong passwords are remembered and bcrypt runs one at a time; the collection process reads its
+at the header timeout, pipelined requests are answered in order, requests beyond --web.max-requests
+get 503 at once, a flood past the connection bound evicts the oldest idle connection, wrong passwords
+are remembered and bcrypt runs one at a time behind the cache; the collection process reads its
 children through selectors (descriptors above 1,023) and leaves no process when the daemon stops.
-Loopback addresses only."""
+Loopback addresses only (the attack suite is tests/test_daemon_attacks.py)."""
 
 from __future__ import annotations
 
 import base64
-import errno
 import os
+import re
 import socket
 import threading
 import time
@@ -69,18 +69,15 @@ def connect(srv: MetricsServer) -> socket.socket:
     return socket.create_connection(srv.server_address[:2], timeout=5)
 
 
-def http_threads() -> int:
-    return sum(1 for t in threading.enumerate() if t.name.startswith("ccdiag-http"))
-
-
 def test_idle_connections_hold_no_thread_and_scrapes_keep_answering(serve):
     srv = serve(max_requests=4)
     assert get(srv.url) == 200
+    threads = threading.active_count()
     idle = [connect(srv) for _ in range(100)]
     wait_for(lambda: srv.pending >= 100)
     for _ in range(20):
         assert get(srv.url) == 200
-    assert 1 <= http_threads() <= 4  # workers up to the bound, none per connection
+    assert threading.active_count() <= threads + 1  # one loop holds them all, no thread per connection
     for s in idle:
         s.close()
 
@@ -95,21 +92,64 @@ def test_a_half_open_connection_is_closed_at_the_header_timeout(serve):
     assert srv.stats["timed_out"] >= 2 and srv.pending == 0
 
 
+def test_pipelined_requests_are_answered_in_order_and_the_server_lives_on(serve):
+    srv = serve()
+    s = connect(srv)
+    s.sendall(b"GET /-/healthy HTTP/1.1\r\nHost: x\r\n\r\nGET /nowhere HTTP/1.1\r\nHost: x\r\n\r\n"
+              b"HEAD /metrics HTTP/1.1\r\nHost: x\r\n\r\nGET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    got = b""
+    while True:
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        got += chunk
+    statuses = re.findall(rb"HTTP/1\.1 (\d{3}) ", got)
+    assert statuses == [b"200", b"404", b"200", b"200"]
+    assert got.rstrip().endswith(b"</html>")
+    assert get(srv.url) == 200 and srv.alive()
+
+
+def test_http_1_0_head_and_gzip_are_served_as_node_exporter_serves_them(serve):
+    srv = serve()
+    s = connect(srv)
+    s.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
+    got = b"".join(iter(lambda: s.recv(65536), b""))  # HTTP/1.0: the server closes after the answer
+    assert got.startswith(b"HTTP/1.0 200") and b"# HELP" in got
+    s = connect(srv)
+    s.sendall(b"HEAD /metrics HTTP/1.1\r\nHost: x\r\nAccept-Encoding: gzip\r\nConnection: close\r\n\r\n")
+    head = b"".join(iter(lambda: s.recv(65536), b""))
+    assert b"Content-Encoding: gzip" in head and head.endswith(b"\r\n\r\n")  # headers only
+    assert int(head.split(b"Content-Length: ")[1].split(b"\r\n")[0]) > 0
+
+
+def test_an_oversized_header_is_refused_with_400_and_the_connection_only(serve):
+    srv = serve()
+    s = connect(srv)
+    s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 20000 + b"\r\n\r\n")
+    assert s.recv(64).startswith(b"HTTP/1.0 400") or s.recv(64).startswith(b"HTTP/1.1 400")
+    assert get(srv.url) == 200
+
+
 def test_a_request_beyond_max_requests_gets_503_at_once(serve):
     release = threading.Event()
+    srv = serve(max_requests=1)
+    real = srv._respond
 
-    class Slow(CycleCollector):
-        def exposition(self):
-            release.wait(10)
-            return super().exposition()
+    async def slow(request):
+        import asyncio
 
-    srv = serve(Slow(), max_requests=1)
-    first = threading.Thread(target=get, args=(srv.url,))
+        if request.path == "/slow":
+            while not release.is_set():
+                await asyncio.sleep(0.02)
+        return await real(request)
+
+    srv._respond = slow
+    first = threading.Thread(target=get, args=(srv.url.replace("/metrics", "/slow"),))
     first.start()
     wait_for(lambda: srv.active == 1)
     t0 = time.monotonic()
     assert get(srv.url) == 503
-    assert time.monotonic() - t0 < 8.0  # at once, not after the first request's 10 s
+    assert time.monotonic() - t0 < 8.0  # at once, not after the first request ends
     release.set()
     first.join(10)
     assert get(srv.url) == 200
@@ -126,23 +166,11 @@ def test_a_flood_past_the_connection_bound_evicts_the_oldest(serve):
         s.close()
 
 
-def test_accept_backs_off_when_descriptors_run_out(serve):
+def test_the_liveness_stamp_stops_when_the_loop_stops(serve):
     srv = serve()
-    calls = []
-    real = srv.get_request
-
-    def exhausted():
-        calls.append(time.monotonic())
-        if len(calls) <= 6:
-            raise OSError(errno.EMFILE, "Too many open files")
-        return real()
-
-    srv.get_request = exhausted
-    t0 = time.monotonic()
-    assert get(srv.url, timeout=10) == 200  # served once descriptors are back
-    assert len(calls) <= 8  # paused between tries (5, 10, 20 ... ms), never a spin
-    assert time.monotonic() - t0 >= 0.1
-    assert srv.stats["accept_errors"] == 6
+    wait_for(srv.alive)
+    srv._loop.call_soon_threadsafe(srv._loop.stop)  # the loop dies, the listening socket stays open
+    wait_for(lambda: not srv.alive(max_silence_s=0.5))
 
 
 def test_wrong_passwords_are_remembered_and_bcrypt_runs_one_at_a_time():
@@ -235,3 +263,14 @@ def test_a_stopped_daemon_leaves_no_process():
     finally:
         d.stop()
     assert {p.pid for p in me.children(recursive=True)} - before == set()
+
+
+@pytest.mark.slow  # a child process
+def test_check_never_imports_the_http_library():
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-X", "importtime", "-m", "ccdiag", "check", "--replay", str(C.HEALTHY)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "ccdiag.run.checkrun" in out.stderr
+    assert "aiohttp" not in out.stderr
