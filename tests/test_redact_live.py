@@ -170,7 +170,8 @@ def test_pxe_dracut_and_systemd_identities_never_leave_the_site(tmp_path):
     assert [s for s in PXE_SECRETS if s.lower() in text] == []
     # what a probe reads stays: the IOMMU settings and the ACS override
     assert red.files[0]["/proc/cmdline"].decode() == "iommu=pt intel_iommu=on pcie_acs_override=downstream\n"
-    assert {"mac", "machine_id", "domain"} <= set(counts)
+    assert {"mac", "domain"} <= set(counts)
+    assert "/etc/machine-id" not in red.files[0]  # no check reads it: dropped, not pseudonymised
     # the same MAC in three spellings is one pseudonym, so a redacted ticket still reads consistently
     out = next(c for c in red.commands if c["argv"][0] == "journalctl")["stdout"]
     macs = re.findall(r"enx([0-9a-f]{12})", out)

@@ -1,7 +1,8 @@
 """``ccdiag snapshot``: record everything the probes read into one file that replays anywhere.
 
 The file is what a support ticket carries: ``ccdiag check --replay FILE`` on any laptop gives the
-verdict the node gave. ``--redact`` pseudonymises host names, addresses, serials and GUIDs first.
+verdict the node gave. ``--redact`` keeps only what the checks read, pseudonymises host names,
+addresses, serials and GUIDs, and prints what it dropped.
 """
 
 from __future__ import annotations
@@ -44,7 +45,9 @@ def _file_mode(text: str) -> int:
 @host_options
 @click.option("-o", "--output", "output", metavar="FILE",
               help="Snapshot file to write [default: ccdiag-<host>-<time>.snap.tar.gz].")
-@click.option("--redact", is_flag=True, help="Pseudonymise host names, IP/MAC addresses, serials, GUIDs and GPU UUIDs.")
+@click.option("--redact", is_flag=True, help="Keep only what the checks read (the allow-list in ccdiag/report/allowlist.py), "
+              "pseudonymise host names, IP/MAC addresses, serials, GUIDs and GPU UUIDs, drop anything that looks "
+              "like a secret, and print what was dropped.")
 @click.option("--window", type=click.FloatRange(0, 600), default=DEFAULT_WINDOW_S, show_default=True, metavar="S",
               help="Read the counters again after S seconds (a second epoch), so rates can be judged on replay.")
 @click.option("--timeout", type=click.FloatRange(1, 3600), default=60.0, show_default=True, metavar="S",
@@ -78,10 +81,12 @@ def command(replay, root, output, redact, window, timeout, probes, as_json, mode
                              recorded_probes=names)
         close_host(host, timed_out=obs.timed_out)
     counts: dict[str, int] = {}
+    dropped_lines: list[str] = []
     if redact:
-        from ccdiag.report.redact import redact as do_redact
+        from ccdiag.report.redact import redact_with_report
 
-        snap, counts = do_redact(snap)
+        snap, counts, dropped = redact_with_report(snap)
+        dropped_lines = dropped.lines()
     path = output or default_name(snap.meta.get("hostname") or socket.gethostname())
     if os.path.isdir(path):
         path = os.path.join(path, default_name(snap.meta.get("hostname")))
@@ -96,6 +101,8 @@ def command(replay, root, output, redact, window, timeout, probes, as_json, mode
         "nvml_calls": len(snap.nvml), "epochs": snap.epochs, "redacted": bool(redact),
         "redacted_values": counts, "probes": snap.meta.get("probes", {}),
     }
+    if redact:
+        summary["dropped"] = dropped_lines
     if as_json:
         emit_json(build_report("snapshot", snap.meta, runs=runs,
                                run_info={"replayed_from": replay,
@@ -109,5 +116,9 @@ def command(replay, root, output, redact, window, timeout, probes, as_json, mode
             out.print(f"  probe {name}: {status}")
         if redact:
             out.print("  redacted: " + (", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "nothing found"))
+            out.print(f"  dropped ({len(dropped_lines)}; not read by any check or looking like a secret; review "
+                      f"before sending):" if dropped_lines else "  dropped: nothing", markup=False, highlight=False)
+            for line in dropped_lines:
+                out.print(f"    {line}", markup=False, highlight=False)
         out.print(f"replay with: ccdiag check --replay {path}")
     return int(ExitCode.OK)

@@ -1,4 +1,10 @@
-"""Pseudonymise a snapshot before it leaves the site: host names, addresses, serials, GUIDs.
+"""Redact a snapshot before it leaves the site: keep only what the checks read, pseudonymise identities.
+
+What is kept is decided by one allow-list (:mod:`ccdiag.report.allowlist`): environment variables,
+configuration-file lines, DMI fields and NVML record fields not named there are dropped, and every
+drop is listed (:class:`Dropped`, printed by ``ccdiag snapshot --redact``) so the sender can review
+it. A kept value that looks like a secret is dropped anyway (:mod:`ccdiag.report.secrets`), and
+credentials inside free text (command outputs, kept kernel-log lines) are cut out.
 
 The same original always maps to the same pseudonym within one snapshot, so a redacted snapshot
 still diagnoses exactly like the original (GPU 3's UUID in NVML, in the kernel log and in a command
@@ -11,10 +17,19 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import os
 import re
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ccdiag.host.snapshot import SnapshotData
+from ccdiag.report import allowlist
+from ccdiag.report.secrets import SECRET_VALUE, looks_secret
+
+
+def scrub(text: str) -> str:
+    """``text`` with every credential form (:data:`ccdiag.report.secrets.SECRET_VALUE`) cut out."""
+    return SECRET_VALUE.sub("[REDACTED]", text) if SECRET_VALUE.search(text) else text
 
 IPV4 = re.compile(r"(?<![\d.])(?:\d{1,3}\.){3}\d{1,3}(?![\d.])")
 MAC = re.compile(r"(?<![0-9a-fA-F:])(?:[0-9a-fA-F]{2}:){5}[0-9a-fA-F]{2}(?![0-9a-fA-F:])")
@@ -267,15 +282,29 @@ def _kmsg_used(record: dict) -> dict:
     return {**record, "lines": lines_used(lines), "redacted_lines": len(lines) - len(lines_used(lines))}
 
 
+@dataclass
+class Dropped:
+    """What a redaction left out: (kind, where, why) per item, for the sender to review."""
+
+    items: list[tuple[str, str, str]] = field(default_factory=list)
+
+    def add(self, kind: str, where: str, why: str) -> None:
+        self.items.append((kind, where, why))
+
+    def by_kind(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for kind, _, _ in self.items:
+            out[kind] = out.get(kind, 0) + 1
+        return out
+
+    def lines(self) -> list[str]:
+        """One line per item, names only (a dropped value is never printed: it may be the secret)."""
+        return [f"{kind} {where}: {why}" for kind, where, why in self.items]
+
+
 def redact(snap: SnapshotData) -> tuple[SnapshotData, dict[str, int]]:
     """A redacted copy of ``snap`` and how many distinct values of each kind were replaced."""
-    # first pass: learn every original, so no pseudonym handed out equals a real value of this snapshot
-    probe = Redactor(_learn_literals(snap))
-    _redact_into(snap, probe)
-    originals = {orig for table in probe.maps.values() for orig in table}
-    r = Redactor(_learn_literals(snap), reserved=originals)
-    out = _redact_into(snap, r)
-    counts = {kind: len(table) for kind, table in r.maps.items()}
+    out, counts, _ = redact_with_report(snap)
     return out, counts
 
 
@@ -286,48 +315,259 @@ def redact_with_texts(snap: SnapshotData, texts: dict[str, str]) -> tuple[Snapsh
     in the snapshot and in every text, so the two still compare field by field. The redactor comes
     back too, for texts the same node writes later (``redactor.text(...)``: the same pseudonyms)."""
     probe = Redactor(_learn_literals(snap))
-    _redact_into(snap, probe)
+    _redact_into(snap, probe, Dropped())
     for text in texts.values():
         probe.text(text)
     originals = {orig for table in probe.maps.values() for orig in table}
     r = Redactor(_learn_literals(snap), reserved=originals)
-    out = _redact_into(snap, r)
+    out = _redact_into(snap, r, Dropped())
     redacted = {name: r.text(text) for name, text in texts.items()}
     return out, redacted, {kind: len(table) for kind, table in r.maps.items()}, r
 
 
-def _redact_into(snap: SnapshotData, r: Redactor) -> SnapshotData:
+def redact_with_report(snap: SnapshotData) -> tuple[SnapshotData, dict[str, int], Dropped]:
+    """A redacted copy of ``snap``, the pseudonyms handed out per kind, and what was dropped."""
+    # first pass: learn every original, so no pseudonym handed out equals a real value of this snapshot
+    probe = Redactor(_learn_literals(snap))
+    _redact_into(snap, probe, Dropped())
+    originals = {orig for table in probe.maps.values() for orig in table}
+    r = Redactor(_learn_literals(snap), reserved=originals)
+    dropped = Dropped()
+    out = _redact_into(snap, r, dropped)
+    counts = {kind: len(table) for kind, table in r.maps.items()}
+    return out, counts, dropped
+
+
+def _value(r: Redactor, name: str, value: str, rule: str) -> tuple[str | None, str]:
+    """(the value kept under ``rule``, or None; why it was dropped or replaced).
+
+    A value a check reads is never dropped silently, since a check may judge it (an interface that
+    does not exist, a topology file that is missing): a secret-looking one becomes a placeholder that
+    means nothing (``redacted-N``), a private path one under ``/redacted/``, and the reason says so."""
+    if looks_secret(value) and rule != allowlist.PROVIDER_CONSTANT:
+        return r._pseudo("secret", value, lambda n: f"redacted-{n}"), "looks like a secret: replaced"
+    if rule == allowlist.KEEP:
+        return value, ""
+    if rule == allowlist.PSEUDONYMISE:
+        return r.text(value), ""
+    if rule == allowlist.HOSTPORT:
+        host, sep, port = value.rpartition(":")
+        if not sep or not port.isdigit():
+            host, port = value, ""
+        fake = r.text(host)
+        if fake == host and host and not host.startswith(("127.", "localhost")):
+            fake = r._pseudo("host", host, lambda n: f"host-{n}")
+        return fake + (":" + port if port else ""), ""
+    if rule == allowlist.SYSTEM_PATH:
+        if value.startswith(allowlist.SYSTEM_DIRS) and ".." not in value:
+            return r.text(value), ""
+        return (r._pseudo("path", value, lambda n: f"/redacted/path-{n}"),
+                "a path outside the system directories: replaced")
+    if rule == allowlist.PROVIDER_CONSTANT:
+        if value.strip() in allowlist.PROVIDER_CONSTANTS:
+            return value, ""
+        return None, "not a provider identity string"
+    return None, "no rule"
+
+
+def _environ(r: Redactor, env: dict, dropped: Dropped) -> dict:
+    out = {}
+    for name, value in env.items():
+        rule = allowlist.env_rule(name)
+        if rule is None or not isinstance(value, str):
+            dropped.add("environment", name, "not read by any check")
+            continue
+        kept, why = _value(r, name, value, rule)
+        if why:
+            dropped.add("environment", name, why)
+        if kept is not None:
+            out[name] = kept
+    return out
+
+
+_CONF_LINE = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(.*?)\s*$")
+
+
+def _config(r: Redactor, path: str, text: str, dropped: Dropped) -> str | None:
+    """The lines of a configuration file the allow-list names (``None``: the file is not read by any check)."""
+    if path == allowlist.NCCL_CONF:
+        keys: dict[str, str] | None = {}
+        rule_of = allowlist.env_rule
+    else:
+        entry = next((k for k in allowlist.CONFIG_FILES if path == k or (k.endswith("/") and path.startswith(k))), None)
+        if entry is None:
+            return None
+        keys = allowlist.CONFIG_FILES[entry]
+        rule_of = (lambda name: keys.get(name)) if keys is not None else (lambda name: None)
+    kept = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            if line.strip():
+                dropped.add("config line", f"{path}:{n}", "a comment")
+            continue
+        if keys is None:  # a list of names (modules)
+            word = line.strip()
+            if re.fullmatch(r"[A-Za-z0-9_-]{1,64}", word):
+                kept.append(word)
+            else:
+                dropped.add("config line", f"{path}:{n}", "not a module name")
+            continue
+        m = _CONF_LINE.match(line)
+        rule = rule_of(m.group(1)) if m else None
+        if m is None or rule is None:
+            dropped.add("config line", f"{path}:{n}" + (f" ({m.group(1)})" if m else ""), "not read by any check")
+            continue
+        value = m.group(2)
+        quoted = len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'"
+        inner = value[1:-1] if quoted else value
+        out, why = _value(r, m.group(1), inner, rule)
+        if why:
+            dropped.add("config line", f"{path}:{n} ({m.group(1)})", why)
+        if out is None:
+            continue
+        kept.append(f"{m.group(1)}={value[0] + out + value[-1] if quoted else out}")
+    return "\n".join(kept) + ("\n" if kept else "")
+
+
+def _dmi(r: Redactor, path: str, text: str, dropped: Dropped) -> str | None:
+    name = path[len(allowlist.DMI_DIR):]
+    rule = allowlist.DMI.get(name)
+    if rule is None:
+        dropped.add("DMI field", name, "not read by any check")
+        return None
+    kept, why = _value(r, name, text.strip(), rule)
+    if why:
+        dropped.add("DMI field", name, why)
+    if kept is None:
+        return None
+    return kept + "\n"
+
+
+#: a process name in a kernel-log line (``name=python3,`` in an XID)
+_PROC_NAME = re.compile(r"(\bname=)([^,\s][^,]*?)(?=,|$)")
+
+
+def _kmsg_line(r: Redactor, line: str) -> str:
+    line = _PROC_NAME.sub(lambda m: m.group(1) + (m.group(2) if m.group(2) in ("<unknown>", "'<unknown>'") else
+                                                  r._pseudo("process", m.group(2), lambda n: f"process-{n}")), line)
+    return scrub(line)
+
+
+def _nvml_record(rec: dict, dropped: Dropped) -> dict | None:
+    call = rec.get("call", [None])[0] if isinstance(rec.get("call"), list) else None
+    if call in allowlist.NVML_DROPPED:
+        dropped.add("NVML answer", str(call), "names a process")
+        return None
+    fields = allowlist.NVML_FIELDS.get(call) if call else None
+    if fields is not None and isinstance(rec.get("ok"), list):
+        kept = []
+        for item in rec["ok"]:
+            if isinstance(item, dict):
+                gone = sorted(k for k in item if k not in fields)
+                if gone:
+                    dropped.add("NVML field", f"{call}: {', '.join(map(str, gone))}", "not read by any check")
+                item = {k: v for k, v in item.items() if k in fields}
+            kept.append(item)
+        rec = {**rec, "ok": kept}
+    return rec
+
+
+def _file(r: Redactor, path: str, text: str, dropped: Dropped) -> str | None:
+    """A text file as it may leave: DMI and configuration files by the allow-list, any other file
+    under /etc dropped, kernel files (/sys, /proc) pseudonymised."""
+    if path.startswith(allowlist.DMI_DIR):
+        return _dmi(r, path, text, dropped)
+    if path == allowlist.NCCL_CONF or path.startswith("/etc/"):
+        if path in ("/etc/hostname",):
+            return r.text(text)
+        kept = _config(r, path, text, dropped)
+        if kept is None:
+            dropped.add("file", path, "not read by any check")
+        return kept
+    if path == "/proc/cmdline":
+        text = kernel_cmdline_kept(text) + "\n"
+    if path.endswith("/cgroup"):  # container and pod ids: the runtime is in the path's words
+        text = re.sub(r"[0-9a-fA-F]{12,}|[0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12}",
+                      lambda m: r._pseudo("container", m.group(0), lambda n: "%012x" % n), text)
+    return scrub(r.text(text))
+
+
+def _redact_into(snap: SnapshotData, r: Redactor, dropped: Dropped) -> SnapshotData:
     out = SnapshotData()
     out.meta = _walk(dict(snap.meta), r.text)
     out.meta["redacted"] = True
+    identity = _platform_identity(snap)
+    if identity:
+        out.meta["platform_identity"] = identity
     for epoch, files in snap.files.items():
         for path, value in files.items():
             if isinstance(value, bytes):
                 try:
                     text = value.decode("utf-8")
                 except UnicodeDecodeError:
+                    if path.startswith(("/etc/", allowlist.DMI_DIR)):
+                        dropped.add("file", path, "binary content in a configuration or identity file")
+                        continue
                     out.files.setdefault(epoch, {})[path] = value  # binary (PCI config space): no identifiers
                     continue
-                if path == "/proc/cmdline":
-                    text = kernel_cmdline_kept(text) + "\n"
-                out.files.setdefault(epoch, {})[path] = r.text(text).encode("utf-8")
+                kept = _file(r, path, text, dropped)
+                if kept is not None:
+                    out.files.setdefault(epoch, {})[path] = kept.encode("utf-8")
             else:
                 out.files.setdefault(epoch, {})[path] = value
     out.links = dict(snap.links)
     out.dirs = set(snap.dirs)
     out.listings = {k: list(v) for k, v in snap.listings.items()}
-    out.commands = _walk(json.loads(json.dumps(snap.commands)), r.text)
+    commands = []
+    for rec in json.loads(json.dumps(snap.commands)):
+        argv = rec.get("argv") if isinstance(rec, dict) else None
+        if isinstance(argv, list) and argv and os.path.basename(str(argv[0])) in allowlist.COMMANDS_DROPPED:
+            dropped.add("command output", str(argv[0]), "a process list")
+            rec = {**rec, "stdout": "", "stderr": ""}
+        commands.append(rec)
+    out.commands = _walk(commands, lambda t: scrub(r.text(t)))
     out.nvml = []
     for rec in snap.nvml:
-        rec = dict(rec)
+        rec = _nvml_record(dict(rec), dropped)
+        if rec is None:
+            continue
         if "ok" in rec:
             rec["ok"] = _walk(rec["ok"], r.text)
         out.nvml.append(rec)
-    out.kmsg = _walk({k: _kmsg_used(v) for k, v in snap.kmsg.items()}, r.text)
+    kmsg = {k: _kmsg_used(v) for k, v in snap.kmsg.items()}
+    for k, v in kmsg.items():
+        if isinstance(v, dict) and v.get("redacted_lines"):
+            dropped.add("kernel-log lines", f"{v['redacted_lines']} of epoch {k}", "not read by any check")
+    out.kmsg = _walk(kmsg, lambda t: _kmsg_line(r, r.text(t)))
     out.net = _walk({k: v for k, v in snap.net.items()}, r.text)
     out.statvfs = dict(snap.statvfs)
-    out.environ = _walk(dict(snap.environ), r.text) if snap.environ is not None else None
+    out.environ = _environ(r, dict(snap.environ), dropped) if snap.environ is not None else None
     # Google's answer names the project number (projects/NUM/machineTypes/TYPE): only the type is kept
-    out.imds = {k: ({"text": re.sub(r"projects/[^/]+/", "projects/REDACTED/", v["text"])} if "text" in v else dict(v))
-                for k, v in snap.imds.items()}
+    out.imds = {}
+    for k, v in snap.imds.items():
+        if "text" in v and isinstance(v["text"], str):
+            text = re.sub(r"projects/[^/]+/", "projects/REDACTED/", v["text"])
+            if looks_secret(text):
+                dropped.add("metadata answer", str(k), "looks like a secret")
+                continue
+            out.imds[k] = {"text": text}
+        else:
+            out.imds[k] = dict(v)
     return out
+
+
+def _platform_identity(snap: SnapshotData) -> dict:
+    """The provider and instance type the original snapshot shows (kept in the metadata for the
+    reader; the replay derives them again from the DMI fields and metadata answers kept)."""
+    try:
+        from ccdiag.host.door import ReplayHost
+        from ccdiag.probes.platform import classify, DMI_FIELDS
+
+        files = snap.files.get(0, {})
+        dmi = {f: (files.get(f"{allowlist.DMI_DIR}{f}") or b"").decode("utf-8", "replace").strip() for f in DMI_FIELDS
+               if isinstance(files.get(f"{allowlist.DMI_DIR}{f}"), bytes)}
+        provider, instance = classify(dmi)
+        del ReplayHost
+    except Exception:  # noqa: BLE001 - metadata for a human reader; the replay does not depend on it
+        return {}
+    return {k: v for k, v in (("provider", provider), ("instance_type", instance)) if v}
