@@ -12,8 +12,14 @@ exit 4), ``slow`` (more than 10 s on one input).
 
 Readers and seeds (nothing synthesized as a seed; the mutations are random):
 
-* ``benchparse``: ``ccdiag bench import`` parsing, seeds tests/fixtures/corpus nccl-tests,
-  nvbandwidth and perftest outputs (each with its source in the corpus index);
+* ``bench_import_<format>``: ``ccdiag bench import`` parsing, one reader per format, seeds
+  tests/fixtures/corpus nccl-tests, nvbandwidth and perftest outputs (each with its source in the
+  corpus index);
+* ``topo_paste``: ``nvidia-smi topo -m`` / ``-p2p`` pastes (``ccdiag topo --paste``), seeds the
+  corpus topo-m and topo-p2p outputs;
+* ``web_config``: ``load_web_config`` of ``--web.config.file``, seeds the exporter-toolkit format as
+  documented, with YAML-level damage besides the text mutations (deep nesting, aliases, other types,
+  CR/LF in header values);
 * ``policy``: ``load_policy``, seeds ``ccdiag policy init`` of the two bundled real samples;
 * ``daemon_config``: ``load_config``, seed systemd/daemon.toml;
 * ``env_file``: ``load_env_file``, seeds ``ccdiag nccl --format env`` of the bundled samples and the
@@ -89,21 +95,60 @@ def _corpus(*patterns: str) -> list[str]:
     return texts
 
 
-def seeds() -> dict[str, list]:
-    env_from_logs = []
-    for log in _corpus("nccl-log/*.txt"):
-        pairs = re.findall(r"\b(NCCL_[A-Z0-9_]+) set by environment to (\S+)", log)
-        if pairs:
-            env_from_logs.append("".join(f"{k}={v}\n" for k, v in pairs))
-    return {
-        "benchparse": _corpus("nccl-tests/*.txt", "nvbandwidth/*.txt", "perftest/*.txt"),
-        "policy": [_ccdiag("policy", "init", "--replay", s) for s in SAMPLES],
-        "daemon_config": [open(os.path.join(REPO, "systemd", "daemon.toml")).read()],
-        "env_file": [_ccdiag("nccl", "--replay", s, "--format", "env") for s in SAMPLES] + env_from_logs,
-        "nccl_log": _corpus("nccl-log/*.txt"),
-        "compare_report": [_ccdiag("check", "--replay", s, "--json") for s in SAMPLES],
-        "snapshot": fuzz_snapshots.load_seeds(),
-    }
+#: the documented shape of an exporter-toolkit web config (exporters/webconfig.py's docstring and the
+#: toolkit's docs/web-configuration.md): TLS, headers, users; relative paths resolve beside the file
+WEB_CONFIG_SEEDS = [
+    "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  min_version: TLS12\n"
+    "http_server_config:\n  headers:\n    X-Frame-Options: deny\n    Strict-Transport-Security: max-age=31536000\n"
+    "basic_auth_users:\n  prometheus: $2b$10$A4Q1bH9R5VTiMjlINiOfUueDEnst0a59t3KaeEX9kUzEeTrSbSzWC\n",
+    "http_server_config:\n  headers:\n    Content-Security-Policy: \"default-src 'self'\"\n"
+    "basic_auth_users:\n  alice: $2y$10$QOauhQNbBCuQDKes6eFzPeMqBSjb7Mr5DUmpZ/VcEd00UAV/LDeSi\n",
+    "tls_server_config:\n  cert_file: /nonexistent/server.crt\n  key_file: /nonexistent/server.key\n"
+    "  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: ca.pem\n",
+]
+#: YAML-level damage the text mutations do not reach: nesting, aliases, other types, header injection
+YAML_JUNK = ["[" * 5000 + "]" * 5000, "{a: " * 3000 + "1" + "}" * 3000, "&a [*a]", "x: &a {y: *a}",
+             "headers: [a, b]", "headers: {X: \"a\\r\\nSet-Cookie: x\"}", "headers: {\"X\\nY\": z}",
+             "2001-13-45", "!!binary zzz", "!!python/object:os.system ls", "? [a]\n: b", "9" * 5000,
+             "headers: {X: [1, [2, [3]]]}", "basic_auth_users: {\"a:b\": $2b$10$x}", "--- a\n--- b"]
+
+
+def seeds(only: list[str] | None = None) -> dict[str, list]:
+    """Each reader's seeds (only those in ``only``: some are made by running ccdiag)."""
+    def wanted(name: str) -> bool:
+        return only is None or name in only
+
+    out: dict[str, list] = {}
+    for fmt in ("nccl-tests", "nvbandwidth", "perftest"):
+        if wanted(f"bench_import_{fmt}"):
+            out[f"bench_import_{fmt}"] = _corpus(f"{fmt}/*.txt")
+    if wanted("topo_paste"):
+        out["topo_paste"] = [("m", t) for t in _corpus("topo-m/*.txt")] + [("p2p", t) for t in _corpus("topo-p2p/*.txt")]
+    if wanted("policy"):
+        out["policy"] = [_ccdiag("policy", "init", "--replay", s) for s in SAMPLES]
+    if wanted("daemon_config"):
+        out["daemon_config"] = [open(os.path.join(REPO, "systemd", "daemon.toml")).read()]
+    if wanted("web_config"):
+        out["web_config"] = list(WEB_CONFIG_SEEDS)
+    if wanted("env_file"):
+        env_from_logs = []
+        for log in _corpus("nccl-log/*.txt"):
+            pairs = re.findall(r"\b(NCCL_[A-Z0-9_]+) set by environment to (\S+)", log)
+            if pairs:
+                env_from_logs.append("".join(f"{k}={v}\n" for k, v in pairs))
+        out["env_file"] = [_ccdiag("nccl", "--replay", s, "--format", "env") for s in SAMPLES] + env_from_logs
+    if wanted("nccl_log"):
+        out["nccl_log"] = _corpus("nccl-log/*.txt")
+    if wanted("compare_report"):
+        out["compare_report"] = [_ccdiag("check", "--replay", s, "--json") for s in SAMPLES]
+    if wanted("snapshot"):
+        out["snapshot"] = fuzz_snapshots.load_seeds()
+    return out
+
+
+#: every reader, in the order they run
+READERS = ("bench_import_nccl-tests", "bench_import_nvbandwidth", "bench_import_perftest", "topo_paste", "policy",
+           "daemon_config", "web_config", "env_file", "nccl_log", "compare_report", "snapshot")
 
 
 def mutate_toml(rng: random.Random, text: str) -> str:
@@ -118,9 +163,25 @@ def mutate_toml(rng: random.Random, text: str) -> str:
     return text
 
 
+def mutate_yaml(rng: random.Random, text: str) -> str:
+    text = mutate_text(rng, text)
+    if rng.random() < 0.3:
+        lines = text.split("\n")
+        k = rng.randrange(len(lines) + 1)
+        indent = " " * rng.choice((0, 2, 4))
+        lines[k:k] = [indent + rng.choice(YAML_JUNK)]
+        text = "\n".join(lines)
+    return text
+
+
 def mutate(reader: str, rng: random.Random, seed):
     if reader == "snapshot":
         return fuzz_snapshots.mutate(rng, seed)
+    if reader == "topo_paste":
+        kind, text = seed
+        return f"{kind}\n" + mutate_text(rng, text)
+    if reader == "web_config":
+        return mutate_yaml(rng, seed)
     if reader == "compare_report" and rng.random() < 0.5:
         return mutate_json(rng, seed.encode()).decode("utf-8", "replace")
     if reader in ("policy", "daemon_config"):
@@ -139,7 +200,7 @@ def read(reader: str, path: str) -> str:
     from ccdiag.core.userfiles import UserFileError, read_user_text
 
     try:
-        if reader == "benchparse":
+        if reader.startswith("bench_import_"):
             from ccdiag.benchparse.detect import parse_any
             from ccdiag.benchparse.errors import BenchParseError
 
@@ -153,6 +214,18 @@ def read(reader: str, path: str) -> str:
             try:
                 load_policy(path)
             except PolicyError:
+                return "refused"
+        elif reader == "topo_paste":
+            from bench_fuzz import run_parser
+
+            kind, _, text = read_user_text(path, "topology paste").partition("\n")
+            return "refused" if run_parser(kind, text) == "refused" else "result"
+        elif reader == "web_config":
+            from ccdiag.exporters.webconfig import WebConfigError, load_web_config
+
+            try:
+                load_web_config(path)
+            except WebConfigError:
                 return "refused"
         elif reader == "daemon_config":
             from ccdiag.exporters.daemon import ConfigError, load_config
@@ -248,13 +321,11 @@ def main() -> int:
                     help="inputs for the snapshot reader (default --per-reader; about 0.1 s each)")
     args = ap.parse_args()
     signal.signal(signal.SIGALRM, _alarm)
-    all_seeds = seeds()
+    all_seeds = seeds(args.only)
     results = {}
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp:
         for reader, seed_list in all_seeds.items():
-            if args.only and reader not in args.only:
-                continue
             seed_list = [s for s in seed_list if s]
             started = time.monotonic()
             n = args.snapshots if reader == "snapshot" and args.snapshots is not None else args.per_reader

@@ -38,6 +38,7 @@ import hashlib
 import hmac
 import importlib.util
 import os
+import re
 import ssl
 import threading
 from dataclasses import dataclass, field
@@ -170,7 +171,7 @@ def _path(base: str, value: Any, what: str, source: str) -> str:
 def _tls_context(tls: dict, base: str, source: str) -> ssl.SSLContext | None:
     unknown = set(tls) - _TLS_KEYS
     if unknown:
-        raise WebConfigError(f"{source}: tls_server_config.{sorted(unknown)[0]} is not supported here "
+        raise WebConfigError(f"{source}: tls_server_config.{sorted(map(str, unknown))[0]} is not supported here "
                              f"(supported: {', '.join(sorted(_TLS_KEYS))})")
     if not tls.get("cert_file") and not tls.get("key_file"):
         return None
@@ -178,7 +179,11 @@ def _tls_context(tls: dict, base: str, source: str) -> ssl.SSLContext | None:
         raise WebConfigError(f"{source}: tls_server_config needs both cert_file and key_file")
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     try:
-        ctx.minimum_version = TLS_VERSIONS[str(tls.get("min_version", "TLS12"))]
+        minimum = str(tls.get("min_version", "TLS12"))
+        if minimum in ("TLS10", "TLS11"):
+            raise WebConfigError(f"{source}: min_version {minimum} is refused here: TLS 1.0 and 1.1 are deprecated "
+                                 f"(RFC 8996); use TLS12 or TLS13")
+        ctx.minimum_version = TLS_VERSIONS[minimum]
         if "max_version" in tls:
             ctx.maximum_version = TLS_VERSIONS[str(tls["max_version"])]
     except KeyError as exc:
@@ -204,6 +209,33 @@ def _tls_context(tls: dict, base: str, source: str) -> ssl.SSLContext | None:
     return ctx
 
 
+#: a header name is an RFC 9110 token
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+
+
+def _headers(value: Any, source: str) -> dict[str, str]:
+    """``http_server_config.headers`` as names and values that can go on a response as they are.
+
+    A value with CR, LF or another control character would let the file add headers of its own
+    (or end the header early) on every response; it is refused rather than cleaned."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise WebConfigError(f"{source}: http_server_config.headers must map header names to values")
+    out = {}
+    for name, val in value.items():
+        if not isinstance(name, str) or not _TOKEN.fullmatch(name):
+            raise WebConfigError(f"{source}: http_server_config.headers: {str(name)[:60]!r} is not a header name")
+        if isinstance(val, (dict, list)) or val is None:
+            raise WebConfigError(f"{source}: http_server_config.headers.{name} must be a text value")
+        text = str(val)
+        if any(ord(c) < 32 and c != "\t" or ord(c) == 127 for c in text):
+            raise WebConfigError(f"{source}: http_server_config.headers.{name} holds a line break or another "
+                                 f"control character; a header value must be one line")
+        out[name] = text
+    return out
+
+
 def parse_web_config(doc: Any, base_dir: str = ".", source: str = "<web-config>") -> WebConfig:
     """A :class:`WebConfig` from the parsed YAML document ``doc``."""
     if doc is None:
@@ -212,7 +244,7 @@ def parse_web_config(doc: Any, base_dir: str = ".", source: str = "<web-config>"
         raise WebConfigError(f"{source}: expected a mapping at the top level")
     unknown = set(doc) - _TOP_KEYS
     if unknown:
-        raise WebConfigError(f"{source}: {sorted(unknown)[0]} is not supported here "
+        raise WebConfigError(f"{source}: {sorted(map(str, unknown))[0]} is not supported here "
                              f"(supported: {', '.join(sorted(_TOP_KEYS))})")
     tls = doc.get("tls_server_config") or {}
     if not isinstance(tls, dict):
@@ -221,7 +253,7 @@ def parse_web_config(doc: Any, base_dir: str = ".", source: str = "<web-config>"
     http = doc.get("http_server_config") or {}
     if not isinstance(http, dict) or set(http) - {"headers"}:
         raise WebConfigError(f"{source}: http_server_config supports only 'headers' here")
-    headers = {str(k): str(v) for k, v in (http.get("headers") or {}).items()}
+    headers = _headers(http.get("headers"), source)
     users = doc.get("basic_auth_users") or {}
     if not isinstance(users, dict):
         raise WebConfigError(f"{source}: basic_auth_users must map user names to bcrypt hashes")
@@ -231,6 +263,9 @@ def parse_web_config(doc: Any, base_dir: str = ".", source: str = "<web-config>"
             raise WebConfigError(f"{source}: basic_auth_users needs the 'bcrypt' Python package "
                                  f"(pip install '.[daemon]' in ccdiag's source tree, or pip install bcrypt)")
         for user, hashed in users.items():
+            if not isinstance(user, (str, int)) or ":" in str(user) or not str(user):
+                raise WebConfigError(f"{source}: basic_auth_users: {str(user)[:60]!r} is not a user name "
+                                     f"(no colon, not empty)")
             if not isinstance(hashed, str) or not hashed.startswith(("$2a$", "$2b$", "$2y$")):
                 raise WebConfigError(f"{source}: basic_auth_users.{user} must be a bcrypt hash ($2b$...)")
         auth = BasicAuth({str(u): h for u, h in users.items()})
@@ -248,9 +283,12 @@ def load_web_config(path: str) -> WebConfig:
         from ccdiag.core.userfiles import read_user_text
 
         doc = yaml.safe_load(read_user_text(path, "web config", 1 << 20))
+        return parse_web_config(doc, os.path.dirname(os.path.abspath(path)), path)
     except OSError as exc:
         raise WebConfigError(str(exc) if not getattr(exc, "strerror", None) else
                              f"{path}: cannot read ({exc.strerror})") from None
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
         raise WebConfigError(f"{path}: not valid YAML: {exc}") from None
-    return parse_web_config(doc, os.path.dirname(os.path.abspath(path)), path)
+    except (RecursionError, ValueError, OverflowError, TypeError) as exc:
+        # nesting deeper than the parser's stack, a date like 2001-13-45, a number without a float
+        raise WebConfigError(f"{path}: not a usable YAML document ({type(exc).__name__}: {str(exc)[:100]})") from None
