@@ -135,11 +135,17 @@ def _coerce(name: str, value: Any) -> Any:
             raise ValueError("a non-negative integer")
         return value
     if kind == "float":
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ValueError("a number")
-        if value < 0:
+        try:
+            number = float(value)  # an integer of 400 digits has no float
+        except OverflowError:
+            raise ValueError("a number within the range of a float") from None
+        if not math.isfinite(number):
+            raise ValueError("a number")
+        if number < 0:
             raise ValueError("a non-negative number")
-        return float(value)
+        return number
     if kind == "str":
         if not isinstance(value, str) or not value.strip():
             raise ValueError("a non-empty string")
