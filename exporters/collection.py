@@ -26,6 +26,7 @@ import socket
 import time
 from typing import Any, Callable
 
+from ccdiag.host import procgroups
 from ccdiag.exporters import isolation
 
 _HEADER = isolation._HEADER
@@ -197,10 +198,13 @@ class CollectionProcess:
     def start(self) -> None:
         """Fork the collection process (call before any other thread starts, see the module)."""
         parent, child = socket.socketpair()
+        arm = procgroups.die_with_parent()
         pid = os.fork()
         if pid == 0:  # pragma: no cover - runs in the collection process
             code = 0
             try:
+                if arm is not None:
+                    arm()  # a SIGKILLed daemon takes its collection process with it
                 parent.close()
                 _run_server(child, self.runner, self.open_host, self.host)
             except BaseException:  # noqa: BLE001 - never return into the daemon's code

@@ -46,6 +46,8 @@ import types
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from ccdiag.host import procgroups
+
 #: the most the parent reads from one child (a 64-GPU node's result is a few MB)
 MAX_MESSAGE_BYTES = 256 << 20
 _HEADER = struct.Struct("!Q")
@@ -147,10 +149,13 @@ def _child(fd: int, fn: Callable[[], Any]) -> None:
 def start(fn: Callable[[], Any], probes: tuple[str, ...] = ()) -> Job:
     """Fork a child that runs ``fn()`` and sends back what it returns (see the module docstring)."""
     r, w = os.pipe()
+    arm = procgroups.die_with_parent()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - runs in the child (coverage does not follow a fork)
         code = 0
         try:
+            if arm is not None:
+                arm()  # a SIGKILLed daemon takes its collection children with it
             os.close(r)
             _child(w, fn)
         except BaseException:  # noqa: BLE001 - the child never returns into the parent's code

@@ -247,6 +247,18 @@ def current_umask() -> int:
 PRIVATE_MODE = 0o600
 
 
+#: what every temporary file of :func:`write_atomic` is named after
+TEMP_PREFIX = ".ccdiag-"
+
+
+def _host_token() -> str:
+    """This host's name as it may stand in a file name (letters, digits, dashes)."""
+    import re
+    import socket
+
+    return re.sub(r"[^A-Za-z0-9-]", "", socket.gethostname().split(".")[0])[:32] or "host"
+
+
 def write_atomic(path: str, text: str | bytes, mode: int | None = None) -> None:
     """Write ``text`` to ``path`` through a temporary file in the same directory, synced, then
     renamed over it: a reader never sees half a file, and a full disk or a kill leaves the old
@@ -256,7 +268,9 @@ def write_atomic(path: str, text: str | bytes, mode: int | None = None) -> None:
     if mode is None:
         mode = 0o666 & ~current_umask()
     directory = os.path.dirname(os.path.abspath(path)) or "."
-    fd, tmp = tempfile.mkstemp(prefix=".ccdiag-", dir=directory)
+    # the writer's host and pid in the name: a temporary left by a writer killed with SIGKILL is
+    # known stale on the next write (ccdiag.host.snapshot.sweep_stale_temporaries)
+    fd, tmp = tempfile.mkstemp(prefix=f"{TEMP_PREFIX}{_host_token()}-{os.getpid()}-", dir=directory)
     try:
         os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as fh:

@@ -399,8 +399,11 @@ class LiveHost(BaseHost):
             timeout = min(timeout, remaining)
         try:
             with procgroups.starting():
+                # a session of its own (a deadline kills the whole tree), dying with ccdiag however
+                # ccdiag ends (SIGKILL included: procgroups.die_with_parent)
                 proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                        stderr=subprocess.PIPE, start_new_session=True, env=env)
+                                        stderr=subprocess.PIPE, start_new_session=True, env=env,
+                                        preexec_fn=procgroups.die_with_parent())
                 procgroups.register(proc.pid)
         except FileNotFoundError:
             return CommandResult(argv, None, "", "", 0.0, False, "not found")

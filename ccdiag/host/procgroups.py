@@ -8,6 +8,12 @@ started it. Each runner therefore registers the group it started here and forget
 stops) kills whatever is still registered, and once :func:`closing` was called a group registered
 late (a probe thread that started a command while ccdiag was going down) is killed at once.
 
+That covers every way ccdiag ends but one: SIGKILL (the OOM killer, ``kill -9``, a Slurm job's
+hard limit) runs no handler. For that, every child is started with :func:`die_with_parent`: the
+kernel sends it SIGKILL when the thread that started it ends (``PR_SET_PDEATHSIG``, Linux), so a
+hung ``nvidia-smi`` dies with the ``check`` that started it. The thread that starts a command waits
+for it, so the signal never comes early.
+
 Listeners see each group as it is registered: a collection child of the daemon forwards them to its
 parent, which can kill them even when the child itself is stuck in a C call and cannot.
 """
@@ -27,6 +33,40 @@ _closing = False
 _starting = 0  # runners between "about to start" and "registered"
 #: called as ``fn(pgid)`` when a group starts and ``fn(pgid, gone=True)`` when it was reaped
 _listeners: list[Callable[..., None]] = []
+
+
+#: prctl(2) option: the signal a process gets when its parent (the thread that forked it) ends
+PR_SET_PDEATHSIG = 1
+_prctl = None
+
+
+def _load_prctl():
+    global _prctl
+    if _prctl is None:
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            _prctl = libc.prctl
+        except (OSError, AttributeError):  # not Linux, or no prctl: the termination handler still kills
+            _prctl = False
+    return _prctl or None
+
+
+def die_with_parent() -> Callable[[], None] | None:
+    """A ``preexec_fn`` (or a call right after ``fork``) that has the kernel SIGKILL the child when
+    this process ends, however it ends; None where the system has no ``PR_SET_PDEATHSIG``."""
+    prctl = _load_prctl()  # loaded here, in the parent: the child only calls it
+    if prctl is None:
+        return None
+    parent = os.getpid()
+
+    def arm() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before the line above: nobody would signal us
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return arm
 
 
 def _kill(pgid: int) -> None:

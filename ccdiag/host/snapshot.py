@@ -30,6 +30,7 @@ import io
 import itertools
 import json
 import math
+import os
 import re
 import struct
 import tarfile
@@ -172,9 +173,11 @@ class SnapshotData:
 
     def save(self, path: str, mode: int = 0o600) -> None:
         """Write the snapshot atomically (a full disk leaves the old file whole), for its owner
-        only by default: it carries the kernel log, host names and serials."""
+        only by default: it carries the kernel log, host names and serials. Temporaries that an
+        earlier writer killed mid-write left in the same directory are removed first."""
         from ccdiag.core.output import write_atomic
 
+        sweep_stale_temporaries(os.path.dirname(os.path.abspath(path)) or ".")
         write_atomic(path, self.to_bytes(), mode)
 
     # -- reading --------------------------------------------------------------------
@@ -394,6 +397,60 @@ class SnapshotData:
         except UserFileError as exc:
             raise SnapshotError(str(exc)) from None
         return cls.from_bytes(data, name=path)
+
+
+#: a temporary of a writer on another host (a shared directory) is left alone this long
+FOREIGN_TEMP_MAX_AGE_S = 24 * 3600
+
+
+def sweep_stale_temporaries(directory: str) -> list[str]:
+    """Remove the temporaries of :func:`ccdiag.core.output.write_atomic` in ``directory`` whose writer
+    is gone, and return their names.
+
+    A writer killed with SIGKILL (the OOM killer, a job's hard limit) leaves a hidden full-size
+    ``.ccdiag-<host>-<pid>-*`` behind; one whose pid no longer runs on this host is stale. A
+    temporary of another host, or in the older ``.ccdiag-*`` form without a pid, is removed only
+    when older than :data:`FOREIGN_TEMP_MAX_AGE_S`. Only files owned by this user are touched."""
+    import re
+    import stat
+
+    from ccdiag.core.output import TEMP_PREFIX, _host_token
+
+    removed = []
+    mine = re.compile(re.escape(TEMP_PREFIX) + re.escape(_host_token()) + r"-(\d+)-")
+    try:
+        names = [n for n in os.listdir(directory) if n.startswith(TEMP_PREFIX)]
+    except OSError:
+        return removed
+    now = time.time()
+    for name in names:
+        path = os.path.join(directory, name)
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+            continue
+        m = mine.match(name)
+        if m is not None:
+            pid = int(m.group(1))
+            if pid == os.getpid():
+                continue
+            try:
+                os.kill(pid, 0)
+                continue  # its writer may still be writing
+            except ProcessLookupError:
+                pass
+            except PermissionError:
+                continue
+        elif now - st.st_mtime < FOREIGN_TEMP_MAX_AGE_S:
+            continue
+        try:
+            os.unlink(path)
+            removed.append(name)
+        except OSError:
+            pass
+    return removed
 
 
 def _absolute_paths(value: Any) -> bool:
