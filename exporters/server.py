@@ -177,6 +177,7 @@ class MetricsServer:
         self.server_address = self.socket.getsockname()
         self._conns: dict[_Connection, None] = {}  # open connections, oldest first
         self._active = 0  # requests in progress
+        self._expo_cache: dict[bool, tuple[tuple, bytes]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping: asyncio.Event | None = None
         self._stop_requested = False
@@ -305,9 +306,9 @@ class MetricsServer:
         path = request.path
         if path == self.metrics_path:
             if "gzip" in request.headers.get("Accept-Encoding", ""):
-                return self._reply(200, self.collector.exposition_gzip(), CONTENT_TYPE_PLAIN_0_0_4,
+                return self._reply(200, self._exposition(True), CONTENT_TYPE_PLAIN_0_0_4,
                                    {"Content-Encoding": "gzip", "Vary": "Accept-Encoding"})
-            return self._reply(200, self.collector.exposition(), CONTENT_TYPE_PLAIN_0_0_4, {"Vary": "Accept-Encoding"})
+            return self._reply(200, self._exposition(False), CONTENT_TYPE_PLAIN_0_0_4, {"Vary": "Accept-Encoding"})
         if path == "/-/healthy":
             ok, why = self.health()
             return self._reply(200 if ok else 503, (why + "\n").encode())
@@ -317,6 +318,18 @@ class MetricsServer:
         if path == "/":
             return self._reply(200, LANDING, "text/html; charset=utf-8")
         return self._reply(404, b"Not Found\n")
+
+    def _exposition(self, compressed: bool) -> bytes:
+        """The exposition, rendered at most once per cycle and second: its only part that changes
+        between cycles is the collection's age, in whole seconds to a scraper, and a flood of
+        requests (pipelined ones cost nothing to send) must not cost a render and a copy each."""
+        key = (self.collector.cycles_total, int(time.monotonic()), compressed)
+        cached = self._expo_cache.get(compressed)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        body = self.collector.exposition_gzip() if compressed else self.collector.exposition()
+        self._expo_cache[compressed] = (key, body)
+        return body
 
     async def _refused(self, request: web.BaseRequest) -> web.Response | None:
         """``None`` when the request may be served, else the answer: 401 for a wrong or missing
