@@ -16,7 +16,6 @@ Why a facade rather than calling ``pynvml`` from the probes:
 from __future__ import annotations
 
 import ctypes
-import queue
 import threading
 from typing import Any, Callable
 
@@ -160,41 +159,58 @@ def jsonify(value: Any) -> Any:
 
 
 class _Waiting:
-    """What a thread waiting in the facade announces, worded when read: its own call, and the call the
-    worker is in at that moment when that is another (a hung nvmlInit another probe started, say)."""
+    """What a thread waiting in the facade announces, worded when read (never on the hot path): its
+    own call, and the call the worker is in at that moment when that is another (a hung nvmlInit
+    another probe started, say)."""
 
-    def __init__(self, facade: Any, what: str):
-        self.facade, self.what = facade, what
+    __slots__ = ("facade", "fn", "args")
+
+    def __init__(self, facade: Any, fn: str, args: tuple):
+        self.facade, self.fn, self.args = facade, fn, args
 
     def __str__(self) -> str:
+        what = f"NVML call {call_name(self.fn, self.args)}"
         running = self.facade._running
-        if running is None or self.what.endswith(running):
-            return self.what
-        return f"{self.what}, waiting behind {running}"
+        if running is None:
+            return what
+        running_name = call_name(*running)
+        return what if what.endswith(running_name) else f"{what}, waiting behind {running_name}"
 
 
 class _Worker:
-    """One daemon thread that executes NVML calls from a queue. Abandoned when a call hangs."""
+    """One daemon thread that executes NVML calls handed to it one at a time. Abandoned when a call hangs.
+
+    A call is handed over through two locks used as semaphores (``go``: a job is there, ``done``: its
+    answer is), not a queue and an event per call: one collection makes about 1,700 calls, and the
+    hand-off is most of what the facade costs beyond them (bench/bench_nvml_cost.py). The facade's
+    own lock keeps it to one job at a time.
+    """
 
     def __init__(self) -> None:
-        self.jobs: queue.Queue = queue.Queue()
+        self._go = threading.Lock()
+        self._go.acquire()
+        self._done = threading.Lock()
+        self._done.acquire()
+        self._job: Callable[[], Any] | None = None
+        self._box: dict = {}
         self.thread = threading.Thread(target=self._loop, name="ccdiag-nvml", daemon=True)
         self.thread.start()
 
     def _loop(self) -> None:
         while True:
-            fn, box, done = self.jobs.get()
+            self._go.acquire()
+            fn, box = self._job, self._box
             try:
-                box["value"] = fn()
+                box["value"] = fn()  # type: ignore[misc]
             except BaseException as exc:  # noqa: BLE001 - handed back to the caller
                 box["exc"] = exc
-            done.set()
+            self._done.release()
 
     def submit(self, fn: Callable[[], Any], timeout: float) -> tuple[bool, dict]:
         box: dict = {}
-        done = threading.Event()
-        self.jobs.put((fn, box, done))
-        return done.wait(timeout), box
+        self._job, self._box = fn, box
+        self._go.release()
+        return self._done.acquire(timeout=timeout), box
 
 
 class NvmlFacade:
@@ -216,7 +232,7 @@ class NvmlFacade:
         self._mig_handles: dict[tuple[int, int], Any] = {}
         self._hung_devices: set[int] = set()
         self._hung_global = False
-        self._running: str | None = None  # the call the worker is in now, for what waiters announce
+        self._running: tuple[str, tuple] | None = None  # the call the worker is in now, for what waiters announce
 
     # -- plumbing -----------------------------------------------------------------
     def _load_binding(self) -> Any:
@@ -231,12 +247,10 @@ class NvmlFacade:
     def _run(self, label: str, args: tuple, thunk: Callable[[], Any], timeout: float, device: int | None) -> Any:
         if self._worker is None:
             self._worker = _Worker()
-        self._running = call_name(label, args)
-        inflight.enter(f"NVML call {self._running}")
+        self._running = (label, args)  # worded only when someone asks (_Waiting)
         try:
             finished, box = self._worker.submit(thunk, timeout)
         finally:
-            inflight.leave()
             self._running = None
         if not finished:
             # the worker is stuck inside the driver: abandon it, remember who hung
@@ -302,7 +316,7 @@ class NvmlFacade:
     def call(self, fn: str, *args: Any) -> Any:
         """``fn(*args)`` through the worker, its result as plain JSON values; raises :class:`NvmlCallError`.
         While it runs (or waits for a hung call before it) the call is announced in :mod:`ccdiag.host.inflight`."""
-        inflight.enter(_Waiting(self, f"NVML call {call_name(fn, args)}"))
+        inflight.enter(_Waiting(self, fn, args))
         try:
             return self._call(fn, *args)
         finally:
