@@ -168,9 +168,10 @@ def main() -> int:
     out["goal_met"] = all(r["ccdiag"]["success_pct"] is not None and r["ccdiag"]["success_pct"] >= 99.0
                           and r["ccdiag"]["p99_s"] <= r["node_exporter"]["p99_s"] for r in rows)
     out["command"] = "python bench/bench_daemon_attacks.py " + " ".join(sys.argv[1:])
+    version = subprocess.run([NODE_EXPORTER, "--version"], capture_output=True, text=True)
     out["host"] = {"python": platform.python_version(), "cpus": os.cpu_count(),
-                   "node_exporter": subprocess.run([NODE_EXPORTER, "--version"], capture_output=True,
-                                                   text=True).stderr.splitlines()[0]}
+                   "node_exporter": ((version.stdout or version.stderr).splitlines() or ["?"])[0],
+                   "load_average_1m_at_end": os.getloadavg()[0]}
     write_result(RESULTS, out, echo=False)
     print(json.dumps({k: v for k, v in out.items() if k not in ("attacks",)}))
     return 0

@@ -20,6 +20,8 @@ What aiohttp leaves to its user is built here, on top:
   one more is answered 503 at once.
 * **Passwords**: the cache first, then bcrypt in its own bounded executor with a per-client
   back-off (:mod:`.authgate`): wrong-password work never takes the capacity a cached client needs.
+  A client backing off gets its 429 after up to :data:`TARPIT_MAX_S`, without holding a request
+  slot, so a closed-loop flood runs at the pace of its back-off instead of the server's.
 * **Liveness**: the loop stamps :attr:`MetricsServer.beat` every :data:`BEAT_S` while its listener
   is serving; the daemon feeds systemd's watchdog only while that stamp is fresh (:meth:`alive`).
 
@@ -69,6 +71,8 @@ FD_RESERVE = 64
 #: how often the loop closes late connections, and stamps its liveness
 SWEEP_S = 0.25
 BEAT_S = 0.25
+#: the longest a client backing off from wrong passwords waits for its 429
+TARPIT_MAX_S = 2.0
 #: the listen backlog: a burst of scrapers (several Prometheus replicas, a federation) queues
 BACKLOG = 128
 
@@ -274,14 +278,24 @@ class MetricsServer:
         if counted:
             conn.in_progress += 1
         self._active += 1
+        active = True
         try:
             if self._active > self.max_requests:
                 self.stats["busy"] += 1
                 return self._reply(503, b"Too many concurrent requests; retry shortly\n", close=True)
             self.stats["served"] += 1
-            return await self._respond(request)
+            resp = await self._respond(request)
+            delay = getattr(resp, "ccdiag_tarpit_s", 0.0)
+            if delay:
+                # a client backing off waits for its answer without holding a request slot: a
+                # closed-loop flood of wrong passwords slows to the pace of its back-off
+                self._active -= 1
+                active = False
+                await asyncio.sleep(delay)
+            return resp
         finally:
-            self._active -= 1
+            if active:
+                self._active -= 1
             if counted:
                 conn.in_progress -= 1
                 conn.responded()
@@ -346,8 +360,11 @@ class MetricsServer:
             return self._reply(503, b"Too many password checks; retry shortly\n", extra={"Retry-After": "1"})
         if verdict == BACKING_OFF:
             self.stats["auth_backing_off"] += 1
-            return self._reply(429, b"Too many wrong passwords from this client; retry later\n",
-                               extra={"Retry-After": str(max(1, round(self.gate.retry_after(peer))))})
+            wait_s = self.gate.retry_after(peer)
+            resp = self._reply(429, b"Too many wrong passwords from this client; retry later\n",
+                               extra={"Retry-After": str(max(1, round(wait_s)))}, close=True)
+            resp.ccdiag_tarpit_s = min(max(wait_s, 0.1), TARPIT_MAX_S)  # type: ignore[attr-defined]
+            return resp
         self.stats["auth_refused"] += 1
         return self._reply(401, b"Unauthorized\n", extra={"WWW-Authenticate": 'Basic realm="ccdiag"'})
 

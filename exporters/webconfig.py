@@ -289,6 +289,8 @@ def load_web_config(path: str) -> WebConfig:
                              f"{path}: cannot read ({exc.strerror})") from None
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
         raise WebConfigError(f"{path}: not valid YAML: {exc}") from None
+    except WebConfigError:
+        raise
     except (RecursionError, ValueError, OverflowError, TypeError) as exc:
         # nesting deeper than the parser's stack, a date like 2001-13-45, a number without a float
         raise WebConfigError(f"{path}: not a usable YAML document ({type(exc).__name__}: {str(exc)[:100]})") from None
