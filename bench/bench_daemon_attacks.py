@@ -30,6 +30,7 @@ import os
 import platform
 import resource
 import shutil
+import signal
 import socket
 import ssl
 import subprocess
@@ -113,6 +114,7 @@ def main() -> int:
     import bcrypt
 
     raise_nofile()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the targets are stopped on the way out
     attacks = [a for a in A.ATTACKS if not args.only or a in args.only]
     out: dict = {"attacks": {}, "baseline": {}}
     with tempfile.TemporaryDirectory() as tmp:
