@@ -76,6 +76,16 @@ class Scraper:
         took = time.monotonic() - t0
         return ok and took <= self.timeout_s, took, why
 
+    def body(self) -> bytes:
+        """One plain scrape's body (no gzip): the exposition's size."""
+        conn = self.target.connection(self.timeout_s)
+        try:
+            headers = {"Authorization": _basic(*self.target.auth)} if self.target.auth else {}
+            conn.request("GET", self.target.path, headers=headers)
+            return conn.getresponse().read()
+        finally:
+            conn.close()
+
     def run_for(self, seconds: float) -> list[tuple[bool, float, str]]:
         end = time.monotonic() + seconds
         while time.monotonic() < end:
