@@ -102,6 +102,8 @@ def _attack_child(name: str, host: str, port: int, cafile: str | None, auth, siz
     time.sleep(seconds)
     hostile._stop.set()
     out.put(hostile.sent)
+    out.close()
+    out.join_thread()  # the count is in the pipe before this process ends
     os._exit(0)  # the attack's threads are daemons: no need to wait for each
 
 
