@@ -12,6 +12,7 @@ import pathlib
 
 import pytest
 
+from ccdiag.nccl.diagnose import diagnose, host_count
 from ccdiag.nccl.logread import compare, read_nccl_log
 
 LOGS = pathlib.Path(__file__).resolve().parent / "fixtures" / "nccl-logs"
@@ -19,6 +20,10 @@ LOGS = pathlib.Path(__file__).resolve().parent / "fixtures" / "nccl-logs"
 
 def _has(diffs, *needles):
     return any(all(n in d for n in needles) for d in diffs)
+
+
+def _first(L):
+    return diagnose(L, None)[0]
 
 
 #: file -> (the key fact in words, predicate over (log, differences))
@@ -78,7 +83,7 @@ CASES = {
     "nccl-tests-166-shm-socket-connect-abort-chain.log": (
         "failure rooted in the connect to 10.0.0.2; SHM inside the node",
         lambda L, D: L.transports == {"SHM/direct/direct": 2}
-        and D[-4].startswith("WARN (line 4)") and "Connect to 10.0.0.2" in L.failures[0].root
+        and D[0].startswith("connection to a peer failed") and "line 4," in D[0] and "Connect to 10.0.0.2" in L.failures[0].root
         and not _has(D, "link-local or loopback")
         and L.failures[0].frames == 6),
     "ray-46795-megatron-actor-prefix-p2p-ipc-read.log": (
@@ -115,7 +120,7 @@ CASES = {
         and _has(D, "veth0", "container, bridge or tunnel")),
     "nccl-975-bootstrap-connect-link-local-ib1.log": (
         "bootstrap connect to a link-local address on ib1 is the one cause",
-        lambda L, D: D[0].startswith("WARN (line 20)") and "fe80::966d:ae03:a2:8cf0%ib1" in D[0]
+        lambda L, D: "(line 20," in D[0] and "fe80::966d:ae03:a2:8cf0%ib1" in D[0]
         and _has(D, "further error returns without their WARN") and _has(D, "link-local or loopback address")),
     "nccl-1053-socket-ifname-lo-bgp-unnumbered.log": (
         "NCCL_SOCKET_IFNAME=lo -> 127.0.0.1",
@@ -165,19 +170,113 @@ CASES = {
         "16 ranks on 2 nodes, GDRDMA inter-node, debugging variables set",
         lambda L, D: (L.ranks, L.nodes) == (16, 2) and set(L.transports) == {"P2P/IPC", "NET/IB/GDRDMA"}
         and _has(D, "NCCL_NET_GDR_LEVEL=PIX")),
+    # -- failures first: the first finding names the cause the thread established --------------------
+    "nccl-342-shm-posix-fallocate-no-prefix.log": (
+        "/dev/shm too small in Docker, lines without the host prefix",
+        lambda L, D: _first(L).family == "shm-full" and "No space left on device" in D[0] and not L.hosts),
+    "nccl-525-kubeflow-shm-dev-prefix-only.log": (
+        "/dev/shm full in a Kubernetes pod, only the [3] prefix",
+        lambda L, D: _first(L).family == "shm-full" and "[3]" in D[0] and "emptyDir" in D[0]),
+    "pytorch-ci-infra-490-shm-extend-timestamps.log": (
+        "/dev/shm too small in CI pods; socket errors after it are consequences",
+        lambda L, D: _first(L).family == "shm-full" and "2026-04-22 21:34:20" in D[0]
+        and any("Socket recv failed" in c for c in _first(L).consequences)),
+    "nccl-1488-h100-nvls-invalid-argument-fm-restart.log": (
+        "NVLS setup fails after a Fabric Manager restart",
+        lambda L, D: _first(L).family == "nvls-cuda" and "Fabric Manager" in D[0]),
+    "nccl-1338-h800-nvls-invalid-argument-single-node.log": (
+        "NVLS setup fails on several GPUs of one node",
+        lambda L, D: _first(L).family == "nvls-cuda" and "x4" in D[0]),
+    "dcgm-304-nvls-bind-401-function-name-form.log": (
+        "NCCL 2.29 WARN form with (function) and a timestamp: NVLS bind 401",
+        lambda L, D: _first(L).family == "nvls-bind" and L.failures[0].file == "transport/nvls.cc"),
+    "pytorch-177472-distbackenderror-last-error-nvls.log": (
+        "PyTorch's Last error: wraps the NVLS failure; no NCCL line",
+        lambda L, D: _first(L).family == "nvls-bind" and L.version == "2.29.3" and L.nccl_lines == 0),
+    "nccl-1838-cumem-host-without-p2p-l4.log": (
+        "cuMem host sharing on GPUs without P2P",
+        lambda L, D: _first(L).family == "cuda-p2p-unsupported" and "NCCL_CUMEM_HOST_ENABLE=0" in D[0]),
+    "nccl-426-roce-completion-error-12-gid-index.log": (
+        "RoCE completion error 12: GID index / traffic class",
+        lambda L, D: _first(L).family == "ib-completion-timeout" and "NCCL_IB_GID_INDEX" in D[0]),
+    "nccl-296-mismatched-collective-2.4-no-prefix.log": (
+        "collective mismatch between ranks (NCCL 2.4, no prefix)",
+        lambda L, D: _first(L).family == "net-collective-mismatch" and L.version == "2.4.8"),
+    "nccl-969-pdsh-prefix-collective-mismatch.log": (
+        "collective mismatch through pdsh prefixes",
+        lambda L, D: _first(L).family == "net-collective-mismatch" and L.hosts == {"so-ucloud-10-10-23-10"}),
+    "nccl-1176-srun-prefix-bootstrap-message-truncated.log": (
+        "bootstrap message truncated through srun prefixes",
+        lambda L, D: _first(L).family == "bootstrap-truncated" and host_count(L) == 2),
+    "nccl-1235-oom-on-rank-3-connection-closed-on-rank-0.log": (
+        "OOM on rank 3 first, the closed connection printed before it folded beneath",
+        lambda L, D: _first(L).family == "cuda-oom" and any("Connection closed" in c for c in _first(L).consequences)),
+    "nccl-210-2.4-warn-socket-creation-no-interface.log": (
+        "early-2.x WARN without the NCCL word: no IP interface for bootstrap",
+        lambda L, D: L.legacy and _first(L).family == "bootstrap-no-interface"),
+    "nccl-tests-15-nccl-2.2-legacy-connect-timed-out.log": (
+        "NCCL 2.2 log without the NCCL word: sockets over enp3s0, connect timed out",
+        lambda L, D: L.legacy and L.version == "2.2.13" and L.network == "Socket" and L.net_devices == {"enp3s0": "Socket"}
+        and _first(L).family == "connect-failed" and "Connection closed" in " ".join(_first(L).consequences)),
+    "nccl-1837-socket-ifname-missing-interface-last-error.log": (
+        "NCCL_SOCKET_IFNAME names a missing interface; failure in PyTorch's Last error",
+        lambda L, D: _first(L).family == "bootstrap-no-interface" and L.env["NCCL_SOCKET_IFNAME"] == "eth2"),
+    "aws-ofi-nccl-785-p5-static-topology-arch-not-found.log": (
+        "stale static topology file of aws-ofi-nccl on a subset of p5 GPUs",
+        lambda L, D: _first(L).family == "topo-file" and "aws-ofi-nccl" in D[0]),
+    "horovod-3929-mpirun-prefix-duplicate-gpu.log": (
+        "every rank on CUDA device 1000",
+        lambda L, D: _first(L).family == "duplicate-gpu" and next(e for e in L.failures if e.kind == "warn").count == 4),
+    "d-fine-289-pytorch-wrapped-duplicate-gpu.log": (
+        "duplicate GPU only in PyTorch's Last error",
+        lambda L, D: _first(L).family == "duplicate-gpu" and L.version == "2.19.3"),
+    "nccl-tests-206-ibv-reg-mr-memlock-one-line.log": (
+        "memory registration refused: the locked-memory limit",
+        lambda L, D: _first(L).family == "memlock-limit" and "ulimit -l" in D[0]),
+    "dlc-2675-g5-single-container-ofi-only-efa-socket-lo.log": (
+        "one container's log without EFA: the plugin's WARN explained; hosts unproven, so no cross-host claim stated "
+        "as fact",
+        lambda L, D: _first(L).family == "ofi-no-efa" and host_count(L) is None
+        and not any(f.severity != "info" for f in diagnose(L, None)[2:])
+        and _has(D, "if the job spans several hosts, bootstrap interface lo is a loopback")),
+    "llamafactory-7396-watchdog-timeout-allreduce.log": (
+        "watchdog timeouts only: the cause is on no rank of this log",
+        lambda L, D: _first(L).family == "watchdog-timeout" and "not in this log" in D[0] and "NCCL_DEBUG_SUBSYS" in D[0]),
+    "pytorch-118369-watchdog-rank-7-behind.log": (
+        "rank 7 is behind (SeqNum 64088 against 96125)",
+        lambda L, D: _first(L).family == "watchdog-timeout" and "rank 7 is behind" in D[0]),
+    # -- shapes and false alarms ---------------------------------------------------------------------
+    "nccl-1637-rtx5090-single-host-network-socket.log": (
+        "single host with 'Using network Socket': no sockets-between-hosts claim",
+        lambda L, D: host_count(L) == 1 and _has(D, "none needed") and not _has(D, "between hosts over TCP")
+        and not any(f.severity == "fail" for f in diagnose(L, None))),
+    "nccl-tests-373-merged-nic-syntax-ibext-plugin.log": (
+        "merged-NIC syntax read; 3 nodes on the IBext_v8 plugin",
+        lambda L, D: set(L.net_devices) == {"mlx5_0:1", "mlx5_1:1", "mlx5_2:1", "mlx5_3:1"} and L.network == "IBext_v8"
+        and (L.ranks, L.nodes) == (3, 3)),
+    "nccl-2057-vm-eth0-172-17-not-docker-p2p-shm-disabled.log": (
+        "172.17.16.64 on a VM's eth0 is not Docker's bridge",
+        lambda L, D: L.bootstrap == {"eth0": {"172.17.16.64"}} and not _has(D, "Docker")),
     "corpus-net-ib-completion-status4-hang.log": (
         "NET/IB completion status 4 (twice) through application timestamps",
-        lambda L, D: L.warning_count == 2 and L.failures[0].count == 2 and _has(D, "status=4", "(x2)")),
+        lambda L, D: L.warning_count == 2 and L.failures[0].count == 2 and _has(D, "status=4", "x2 on 2 processes")),
     "corpus-rccl-docker-socket-eth0.log": (
-        "RCCL in Docker: sockets over eth0 on the docker bridge; invalid device pointer",
-        lambda L, D: L.flavour == "RCCL" and _has(D, "TCP sockets") and _has(D, "Docker's default bridge")
-        and _has(D, "invalid device pointer")),
+        "RCCL in Docker on one host: invalid device pointer first; no cross-host claim about the socket network",
+        lambda L, D: L.flavour == "RCCL" and "invalid device pointer" in D[0] and _has(D, "none needed")
+        and not _has(D, "Docker's default bridge") and not _has(D, "between hosts over TCP")),
 }
+
+
+def _cause(name: str) -> str | None:
+    for line in (LOGS / name).read_text().splitlines()[:6]:
+        if line.startswith("# cause: "):
+            return line[9:].strip()
+    return None
 
 
 def test_every_fixture_has_a_case_and_a_source_header():
     files = {p.name for p in LOGS.glob("*.log")}
-    assert files == set(CASES) and len(files) >= 30
+    assert files == set(CASES) and len(files) >= 60
     for name in files:
         head = (LOGS / name).read_text().splitlines()[0]
         assert head.startswith(("# source:", "#ccdiag-source:")), name
@@ -191,14 +290,31 @@ def test_real_log_gives_its_threads_key_fact(name):
     assert predicate(log, diffs), f"{name}: {fact}\n" + "\n".join(diffs)
 
 
+CAUSED = sorted(n for n in CASES if _cause(n) is not None)
+
+
+@pytest.mark.parametrize("name", CAUSED)
+def test_the_first_finding_names_the_threads_cause(name):
+    """The first finding of each log is the cause its thread established (a family of the catalogue), or,
+    where the log holds no failure, no finding is a failure."""
+    cause = _cause(name)
+    found = diagnose(read_nccl_log(str(LOGS / name)), None)
+    if cause == "none":
+        assert not any(f.severity == "fail" for f in found), [f.render() for f in found]
+    else:
+        assert found and found[0].family == cause, f"{name}: " + "\n".join(f.render() for f in found)
+        assert found[0].meaning and found[0].remedy
+
+
 def test_streamed_file_and_pasted_text_read_the_same(tmp_path):
     from ccdiag.nccl.logread import parse_nccl_log
 
     text = "\n".join((LOGS / n).read_text() for n in sorted(CASES))
     path = tmp_path / "all.log"
     path.write_text(text)
-    a, b = read_nccl_log(str(path)), parse_nccl_log(text)
-    assert a.to_json() == b.to_json() and a.lines == b.lines == len(text.splitlines())
+    a, b = read_nccl_log(str(path)).to_json(), parse_nccl_log(text).to_json()
+    assert a.pop("files") == [str(path)] and b.pop("files") == []
+    assert a == b and a["nccl_lines"] == b["nccl_lines"] > 0
 
 
 def test_a_line_longer_than_a_chunk_is_cut_and_the_lines_after_it_are_read(tmp_path, monkeypatch):

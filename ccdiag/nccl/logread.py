@@ -1,48 +1,49 @@
-"""What NCCL really chose, read from an ``NCCL_DEBUG=INFO`` log as users paste it.
+"""What an ``NCCL_DEBUG=INFO`` log says: NCCL's choices and every failure, read as users paste it.
 
-Pasted logs are messy: several ranks interleaved, application timestamps, mpirun ``[1,3]<stdout>:``,
-Ray ``(RayWorkerWrapper pid=.., ip=..)``, kubectl/terminal and CloudWatch prefixes in front of NCCL's
-own ``host:pid:tid [dev] NCCL INFO`` prefix, Ray's ``[repeated 14x across cluster]`` suffixes, lines
-cut mid-token, other programs' output in between. The reader therefore looks for NCCL's marker
-anywhere in a line, takes what it can from each line on its own, and never needs the lines in order.
+Pasted logs are messy: ranks interleaved, application timestamps, mpirun ``[1,3]<stdout>:``, pdsh
+``host:``, srun ``0:``, Ray ``(RayWorkerWrapper pid=.., ip=..)``, kubectl, e-mail ``> `` and CloudWatch
+prefixes in front of NCCL's own ``host:pid:tid [dev]`` prefix (or none: ``NCCL_DEBUG_FILE`` per rank),
+Ray's ``[repeated 14x across cluster]`` suffixes, lines cut mid-token, other programs' output in
+between, NCCL 2.2-era lines without the ``NCCL`` word (``[0] INFO ...``, ``include/socket.h:360 WARN
+...``). The reader looks for NCCL's marker anywhere in a line and takes what it can from each line.
 
-It streams: a file is read line by line (each line bounded), every fact kept is bounded (counters,
-small maps, at most :data:`MAX_KEPT` distinct warnings and failure roots), so memory stays flat on
-a log of any size. Lines of no interest cost one substring search.
+What it keeps: NCCL's choices (network, devices, interfaces, transports, GPUDirect RDMA, NVLS,
+communicators, environment, versions per rank) and the **events** that decide a diagnosis: every WARN
+(and the INFO lines NCCL prints for a failure or a fallback, such as ``Failed to open libibverbs``),
+the error returns climbing after it on the same thread, the framework lines that wrap an NCCL failure
+(PyTorch's ``NCCL error in:``, ``Last error:``, the ProcessGroupNCCL watchdog's timeouts and the
+work each rank last completed), CUDA out-of-memory reports; each with its line, host, rank, time
+stamp where the line has one, and its family in the catalogue (:mod:`ccdiag.nccl.catalogue`).
 
-Line formats (NCCL's ``INFO``/``WARN`` messages: ``src/init.cc``, ``src/bootstrap.cc``,
-``src/misc/socket.cc``, ``src/transport/net_ib/init.cc``, ``src/transport/net_socket.cc``,
-``src/transport/net.cc``, ``src/transport/nvls.cc``): ``NCCL version 2.27.5+cuda12.9``, ``Bootstrap :
-Using eth0:10.0.0.1<0>`` (``Bootstrap: Using`` in current releases), ``NET/IB : Using [0]mlx5_0:1/IB
-[1]mlx5_1:1/RoCE [RO]; OOB eth0:10.0.0.1<0>``, the per-device ``NET/IB: [0] mlx5_0:uverbs0:1/IB
-provider=...`` lines of current NCCL, ``NET/Socket : Using [0]eth0:172.17.0.2<0>``, ``Using network
-IB``, ``NET/IB : GPU Direct RDMA Disabled for HCA 0 'mlx5_0' (no module)``, ``Channel 00/0 : 1[3000]
--> 0[83000] via P2P/IPC``, ``... [send] via NET/IB/0/GDRDMA``, ``via NET/AWS Libfabric/0`` (a
-plugin's name with a space), ``NCCL_X set by environment to Y``, ``NCCL_IB_HCA set to Y``, ``comm
-0x.. rank 3 nranks 16 ... commId 0x.. - Init START``, ``NVLS multicast support is (not) available on
-dev 3``, error returns ``misc/socket.cc:564 -> 2`` climbing after a ``NCCL WARN``.
+It streams in blocks and the work per line is done in C: the INFO bodies (the text after ``NCCL INFO``,
+free of the host/pid prefix, so varying hosts and pids still repeat) are counted with a ``Counter``
+and each distinct body is read once; only the lines whose host or order matters (bootstrap,
+communicator and environment lines, WARNs, error returns, framework lines) are visited one by one.
+Every fact kept is bounded, so memory stays flat on a log of any size.
 """
 
 from __future__ import annotations
 
-import enum
 import ipaddress
 import re
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import TypeVar
 
 from ccdiag.core.errors import UserInputError
 
 MAX_BYTES = 64 << 20  # for text handed over whole; files are streamed without a size limit
 MAX_LINE = 64 << 10
-MAX_KEPT = 64  # distinct warnings, failure roots, communicators, hosts kept
+MAX_KEPT = 64  # distinct warnings, communicators, interfaces kept
+MAX_EVENTS = 256  # distinct events (family, text) kept
+MAX_HOSTS = 4096
+CHUNK = 4 << 20
 
 _PREFIX = re.compile(r"([\w.\-<>]+):(\d+):(\d+) \[(\d+)\] ")
-#: the characters before the NCCL mark searched for the host:pid:tid [rank] prefix (a host name is at
-#: most 253 characters): a line of 50,000 '-' before the mark must not cost a quadratic search
-_PREFIX_WINDOW = 320
+_PREFIX_WINDOW = 320  # a host name is at most 253 characters: a long run before the mark is not searched
+_WARN_FILE = re.compile(r"(?:^|\s)([\w/.\-<>~:]+?):(\d+)(?: \(([^)]{0,120})\))? $")
+_DEV_ONLY = re.compile(r"(?:^|\s)\[(\d{1,5})\] ")
+_TIME = re.compile(r"(\d{4}-\d\d-\d\d)[T ](\d\d:\d\d:\d\d(?:[.,]\d+)?)|\b[EWIF]\d{4} (\d\d:\d\d:\d\d\.\d+)")
 _VERSION = re.compile(r"\b(R?CCL|NCCL) version (\d+\.\d+\.\d+)\S*")
 _REPEAT = re.compile(r"\s*(?:\[repeated \d+x across cluster\]|[\[(]?(?:message )?repeated \d+ times?[\])]?)\s*$",
                      re.IGNORECASE)
@@ -52,25 +53,20 @@ _SOCK_DEV = re.compile(r"\[(\d{1,9})\]([\w.\-]+):([^<\s]*)<")
 _IFADDR = re.compile(r"([\w.\-]+):([^<\s]*)(?:<\d+>|$)")
 _GDR = re.compile(r"NET/IB ?: GPU Direct RDMA (Enabled|Disabled) for HCA (\d{1,9}) '([\w.\-]+)'(?: \(([^)]*)\))?")
 _ENV = re.compile(r"\b(NCCL_[A-Z0-9_]+) set (?:by environment )?to (.*?)\.?\s*$")
-_CHANNEL = re.compile(r"Channel (\d{1,9})/(\d{1,9}) ")
 _RANKS = re.compile(r"\bnRanks (\d{1,9}) nNodes (\d{1,9}) localRanks (\d{1,9})")
 _COMM = re.compile(r"\bcomm (0x[0-9a-f]+) rank (\d{1,9}) nranks (\d{1,9})(?:.*?commId (0x[0-9a-f]+))?")
 _FRAME = re.compile(r"^([\w/.\-]+\.(?:cc|cu|c|h|cpp)):\d+ -> (\d{1,9})")
 _NVLS = re.compile(r"NVLS multicast support is (not )?available on dev (\d{1,9})")
-_NET = re.compile(r"Using network (\S+)")
+_NET = re.compile(r"Using network (.+?)\s*$")
 _OFI = re.compile(r"NET/OFI Selected [Pp]rovider is (\w+)(?: \(found (\d{1,9}) nics\))?")
 _PLUGIN_PATH = re.compile(r"Plugin Path : (\S+)")
+_TORCH_RANK = re.compile(r"\[[Rr]ank ?(\d{1,7})\]|\[rank(\d{1,7})\]:|\[PG [^\]]*? Rank (\d{1,7})\]")
+_SEQ = re.compile(r"SeqNum=(\d{1,12}), OpType=(\w+)")
+_LAST_DONE = re.compile(r"last completed NCCL work: (\d{1,12})")
+_RAN_FOR = re.compile(r"Timeout\(ms\)=(\d{1,12})\) ran for (\d{1,14}) milliseconds")
+_OOM = re.compile(r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory")
 
 DOCKER_BRIDGE = ipaddress.IPv4Network("172.17.0.0/16")
-
-
-class _Unseen(enum.Enum):
-    """A prefix not read before (an Enum member, so a type checker tells it from a cached ``None``)."""
-    UNSEEN = 0
-
-
-_UNSEEN = _Unseen.UNSEEN
-_V = TypeVar("_V")
 
 
 class LogError(UserInputError, ValueError):
@@ -78,19 +74,42 @@ class LogError(UserInputError, ValueError):
 
 
 @dataclass
-class Failure:
-    root: str  # the WARN that started the chain (or the first frame when no WARN was pasted)
+class Event:
+    """One distinct failure the log reports (first occurrence kept, later ones counted)."""
+
+    kind: str  # "warn" | "info" | "returns" (error returns without their WARN) | "framework" | "oom" | "timeout"
+    text: str
     line: int
+    family: str
+    host: str | None = None
+    rank: str | None = None  # "host:pid" (a process), "[3]" (a CUDA device only) or "rank 4" (a framework rank)
+    file: str | None = None  # the source file NCCL printed before WARN
+    time: str | None = None
+    source: str | None = None  # the log file it came from, when several are read as one job
     count: int = 1
     frames: int = 0
     last_frame: str | None = None
+    ranks: set = field(default_factory=set)
+    where: str | None = None  # the extracted format's place and releases
+
+    @property
+    def root(self) -> str:  # the name the chains had before events
+        return self.text
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind, "text": self.text, "line": self.line, "family": self.family, "host": self.host,
+                "rank": self.rank, "file": self.file, "time": self.time, "source": self.source, "count": self.count,
+                "frames": self.frames, "last_frame": self.last_frame, "ranks": sorted(self.ranks)[:16],
+                "where": self.where}
 
 
 @dataclass
 class NcclLog:
     version: str | None = None
     flavour: str = "NCCL"  # "RCCL" for AMD's fork, which prints the same format
+    versions: dict[str, set] = field(default_factory=dict)  # version -> hosts/files that print it
     network: str | None = None  # "IB" | "Socket" | a plugin's name ("Libfabric", "RDMA_Plugin")
+    networks: set = field(default_factory=set)
     net_devices: dict[str, str] = field(default_factory=dict)  # "mlx5_0:1" -> "IB" | "RoCE" | "Socket"
     socket_addresses: dict[str, str] = field(default_factory=dict)  # socket device -> address ("" unknown)
     bootstrap: dict[str, set] = field(default_factory=dict)  # interface -> addresses
@@ -104,20 +123,33 @@ class NcclLog:
     nodes: int | None = None
     comms: dict[str, dict] = field(default_factory=dict)  # commId (or "nranks N") -> {nranks, ranks, hosts}
     env: dict[str, str] = field(default_factory=dict)
+    env_by_host: dict[str, dict] = field(default_factory=dict)  # variable -> {value: hosts}
     ib_hca: str | None = None  # "NCCL_IB_HCA set to ..." as NCCL read it
     nvls: dict[int, bool] = field(default_factory=dict)  # CUDA device -> multicast available
     plugins: dict[str, str] = field(default_factory=dict)  # what -> detail
     warnings: list[tuple[int, str]] = field(default_factory=list)  # (line, text), distinct, at most MAX_KEPT
     warning_count: int = 0
-    failures: list[Failure] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
     hosts: set[str] = field(default_factory=set)
+    processes: set[str] = field(default_factory=set)  # host:pid seen (bounded)
+    torch_seq: dict[str, tuple[int, str]] = field(default_factory=dict)  # rank -> (SeqNum timed out, OpType)
+    torch_done: dict[str, int] = field(default_factory=dict)  # rank -> last completed NCCL work
+    sources: list[str] = field(default_factory=list)  # the files read, in order
     nccl_lines: int = 0
     lines: int = 0
+    legacy: bool = False  # NCCL 2.2-era lines ("[0] INFO", "... WARN") without the NCCL word
     no_ib_device: bool = False
     ibverbs_missing: bool = False
+    hosts_capped: bool = False
+
+    @property
+    def failures(self) -> list[Event]:
+        """WARN events and error returns without their WARN, in the order first seen."""
+        return [e for e in self.events if e.kind in ("warn", "returns")]
 
     def to_json(self) -> dict:
-        return {"version": self.version, "flavour": self.flavour, "network": self.network,
+        return {"version": self.version, "flavour": self.flavour,
+                "versions": {k: sorted(v)[:16] for k, v in self.versions.items()}, "network": self.network,
                 "net_devices": dict(self.net_devices), "socket_addresses": dict(self.socket_addresses),
                 "bootstrap": {k: sorted(v) for k, v in self.bootstrap.items()},
                 "oob": {k: sorted(v) for k, v in self.oob.items()},
@@ -128,213 +160,11 @@ class NcclLog:
                 "env": dict(self.env), "ib_hca": self.ib_hca, "nvls": {str(k): v for k, v in self.nvls.items()},
                 "plugins": dict(self.plugins),
                 "warnings": [{"line": n, "text": t} for n, t in self.warnings], "warning_count": self.warning_count,
-                "failures": [{"root": f.root, "line": f.line, "count": f.count, "frames": f.frames,
+                "failures": [{"root": f.text, "line": f.line, "count": f.count, "frames": f.frames,
                               "last_frame": f.last_frame} for f in self.failures],
-                "hosts": sorted(self.hosts), "nccl_lines": self.nccl_lines, "ib_no_device": self.no_ib_device,
-                "ibverbs_missing": self.ibverbs_missing}
-
-
-class _Reader:
-    """Feeds lines one at a time into an :class:`NcclLog`; keeps only bounded state."""
-
-    def __init__(self) -> None:
-        self.log = NcclLog()
-        self.first_other: tuple[int, str] | None = None
-        self.open_chains: dict[str, Failure] = {}
-        self.prefix_host: dict[str, str | None] = {}
-        # keyed by the text after " via ": str on the line path, bytes on the block path (never equal)
-        self.via_cache: dict[str | bytes, str | None] = {}
-        self.failure_by_root: dict[str, Failure] = {}
-        self.seen: set[tuple[str, str | None]] = set()  # bounded; cleared when full
-        self.norm_cache: dict[str, str] = {}
-        self.warning_texts: set[str] = set()
-        self.warn_cache: dict[bytes, tuple[str, Failure]] = {}
-        self.frame_cache: dict[bytes, tuple[str, str, str]] = {}
-        self.last_warn: tuple[str, Failure] | None = None
-        self.last_frame: tuple[str, str, str] | None = None
-        self.seen_raw: set[bytes] = set()  # INFO lines already read (bounded; cleared when full)
-        self.prefix_host_raw: dict[bytes, str | None] = {}
-
-    def feed(self, line: str) -> None:
-        """One line, counted (the line-by-line path)."""
-        log = self.log
-        log.lines += 1
-        if "NCCL INFO " in line or "NCCL WARN " in line:
-            log.nccl_lines += 1
-        self.line(line)
-
-    def line(self, line: str) -> None:
-        """One line's facts; counting is the caller's (a block scan counts markers at C speed)."""
-        i = line.find("NCCL INFO ")
-        if i < 0:
-            self._not_info(line)
-            return
-        prefix = line[:i]
-        host = self.prefix_host.get(prefix, _UNSEEN)
-        if host is _UNSEEN:
-            host = self._host(prefix)
-        body = line[i + 10:]
-        sp = body.find(" ")
-        token = body[:sp] if sp > 0 else body
-        if token == "Channel" or token == "Ring":
-            self._channel(body)
-            return
-        handler = _TOKENS.get(token)
-        if handler is None:
-            if token.startswith("NCCL_"):
-                handler = _h_env
-            elif " -> " in body:
-                f = _FRAME.match(body)
-                if f:
-                    self._frame(f, prefix)
-                return
-            else:
-                return
-        key = (body, host)
-        if key in self.seen:
-            return  # INFO handlers are idempotent: the same text from the same host adds nothing
-        if len(self.seen) >= 1 << 16:
-            self.seen.clear()
-        self.seen.add(key)
-        if " | " in body and "NCCL " in body:  # CloudWatch pastes the line twice, joined by " | "
-            body = body[:body.index(" | ")]
-        if "repeated" in body:
-            body = _REPEAT.sub("", body)
-        handler(self, body.rstrip(), host)
-
-    def _not_info(self, line: str) -> None:
-        if line.startswith("#"):
-            return  # a comment (or a fixture's source header); NCCL never starts a line with '#'
-        i = line.find("NCCL WARN ")
-        if i < 0:
-            self._other(line)
-            return
-        body = line[i + 10:]
-        if " | " in body and "NCCL " in body:
-            body = body[:body.index(" | ")]
-        if "repeated" in body:
-            body = _REPEAT.sub("", body)
-        self._warn(body.rstrip(), self._host(line[:i]), line[:i])
-
-    def _channel(self, body: str) -> None:
-        """``Channel 03/08 : 0 1 ...`` (the ring) or ``Channel 03/0 : 1[1] -> 0[0] via P2P/IPC/read``."""
-        log = self.log
-        slash = body.find("/", 8, 14)
-        if slash > 0:
-            end = body.find(" ", slash)
-            total = body[slash + 1:end]
-            if total.isdigit() and int(total) > (log.channels or 0):
-                log.channels = int(total)
-        j = body.find(" via ")
-        if j < 0:
-            return
-        tail = body[j:]
-        label = self.via_cache.get(tail, "")
-        if label == "":
-            m = _VIA.match(_REPEAT.sub("", tail) if "repeated" in tail else tail)
-            label = transport_label(m.group(1)) if m else None
-            if len(self.via_cache) > 4096:
-                self.via_cache.clear()
-            self.via_cache[tail] = label
-        if label is not None:
-            t = log.transports
-            t[label] = t.get(label, 0) + 1
-
-    # -- per kind of line -------------------------------------------------------------------------
-    def _other(self, line: str) -> None:
-        if "CCL version" in line:
-            self._version(line)
-        elif "fi_getinfo" in line and "output empty list" in line:
-            m = re.search(r"provider (\w+) output empty list", line)
-            self.log.plugins["libfabric"] = f"provider {m.group(1) if m else '?'} found no device (empty list)"
-        elif self.first_other is None and line.strip():
-            self.first_other = (self.log.lines, line.strip()[:80])
-
-    def _version(self, text: str) -> None:
-        v = _VERSION.search(text)
-        if v:
-            self.log.version = self.log.version or v.group(2)
-            if v.group(1) == "RCCL":
-                self.log.flavour = "RCCL"
-
-    def _host(self, prefix: str) -> str | None:
-        """The host name in a line prefix not seen before (cached: a prefix is one rank's thread)."""
-        host = self.prefix_host.get(prefix, _UNSEEN)
-        if host is not _UNSEEN:
-            return host
-        p = _PREFIX.search(prefix[-_PREFIX_WINDOW:])
-        host = p.group(1) if p else None
-        if len(self.prefix_host) > 4096:
-            self.prefix_host.clear()
-        self.prefix_host[prefix] = host
-        if host is not None and len(self.log.hosts) < MAX_KEPT * 16:
-            self.log.hosts.add(host)
-        return host
-
-    def _warn(self, body: str, host: str | None, prefix: str) -> None:
-        log = self.log
-        log.warning_count += 1
-        text = body.strip()
-        if len(log.warnings) < MAX_KEPT and text not in self.warning_texts:
-            self.warning_texts.add(text)
-            log.warnings.append((log.lines, text))
-        if "libibverbs" in text:
-            log.ibverbs_missing = True
-        if "tcpx" in (prefix + text).lower():
-            log.plugins.setdefault("GPUDirect-TCPX", "tcpx messages in WARN lines")
-        key = _thread_key(prefix)
-        self.open_chains[key] = failure = self._failure(text, None)
-        self.last_warn = (key, failure)
-        if len(self.open_chains) > 4096:
-            self.open_chains.clear()
-
-    def warn_again(self, key: str, failure: Failure) -> None:
-        """The same WARN line as one already read: count it, reopen its chain."""
-        self.log.warning_count += 1
-        failure.count += 1
-        self.open_chains[key] = failure
-
-    def _failure(self, root: str, frame: str | None) -> Failure:
-        norm = self.norm_cache.get(root)
-        if norm is None:
-            norm = _normalise(root)
-            if len(self.norm_cache) > 4096:
-                self.norm_cache.clear()
-            self.norm_cache[root] = norm
-        f = self.failure_by_root.get(norm)
-        if f is not None:
-            f.count += 1
-            return f
-        f = Failure(root, self.log.lines, count=1)
-        if len(self.log.failures) < MAX_KEPT:
-            self.log.failures.append(f)
-            self.failure_by_root[norm] = f
-        return f
-
-    def _frame(self, m: re.Match, prefix: str) -> None:
-        self.last_frame = (_thread_key(prefix), m.group(1), m.group(2))
-        self.frame(*self.last_frame)
-
-    def frame(self, key: str, where: str, code: str) -> None:
-        """An error return (``misc/socket.cc:564 -> 2``) climbing the chain its thread's WARN opened."""
-        chain = self.open_chains.get(key)
-        if chain is None:
-            chain = self._failure(f"error {code} returned from {where} (no WARN pasted before it)", None)
-            self.open_chains[key] = chain
-            if len(self.open_chains) > 4096:
-                self.open_chains.clear()
-        chain.frames += 1
-        chain.last_frame = where
-
-
-def _thread_key(prefix: str) -> str:
-    p = _PREFIX.search(prefix[-_PREFIX_WINDOW:])
-    return ":".join(p.group(1, 2, 3)) if p else prefix.strip()
-
-
-def _normalise(text: str) -> str:
-    """A warning's text without the numbers that differ between occurrences (ports, pointers, counts)."""
-    return re.sub(r"0x[0-9a-f]+|\d+", "#", text)
+                "events": [e.to_json() for e in self.events],
+                "hosts": sorted(self.hosts)[:256], "nccl_lines": self.nccl_lines, "ib_no_device": self.no_ib_device,
+                "ibverbs_missing": self.ibverbs_missing, "legacy_format": self.legacy, "files": list(self.sources)}
 
 
 def transport_label(via: str) -> str | None:
@@ -351,18 +181,50 @@ def transport_label(via: str) -> str | None:
     return via.rstrip("/")
 
 
-# -- INFO handlers (keyed by the dispatch word that found them) ---------------------------------------
+def _normalise(text: str) -> str:
+    """A message without the numbers that differ between occurrences (ports, pointers, counts, addresses)."""
+    return re.sub(r"0x[0-9a-fA-F]+|\d+", "#", text)
+
+
+def _decode(raw: bytes) -> str:
+    return raw.decode("utf-8", "replace").rstrip("\r")
+
+
+def _clean(body: str) -> str:
+    """A message's text without CloudWatch's doubled copy, repeat suffixes and trailing blanks."""
+    if " | " in body and "NCCL " in body:  # CloudWatch pastes the line twice, joined by " | "
+        body = body[:body.index(" | ")]
+    if "repeated" in body:
+        body = _REPEAT.sub("", body[-200:]) if len(body) > 200 else _REPEAT.sub("", body)
+    return body.strip()
+
+
+# -- INFO handlers (keyed by the first word of the body; ``host`` only for the hosted ones) -----------------
+def _add(d: dict, key: str, value: str) -> None:
+    if key not in d and len(d) >= MAX_KEPT:
+        return
+    s = d.setdefault(key, set())
+    if len(s) < MAX_KEPT:
+        s.add(value)
+
+
 def _h_using(r: _Reader, body: str, host: str | None) -> None:
     log = r.log
+    if body.startswith("Using internal Network "):  # NCCL 2.2-era
+        log.network = body.split()[-1]
+        log.networks.add(log.network)
+        return
     m = _NET.search(body)
-    if m:
+    if m and body.startswith("Using network"):
         log.network = m.group(1)
+        if len(log.networks) < MAX_KEPT:
+            log.networks.add(m.group(1))
         return
     if body.startswith(("Bootstrap : Using", "Bootstrap: Using")):
         found = _IFADDR.findall(body.split("Using", 1)[1].replace("[0]", " ").strip())
         for name, addr in found:
             _add(log.bootstrap, name, addr)
-        if found and host and (host in log.bootstrap_by_host or len(log.bootstrap_by_host) < MAX_KEPT * 16):
+        if found and host and (host in log.bootstrap_by_host or len(log.bootstrap_by_host) < MAX_HOSTS):
             log.bootstrap_by_host.setdefault(host, found[0][0])
         return
     if body.startswith(("NET/IB : Using", "NET/IB: Using")):
@@ -379,47 +241,60 @@ def _h_using(r: _Reader, body: str, host: str | None) -> None:
             log.socket_addresses[name] = addr
 
 
-def _h_per_device(r: _Reader, body: str, host: str | None) -> None:
-    """``NET/IB: [0] mlx5_0:uverbs0:1/IB provider=...`` (current NCCL: one line per device)."""
-    d = _DEV.search(body)
-    if d and body.startswith("NET/IB: ["):
-        r.log.net_devices[d.group(2) + (f":{d.group(3)}" if d.group(3) else "")] = d.group(4)
-
-
 def _h_env(r: _Reader, body: str, host: str | None) -> None:
     m = _ENV.search(body)
     if m is None:
         return
     name, value = m.group(1), m.group(2).strip()
-    r.log.env.setdefault(name, value)
+    log = r.log
+    log.env.setdefault(name, value)
     if name == "NCCL_IB_HCA":
-        r.log.ib_hca = value
-
-
-def _h_gdr(r: _Reader, body: str, host: str | None) -> None:
-    m = _GDR.search(body)  # NET/IB only: NET/Socket prints the same words for a socket "HCA" such as lo
-    if m:
-        r.log.gdr[m.group(3)] = m.group(1) == "Enabled"
-        if m.group(4):
-            r.log.gdr_why[m.group(3)] = m.group(4)
+        log.ib_hca = value
+    seen = log.env_by_host.setdefault(name, {}) if len(log.env_by_host) < MAX_KEPT or name in log.env_by_host else None
+    if seen is not None and (value in seen or len(seen) < 16):
+        hosts = seen.setdefault(value, set())
+        if host and len(hosts) < MAX_KEPT:
+            hosts.add(host)
 
 
 def _h_ranks(r: _Reader, body: str, host: str | None) -> None:
+    log = r.log
     m = _RANKS.search(body)
     if m:
-        r.log.ranks, r.log.nodes = int(m.group(1)), int(m.group(2))
+        log.ranks, log.nodes = int(m.group(1)), int(m.group(2))
     c = _COMM.search(body)
     if c:
         key = c.group(4) or f"nranks {c.group(3)}"
-        comm = r.log.comms.get(key)
+        comm = log.comms.get(key)
         if comm is None:
-            if len(r.log.comms) >= MAX_KEPT:
+            if len(log.comms) >= MAX_KEPT:
                 return
-            comm = r.log.comms[key] = {"nranks": int(c.group(3)), "ranks": set(), "hosts": set()}
+            comm = log.comms[key] = {"nranks": int(c.group(3)), "ranks": set(), "hosts": set()}
         if len(comm["ranks"]) < 4096:
             comm["ranks"].add(int(c.group(2)))
         if host and len(comm["hosts"]) < MAX_KEPT:
             comm["hosts"].add(host)
+
+
+def _h_version(r: _Reader, body: str, host: str | None) -> None:
+    r.version(body, host)
+
+
+def _h_net_ib(r: _Reader, body: str, host: str | None) -> None:
+    if body.startswith("NET/IB: ["):
+        d = _DEV.search(body)
+        if d:
+            r.log.net_devices[d.group(2) + (f":{d.group(3)}" if d.group(3) else "")] = d.group(4)
+    elif "GPU Direct RDMA" in body:
+        m = _GDR.search(body)  # NET/IB only: NET/Socket prints the same words for a socket "HCA" such as lo
+        if m:
+            r.log.gdr[m.group(3)] = m.group(1) == "Enabled"
+            if m.group(4):
+                r.log.gdr_why[m.group(3)] = m.group(4)
+    elif "No device found" in body:
+        r.log.no_ib_device = True
+    elif "Using" in body:
+        _h_using(r, body, host)
 
 
 def _h_nvls(r: _Reader, body: str, host: str | None) -> None:
@@ -443,194 +318,433 @@ def _h_plugin(r: _Reader, body: str, host: str | None) -> None:
         r.log.plugins["net plugin"] = r.log.plugins.get("net plugin") or body.split()[-1]
 
 
-def _add(d: dict, key: str, value: str) -> None:
-    if key not in d and len(d) >= MAX_KEPT:
-        return
-    s = d.setdefault(key, set())
-    if len(s) < MAX_KEPT:
-        s.add(value)
-
-
-def _h_net_ib(r: _Reader, body: str, host: str | None) -> None:
-    if body.startswith("NET/IB: ["):
-        _h_per_device(r, body, host)
-    elif "GPU Direct RDMA" in body:
-        _h_gdr(r, body, host)
-    elif "No device found" in body:
-        r.log.no_ib_device = True
-    elif "Using" in body:
-        _h_using(r, body, host)
-
-
-def _h_nccl(r: _Reader, body: str, host: str | None) -> None:
-    if "version" in body:
-        r._version(body)
-
-
 def _h_plain(r: _Reader, body: str, host: str | None) -> None:
-    """A line whose first word says nothing alone: a ``Using network X`` or a comm/ranks line."""
     if body.startswith("Using"):
         _h_using(r, body, host)
     elif "nranks" in body or "nRanks" in body:
         _h_ranks(r, body, host)
 
 
-#: the first word of an INFO line's text -> its handler; any other first word is of no interest
+#: first word of an INFO body -> handler
 _TOKENS = {"Bootstrap": _h_using, "Bootstrap:": _h_using, "NET/IB": _h_net_ib, "NET/IB:": _h_net_ib,
            "NET/Socket": _h_using, "NET": _h_using, "NET/OFI": _h_ofi, "Using": _h_plain, "comm": _h_ranks,
            "ncclCommInitRank": _h_ranks, "ncclCommInitRankConfig": _h_ranks, "ncclCommInitAll": _h_ranks,
-           "[Rank": _h_plain, "NVLS": _h_nvls, "Plugin": _h_plugin, "P2P": _h_plugin, "NCCL": _h_nccl}
+           "[Rank": _h_plain, "NVLS": _h_nvls, "Plugin": _h_plugin, "P2P": _h_plugin, "NCCL": _h_version}
+#: INFO bodies whose host matters (read line by line, with their prefix)
+_HOSTED = (b"Bootstrap", b"comm 0x", b"ncclCommInitRank", b"NET/IB : Using", b"NET/IB: Using", b"NET/Socket : Using",
+           b"NCCL_", b"NCCL version", b"Using network", b"NET : Using")
+
+#: lines read one by one: WARNs, bare version lines, hosted INFO lines and error returns
+_ORDERED = re.compile(rb"NCCL (?:(?P<warn>WARN )|(?P<ver>version )|INFO (?:(?P<hosted>Bootstrap|comm 0x|"
+                      rb"ncclCommInitRank|NET/IB ?: Using|NET/Socket : Using|NET : Using|NCCL_[A-Z0-9_]+ set|"
+                      rb"NCCL version|Using network)|(?P<frame>[\w/.\-]+\.(?:cc|cu|c|h|cpp):\d+ -> )))")
+_INFO_BODY = re.compile(rb"NCCL INFO ([^\n]*)")
+#: markers of lines outside NCCL's own format that report a failure (framework wrappers, CUDA OOM)
+_ANCHORS = (b"Watchdog caught", b"Last error", b"NCCL error", b"out of memory", b"OutOfMemoryError",
+            b"ncclRemoteError", b"NCCL failure", b"RCCL version", b"fi_getinfo", b"last completed NCCL work")
+_ANCHOR_RX = re.compile(rb"|".join(re.escape(a) for a in _ANCHORS))
+#: NCCL 2.2-era lines: "host:pid:tid [0] INFO ...", "... [0] include/socket.h:360 WARN ...", and (NCCL_DEBUG=WARN
+#: without the prefix) "include/socket.h:344 WARN ..."
+_LEGACY = re.compile(rb"(\[\d{1,5}\] (?:[\w/.\-]{1,200}:\d{1,7} )?|(?<![\w/.\-])[\w/.\-]{1,200}\.(?:h|hpp|cc|cu|c|cpp):\d{1,7} )"
+                     rb"(INFO|WARN) ")
+
+
+def _uncomment(data: bytes) -> bytes:
+    """Lines starting with '#' emptied (a fixture's source header, nccl-tests' own lines): NCCL never starts a
+    line with '#'. Line numbers are kept."""
+    return b"\n".join(b"" if l.startswith(b"#") else l for l in data.split(b"\n"))
+
+
+class _Lines:
+    """Line numbers of increasing offsets in a block, counted incrementally (one pass over the block)."""
+
+    def __init__(self, data: bytes, base: int) -> None:
+        self.data, self.pos, self.no = data, 0, base + 1
+
+    def at(self, pos: int) -> int:
+        if pos < self.pos:  # never within one pass; recount from the start rather than go wrong
+            self.no -= self.data.count(b"\n", pos, self.pos)
+            self.pos = pos
+            return self.no
+        self.no += self.data.count(b"\n", self.pos, pos)
+        self.pos = pos
+        return self.no
+
+
+def _line_at(data: bytes, pos: int) -> tuple[int, int]:
+    start = data.rfind(b"\n", 0, pos) + 1
+    end = data.find(b"\n", pos)
+    return start, (len(data) if end < 0 else end)
+
+
+class _Reader:
+    """Feeds blocks of whole lines into an :class:`NcclLog`; keeps only bounded state."""
+
+    def __init__(self) -> None:
+        self.log = NcclLog()
+        self.source: str | None = None
+        self.first_other: tuple[int, str] | None = None
+        self.legacy_checked = False
+        self.host_cache: dict[bytes, tuple[str | None, str | None, str | None]] = {}
+        self.body_seen: set[bytes] = set()
+        self.hosted_seen: set[bytes] = set()
+        self.via_cache: dict[bytes, str | None] = {}
+        self.info_kind: dict[bytes, tuple | None] = {}
+        self.event_by_key: dict[tuple[str, str], Event] = {}
+        self.open_chains: dict[str, Event] = {}
+        self.warning_texts: set[str] = set()
+        self.pending_last_error: tuple[int, str | None, str | None] | None = None
+
+    # -- prefixes ------------------------------------------------------------------------------------
+    def who(self, prefix: bytes) -> tuple[str | None, str | None, str | None]:
+        """(host, process "host:pid", thread "host:pid:tid") of a line prefix, cached."""
+        got = self.host_cache.get(prefix)
+        if got is not None:
+            return got
+        text = _decode(prefix[-_PREFIX_WINDOW:])
+        p = _PREFIX.search(text)
+        if p:
+            got = (p.group(1), f"{p.group(1)}:{p.group(2)}", f"{p.group(1)}:{p.group(2)}:{p.group(3)}")
+        else:
+            d = _DEV_ONLY.search(text)
+            got = (None, f"[{d.group(1)}]" if d else None, text.strip() or None)
+        if len(self.host_cache) > 8192:
+            self.host_cache.clear()
+        self.host_cache[prefix] = got
+        log = self.log
+        if got[0] is not None and got[0] not in log.hosts:
+            if len(log.hosts) < MAX_HOSTS:
+                log.hosts.add(got[0])
+            else:
+                log.hosts_capped = True
+        if got[1] is not None and got[1] not in log.processes and len(log.processes) < MAX_HOSTS:
+            log.processes.add(got[1])
+        return got
+
+    def version(self, text: str, host: str | None) -> None:
+        v = _VERSION.search(text)
+        if not v:
+            return
+        log = self.log
+        log.version = log.version or v.group(2)
+        if v.group(1) == "RCCL":
+            log.flavour = "RCCL"
+        who = host or self.source
+        holders = log.versions.setdefault(v.group(2), set()) if len(log.versions) < MAX_KEPT else None
+        if holders is not None and who and len(holders) < MAX_KEPT:
+            holders.add(who)
+
+    # -- a block ---------------------------------------------------------------------------------------
+    def block(self, data: bytes) -> None:
+        log = self.log
+        base = log.lines
+        nlines = data.count(b"\n") + (0 if data.endswith(b"\n") or not data else 1)
+        if not self.legacy_checked and data.strip():
+            if b"NCCL INFO " not in data and b"NCCL WARN " not in data and _LEGACY.search(data):
+                log.legacy = True
+            self.legacy_checked = bool(b"NCCL" in data) or log.legacy
+        if data.startswith(b"#") or b"\n#" in data:
+            data = _uncomment(data)
+        if log.legacy:
+            data = _LEGACY.sub(rb"\1NCCL \2 ", data)
+        infos = data.count(b"NCCL INFO ")
+        log.nccl_lines += infos + data.count(b"NCCL WARN ")
+        if infos:
+            for body, n in Counter(_INFO_BODY.findall(data)).items():
+                self.info_body(body, n, data)
+        self.ordered(data, base)
+        if any(a in data for a in _ANCHORS):
+            self.anchored(data, base)
+        log.lines = base + nlines
+        if self.first_other is None and log.nccl_lines == 0:
+            for n, raw in enumerate(data.split(b"\n", 64), base + 1):
+                line = _decode(raw[:MAX_LINE]).strip()
+                if line and not line.startswith("#"):
+                    self.first_other = (n, line[:80])
+                    break
+
+    def info_body(self, body: bytes, n: int, data: bytes) -> None:
+        """A distinct INFO body with its count in the block: channel lines counted, the rest read once."""
+        log = self.log
+        if body.startswith(_HOSTED):
+            return  # read with its host, in order
+        channel = body.startswith((b"Channel ", b"Ring "))
+        if channel:
+            self.channel(body, n)
+        if body in self.body_seen:
+            return
+        if len(self.body_seen) >= 1 << 16:
+            self.body_seen.clear()
+        self.body_seen.add(body)
+        pos = data.find(b"NCCL INFO " + body)  # the host of its first occurrence (a distinct body costs one find)
+        if pos >= 0:
+            self.who(data[data.rfind(b"\n", 0, pos) + 1:pos])
+        if channel:
+            return
+        text = _clean(_decode(body[:MAX_LINE]))
+        sp = text.find(" ")
+        handler = _TOKENS.get(text[:sp] if sp > 0 else text)
+        if handler is not None:
+            handler(self, text, None)
+        if "libibverbs" in text and "ail" in text:
+            log.ibverbs_missing = True
+        if "tcpx" in text.lower() and "GPUDirect-TCPX" not in log.plugins:
+            log.plugins["GPUDirect-TCPX"] = "tcpx messages"
+        self.info_failure(body, text, data)
+
+    def info_failure(self, body: bytes, text: str, data: bytes) -> None:
+        """An INFO line NCCL prints for a failure or a fallback (an extracted INFO format): an event."""
+        from ccdiag.nccl.catalogue import explain
+        from ccdiag.nccl.messages import index
+
+        if _FRAME.match(text) or len(text) < 8:
+            return
+        msg = index().find(text)
+        if msg is None or msg.level != "INFO":
+            return
+        pos = data.find(b"NCCL INFO " + body)
+        start, _ = _line_at(data, pos)
+        line = self.log.lines + data.count(b"\n", 0, start) + 1
+        host, proc, _ = self.who(data[start:pos])
+        fam, _ = explain(text, None)
+        self.event("info", text, line, fam.id, host, proc, None, None, msg.where)
+
+    def channel(self, body: bytes, times: int) -> None:
+        """``Channel 03/08 : 0 1 ...`` (the ring) or ``Channel 03/0 : 1[1] -> 0[0] via P2P/IPC``."""
+        log = self.log
+        slash = body.find(b"/", 8, 14)
+        if slash > 0:
+            sp = body.find(b" ", slash, slash + 8)
+            total = body[slash + 1:sp] if sp > 0 else b""
+            if total.isdigit() and int(total) > (log.channels or 0):
+                log.channels = int(total)
+        j = body.find(b" via ")
+        if j < 0:
+            return
+        tail = body[j:j + 256]
+        label = self.via_cache.get(tail, "")
+        if label == "":
+            text = _decode(tail)
+            if "repeated" in text:
+                text = _REPEAT.sub("", text)
+            m = _VIA.match(text)
+            label = transport_label(m.group(1)) if m else None
+            if len(self.via_cache) > 4096:
+                self.via_cache.clear()
+            self.via_cache[tail] = label
+        if label is not None:
+            log.transports[label] = log.transports.get(label, 0) + times
+
+    def ordered(self, data: bytes, base: int) -> None:
+        """WARNs, error returns, bare version lines and the INFO lines whose host matters, in order."""
+        lines = _Lines(data, base)
+        done_to = -1
+        for m in _ORDERED.finditer(data):
+            pos = m.start()
+            if pos <= done_to:
+                continue
+            start, end = _line_at(data, pos)
+            done_to = end
+            kind = m.lastgroup
+            prefix = data[start:pos]
+            if kind == "hosted":
+                key = prefix + b"\x00" + data[pos:min(end, pos + 512)]
+                if key in self.hosted_seen:
+                    continue
+                if len(self.hosted_seen) >= 1 << 16:
+                    self.hosted_seen.clear()
+                self.hosted_seen.add(key)
+                host = self.who(prefix)[0]
+                text = _clean(_decode(data[pos + 10:min(end, pos + MAX_LINE)]))
+                sp = text.find(" ")
+                token = text[:sp] if sp > 0 else text
+                handler = _h_env if token.startswith("NCCL_") else _TOKENS.get(token)
+                if handler is not None:
+                    handler(self, text, host)
+                continue
+            if kind == "ver":
+                self.version(_decode(data[pos:min(end, pos + 200)]), self.who(prefix)[0] if prefix.strip() else None)
+                continue
+            line = lines.at(start)
+            if kind == "warn":
+                self.warn(prefix, _decode(data[m.end():min(end, m.end() + MAX_LINE)]), line)
+            else:
+                f = _FRAME.match(_decode(data[pos + 10:min(end, pos + 400)]))
+                if f:
+                    self.frame(self.who(prefix)[2] or "?", f.group(1), f.group(2), line, prefix)
+
+    def warn(self, prefix: bytes, body: str, line: int) -> None:
+        from ccdiag.nccl.catalogue import explain
+
+        log = self.log
+        log.warning_count += 1
+        text = _clean(body)
+        if len(log.warnings) < MAX_KEPT and text not in self.warning_texts:
+            self.warning_texts.add(text)
+            log.warnings.append((line, text))
+        if "libibverbs" in text:
+            log.ibverbs_missing = True
+        ptext = _decode(prefix[-_PREFIX_WINDOW:])
+        if "tcpx" in (ptext + text).lower():
+            log.plugins.setdefault("GPUDirect-TCPX", "tcpx messages in WARN lines")
+        host, proc, thread = self.who(prefix)
+        f = _WARN_FILE.search(ptext)
+        file = f.group(1) if f else None
+        if file and ":" in file:  # "host:pid:tid" is not a file; a "file" of a plugin is its function name
+            file = file.rsplit(":", 1)[-1] or None
+        fam, msg = explain(text, file)
+        ev = self.event("warn", text, line, fam.id, host, proc, file, _time(ptext), msg.where if msg else None)
+        if ev is not None:
+            self.open_chains[thread or ptext.strip()] = ev
+            if len(self.open_chains) > 4096:
+                self.open_chains.clear()
+
+    def frame(self, thread: str, where: str, code: str, line: int, prefix: bytes) -> None:
+        """An error return (``misc/socket.cc:564 -> 2``) climbing the chain its thread's WARN opened."""
+        chain = self.open_chains.get(thread)
+        if chain is None:
+            host, proc, _ = self.who(prefix)
+            chain = self.event("returns", f"error {code} returned from {where} (no WARN pasted before it)", line,
+                               "nccl-error-wrapper", host, proc, where, None, None)
+            if chain is None:
+                return
+            self.open_chains[thread] = chain
+        chain.frames += 1
+        chain.last_frame = where
+
+    def event(self, kind: str, text: str, line: int, family: str, host: str | None, rank: str | None,
+              file: str | None, time: str | None, where: str | None) -> Event | None:
+        key = (family, _normalise(text)[:300])
+        ev = self.event_by_key.get(key)
+        if ev is not None:
+            ev.count += 1
+            if rank and len(ev.ranks) < MAX_KEPT:
+                ev.ranks.add(rank)
+            if time and (ev.time is None or time < ev.time):
+                ev.time, ev.host, ev.rank, ev.line = time, host, rank, line  # the earliest occurrence leads
+            return ev
+        if len(self.log.events) >= MAX_EVENTS:
+            return None
+        ev = Event(kind, text[:400], line, family, host, rank, file, time, self.source, where=where)
+        if rank:
+            ev.ranks.add(rank)
+        self.event_by_key[key] = ev
+        self.log.events.append(ev)
+        return ev
+
+    # -- framework lines ----------------------------------------------------------------------------------
+    def anchored(self, data: bytes, base: int) -> None:
+        from ccdiag.nccl.catalogue import explain
+
+        lines = _Lines(data, base)
+        done_to = -1
+        for m in _ANCHOR_RX.finditer(data):
+            pos = m.start()
+            if pos <= done_to:
+                continue
+            start, end = _line_at(data, pos)
+            done_to = end
+            text = _decode(data[start:min(end, start + 4096)])
+            line = lines.at(start)
+            rank = _torch_rank(text)
+            anchor = m.group(0)
+            if anchor == b"RCCL version":
+                self.version(text, None)
+            elif anchor == b"fi_getinfo":
+                if "output empty list" in text:
+                    p = re.search(r"provider (\w+) output empty list", text)
+                    self.log.plugins["libfabric"] = f"provider {p.group(1) if p else '?'} found no device (empty list)"
+            elif anchor == b"Last error":
+                after = text.split("Last error", 1)[1].lstrip(":").strip()
+                if after:
+                    fam, msg = explain(_strip_rank_prefix(after), None)
+                    self.event("warn", _strip_rank_prefix(after), line, fam.id, None, rank, None, _time(text),
+                               msg.where if msg else None)
+                else:
+                    self.pending_last_error = (line, rank, _time(text))
+                    self.last_error_next(data, end, base)
+            elif anchor == b"last completed NCCL work":
+                d = _LAST_DONE.search(text)
+                if d and rank and len(self.log.torch_done) < MAX_HOSTS:
+                    self.log.torch_done[rank] = int(d.group(1))
+            elif anchor == b"Watchdog caught":
+                s = _SEQ.search(text)
+                if s and rank and len(self.log.torch_seq) < MAX_HOSTS:
+                    self.log.torch_seq[rank] = (int(s.group(1)), s.group(2))
+                self.event("timeout", _torch_message(text), line, "watchdog-timeout", None,
+                           f"rank {rank}" if rank else None, None, _time(text), None)
+            elif anchor in (b"out of memory", b"OutOfMemoryError"):
+                if _OOM.search(text) and "NCCL WARN" not in text:
+                    self.event("oom", _torch_message(text), line, "cuda-oom", None, f"rank {rank}" if rank else None,
+                               None, _time(text), None)
+            elif anchor == b"ncclRemoteError":
+                self.event("framework", _torch_message(text), line, "remote-error", None,
+                           f"rank {rank}" if rank else None, None, _time(text), None)
+            elif anchor in (b"NCCL error", b"NCCL failure"):
+                if "NCCL WARN" in text or "NCCL INFO" in text:
+                    continue
+                self.version(text, None)
+                fam, _ = explain(_torch_message(text), None)
+                self.event("framework", _torch_message(text), line, fam.id, None, f"rank {rank}" if rank else None,
+                           None, _time(text), None)
+
+    def last_error_next(self, data: bytes, end: int, base: int) -> None:
+        """PyTorch prints ``Last error:`` and the NCCL message on the next line."""
+        from ccdiag.nccl.catalogue import explain
+
+        if self.pending_last_error is None:
+            return
+        nxt_end = data.find(b"\n", end + 1)
+        raw = data[end + 1:(len(data) if nxt_end < 0 else nxt_end)]
+        text = _strip_rank_prefix(_decode(raw[:4096]).strip())
+        if not text:
+            return
+        line, rank, time = self.pending_last_error
+        self.pending_last_error = None
+        fam, msg = explain(text, None)
+        self.event("warn", text, line + 1, fam.id, None, f"rank {rank}" if rank else None, None, time,
+                   msg.where if msg else None)
+
+
+_RANK_PREFIX = re.compile(r"^(?:\[[^\]]{1,40}\]:?\s*|\w[\w\-]{0,40}\|\d+\]:\s*)+")
+
+
+def _strip_rank_prefix(text: str) -> str:
+    """``[rank0]: msg``, ``[trainer0|0]:msg`` -> ``msg``."""
+    return _RANK_PREFIX.sub("", text).strip()
+
+
+def _torch_rank(text: str) -> str | None:
+    m = _TORCH_RANK.search(text[:400])
+    if m:
+        return next(g for g in m.groups() if g is not None)
+    return None
+
+
+def _torch_message(text: str) -> str:
+    """The message of a framework line without its glog/rank prefix."""
+    for marker in ("Watchdog caught", "NCCL error", "torch.", "RuntimeError", "ncclRemoteError", "Test NCCL failure",
+                   "NCCL failure", "CUDA out of memory", "OutOfMemoryError"):
+        i = text.find(marker)
+        if i >= 0:
+            return text[i:i + 400].strip()
+    return text.strip()[:400]
+
+
+def _time(prefix: str) -> str | None:
+    """A time stamp in a line's prefix, as sortable text ("2025-04-06 22:31:56" or glog's "02:07:08.408")."""
+    m = _TIME.search(prefix[:200])
+    if not m:
+        return None
+    if m.group(1):
+        return f"{m.group(1)} {m.group(2).replace(',', '.')}"
+    return m.group(3)
 
 
 # -- entry points -------------------------------------------------------------------------------------------
-#: what makes a line worth reading in Python: an INFO line whose first word has a handler (see
-#: ``_TOKENS``), any WARN line, a version line, libfabric's provider report. Every other line is only
-#: counted, at C speed, by :func:`_scan`.
-_INTEREST = re.compile(rb"NCCL (?:(?P<warn>WARN )|version|INFO (?:(?P<ch>Channel|Ring) |Bootstrap|NET(?:/IB|/Socket|/OFI| :)|"
-                       rb"Using network|comm|ncclComm|\[Rank|NVLS|Plugin Path|P2P plugin|NCCL_|"
-                       rb"(?P<frame>[\w/.\-]+\.(?:cc|cu|c|h|cpp):\d+ -> )))")
-
-
-def _decode(raw: bytes) -> str:
-    return raw.decode("utf-8", "replace").rstrip("\r")
-
-
-def _scan(r: _Reader, data: bytes) -> None:
-    """A block of whole lines (``data`` ends at a line end or at the end of input), as bytes.
-
-    Two passes, both driven from C: the block's distinct lines with their multiplicity (a channel
-    line counts as often as it occurs; an INFO line's handler is idempotent, so it runs once), then
-    the lines whose order matters (a ``WARN`` and the error returns climbing after it), in order and
-    with their line numbers, in blocks that have any. Only lines of interest are decoded."""
-    log = r.log
-    base = log.lines
-    lines = data.split(b"\n")
-    if lines and not lines[-1]:
-        lines.pop()
-    ordered = False
-    for raw, n in Counter(lines).items():
-        if b"NCCL INFO " in raw or b"NCCL WARN " in raw:
-            log.nccl_lines += n
-        ordered = _distinct_line(r, raw, n) or ordered
-    if ordered:  # only a block with a WARN or an error return needs the ordered pass
-        _ordered_lines(r, data, base)
-    log.lines = base + len(lines)
-    if r.first_other is None and log.nccl_lines == 0:
-        _first_other(r, data, base)
-
-
-def _distinct_line(r: _Reader, raw: bytes, n: int) -> bool:
-    """Read one distinct line; True when it must be read in order instead (a WARN, an error return)."""
-    m = _INTEREST.search(raw)
-    if m is None:
-        if b"RCCL version" in raw or b"fi_getinfo" in raw:
-            r._other(_decode(raw[:MAX_LINE]))
-        return False
-    kind = m.lastgroup
-    if kind == "ch":
-        _channel_bytes(r, raw, 0, m.start(), m.end(), len(raw), n)
-    elif kind is None and raw not in r.seen_raw:
-        if len(r.seen_raw) >= 1 << 16:
-            r.seen_raw.clear()
-        r.seen_raw.add(raw)
-        r.line(_decode(raw[:MAX_LINE]))
-    return kind in ("warn", "frame")
-
-
-_ORDERED = re.compile(rb"NCCL (?:(?P<warn>WARN )|INFO (?P<frame>[\w/.\-]+\.(?:cc|cu|c|h|cpp):\d+ -> ))")
-
-
-def _ordered_lines(r: _Reader, data: bytes, base: int) -> None:
-    """WARN lines and error returns, in order: a chain is the WARN of a thread and the returns after it."""
-    log = r.log
-    last_start, last_no, done_to = 0, base + 1, -1
-    find, rfind, count = data.find, data.rfind, data.count
-    for m in _ORDERED.finditer(data):
-        pos = m.start()
-        if pos <= done_to:
-            continue  # a second marker on a line already read
-        start = rfind(b"\n", 0, pos) + 1
-        end = find(b"\n", pos)
-        if end < 0:
-            end = len(data)
-        done_to = end
-        raw = data[start:end] if end - start <= MAX_LINE else data[start:start + MAX_LINE]
-        kind = m.lastgroup
-        if kind == "warn" and raw in r.warn_cache:
-            r.warn_again(*r.warn_cache[raw])
-            continue
-        if kind == "frame" and raw in r.frame_cache:
-            r.frame(*r.frame_cache[raw])
-            continue
-        last_no += count(b"\n", last_start, start)
-        last_start = start
-        log.lines = last_no
-        r.last_warn = r.last_frame = None
-        r.line(_decode(raw))
-        _remember(r, kind, raw)
-
-
-def _remember(r: _Reader, kind: str | None, raw: bytes) -> None:
-    """Keep what a WARN or error-return line did, so the same line again costs a lookup (bounded)."""
-    if kind is None:
-        return
-    if kind == "warn":
-        if r.last_warn is not None:
-            _bounded_put(r.warn_cache, raw, r.last_warn)
-    elif r.last_frame is not None:
-        _bounded_put(r.frame_cache, raw, r.last_frame)
-
-
-def _bounded_put(cache: dict[bytes, _V], raw: bytes, done: _V) -> None:
-    if len(cache) >= 4096:
-        cache.clear()
-    cache[raw] = done
-
-
-def _channel_bytes(r: _Reader, data: bytes, start: int, pos: int, after: int, end: int, times: int = 1) -> None:
-    """A ``Channel``/``Ring`` line read straight from the bytes: the transport after `` via `` (cached by
-    its text, which repeats across ranks and channels), the channel count, the host of its prefix."""
-    log = r.log
-    prefix = data[start:pos]
-    if prefix not in r.prefix_host_raw:
-        if len(r.prefix_host_raw) > 4096:
-            r.prefix_host_raw.clear()
-        r.prefix_host_raw[prefix] = r._host(_decode(prefix))
-    slash = data.find(b"/", after, after + 6)
-    if slash > 0:
-        sp = data.find(b" ", slash, slash + 8)
-        total = data[slash + 1:sp] if sp > 0 else b""
-        if total.isdigit() and int(total) > (log.channels or 0):
-            log.channels = int(total)
-    j = data.find(b" via ", after, end)
-    if j < 0:
-        return
-    tail = data[j:min(end, j + 256)]
-    label = r.via_cache.get(tail, "")
-    if label == "":
-        text = _decode(tail)
-        if "repeated" in text:
-            text = _REPEAT.sub("", text)
-        m = _VIA.match(text)
-        label = transport_label(m.group(1)) if m else None
-        if len(r.via_cache) > 4096:
-            r.via_cache.clear()
-        r.via_cache[tail] = label
-    if label is not None:
-        log.transports[label] = log.transports.get(label, 0) + times
-
-
-def _first_other(r: _Reader, data: bytes, base: int) -> None:
-    for n, raw in enumerate(data.split(b"\n", 64), base + 1):
-        line = _decode(raw[:MAX_LINE])
-        if line.strip() and not line.startswith("#"):
-            r.first_other = (n, line.strip()[:80])
-            return
-
-
 def _finish(r: _Reader, source: str) -> NcclLog:
     log = r.log
-    if log.nccl_lines == 0 and log.version is None:
+    if log.nccl_lines == 0 and log.version is None and not log.events:
         first = r.first_other
         what = f"line {first[0]}: {first[1]!r}" if first else "no text"
         hint = " (an NCCL topology XML, not a log)" if first and first[1].startswith("<") else ""
@@ -638,13 +752,20 @@ def _finish(r: _Reader, source: str) -> NcclLog:
     return log
 
 
+def _text_blocks(text: str) -> Iterator[bytes]:
+    data = text.encode("utf-8", "surrogateescape")
+    pos = 0
+    while pos < len(data):
+        cut = data.rfind(b"\n", pos, pos + CHUNK) + 1 if len(data) - pos > CHUNK else len(data)
+        if cut <= pos:
+            cut = min(len(data), pos + CHUNK)
+        yield data[pos:cut]
+        pos = cut
+
+
 def read_lines(lines: Iterable[str], source: str = "<log>") -> NcclLog:
     """An :class:`NcclLog` from lines (without their newline), read once, in order."""
-    r = _Reader()
-    feed = r.feed
-    for raw in lines:
-        feed(raw if len(raw) <= MAX_LINE else raw[:MAX_LINE])
-    return _finish(r, source)
+    return parse_nccl_log("\n".join(l if len(l) <= MAX_LINE else l[:MAX_LINE] for l in lines), source)
 
 
 def parse_nccl_log(text: str, source: str = "<log>") -> NcclLog:
@@ -652,34 +773,42 @@ def parse_nccl_log(text: str, source: str = "<log>") -> NcclLog:
     if len(text) > MAX_BYTES:
         raise LogError(f"{source}: larger than {MAX_BYTES >> 20} MiB held in memory; pass it as a file")
     r = _Reader()
-    _scan(r, text.encode("utf-8", "surrogateescape"))
+    for block in _text_blocks(text):
+        r.block(_cap_lines(block))
     return _finish(r, source)
 
 
-CHUNK = 4 << 20
+def _cap_lines(block: bytes) -> bytes:
+    """Lines longer than :data:`MAX_LINE` cut (their head kept), so no regex ever sees more."""
+    if len(block) <= MAX_LINE or block.find(b"\n") >= 0 and max(map(len, block.split(b"\n"))) <= MAX_LINE:
+        return block
+    return b"\n".join(l[:MAX_LINE] for l in block.split(b"\n"))
 
 
-def _file_blocks(path: str) -> Iterator[bytes]:
-    """The file as blocks of whole lines, read in chunks (UTF-8 never puts a newline byte inside a
-    character, so a block boundary never cuts one). A line longer than a chunk is cut at
-    :data:`MAX_LINE` and its rest skipped, so memory stays bounded."""
+def _file_blocks(path: str, deadline: float | None = None) -> Iterator[bytes]:
+    """The file as blocks of whole lines (UTF-8 never puts a newline byte inside a character). A line
+    longer than a chunk keeps its head and the rest is skipped, so memory stays bounded."""
+    import time
+
     carry = b""
     with open(path, "rb") as fh:
         while True:
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(path)
             raw = fh.read(CHUNK)
             data = carry + raw
             if not raw:
                 if data:
-                    yield data
+                    yield _cap_lines(data)
                 return
             cut = data.rfind(b"\n") + 1
             if cut == 0 and len(data) > CHUNK:
-                yield data[:MAX_LINE] + b"\n"  # one line longer than a chunk: keep its head
+                yield data[:MAX_LINE] + b"\n"
                 carry = b""
                 _skip_to_newline(fh)
                 continue
             if cut:
-                yield data[:cut]
+                yield _cap_lines(data[:cut])
             carry = data[cut:]
 
 
@@ -694,246 +823,61 @@ def _skip_to_newline(fh) -> None:
             return
 
 
-def read_nccl_log(path: str) -> NcclLog:
-    """Stream a log file: memory stays flat whatever its size."""
+def _regular(path: str) -> None:
     import os
     import stat
 
     st = os.stat(path)
     if not stat.S_ISREG(st.st_mode):
         raise LogError(f"{path}: not a regular file")
+
+
+def read_nccl_log(path: str, deadline: float | None = None) -> NcclLog:
+    """Stream a log file: memory stays flat whatever its size. ``deadline`` (``time.monotonic()``):
+    :class:`TimeoutError` when reading goes past it."""
+    return read_nccl_logs([path], deadline)
+
+
+def log_files(paths: Iterable[str]) -> list[str]:
+    """The files to read: each path, a directory's regular files in name order (per-rank logs written
+    with ``NCCL_DEBUG_FILE=...%h.%p``)."""
+    import os
+
+    out = []
+    for p in paths:
+        if os.path.isdir(p):
+            names = sorted(n for n in os.listdir(p) if not n.startswith("."))
+            found = [os.path.join(p, n) for n in names if os.path.isfile(os.path.join(p, n))]
+            if not found:
+                raise LogError(f"{p}: a directory without log files")
+            out += found
+        else:
+            out.append(p)
+    return out
+
+
+def read_nccl_logs(paths: Iterable[str], deadline: float | None = None) -> NcclLog:
+    """Several logs (per-rank files, or a directory of them) read as one job: events keep the file they
+    came from, versions and settings are compared across the files."""
     r = _Reader()
-    for block in _file_blocks(path):
-        _scan(r, block)
-    return _finish(r, path)
+    files = log_files(paths)
+    for path in files:
+        _regular(path)
+        r.source = path if len(files) > 1 else None
+        r.legacy_checked = False
+        r.open_chains.clear()
+        r.log.sources.append(path)
+        for block in _file_blocks(path, deadline):
+            r.block(block)
+    return _finish(r, ", ".join(files) if len(files) > 1 else files[0] if files else "<no file>")
 
 
-# -- what differs from the node's facts -------------------------------------------------------------------
-def _rails_of(rec: object | None) -> str | None:
-    settings = getattr(rec, "settings", None)  # None for no record, or one without settings
-    return settings().get("NCCL_IB_HCA") if settings is not None else None
-
-
-def _d_sockets(log: NcclLog, rec: object | None) -> list[str]:
-    channel_lines = sum(n for k, n in log.transports.items() if k.startswith("NET/Socket"))
-    rdma = any(k in ("IB", "RoCE") for k in log.net_devices.values())
-    inferred = (log.network is None and not rdma and "Socket" in log.net_devices.values()
-                and (log.no_ib_device or log.ibverbs_missing))
-    if log.network != "Socket" and not channel_lines and not inferred:
-        return []
-    seen = f" ({channel_lines} inter-node channel lines via NET/Socket)" if channel_lines else ""
-    why = []
-    if log.env.get("NCCL_IB_DISABLE", "0").strip() not in ("0", ""):
-        why.append(f"NCCL_IB_DISABLE={log.env['NCCL_IB_DISABLE']} was set by the environment")
-    if log.ibverbs_missing:
-        why.append("libibverbs could not be opened (rdma-core missing, e.g. in the container)")
-    if log.no_ib_device:
-        why.append("NET/IB found no device" + (" (inside a container: /dev/infiniband not passed through?)"
-                                              if not why else ""))
-    rails = _rails_of(rec)
-    if rails:
-        return [f"NCCL used sockets although the node has RDMA rails ({rails}){seen}: "
-                + ("; ".join(why) if why else "check NCCL_IB_DISABLE, the rdma-core libraries in the container, "
-                   "and /dev/infiniband")]
-    return [f"NCCL sends between hosts over TCP sockets{seen}" + (": " + "; ".join(why) if why else "")]
-
-
-def _d_plugin(log: NcclLog, rec: object | None) -> list[str]:
-    out = []
-    if log.network and log.network not in ("IB", "Socket"):
-        out.append(f"NCCL used the network plugin '{log.network}'" +
-                   (f" ({', '.join(f'{k}: {v}' for k, v in log.plugins.items())})" if log.plugins else ""))
-    elif log.plugins:
-        out.append("network plugin present: " + ", ".join(f"{k}: {v}" for k, v in log.plugins.items()))
-    if "found no device" in log.plugins.get("libfabric", ""):
-        out.append(f"libfabric {log.plugins['libfabric']}: no EFA device reachable from this process (in a container, "
-                   "pass the EFA devices /dev/infiniband/uverbs*), so aws-ofi-nccl cannot carry NCCL's traffic")
-    return out
-
-
-def _d_gdr(log: NcclLog, rec: object | None) -> list[str]:
-    out = []
-    plain = sum(n for k, n in log.transports.items() if k.startswith("NET/") and not k.endswith("/GDRDMA")
-                and not k.startswith("NET/Socket"))
-    if plain:
-        out.append(f"{plain} inter-node channel lines run without GPUDirect RDMA (no /GDRDMA): the NIC reads and "
-                   "writes host memory and each transfer is staged through it")
-    for hca, on in sorted(log.gdr.items()):
-        if not on:
-            why = log.gdr_why.get(hca)
-            out.append(f"GPUDirect RDMA disabled for {hca}" + (f" ({why})" if why else "") +
-                       ": nvidia_peermem (or dma-buf support) missing, or the GPU is too far from the NIC")
-    return out
-
-
-def _iface_problems(kind: str, ifaces: dict) -> list[str]:
-    from ccdiag.nccl import netif
-
-    out = []
-    for name, addrs in sorted(ifaces.items()):
-        addrs = [addrs] if isinstance(addrs, str) else sorted(addrs)
-        why = netif.name_problem(name)
-        bad = [a for a in addrs if _is_ip(a) and not netif.routable(a)]
-        if why:
-            out.append(f"{kind} interface {name} is a {why}: it carries no traffic between hosts")
-        elif bad:
-            out.append(f"{kind} interface {name} has only a loopback or link-local address ({', '.join(bad)}): "
-                       "other hosts cannot reach it")
-        docker = [a for a in addrs if _in(a, DOCKER_BRIDGE)]
-        if docker:
-            out.append(f"{kind} address {', '.join(docker)} on {name} is in Docker's default bridge network "
-                       "(172.17.0.0/16): other hosts reach a container on a bridge only through NAT; use host "
-                       "networking (docker --network host, hostNetwork: true in Kubernetes)")
-    return out
-
-
-def _is_ip(addr: str) -> bool:
-    try:
-        ipaddress.ip_address(addr.split("%")[0])
-    except ValueError:
-        return False  # empty, masked ("X.X.X.X") or cut
-    return True
-
-
-def _in(addr: str, net: ipaddress.IPv4Network) -> bool:
-    try:
-        return ipaddress.ip_address(addr.split("%")[0]) in net
-    except ValueError:
-        return False
-
-
-def _d_interfaces(log: NcclLog, rec: object | None) -> list[str]:
-    out = []
-    if log.bootstrap:
-        shown = "; ".join(f"{k} {', '.join(sorted(v)) or '?'}" for k, v in sorted(log.bootstrap.items()))
-        out.append(f"bootstrap over {shown}")
-        firsts = sorted(set(log.bootstrap_by_host.values()))
-        if len(firsts) > 1:
-            per = ", ".join(f"{h}: {i}" for h, i in sorted(log.bootstrap_by_host.items())[:8])
-            out.append(f"hosts bootstrap over different interfaces ({per}): every host must reach the others' "
-                       "bootstrap addresses; set NCCL_SOCKET_IFNAME to one network present on every host")
-    out += _iface_problems("bootstrap", log.bootstrap)
-    socks = {n: a for n, a in log.socket_addresses.items() if n not in log.bootstrap}
-    out += _iface_problems("socket", socks)
-    return out
-
-
-def _d_ib_hca(log: NcclLog, rec: object | None) -> list[str]:
-    out = []
-    if log.ib_hca:
-        from ccdiag.nccl.lists import parse_nccl_list
-
-        spec = parse_nccl_list(log.ib_hca)
-        if not spec.exact:
-            names = ", ".join(e.name for e in spec.entries)
-            caught = _caught_by_prefix(spec, _node_nics(rec))
-            here = (f"; on this node: {'; '.join(caught)}" if caught else
-                    " (mlx5_1 selects mlx5_10..mlx5_19)")
-            out.append(f"NCCL_IB_HCA={log.ib_hca}: entries are prefixes ({names}): each also selects every HCA "
-                       f"whose name starts with it{here}; write the list with '=' for exact names")
-    soft = sorted(d.split(":")[0] for d in log.net_devices if d.startswith(("rxe", "siw")))
-    if soft:
-        out.append(f"{', '.join(soft)}: software RDMA (soft-RoCE/iWARP in the kernel, no NIC offload, no GPUDirect "
-                   "RDMA): slower than sockets on most hosts; use the hardware HCA or sockets")
-    rails = _rails_of(rec)
-    used = {d.split(":")[0] for d, kind in log.net_devices.items() if kind in ("IB", "RoCE")}
-    if rails and used:
-        from ccdiag.nccl.lists import parse_nccl_list
-
-        spec = parse_nccl_list(rails)
-        extra = sorted(d for d in used if not spec.selects(d))
-        if extra:
-            out.append(f"NCCL used {', '.join(extra)}, which is not a compute rail of this node ({rails})")
-        unused = sorted({e.name for e in spec.entries} - used)
-        if unused:
-            out.append(f"rails present on the node but unused by NCCL: {', '.join(unused)} (NCCL_IB_HCA in the job, "
-                       "or ports down when the job started)")
-    kinds = set(log.net_devices.values())
-    if {"IB", "RoCE"} <= kinds:
-        out.append("NCCL uses InfiniBand and RoCE ports together: " + ", ".join(sorted(log.net_devices)))
-    return out
-
-
-def _node_nics(rec: object | None) -> list[str]:
-    k = rec.get("NCCL_IB_HCA") if rec is not None and hasattr(rec, "get") else None
-    if k is None:
-        return []
-    details = k.details or {}
-    names = set(details.get("rails") or {}) | {x.split(":")[0] for x in details.get("left_out") or {}}
-    return sorted(names)
-
-
-def _caught_by_prefix(spec: object, nics: list[str]) -> list[str]:
-    out = []
-    for e in getattr(spec, "entries", ()):
-        extra = [n for n in nics if n != e.name and n.startswith(e.name)]
-        if extra:
-            out.append(f"{e.name} also selects {', '.join(extra)}")
-    return out
-
-
-def _d_env(log: NcclLog, rec: object | None) -> list[str]:
-    from ccdiag.nccl.recommend import debugging_reason
-
-    out = []
-    for var, value in sorted(log.env.items()):
-        why = debugging_reason(var) if var != "NCCL_IB_DISABLE" or value.strip() not in ("0", "") else None
-        if why:
-            out.append(f"{var}={value} was set by the environment: a debugging variable ({why}); remove it "
-                       "from production jobs")
-    return out
-
-
-def _d_comms_nvls(log: NcclLog, rec: object | None) -> list[str]:
-    out = []
-    if len(log.comms) > 1:
-        out.append(f"{len(log.comms)} communicators in this log, read apart: " + "; ".join(
-            f"{k}: {v['nranks']} ranks ({len(v['ranks'])} seen)" for k, v in list(log.comms.items())[:8]))
-    off = sorted(d for d, on in log.nvls.items() if not on)
-    if off:
-        out.append(f"NVLink SHARP (NVLS) multicast not available on CUDA devices {', '.join(map(str, off))}: no "
-                   "NVSwitch multicast (not an NVSwitch system, or Fabric Manager/IMEX not ready)")
-    return out
-
-
-_CONNECT_TO = re.compile(r"[Cc]onnect to ([0-9A-Fa-f:.%\w\-]+?)<\d+>")
-
-
-def _unreachable_targets(failures: list[Failure]) -> list[str]:
-    """A failed connect whose target address no other host can reach (link-local, loopback)."""
-    from ccdiag.nccl import netif
-
-    out = []
-    for f in failures:
-        m = _CONNECT_TO.search(f.root)
-        if m and _is_ip(m.group(1)) and not netif.routable(m.group(1)):
-            out.append(f"the failed connection went to {m.group(1)}, a link-local or loopback address: the interface "
-                       "NCCL picked has no address other hosts can reach; set NCCL_SOCKET_IFNAME to the fabric network")
-    return out
-
-
-def _d_failures(log: NcclLog, rec: object | None) -> list[str]:
-    out = []
-    rooted = [f for f in log.failures if "no WARN pasted" not in f.root]
-    bare = [f for f in log.failures if "no WARN pasted" in f.root]
-    for f in rooted:
-        times = f" (x{f.count})" if f.count > 1 else ""
-        climb = f", returned through {f.frames} frames up to {f.last_frame}" if f.frames else ""
-        out.append(f"WARN (line {f.line}){times}: {f.root[:200]}{climb}")
-    out += _unreachable_targets(rooted)
-    if bare and rooted:
-        out.append(f"{sum(f.frames for f in bare)} further error returns without their WARN in the paste: the same "
-                   f"failure climbing other threads (first cause above: {rooted[0].root[:120]})")
-    elif bare:
-        f = bare[0]
-        out.append(f"error returns without a WARN in the paste (first at line {f.line}: {f.root[:120]}); the cause is "
-                   "in the lines before the paste began")
-    return out
-
-
-_DIFFS = (_d_sockets, _d_plugin, _d_gdr, _d_interfaces, _d_ib_hca, _d_env, _d_comms_nvls, _d_failures)
+__all__ = ["DOCKER_BRIDGE", "Event", "LogError", "NcclLog", "compare", "log_files", "parse_nccl_log", "read_lines",
+           "read_nccl_log", "read_nccl_logs", "transport_label"]
 
 
 def compare(log: NcclLog, rec: object | None) -> list[str]:
-    """Each difference between what NCCL chose and the node's facts (and the recommendation), named."""
-    return [d for rule in _DIFFS for d in rule(log, rec)]
+    """Each finding on the log as one line of text, failures first (:func:`ccdiag.nccl.diagnose.compare`)."""
+    from ccdiag.nccl.diagnose import compare as _compare
+
+    return _compare(log, rec)
