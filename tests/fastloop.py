@@ -153,7 +153,7 @@ SLOW_TESTS: dict[str, tuple[str, ...]] = {
         "test_env_output_sources_in_a_shell_and_passes_ccdiags_own_environment_check",
         "test_json_output_validates_and_nccl_conf_is_key_value",
         "test_nvlink_nodes_get_no_ring_order_advice",
-        "test_rccl_in_a_container_fell_back_to_sockets_and_says_why",
+        "test_rccl_on_one_host_puts_its_failure_first_and_makes_no_cross_host_claim",
        
     ),
     "test_platform_imds.py": ("test_a_service_that_never_answers_is_bounded_and_remembered",),

@@ -8,7 +8,6 @@ every difference. Exit codes as everywhere: 0 ok, 2 bad input, 3 nothing read.
 
 from __future__ import annotations
 
-import shlex
 import time
 
 import click
@@ -56,8 +55,9 @@ def node_recommendation(host, env: dict[str, str], env_source: str, timeout: flo
 @host_options
 @click.option("--from-smi", "from_smi", metavar="FILE", type=click.Path(dir_okay=False),
               help="Recommend from a pasted `nvidia-smi topo -m` alone (rails and ring order).")
-@click.option("--log", "log_file", metavar="FILE", type=click.Path(dir_okay=False),
-              help="An NCCL_DEBUG=INFO log: what NCCL chose, compared with the recommendation.")
+@click.option("--log", "log_files", metavar="PATH", multiple=True, type=click.Path(),
+              help="An NCCL_DEBUG=INFO log (repeat it, or give a directory, for per-rank logs read as one job), an "
+                   "ncclras output or NCCL Inspector records: the failure first, explained, then what NCCL chose.")
 @click.option("--env-file", "env_file", metavar="FILE", type=click.Path(dir_okay=False),
               help="Judge these KEY=VALUE settings instead of the environment and /etc/nccl.conf.")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True,
@@ -67,30 +67,32 @@ def node_recommendation(host, env: dict[str, str], env_source: str, timeout: flo
 @click.option("--write-topo-file", "topo_out", metavar="FILE",
               help="Write the generated NCCL topology XML (when one is recommended) to FILE.")
 @click.option("--timeout", type=click.FloatRange(1, 600), default=30.0, show_default=True, metavar="S")
-def command(replay, root, from_smi, log_file, env_file, fmt, as_json, output, topo_out, timeout):
+def command(replay, root, from_smi, log_files, env_file, fmt, as_json, output, topo_out, timeout):
     """NCCL settings for this node with their evidence (exit 0 ok, 2 bad input, 3 nothing read)."""
     fmt = "json" if as_json else fmt
     if from_smi and replay:
         raise InputError("--from-smi and --replay read different things; give one")
-    log = _load_log(log_file)
+    deadline = time.monotonic() + timeout
+    log, extra_findings = _load_logs(log_files, deadline)
+    log_file = ", ".join(log_files) if log_files else None
     meta: dict = {}
     if from_smi:
         rec, subject = _from_matrix(from_smi, env_file)
-    elif log is not None and not replay and root == "/" and not env_file:
+    elif log_files and not replay and root == "/" and not env_file:
         rec, subject = None, f"the log {log_file}"
     else:
-        rec, meta = _from_node(replay, root, env_file, timeout)
+        rec, meta = _from_node(replay, root, env_file, max(1.0, deadline - time.monotonic()))
         subject = meta.get("hostname") or ("the snapshot " + replay if replay else "this node")
-    diffs = None
-    if log is not None:
-        from ccdiag.nccl.logread import compare
+    findings = None
+    if log_files:
+        from ccdiag.nccl.diagnose import diagnose
 
-        diffs = compare(log, rec)
+        findings = (diagnose(log, rec) if log is not None else []) + extra_findings
     if topo_out:
         _write_topo(topo_out, rec)
-    text = _formatted(fmt, rec, subject, meta, log, log_file, diffs, replay, from_smi)
+    text = _formatted(fmt, rec, subject, meta, log, log_file, findings, replay, from_smi)
     if text is None:
-        _print_text(rec, subject, log, log_file, diffs)
+        _print_text(rec, subject, log, log_file, findings)
     elif output:
         _write(output, text)
     else:
@@ -98,15 +100,79 @@ def command(replay, root, from_smi, log_file, env_file, fmt, as_json, output, to
     return int(ExitCode.OK)
 
 
-def _load_log(log_file: str | None):
-    if not log_file:
-        return None
-    from ccdiag.nccl.logread import read_nccl_log
+def _load_logs(paths: tuple[str, ...], deadline: float):
+    """(the NCCL log read as one job or None, findings of ncclras outputs and Inspector records), each file
+    told apart by its content; reading stops at ``deadline`` (the command's --timeout)."""
+    if not paths:
+        return None, []
+    from ccdiag.nccl.logread import LogError, log_files, read_nccl_logs
 
     try:
-        return read_nccl_log(log_file)
+        files = log_files(paths)
+        logs, extra = [], []
+        for path in files:
+            kind = _kind(path)
+            if kind == "log":
+                logs.append(path)
+            else:
+                extra += _structured(path, kind)
+        log = read_nccl_logs(logs, deadline) if logs else None
     except OSError as exc:
-        raise InputError(f"cannot read NCCL log {log_file}: {exc.strerror or exc}") from None
+        raise InputError(f"cannot read NCCL log {exc.filename or ', '.join(paths)}: {exc.strerror or exc}") from None
+    except TimeoutError as exc:
+        raise NotEvaluated(f"reading the NCCL log {exc} took longer than --timeout; give a larger --timeout or a "
+                           "shorter excerpt") from None
+    except LogError:
+        raise
+    return log, extra
+
+
+def _kind(path: str) -> str:
+    from ccdiag.nccl.inspector import looks_like_inspector
+    from ccdiag.nccl.rasread import looks_like_ras
+
+    with open(path, "rb") as fh:
+        head = fh.read(20000).decode("utf-8", "replace")
+    if looks_like_inspector(head):
+        return "inspector"
+    if looks_like_ras(head):
+        return "ras"
+    return "log"
+
+
+def _structured(path: str, kind: str) -> list:
+    """Findings of an ncclras output or of Inspector records (read whole: RAS is small; Inspector records
+    stream through the judge keeping medians only)."""
+    import json
+
+    from ccdiag.nccl import inspector, rasread
+    from ccdiag.nccl.logread import LogError
+
+    try:
+        if kind == "ras":
+            return rasread.read_ras(_read(path, "ncclras output"))
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return inspector.judge(inspector.records(_chunks(fh)))
+    except (json.JSONDecodeError, ValueError, KeyError, TypeError) as exc:
+        raise LogError(f"{path}: not a readable {kind} output: {exc}") from None
+
+
+def _chunks(fh, size: int = 4 << 20):
+    """A file of JSON objects in pieces that end between objects (a '}' at the end of a line)."""
+    carry = ""
+    while True:
+        piece = fh.read(size)
+        if not piece:
+            if carry.strip():
+                yield carry
+            return
+        data = carry + piece
+        cut = data.rfind("}\n") + 2
+        if cut < 2:
+            carry = data
+            continue
+        yield data[:cut]
+        carry = data[cut:]
 
 
 def _from_matrix(from_smi: str, env_file: str | None):
@@ -153,7 +219,7 @@ def _from_node(replay, root, env_file, timeout):
     return rec, meta
 
 
-def _formatted(fmt, rec, subject, meta, log, log_file, diffs, replay, from_smi) -> str | None:
+def _formatted(fmt, rec, subject, meta, log, log_file, findings, replay, from_smi) -> str | None:
     """The output in a file format, or None for the terminal table."""
     from ccdiag.nccl import render
 
@@ -167,8 +233,10 @@ def _formatted(fmt, rec, subject, meta, log, log_file, diffs, replay, from_smi) 
     from ccdiag.report.document import build_report, dumps
 
     extra = {"nccl": rec.to_json() if rec else None}
-    if log is not None:
-        extra["nccl_log"] = {"file": log_file, **log.to_json(), "differences": diffs}
+    if findings is not None:
+        body = log.to_json() if log is not None else {"network": None, "net_devices": {}, "warnings": []}
+        extra["nccl_log"] = {"file": log_file, **body, "differences": [f.render() for f in findings],
+                             "findings": [f.to_json() for f in findings]}
     doc = build_report("nccl", meta, run_info={"replayed_from": replay, "from_smi": from_smi}, extra=extra)
     return dumps(doc) + "\n"
 
@@ -200,7 +268,7 @@ def _write(path: str, text: str) -> None:
         raise InputError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
-def _print_text(rec, subject: str, log, log_file: str | None, diffs: list[str] | None) -> None:
+def _print_text(rec, subject: str, log, log_file: str | None, findings: list | None) -> None:
     from ccdiag.nccl.render import text_rows
     from ccdiag.core.output import console, fit_table, sanitize
     from ccdiag.core.textfit import text_width, wrap
@@ -216,10 +284,14 @@ def _print_text(rec, subject: str, log, log_file: str | None, diffs: list[str] |
                 out.print(line, soft_wrap=True)
         settings = rec.settings()
         if settings:
+            from ccdiag.nccl.render import shell_assignment
+
             # one export per line: pasted into a job script as printed, each line its own command
             out.print("In a job script:")
             for k, v in settings.items():
-                out.print(f"  export {k}=" + (f"'{v}'" if "'" not in v else shlex.quote(v)), soft_wrap=True)
+                out.print(f"  export {shell_assignment(k, v, settings)}", soft_wrap=True)
+    if findings is None:
+        return
     if log is not None:
         devs = ", ".join(f"{d} ({k})" for d, k in log.net_devices.items()) or "-"
         head = (f"{log_file}: {log.flavour} {log.version or '(version not in the log)'}, network "
@@ -228,6 +300,16 @@ def _print_text(rec, subject: str, log, log_file: str | None, diffs: list[str] |
                 f"{log.lines} lines read")
         for line in wrap(sanitize(head), width, indent="    ", first=""):
             out.print(line, soft_wrap=True)
-        for d in diffs or []:
-            for line in wrap(sanitize(d), width, indent="      ", first="  - "):
+    for f in findings:
+        for line in wrap(sanitize(f"[{f.severity.upper()}] {f.title}: {f.text}"), width,
+                         indent="      ", first="  "):
+            out.print(line, soft_wrap=True)
+        if f.meaning:
+            for line in wrap(sanitize(f"what it means: {f.meaning}"), width, indent="        ", first="      "):
+                out.print(line, soft_wrap=True)
+        if f.remedy:
+            for line in wrap(sanitize(f"what to do: {f.remedy}"), width, indent="        ", first="      "):
+                out.print(line, soft_wrap=True)
+        for c in f.consequences:
+            for line in wrap(sanitize(f"follow-on: {c}"), width, indent="        ", first="      "):
                 out.print(line, soft_wrap=True)
