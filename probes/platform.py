@@ -71,9 +71,26 @@ class PlatformObservation:
     errors: tuple[ReadError, ...] = ()
     instance_type_source: str = "unknown"  # "dmi" | "imds" | "unknown"
     instance_type_error: str | None = None  # why it is unknown on a cloud (the metadata service's failure)
+    #: the DMI field that named the provider ("chassis_asset_tag", "sys_vendor", ...), None when none did: with
+    #: provider and instance_type, the derived identity a redacted snapshot must keep to replay as the same cloud
+    identified_by: str | None = None
 
 
 # -- parsers (pure) ------------------------------------------------------------------------------
+def identified_by(dmi: dict) -> str | None:
+    """The DMI field whose documented value named the provider (what :func:`classify` decided on)."""
+    vendor = (dmi.get("sys_vendor") or "").strip()
+    if (dmi.get("chassis_asset_tag") or "").strip() in (AZURE_ASSET_TAG, "OracleCloud.com"):
+        return "chassis_asset_tag"
+    if vendor in ("Microsoft Corporation", "Amazon EC2", "Google"):
+        return "sys_vendor"
+    if (dmi.get("bios_vendor") or "").strip() == "Amazon EC2":
+        return "bios_vendor"
+    if (dmi.get("product_name") or "").strip() == "Google Compute Engine":
+        return "product_name"
+    return None
+
+
 def classify(dmi: dict) -> tuple[str | None, str | None]:
     """(provider, instance type) from DMI identity strings."""
     vendor = (dmi.get("sys_vendor") or "").strip()
@@ -211,4 +228,5 @@ def collect(host) -> PlatformObservation:
                                net_plugin_env=env.get("NCCL_NET_PLUGIN"), net_plugins=_plugins(host, errors),
                                efa_devices=efa, topo_files=_topo_files(host, env, conf, errors),
                                errors=tuple(errors), instance_type_source=instance_source,
-                               instance_type_error=instance_error)
+                               instance_type_error=instance_error,
+                               identified_by=identified_by(dmi) if provider else None)

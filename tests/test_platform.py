@@ -9,6 +9,7 @@ SYNTHESIZED here (tmp_path), as are the job environments (built from the documen
 from __future__ import annotations
 
 import dataclasses
+import pathlib
 
 import pytest
 import scenarios_fabric as S
@@ -88,63 +89,164 @@ def test_nccl_conf_is_not_a_shell_file():
     assert "'export NCCL_IB_HCA'" in problems and "quotes" in problems and "repeats line 5" in problems
 
 
-# -- vendor-required settings, one test per platform in the table ---------------------------------------
+# -- documented settings, one test per platform in the table ----------------------------------------------
 def _obs(**kw):
     base = {"dmi": {}, "provider": None, "instance_type": None, "container": None, "net_plugin_env": None}
     base.update(kw)
     return P.PlatformObservation(**base)
 
 
-VENDOR_CASES = {
-    "gcp-a3-mega": (_obs(provider="gcp", net_plugins=("/var/lib/tcpxo/lib64/libnccl-net.so",)),
-                    {"NCCL_ALGO": "Ring,Tree", "NCCL_PROTO": "Simple,LL128", "NCCL_NET_GDR_LEVEL": "PIX",
-                     "NCCL_CROSS_NIC": "0", "NCCL_NVLS_ENABLE": "0", "NCCL_FASTRAK_CTRL_DEV": "enp0s12",
-                     "NCCL_SOCKET_IFNAME": "enp0s12"}),
-    "gcp-a3-high": (_obs(provider="gcp", net_plugins=("/usr/local/tcpx/lib64/libnccl-net.so",)),
-                    {"NCCL_ALGO": "Ring", "NCCL_PROTO": "Simple", "NCCL_NET_GDR_LEVEL": "PIX", "NCCL_P2P_PXN_LEVEL": "0",
-                     "NCCL_GPUDIRECTTCPX_CTRL_DEV": "eth0", "NCCL_SOCKET_IFNAME": "eth0"}),
-    "aws-efa": (_obs(provider="aws", instance_type="p4d.24xlarge", efa_devices=("efa_0",)),
-                {"NCCL_PROTO": "simple", "FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1"}),
-    "azure-nd": (_obs(provider="azure", topo_files=(P.TopoFile("/opt/microsoft/ndv5-topo.xml", None, "/etc/nccl.conf"),)),
-                 {"NCCL_TOPO_FILE": "/opt/microsoft/ndv5-topo.xml"}),
-    "oci-bm-gpu": (_obs(provider="oci"), {"NCCL_IB_GID_INDEX": "3", "NCCL_IB_QPS_PER_CONNECTION": "4"}),
-}
+#: one instance type per table entry (the first the entry's patterns accept), and the DMI/IMDS it reports
+INSTANCE = {"aws-p4d": "p4d.24xlarge", "aws-p5": "p5.48xlarge", "aws-p5en-p6": "p5en.48xlarge",
+            "aws-p-series": "p6e-gb200.36xlarge", "aws-p5-4xlarge": "p5.4xlarge", "aws-p3dn": "p3dn.24xlarge",
+            "aws-g5": "g5.48xlarge", "aws-g6": "g6e.48xlarge", "aws-g7e": "g7e.48xlarge",
+            "gcp-a3-high": "a3-highgpu-8g", "gcp-a3-mega": "a3-megagpu-8g", "gcp-a3-ultra": "a3-ultragpu-8g",
+            "gcp-a4": "a4-highgpu-8g", "gcp-a4x": "a4x-highgpu-4g", "azure-ndv4": "Standard_ND96asr_v4",
+            "azure-ndv5": "Standard_ND96isr_H100_v5", "azure-nd-gb200-v6": "Standard_ND128isr_NDR_GB200_v6",
+            "oci-bm-gpu4-8": "BM.GPU4.8", "oci-bm-gpu-a100-v2-8": "BM.GPU.A100-v2.8", "oci-bm-gpu-h100-8": "BM.GPU.H100.8",
+            "oci-bm-gpu-h200-8": "BM.GPU.H200.8", "oci-bm-gpu-b200-8": "BM.GPU.B200.8", "oci-bm-gpu-b300-8": "BM.GPU.B300.8",
+            "coreweave-ib": None}
 
 
-def test_every_platform_in_the_table_has_a_case():
-    assert set(VENDOR_CASES) == set(platforms.PLATFORMS)
+def test_every_platform_in_the_table_has_an_instance_here_and_sources():
+    assert set(INSTANCE) == set(platforms.by_key())
+    for plat in platforms.table():
+        assert plat.sources and plat.title, plat.key
+        if INSTANCE[plat.key]:
+            assert platforms.for_instance(plat.provider, INSTANCE[plat.key]) is plat, plat.key
 
 
-def _rec(obs, env):
+def _rec(obs, env, platform=None):
     runs = dict(S.healthy_runs())
     runs["platform"] = ProbeRun("platform", "ok", 0.0, obs)
-    return recommend(build_topology(runs), runs, env=env, env_source="job script")
+    return recommend(build_topology(runs), runs, env=env, env_source="job script", platform=platform)
 
 
-@pytest.mark.parametrize("key", sorted(VENDOR_CASES))
-def test_vendor_required_settings_are_never_advised_away(key):
-    obs, env = VENDOR_CASES[key]
-    assert platforms.detect(obs, env).key == key
-    rec = _rec(obs, env)
+def _documented_env(plat):
+    """The documented settings as a job would set them (node-specific ones given a value HERE)."""
+    return {k: (v if v is not None else f"node-specific-{k.lower()}") for k, v in plat.settings.items()}
+
+
+@pytest.mark.parametrize("key", sorted(INSTANCE))
+def test_documented_settings_are_kept_and_labelled_never_advised_away(key):
+    plat = platforms.by_key()[key]
+    env = _documented_env(plat)
+    obs = _obs(provider=plat.provider if plat.provider != "coreweave" else None, instance_type=INSTANCE[key],
+               instance_type_source="imds" if plat.provider in ("azure", "gcp", "oci") else "dmi")
+    rec = _rec(obs, env, platform=None if INSTANCE[key] else key)
     for name, value in env.items():
         k = rec.get(name)
         assert k is not None and k.action == SET and k.value == value, (name, k)
         assert "vendor-required" in k.reason
         assert not any(x.name == name and x.action == REMOVE for x in rec.knobs)
-    assert any(key in n or platforms.PLATFORMS[key].title in n for n in rec.notes)
+    assert any(plat.title in n for n in rec.notes)
 
 
-def test_without_a_platform_the_debugging_variables_are_still_removed():
+def test_without_a_platform_on_a_visible_tree_the_debugging_variables_are_still_removed():
     rec = _rec(_obs(), {"NCCL_ALGO": "Ring,Tree", "NCCL_NET_GDR_LEVEL": "PIX"})
-    assert rec.get("NCCL_NET_GDR_LEVEL").action == REMOVE or any(
-        k.name == "NCCL_NET_GDR_LEVEL" and k.action == REMOVE for k in rec.knobs)
+    assert any(k.name == "NCCL_NET_GDR_LEVEL" and k.action == REMOVE for k in rec.knobs)
+    assert any("bare metal" in n and "switches" in n for n in rec.notes)
 
 
 def test_a3_mega_documented_values_missing_are_named():
-    obs, env = VENDOR_CASES["gcp-a3-mega"]
-    rec = _rec(obs, env)
+    plat = platforms.by_key()["gcp-a3-mega"]
+    rec = _rec(_obs(provider="gcp", instance_type="a3-megagpu-8g", instance_type_source="imds"),
+               {"NCCL_FASTRAK_CTRL_DEV": "eth0"})
     k = rec.get("NCCL_MIN_NCHANNELS")
-    assert k.action == SET and k.value == "4" and "not set here" in k.reason
+    assert k.action == SET and k.value == plat.settings["NCCL_MIN_NCHANNELS"] == "4" and "not set here" in k.reason
+
+
+# -- identification ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("obs,env,kind,key", [
+    (_obs(dmi={"sys_vendor": "Amazon EC2"}, provider="aws", instance_type="p5.48xlarge"), {}, "cloud", "aws-p5"),
+    (_obs(provider="azure", instance_type="Standard_ND96isr_H200_v5", instance_type_source="imds"), {}, "cloud",
+     "azure-ndv5"),
+    (_obs(topo_files=(P.TopoFile("/opt/microsoft/ndv5/topo.xml", None, "provider directory"),)), {}, "cloud",
+     "azure-ndv5"),
+    (_obs(), {"NCCL_FASTRAK_CTRL_DEV": "eth0"}, "cloud", "gcp-a3-mega"),
+    (_obs(), {"NCCL_TUNER_CONFIG_PATH": "/usr/local/gib/configs/tuner_config_a3u.txtpb"}, "cloud", "gcp-a3-ultra"),
+    (_obs(provider="aws", efa_devices=("efa_0",)), {}, "cloud", None),
+    (_obs(dmi={"sys_vendor": "Supermicro"}), {}, "bare-metal", None),
+])
+def test_identify_names_the_platform_and_how(obs, env, kind, key):
+    ident = platforms.identify(obs, env, flattened=True)
+    assert ident.kind == kind and (ident.platform.key if ident.platform else None) == key and ident.how
+
+
+def test_a_flattened_tree_without_identity_is_unidentified_and_nothing_is_advised_away():
+    """An Azure-shaped VM (the PCI tree flattened, no switches) whose DMI says nothing: NCCL_TOPO_FILE and a
+    debugging variable present are kept, with the reason."""
+    ident = platforms.identify(_obs(), {}, flattened=True)
+    assert ident.kind == "unknown" and "flattened" in ident.how
+    from ccdiag.nccl.layout import Layout
+    from ccdiag.nccl.recommend import _recommend
+
+    layout = Layout(("GPU0", "GPU1"), (), {("GPU0", "GPU1"): "PHB"}, "node", "test", platform=_obs(),
+                    flattened="the VM's PCI tree is flattened")
+    rec = _recommend(layout, {"NCCL_TOPO_FILE": "/opt/microsoft/ndv5/topo.xml", "NCCL_ALGO": "Ring"}, "job", {}, None)
+    assert not any(k.action == REMOVE for k in rec.knobs), [k for k in rec.knobs if k.action == REMOVE]
+    assert rec.get("NCCL_TOPO_FILE").action == SET and "not identified" in rec.get("NCCL_TOPO_FILE").reason
+    assert any("platform not identified" in n for n in rec.notes)
+
+
+# -- the providers' own setups (tests/fixtures/nccl-platforms/SOURCES.md) ---------------------------------------
+FIX = pathlib.Path(__file__).resolve().parent / "fixtures" / "nccl-platforms"
+
+
+def _env(name):
+    from ccdiag.inputs.envfile import parse_env_file
+
+    return parse_env_file((FIX / name).read_text(), name)
+
+
+@pytest.mark.parametrize("name,itype,key", [
+    ("azure-ndv5-nccl.conf", "Standard_ND96isr_H100_v5", "azure-ndv5"),
+    ("azure-ndv4-nccl.conf", "Standard_ND96amsr_A100_v4", "azure-ndv4"),
+    ("oci-bm-gpu-h100-8-nccl.conf", "BM.GPU.H100.8", "oci-bm-gpu-h100-8"),
+    ("gcp-a3-mega-tcpxo.env", "a3-megagpu-8g", "gcp-a3-mega"),
+    ("gcp-a3-high-tcpx.env", "a3-highgpu-8g", "gcp-a3-high"),
+    ("aws-p4d-efa.env", "p4d.24xlarge", "aws-p4d"),
+])
+def test_a_providers_own_setup_comes_through_with_nothing_removed(name, itype, key):
+    env = _env(name)
+    plat = platforms.by_key()[key]
+    rec = _rec(_obs(provider=plat.provider, instance_type=itype, instance_type_source="imds"), env)
+    removed = [k.name for k in rec.knobs if k.action == REMOVE]
+    assert not removed, removed
+    for var in env:
+        if var in plat.settings:
+            assert "vendor-required" in rec.get(var).reason, var
+    if "NCCL_IB_PCI_RELAXED_ORDERING" in env:
+        assert rec.get("NCCL_IB_PCI_RELAXED_ORDERING").action == SET
+
+
+def test_g5_is_never_told_to_set_device_rdma_and_a_copied_setting_is_removed():
+    env = _env("aws-g5-efa-copied-from-p4d.env")
+    rec = _rec(_obs(provider="aws", instance_type="g5.48xlarge"), env)
+    k = rec.get("FI_EFA_USE_DEVICE_RDMA")
+    assert k.action == REMOVE and "no RDMA" in k.reason
+    bare = _rec(_obs(provider="aws", instance_type="g5.48xlarge"), {})
+    assert not any(x.name == "FI_EFA_USE_DEVICE_RDMA" and x.action == SET for x in bare.knobs)
+
+
+def test_an_a100_shapes_queue_pairs_on_an_h100_shape_are_flagged_with_both_values():
+    env = _env("oci-bm-gpu4-8-nccl.conf")
+    rec = _rec(_obs(provider="oci", instance_type="BM.GPU.H100.8", instance_type_source="imds"), env)
+    k = rec.get("NCCL_IB_QPS_PER_CONNECTION")
+    assert k.action == SET and k.value == "4"
+    assert "documents 1 for this instance type, 4 is set" in k.reason and "BM.GPU4.8" in k.reason
+
+
+def test_gib_settings_on_an_a3_high_are_flagged():
+    rec = _rec(_obs(provider="gcp", instance_type="a3-highgpu-8g", instance_type_source="imds"), {"NCCL_NET": "gIB"})
+    k = rec.get("NCCL_NET")
+    assert k is not None and "documented for GCP A3 Ultra" in k.reason and "not for GCP A3 High" in k.reason
+
+
+def test_coreweave_named_by_the_user_keeps_its_documented_prefix():
+    rec = _rec(_obs(), _env("coreweave-ib.env"), platform="coreweave-ib")
+    k = rec.get("NCCL_IB_HCA")
+    assert k.action == SET and k.value == "ibp" and "vendor-required" in k.reason
 
 
 # -- a provider's topology file checked against the node ---------------------------------------------------

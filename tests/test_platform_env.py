@@ -126,3 +126,54 @@ def test_a_malformed_environ_recorded_is_refused_naming_the_field(tmp_path):
     snap.save(path)
     with pytest.raises(SnapshotError, match="environ_recorded"):
         SnapshotData.load(path)
+
+
+# -- the env file and nccl.conf written for the providers' own setups are correct shell and valid nccl.conf ----
+def test_env_and_conf_outputs_read_back_to_the_settings(tmp_path):
+    """Each provider setup of tests/fixtures/nccl-platforms judged on its instance type, written as an env file
+    and as nccl.conf: ``bash -n`` accepts every env file, ``env -i bash -c 'set -a; . file; env'`` gives back
+    exactly the recommended settings (``${NCCL_LIB_DIR}`` expanded from the file that defined it; a value with
+    quotes and spaces kept as it is, and its reference to a variable no file defines, ``$HOME``, left to
+    expand when the job sources it, as the original file would), no variable is written twice, and NCCL's own
+    nccl.conf reading gives back the same values (SYNTHESIZED: the last case's awkward value)."""
+    import subprocess
+
+    from ccdiag.nccl import render
+    from ccdiag.probes._ncclconf import parse_nccl_conf
+    from test_platform import _env, _obs, _rec
+
+    cases = [("gcp-a3-mega-tcpxo.env", _obs(provider="gcp", instance_type="a3-megagpu-8g", instance_type_source="imds")),
+             ("gcp-a3-high-tcpx.env", _obs(provider="gcp", instance_type="a3-highgpu-8g", instance_type_source="imds")),
+             ("azure-ndv5-nccl.conf", _obs(provider="azure", instance_type="Standard_ND96isr_H100_v5")),
+             ("oci-bm-gpu-h100-8-nccl.conf", _obs(provider="oci", instance_type="BM.GPU.H100.8")),
+             ("aws-p4d-efa.env", _obs(provider="aws", instance_type="p4d.24xlarge"))]
+    recs = {name: _rec(obs, _env(name)) for name, obs in cases}
+    odd = {"NCCL_TUNER_CONFIG_PATH": "/opt/it's a \"dir\"/$HOME/x", "NCCL_SOCKET_IFNAME": "eth0"}
+    recs["awkward"] = _rec(_obs(provider="gcp", instance_type="a3-megagpu-8g", instance_type_source="imds"),
+                           {**_env("gcp-a3-mega-tcpxo.env"), **odd})
+    script = []
+    for name, rec in recs.items():
+        env_path, conf_path = tmp_path / f"{name}.env", tmp_path / f"{name}.conf"
+        env_path.write_text(render.env_file(rec, f"settings for {name}"))
+        conf_path.write_text(render.nccl_conf(rec, f"settings for {name}"))
+        exports = [l.split("=", 1)[0].lstrip("# ").removeprefix("export ").strip()
+                   for l in env_path.read_text().splitlines() if l.lstrip("# ").startswith("export ")]
+        assert len(exports) == len(set(exports)), (name, sorted(e for e in exports if exports.count(e) > 1))
+        conf = parse_nccl_conf(conf_path.read_text())
+        for k, v in rec.settings().items():
+            if "$" not in v:
+                assert conf[k] == v, (name, k)
+        assert "${" not in "".join(l for l in conf_path.read_text().splitlines() if not l.startswith("#"))
+        script.append(f'bash -n "{env_path}" || echo "SYNTAX {name}"; printf "\\001%s\\n" "{name}"; '
+                      f'env -i bash -c \'set -a; . "$0"; env -0\' "{env_path}"')
+    out = subprocess.run(["bash", "-c", "\n".join(script)], capture_output=True, text=True, timeout=60).stdout
+    assert "SYNTAX" not in out
+    blocks = {b.split("\n", 1)[0]: b.split("\n", 1)[1] for b in out.split("\x01")[1:]}
+    for name, rec in recs.items():
+        got = dict(item.split("=", 1) for item in blocks[name].split("\0") if "=" in item)
+        got = {k: v for k, v in got.items() if k.startswith(("NCCL_", "FI_", "RDMAV_"))}
+        want = {k: v.replace("$HOME", "") for k, v in rec.settings().items()}  # HOME is unset under env -i
+        assert got == want, name
+    mega = recs["gcp-a3-mega-tcpxo.env"].settings()
+    assert mega["NCCL_TUNER_CONFIG_PATH"] == "/var/lib/tcpxo/lib64/a3plus_tuner_config.textproto"
+    assert recs["awkward"].settings()["NCCL_TUNER_CONFIG_PATH"] == "/opt/it's a \"dir\"/$HOME/x"

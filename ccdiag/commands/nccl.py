@@ -41,13 +41,13 @@ def _env_file_settings(env_file: str | None) -> tuple[dict[str, str], str]:
 
 
 def node_recommendation(host, env: dict[str, str], env_source: str, timeout: float = 30.0,
-                        env_unread: tuple[str, ...] = ()):
+                        env_unread: tuple[str, ...] = (), platform: str | None = None):
     """(recommendation, runs, topology) of a host door: the probes the recommender reads, then the topology."""
     from ccdiag.nccl.recommend import recommend
     from ccdiag.run.observe import observe
 
     obs = observe(host, NCCL_PROBES, time.monotonic() + timeout)
-    rec = recommend(obs.topology, obs.runs, env=env, env_source=env_source, env_unread=env_unread)
+    rec = recommend(obs.topology, obs.runs, env=env, env_source=env_source, env_unread=env_unread, platform=platform)
     return rec, obs.runs, obs.topology
 
 
@@ -66,22 +66,30 @@ def node_recommendation(host, env: dict[str, str], env_source: str, timeout: flo
 @click.option("-o", "--output", metavar="FILE", help="Write the output to FILE instead of stdout.")
 @click.option("--write-topo-file", "topo_out", metavar="FILE",
               help="Write the generated NCCL topology XML (when one is recommended) to FILE.")
+@click.option("--platform", "platform_key", metavar="KEY", default=None,
+              help="Name the platform where the node cannot say (a key of ccdiag's platform table, e.g. "
+                   "coreweave-ib, azure-ndv5, aws-p5): its documented settings are kept and labelled.")
 @click.option("--timeout", type=click.FloatRange(1, 600), default=30.0, show_default=True, metavar="S")
-def command(replay, root, from_smi, log_files, env_file, fmt, as_json, output, topo_out, timeout):
+def command(replay, root, from_smi, log_files, env_file, fmt, as_json, output, topo_out, platform_key, timeout):
     """NCCL settings for this node with their evidence (exit 0 ok, 2 bad input, 3 nothing read)."""
     fmt = "json" if as_json else fmt
     if from_smi and replay:
         raise InputError("--from-smi and --replay read different things; give one")
+    if platform_key is not None:
+        from ccdiag.nccl.platforms import by_key
+
+        if platform_key not in by_key():
+            raise InputError(f"--platform {platform_key}: not in the platform table; one of {', '.join(sorted(by_key()))}")
     deadline = time.monotonic() + timeout
     log, extra_findings = _load_logs(log_files, deadline)
     log_file = ", ".join(log_files) if log_files else None
     meta: dict = {}
     if from_smi:
-        rec, subject = _from_matrix(from_smi, env_file)
+        rec, subject = _from_matrix(from_smi, env_file, platform_key)
     elif log_files and not replay and root == "/" and not env_file:
         rec, subject = None, f"the log {log_file}"
     else:
-        rec, meta = _from_node(replay, root, env_file, max(1.0, deadline - time.monotonic()))
+        rec, meta = _from_node(replay, root, env_file, max(1.0, deadline - time.monotonic()), platform_key)
         subject = meta.get("hostname") or ("the snapshot " + replay if replay else "this node")
     findings = None
     if log_files:
@@ -117,11 +125,11 @@ def _load_logs(paths: tuple[str, ...], deadline: float):
             else:
                 extra += _structured(path, kind)
         log = read_nccl_logs(logs, deadline) if logs else None
-    except OSError as exc:
-        raise InputError(f"cannot read NCCL log {exc.filename or ', '.join(paths)}: {exc.strerror or exc}") from None
-    except TimeoutError as exc:
+    except TimeoutError as exc:  # an OSError too: caught first
         raise NotEvaluated(f"reading the NCCL log {exc} took longer than --timeout; give a larger --timeout or a "
                            "shorter excerpt") from None
+    except OSError as exc:
+        raise InputError(f"cannot read NCCL log {exc.filename or ', '.join(paths)}: {exc.strerror or exc}") from None
     except LogError:
         raise
     return log, extra
@@ -175,7 +183,7 @@ def _chunks(fh, size: int = 4 << 20):
         carry = data[cut:]
 
 
-def _from_matrix(from_smi: str, env_file: str | None):
+def _from_matrix(from_smi: str, env_file: str | None, platform: str | None = None):
     from ccdiag.nccl.recommend import recommend_from_matrix
     from ccdiag.probes.smi_topo import TopoParseError, parse_topo_matrix
 
@@ -184,11 +192,12 @@ def _from_matrix(from_smi: str, env_file: str | None):
     except TopoParseError as exc:
         raise InputError(f"{from_smi}: not an nvidia-smi topo -m matrix: {exc}") from None
     env, env_source = _env_file_settings(env_file)
-    rec = recommend_from_matrix(matrix, f"pasted nvidia-smi topo -m ({from_smi})", env=env, env_source=env_source)
+    rec = recommend_from_matrix(matrix, f"pasted nvidia-smi topo -m ({from_smi})", env=env, env_source=env_source,
+                                platform=platform)
     return rec, f"the matrix in {from_smi}"
 
 
-def _from_node(replay, root, env_file, timeout):
+def _from_node(replay, root, env_file, timeout, platform: str | None = None):
     from ccdiag.nccl.present import NCCL_CONF
     from ccdiag.run.observe import close_host, nccl_settings_seen
     from ccdiag.probes._ncclconf import conf_problems
@@ -203,7 +212,7 @@ def _from_node(replay, root, env_file, timeout):
         else:
             seen = nccl_settings_seen(host)
             env, env_source, unread, conf = seen.env, seen.source, seen.unread, seen.conf
-        rec, runs, topo = node_recommendation(host, env, env_source, timeout, unread)
+        rec, runs, topo = node_recommendation(host, env, env_source, timeout, unread, platform)
         meta = host.meta()
         # lines NCCL reads differently from what a shell would (``export``, quotes)
         conf_notes = [f"{NCCL_CONF} {p}" for p in conf_problems(conf)] if conf else []

@@ -38,6 +38,9 @@ MAX_KEPT = 64  # distinct warnings, communicators, interfaces kept
 MAX_EVENTS = 256  # distinct events (family, text) kept
 MAX_HOSTS = 4096
 CHUNK = 4 << 20
+#: the same WARN, error return or bootstrap/communicator/environment line is read in full this many times (from
+#: as many processes: every set it feeds is bounded well below) and only counted after that
+SATURATE = 64
 
 _PREFIX = re.compile(r"([\w.\-<>]+):(\d+):(\d+) \[(\d+)\] ")
 _PREFIX_WINDOW = 320  # a host name is at most 253 characters: a long run before the mark is not searched
@@ -339,14 +342,31 @@ _ORDERED = re.compile(rb"NCCL (?:(?P<warn>WARN )|(?P<ver>version )|INFO (?:(?P<h
                       rb"ncclCommInitRank|NET/IB ?: Using|NET/Socket : Using|NET : Using|NCCL_[A-Z0-9_]+ set|"
                       rb"NCCL version|Using network)|(?P<frame>[\w/.\-]+\.(?:cc|cu|c|h|cpp):\d+ -> )))")
 _INFO_BODY = re.compile(rb"NCCL INFO ([^\n]*)")
+#: the same lines as _ORDERED, to the end of the line (the key a line is counted by)
+_ORDERED_TAIL = re.compile(rb"NCCL (?:WARN |version |INFO (?:Bootstrap|comm 0x|ncclCommInitRank|NET/IB ?: Using|"
+                           rb"NET/Socket : Using|NET : Using|NCCL_[A-Z0-9_]+ set|NCCL version|Using network|"
+                           rb"[\w/.\-]+\.(?:cc|cu|c|h|cpp):\d+ -> ))[^\n]*")
 #: markers of lines outside NCCL's own format that report a failure (framework wrappers, CUDA OOM)
 _ANCHORS = (b"Watchdog caught", b"Last error", b"NCCL error", b"out of memory", b"OutOfMemoryError",
             b"ncclRemoteError", b"NCCL failure", b"RCCL version", b"fi_getinfo", b"last completed NCCL work")
+#: what is searched in a block: "rror" covers the four error markers, one scan instead of four
+_FINDS = (b"rror", b"Watchdog caught", b"out of memory", b"CCL failure", b"RCCL version", b"fi_getinfo",
+          b"last completed NCCL work")
 _ANCHOR_RX = re.compile(rb"|".join(re.escape(a) for a in _ANCHORS))
 #: NCCL 2.2-era lines: "host:pid:tid [0] INFO ...", "... [0] include/socket.h:360 WARN ...", and (NCCL_DEBUG=WARN
 #: without the prefix) "include/socket.h:344 WARN ..."
 _LEGACY = re.compile(rb"(\[\d{1,5}\] (?:[\w/.\-]{1,200}:\d{1,7} )?|(?<![\w/.\-])[\w/.\-]{1,200}\.(?:h|hpp|cc|cu|c|cpp):\d{1,7} )"
                      rb"(INFO|WARN) ")
+
+
+def _key(tail: bytes, limit: int = 512) -> bytes:
+    """A line's text as it is counted: CloudWatch's doubled copy (`` | `` and the line again) cut off, at most
+    512 bytes (what varies beyond that is not read)."""
+    if b" | " in tail:
+        head, _, rest = tail.partition(b" | ")
+        if b"NCCL " in rest:
+            tail = head
+    return tail[:limit]
 
 
 def _uncomment(data: bytes) -> bytes:
@@ -387,7 +407,9 @@ class _Reader:
         self.legacy_checked = False
         self.host_cache: dict[bytes, tuple[str | None, str | None, str | None]] = {}
         self.body_seen: set[bytes] = set()
-        self.hosted_seen: set[bytes] = set()
+        self.ordered_seen: dict[bytes, int] = {}  # body of a WARN, error return or hosted line -> times read
+        self.warn_event: dict[bytes, Event] = {}
+        self.anchor_seen: dict[bytes, int] = {}
         self.via_cache: dict[bytes, str | None] = {}
         self.info_kind: dict[bytes, tuple | None] = {}
         self.event_by_key: dict[tuple[str, str], Event] = {}
@@ -450,10 +472,15 @@ class _Reader:
         infos = data.count(b"NCCL INFO ")
         log.nccl_lines += infos + data.count(b"NCCL WARN ")
         if infos:
-            for body, n in Counter(_INFO_BODY.findall(data)).items():
-                self.info_body(body, n, data)
+            counts: Counter = Counter()
+            for b, n in Counter(_INFO_BODY.findall(data)).items():
+                counts[_key(b, MAX_LINE)] += n
+            new = {b for b in counts if b not in self.body_seen and not b.startswith(_HOSTED)}
+            first = self.first_lines(data, base, new) if new else {}
+            for body, n in counts.items():
+                self.info_body(body, n, data, first.get(body))
         self.ordered(data, base)
-        if any(a in data for a in _ANCHORS):
+        if self.any_anchor(data):
             self.anchored(data, base)
         log.lines = base + nlines
         if self.first_other is None and log.nccl_lines == 0:
@@ -463,7 +490,20 @@ class _Reader:
                     self.first_other = (n, line[:80])
                     break
 
-    def info_body(self, body: bytes, n: int, data: bytes) -> None:
+    def first_lines(self, data: bytes, base: int, bodies: set[bytes]) -> dict[bytes, tuple[int, int]]:
+        """(offset, line number) of the first occurrence of each body in ``bodies``, in one pass."""
+        found: dict[bytes, tuple[int, int]] = {}
+        lines = _Lines(data, base)
+        for m in _INFO_BODY.finditer(data):
+            b = _key(m.group(1), MAX_LINE)
+            if b in bodies and b not in found:
+                start = data.rfind(b"\n", 0, m.start()) + 1
+                found[b] = (m.start(), lines.at(start))
+                if len(found) == len(bodies):
+                    break
+        return found
+
+    def info_body(self, body: bytes, n: int, data: bytes, first: tuple[int, int] | None) -> None:
         """A distinct INFO body with its count in the block: channel lines counted, the rest read once."""
         log = self.log
         if body.startswith(_HOSTED):
@@ -476,9 +516,8 @@ class _Reader:
         if len(self.body_seen) >= 1 << 16:
             self.body_seen.clear()
         self.body_seen.add(body)
-        pos = data.find(b"NCCL INFO " + body)  # the host of its first occurrence (a distinct body costs one find)
-        if pos >= 0:
-            self.who(data[data.rfind(b"\n", 0, pos) + 1:pos])
+        if first is not None:  # the host of its first occurrence
+            self.who(data[data.rfind(b"\n", 0, first[0]) + 1:first[0]])
         if channel:
             return
         text = _clean(_decode(body[:MAX_LINE]))
@@ -490,9 +529,10 @@ class _Reader:
             log.ibverbs_missing = True
         if "tcpx" in text.lower() and "GPUDirect-TCPX" not in log.plugins:
             log.plugins["GPUDirect-TCPX"] = "tcpx messages"
-        self.info_failure(body, text, data)
+        if first is not None:
+            self.info_failure(text, data, first)
 
-    def info_failure(self, body: bytes, text: str, data: bytes) -> None:
+    def info_failure(self, text: str, data: bytes, first: tuple[int, int]) -> None:
         """An INFO line NCCL prints for a failure or a fallback (an extracted INFO format): an event."""
         from ccdiag.nccl.catalogue import explain
         from ccdiag.nccl.messages import index
@@ -502,9 +542,8 @@ class _Reader:
         msg = index().find(text)
         if msg is None or msg.level != "INFO":
             return
-        pos = data.find(b"NCCL INFO " + body)
-        start, _ = _line_at(data, pos)
-        line = self.log.lines + data.count(b"\n", 0, start) + 1
+        pos, line = first
+        start = data.rfind(b"\n", 0, pos) + 1
         host, proc, _ = self.who(data[start:pos])
         fam, _ = explain(text, None)
         self.event("info", text, line, fam.id, host, proc, None, None, msg.where)
@@ -536,7 +575,20 @@ class _Reader:
             log.transports[label] = log.transports.get(label, 0) + times
 
     def ordered(self, data: bytes, base: int) -> None:
-        """WARNs, error returns, bare version lines and the INFO lines whose host matters, in order."""
+        """WARNs, error returns, bare version lines and the INFO lines whose host matters, in order. A block
+        whose every such line was already read :data:`SATURATE` times is only counted (a C-level pass)."""
+        seen = self.ordered_seen
+        tails: Counter = Counter()
+        for t, n in Counter(_ORDERED_TAIL.findall(data)).items():
+            tails[_key(t)] += n
+        if all(seen.get(t, 0) >= SATURATE for t in tails):
+            for t, n in tails.items():
+                if t.startswith(b"NCCL WARN "):
+                    self.log.warning_count += n
+                    ev = self.warn_event.get(t)
+                    if ev is not None:
+                        ev.count += n
+            return
         lines = _Lines(data, base)
         done_to = -1
         for m in _ORDERED.finditer(data):
@@ -546,14 +598,20 @@ class _Reader:
             start, end = _line_at(data, pos)
             done_to = end
             kind = m.lastgroup
+            body = _key(data[pos:end])
+            times = seen.get(body, 0)
+            if times >= SATURATE:  # read enough times from enough processes: only counted from now on
+                if kind == "warn":
+                    self.log.warning_count += 1
+                    ev = self.warn_event.get(body)
+                    if ev is not None:
+                        ev.count += 1
+                continue
+            if len(seen) >= 1 << 16:
+                seen.clear()
+            seen[body] = times + 1
             prefix = data[start:pos]
             if kind == "hosted":
-                key = prefix + b"\x00" + data[pos:min(end, pos + 512)]
-                if key in self.hosted_seen:
-                    continue
-                if len(self.hosted_seen) >= 1 << 16:
-                    self.hosted_seen.clear()
-                self.hosted_seen.add(key)
                 host = self.who(prefix)[0]
                 text = _clean(_decode(data[pos + 10:min(end, pos + MAX_LINE)]))
                 sp = text.find(" ")
@@ -567,13 +625,17 @@ class _Reader:
                 continue
             line = lines.at(start)
             if kind == "warn":
-                self.warn(prefix, _decode(data[m.end():min(end, m.end() + MAX_LINE)]), line)
+                ev = self.warn(prefix, _decode(data[m.end():min(end, m.end() + MAX_LINE)]), line)
+                if ev is not None:
+                    if len(self.warn_event) >= 1 << 14:
+                        self.warn_event.clear()
+                    self.warn_event[body] = ev
             else:
                 f = _FRAME.match(_decode(data[pos + 10:min(end, pos + 400)]))
                 if f:
                     self.frame(self.who(prefix)[2] or "?", f.group(1), f.group(2), line, prefix)
 
-    def warn(self, prefix: bytes, body: str, line: int) -> None:
+    def warn(self, prefix: bytes, body: str, line: int) -> Event | None:
         from ccdiag.nccl.catalogue import explain
 
         log = self.log
@@ -598,6 +660,7 @@ class _Reader:
             self.open_chains[thread or ptext.strip()] = ev
             if len(self.open_chains) > 4096:
                 self.open_chains.clear()
+        return ev
 
     def frame(self, thread: str, where: str, code: str, line: int, prefix: bytes) -> None:
         """An error return (``misc/socket.cc:564 -> 2``) climbing the chain its thread's WARN opened."""
@@ -633,21 +696,44 @@ class _Reader:
         return ev
 
     # -- framework lines ----------------------------------------------------------------------------------
+    @staticmethod
+    def any_anchor(data: bytes) -> bool:
+        """Whether a block may hold a framework line: two finds cover the ten markers."""
+        return b"rror" in data or b"emory" in data or b"Watchdog" in data or b"CCL failure" in data or \
+            b"RCCL version" in data or b"fi_getinfo" in data or b"last completed" in data
+
     def anchored(self, data: bytes, base: int) -> None:
+        """Lines outside NCCL's INFO format that report a failure (framework wrappers, CUDA out of memory):
+        each marker found in the block with C-level finds, its line read once per distinct text."""
         from ccdiag.nccl.catalogue import explain
 
+        starts: set[int] = set()
+        for a in _FINDS:
+            pos = data.find(a)
+            while pos >= 0:
+                starts.add(data.rfind(b"\n", 0, pos) + 1)
+                nxt = data.find(b"\n", pos)
+                pos = data.find(a, nxt) if nxt >= 0 else -1
+        seen = self.anchor_seen
         lines = _Lines(data, base)
-        done_to = -1
-        for m in _ANCHOR_RX.finditer(data):
-            pos = m.start()
-            if pos <= done_to:
+        for start in sorted(starts):
+            end = data.find(b"\n", start)
+            end = len(data) if end < 0 else end
+            raw = data[start:min(end, start + 4096)]
+            if b"NCCL INFO" in raw:
                 continue
-            start, end = _line_at(data, pos)
-            done_to = end
-            text = _decode(data[start:min(end, start + 4096)])
+            anchor = next((a for a in _ANCHORS if a in raw), None)
+            if anchor is None:
+                continue
+            times = seen.get(raw, 0)
+            if times >= SATURATE:
+                continue
+            if len(seen) >= 1 << 16:
+                seen.clear()
+            seen[raw] = times + 1
+            text = _decode(raw)
             line = lines.at(start)
             rank = _torch_rank(text)
-            anchor = m.group(0)
             if anchor == b"RCCL version":
                 self.version(text, None)
             elif anchor == b"fi_getinfo":
@@ -662,7 +748,8 @@ class _Reader:
                                msg.where if msg else None)
                 else:
                     self.pending_last_error = (line, rank, _time(text))
-                    self.last_error_next(data, end, base)
+                    nxt = data.find(b"\n", end + 1)
+                    self.last_error_next(data[end + 1:(len(data) if nxt < 0 else nxt)] if end < len(data) else b"")
             elif anchor == b"last completed NCCL work":
                 d = _LAST_DONE.search(text)
                 if d and rank and len(self.log.torch_done) < MAX_HOSTS:
@@ -688,14 +775,12 @@ class _Reader:
                 self.event("framework", _torch_message(text), line, fam.id, None, f"rank {rank}" if rank else None,
                            None, _time(text), None)
 
-    def last_error_next(self, data: bytes, end: int, base: int) -> None:
+    def last_error_next(self, raw: bytes) -> None:
         """PyTorch prints ``Last error:`` and the NCCL message on the next line."""
         from ccdiag.nccl.catalogue import explain
 
         if self.pending_last_error is None:
             return
-        nxt_end = data.find(b"\n", end + 1)
-        raw = data[end + 1:(len(data) if nxt_end < 0 else nxt_end)]
         text = _strip_rank_prefix(_decode(raw[:4096]).strip())
         if not text:
             return
@@ -774,15 +859,8 @@ def parse_nccl_log(text: str, source: str = "<log>") -> NcclLog:
         raise LogError(f"{source}: larger than {MAX_BYTES >> 20} MiB held in memory; pass it as a file")
     r = _Reader()
     for block in _text_blocks(text):
-        r.block(_cap_lines(block))
+        r.block(block)
     return _finish(r, source)
-
-
-def _cap_lines(block: bytes) -> bytes:
-    """Lines longer than :data:`MAX_LINE` cut (their head kept), so no regex ever sees more."""
-    if len(block) <= MAX_LINE or block.find(b"\n") >= 0 and max(map(len, block.split(b"\n"))) <= MAX_LINE:
-        return block
-    return b"\n".join(l[:MAX_LINE] for l in block.split(b"\n"))
 
 
 def _file_blocks(path: str, deadline: float | None = None) -> Iterator[bytes]:
@@ -799,7 +877,7 @@ def _file_blocks(path: str, deadline: float | None = None) -> Iterator[bytes]:
             data = carry + raw
             if not raw:
                 if data:
-                    yield _cap_lines(data)
+                    yield data
                 return
             cut = data.rfind(b"\n") + 1
             if cut == 0 and len(data) > CHUNK:
@@ -808,7 +886,7 @@ def _file_blocks(path: str, deadline: float | None = None) -> Iterator[bytes]:
                 _skip_to_newline(fh)
                 continue
             if cut:
-                yield _cap_lines(data[:cut])
+                yield data[:cut]
             carry = data[cut:]
 
 

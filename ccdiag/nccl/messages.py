@@ -121,6 +121,7 @@ class Index:
             else:
                 self.short.append(m)
         self._rx: dict[str, re.Pattern] = {}
+        self._pieces: dict[str, list[str]] = {}
 
     def _compiled(self, fmt: str) -> re.Pattern:
         rx = self._rx.get(fmt)
@@ -128,15 +129,28 @@ class Index:
             rx = self._rx[fmt] = re.compile(format_regex(fmt.strip()) + r"\s*", re.DOTALL)
         return rx
 
+    def _could(self, fmt: str, text: str) -> bool:
+        """The format's literal pieces appear in ``text`` in order: a cheap test before any regex is compiled."""
+        pieces = self._pieces.get(fmt)
+        if pieces is None:
+            pieces = self._pieces[fmt] = [p for i, p in enumerate(_CONV.split(fmt.strip())) if i % 2 == 0 and p]
+        pos = 0
+        for piece in pieces:
+            i = text.find(piece, pos)
+            if i < 0:
+                return False
+            pos = i + len(piece)
+        return True
+
     def find(self, text: str, file: str | None = None) -> Message | None:
         """The format ``text`` was printed from (the one from ``file`` when several fit), or None."""
         text = text.strip()
         if len(text) > 1024:
             return None  # no format prints more than a line; a longer text is not one message
         cands = self.by_key.get(text[:KEY], [])
-        found = [m for m in cands if self._compiled(m.format).fullmatch(text)]
+        found = [m for m in cands if self._could(m.format, text) and self._compiled(m.format).fullmatch(text)]
         if not found:
-            found = [m for m in self.short if self._compiled(m.format).fullmatch(text)]
+            found = [m for m in self.short if self._could(m.format, text) and self._compiled(m.format).fullmatch(text)]
         if not found:
             return None
         if file:

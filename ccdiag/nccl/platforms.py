@@ -1,125 +1,204 @@
-"""The NCCL settings each cloud vendor documents as required on its GPU VMs, with sources.
+"""The NCCL settings each cloud provider documents per instance type, and how a node's platform is
+identified; a provider's documented setting is kept and labelled, never advised away.
 
-Why: NCCL's guide calls ``NCCL_ALGO``, ``NCCL_PROTO`` or ``NCCL_NET_GDR_LEVEL`` debugging variables,
-and ccdiag advises removing them on bare metal; but Google's GPUDirect-TCPX(O) environment sets
-them on purpose, and Azure's ND VMs need the provider's ``NCCL_TOPO_FILE`` because the VM's PCI
-tree hides which NIC sits beside which GPU. On a detected platform these settings are kept and
-labelled "vendor-required", never advised away.
+Why: NCCL's guide calls ``NCCL_ALGO``, ``NCCL_PROTO`` or ``NCCL_NET_GDR_LEVEL`` debugging variables, and
+ccdiag advises removing them on bare metal; but Google's GPUDirect-TCPX(O) and gIB environments set
+them on purpose, Azure's ND images write ``NCCL_TOPO_FILE`` because the VM's PCI tree hides which NIC
+sits beside which GPU, Oracle's cluster images pin the RoCE GID index and traffic class. And what one
+instance type needs can break another: ``FI_EFA_USE_DEVICE_RDMA=1`` (for EFA with GPUDirect RDMA on
+p4d/p5) aborts the ranks on a g5, whose EFA has no RDMA; ``NCCL_NET=gIB`` (A3 Ultra, A4) finds no network
+on an A3 High; Oracle's A100 shapes use four queue pairs per connection, its H100 shapes one.
+
+The table, ``ccdiag/data/nccl_platforms.json``, lists per instance type (AWS per family, GCP A3
+High/Mega/Ultra, A4, A4X, Azure NDv4/NDv5/ND H200 v5/ND GB200 v6, OCI per BM.GPU shape, CoreWeave) the
+documented settings with their sources, what the provider's network plugin sets by itself (aws-ofi-nccl,
+from its source), and settings harmful there. :func:`identify` names the platform: from DMI and the
+instance metadata service (``probes/platform.py``), from the provider's own files (Azure's
+``/opt/microsoft/ndv*`` topology files), from the plugin's own variables (``NCCL_FASTRAK_*``,
+``NCCL_GPUDIRECTTCPX_*``, the gIB tuner path), or by the user (``ccdiag nccl --platform``); a node whose
+DMI names a hardware vendor, or whose PCI tree shows its switches, is bare metal; anything else is
+*unidentified*, and then nothing is advised away.
 
 A value of ``None`` means "node-specific, keep what is set" (interface names, file paths).
-
-Sources (facts carried over, not text):
-
-* Azure ND A100 v4 / ND H100 v5 / ND H200 v5: the Azure HPC images set ``NCCL_TOPO_FILE`` to
-  ``/opt/microsoft/ndv4-topo.xml`` / ``ndv5-topo.xml`` in ``/etc/nccl.conf`` (Azure/azhpc-images
-  SKU customisation; https://jingchaozhang.github.io/Decoding-Azure-NCCL-Topology-Files/). A stale or
-  foreign topology file is a known failure (Azure/azurehpc-health-checks#142), hence the check
-  against the node in :func:`check_topo_file`.
-* AWS EFA (p4d, p5, p5e/p5en): NCCL goes through the aws-ofi-nccl plugin with libfabric's ``efa``
-  provider; ``FI_PROVIDER=efa`` and ``FI_EFA_USE_DEVICE_RDMA=1`` (RDMA-capable instances), and
-  ``RDMAV_FORK_SAFE=1`` (AWS EFA documentation; aws/sagemaker-training-toolkit commit 9a5ed9f, which
-  also sets ``NCCL_PROTO=simple`` "to handle the out-of-order data delivery from EFA"). The plugin
-  sets ``NCCL_TOPO_FILE`` itself on P4d/P5 ("NET/OFI Running on P4d platform, Setting
-  NCCL_TOPO_FILE": aws/aws-ofi-nccl#67; "NET/OFI Setting NCCL_TOPO_FILE environment variable":
-  NVIDIA/nccl#1597).
-* GCP A3 Mega (a3-megagpu-8g, GPUDirect-TCPXO): Google's ``nccl-env-profile.sh`` shipped in
-  ``/var/lib/tcpxo/lib64`` ("These parameters should not be modified": GoogleCloudPlatform/
-  cluster-toolkit a3mega examples; https://cloud.google.com/kubernetes-engine/docs/how-to/
-  gpu-bandwidth-gpudirect-tcpx#environment-variables-nccl).
-* GCP A3 High (a3-highgpu-8g, GPUDirect-TCPX): the same GKE page, TCPX section.
-* OCI BM.GPU (RoCE cluster network): ``NCCL_IB_GID_INDEX=3`` and ``NCCL_IB_QPS_PER_CONNECTION=4``
-  (oracle-japan/ocitutorials run-nccltests; the corpus sample's mpirun line).
 """
 
 from __future__ import annotations
 
+import functools
+import json
+import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from importlib import resources
 from typing import Any
 from xml.etree import ElementTree as ET
+
+DATA = "nccl_platforms.json"
+#: DMI vendors of hypervisors: a VM whose cloud is not known is not bare metal
+HYPERVISORS = ("qemu", "kvm", "vmware", "xen", "innotek", "red hat", "openstack", "bochs", "parallels", "bhyve",
+               "nutanix", "microsoft corporation", "amazon", "google", "oracle", "alibaba", "tencent")
 
 
 @dataclass(frozen=True)
 class Platform:
     key: str
     title: str
-    source: str
-    required: Mapping[str, str | None]  # variable -> documented value (None: node-specific)
+    provider: str
+    instance_types: tuple[re.Pattern, ...]
+    settings: Mapping[str, str | None]  # variable -> documented value (None: node-specific)
+    sources: tuple[str, ...]
+    alternatives: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     plugin: str | None = None
+    plugin_sets: Mapping[str, str] = field(default_factory=dict)
+    efa: Mapping[str, Any] | None = None
+    harmful: Mapping[str, str] = field(default_factory=dict)
+    identify: tuple[str, ...] = ("dmi", "imds")
+    notes: str = ""
+
+    @property
+    def required(self) -> Mapping[str, str | None]:
+        """The documented settings (the name the recommender used before the table had more fields)."""
+        return self.settings
+
+    @property
+    def source(self) -> str:
+        return "; ".join(self.sources)
+
+    def documents(self, name: str, value: str) -> bool:
+        """Whether ``name=value`` is what the provider documents here (or one of its other documented values)."""
+        want = self.settings.get(name)
+        return want is None or value == want or value in self.alternatives.get(name, ())
 
 
-_TCPXO = {"NCCL_CROSS_NIC": "0", "NCCL_ALGO": "Ring,Tree", "NCCL_PROTO": None, "NCCL_MIN_NCHANNELS": "4",
-          "NCCL_P2P_NET_CHUNKSIZE": "524288", "NCCL_P2P_PCI_CHUNKSIZE": "524288", "NCCL_P2P_NVL_CHUNKSIZE": "1048576",
-          "NCCL_BUFFSIZE": "8388608", "NCCL_NET_GDR_LEVEL": "PIX", "NCCL_NVLS_ENABLE": "0",
-          "NCCL_TUNER_PLUGIN": "libnccl-tuner.so", "NCCL_TUNER_CONFIG_PATH": None,
-          "NCCL_SHIMNET_GUEST_CONFIG_CHECKER_CONFIG_FILE": None, "NCCL_FASTRAK_CTRL_DEV": None,
-          "NCCL_FASTRAK_IFNAME": None, "NCCL_SOCKET_IFNAME": None, "NCCL_FASTRAK_NUM_FLOWS": "2",
-          "NCCL_FASTRAK_USE_SNAP": "1", "NCCL_FASTRAK_ENABLE_CONTROL_CHANNEL": "0", "NCCL_FASTRAK_USE_LLCM": "1",
-          "NCCL_FASTRAK_LLCM_DEVICE_DIRECTORY": "/dev/aperture_devices",
-          "NCCL_FASTRAK_PLUGIN_ACCEPT_TIMEOUT_MS": "600000", "NCCL_FASTRAK_ENABLE_HOTPATH_LOGGING": "0"}
-_TCPX = {"NCCL_CROSS_NIC": "0", "NCCL_ALGO": "Ring", "NCCL_PROTO": "Simple", "NCCL_NSOCKS_PERTHREAD": "4",
-         "NCCL_SOCKET_NTHREADS": "1", "NCCL_NET_GDR_LEVEL": "PIX", "NCCL_P2P_PXN_LEVEL": "0",
-         "NCCL_MAX_NCHANNELS": "12", "NCCL_MIN_NCHANNELS": "12", "NCCL_DYNAMIC_CHUNK_SIZE": "524288",
-         "NCCL_P2P_NET_CHUNKSIZE": "524288", "NCCL_P2P_PCI_CHUNKSIZE": "524288", "NCCL_P2P_NVL_CHUNKSIZE": "1048576",
-         "NCCL_BUFFSIZE": None, "NCCL_SOCKET_IFNAME": None, "NCCL_GPUDIRECTTCPX_SOCKET_IFNAME": None,
-         "NCCL_GPUDIRECTTCPX_CTRL_DEV": None, "NCCL_GPUDIRECTTCPX_TX_BINDINGS": None,
-         "NCCL_GPUDIRECTTCPX_RX_BINDINGS": None, "NCCL_GPUDIRECTTCPX_UNIX_CLIENT_PREFIX": None,
-         "NCCL_GPUDIRECTTCPX_PROGRAM_FLOW_STEERING_WAIT_MICROS": None, "NCCL_GPUDIRECTTCPX_FORCE_ACK": "0"}
+@functools.lru_cache(maxsize=1)
+def table() -> tuple[Platform, ...]:
+    raw = json.loads(resources.files("ccdiag.data").joinpath(DATA).read_text(encoding="utf-8"))
+    return tuple(Platform(p["key"], p["title"], p["provider"], tuple(re.compile(t) for t in p["instance_types"]),
+                          dict(p["settings"]), tuple(p["sources"]),
+                          {k: tuple(v) for k, v in p.get("alternatives", {}).items()}, p.get("plugin"),
+                          dict(p.get("plugin_sets") or {}), p.get("efa"), dict(p.get("harmful") or {}),
+                          tuple(p.get("identify") or ("dmi", "imds")), p.get("notes", ""))
+                 for p in raw["platforms"])
 
-PLATFORMS: dict[str, Platform] = {
-    "azure-nd": Platform(
-        "azure-nd", "Azure ND (A100 v4, H100 v5, H200 v5)",
-        "Azure HPC images set NCCL_TOPO_FILE=/opt/microsoft/ndv4-topo.xml (ND A100 v4) or ndv5-topo.xml (ND H100/H200 "
-        "v5) in /etc/nccl.conf (Azure/azhpc-images); https://jingchaozhang.github.io/Decoding-Azure-NCCL-Topology-Files/",
-        {"NCCL_TOPO_FILE": None}),
-    "aws-efa": Platform(
-        "aws-efa", "AWS EFA instances (p4d, p5, p5e, p5en)",
-        "AWS EFA documentation and aws/sagemaker-training-toolkit commit 9a5ed9f (FI_EFA_USE_DEVICE_RDMA=1, "
-        "RDMAV_FORK_SAFE=1, NCCL_PROTO=simple for EFA's out-of-order delivery); aws-ofi-nccl sets NCCL_TOPO_FILE "
-        "itself on P4d/P5 (aws/aws-ofi-nccl#67, NVIDIA/nccl#1597 logs)",
-        {"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1", "RDMAV_FORK_SAFE": "1", "NCCL_PROTO": None,
-         "NCCL_TOPO_FILE": None}, plugin="aws-ofi-nccl"),
-    "gcp-a3-mega": Platform(
-        "gcp-a3-mega", "GCP A3 Mega (a3-megagpu-8g, GPUDirect-TCPXO)",
-        "Google's /var/lib/tcpxo/lib64/nccl-env-profile.sh (\"These parameters should not be modified\": "
-        "GoogleCloudPlatform/cluster-toolkit a3mega examples); "
-        "https://cloud.google.com/kubernetes-engine/docs/how-to/gpu-bandwidth-gpudirect-tcpx#environment-variables-nccl",
-        _TCPXO, plugin="GPUDirect-TCPXO"),
-    "gcp-a3-high": Platform(
-        "gcp-a3-high", "GCP A3 High (a3-highgpu-8g, GPUDirect-TCPX)",
-        "https://cloud.google.com/kubernetes-engine/docs/how-to/gpu-bandwidth-gpudirect-tcpx (TCPX NCCL settings for "
-        "a3-highgpu-8g)", _TCPX, plugin="GPUDirect-TCPX"),
-    "oci-bm-gpu": Platform(
-        "oci-bm-gpu", "OCI BM.GPU with a RoCE cluster network",
-        "oracle-japan/ocitutorials run-nccltests (NCCL_IB_GID_INDEX=3, NCCL_IB_QPS_PER_CONNECTION=4 on BM.GPU4.8)",
-        {"NCCL_IB_GID_INDEX": "3", "NCCL_IB_QPS_PER_CONNECTION": "4"}),
-}
+
+@functools.lru_cache(maxsize=1)
+def by_key() -> dict[str, Platform]:
+    return {p.key: p for p in table()}
+
+
+#: the table by key (the name callers used before the table was data)
+PLATFORMS = by_key()
+
+
+def for_instance(provider: str | None, instance_type: str | None) -> Platform | None:
+    """The table's entry for an instance type of a provider."""
+    if not instance_type:
+        return None
+    for p in table():
+        if (provider is None or p.provider == provider) and any(rx.search(instance_type) for rx in p.instance_types):
+            return p
+    return None
+
+
+@dataclass(frozen=True)
+class Identity:
+    """What the node is, and how that was decided."""
+
+    kind: str  # "cloud" | "bare-metal" | "unknown"
+    how: str  # in words: "DMI (Amazon EC2, p5.48xlarge)", "the provider's topology file ...", "unidentified: ..."
+    provider: str | None = None
+    instance_type: str | None = None
+    platform: Platform | None = None
+
+    @property
+    def label(self) -> str:
+        if self.platform is not None:
+            return self.platform.title
+        if self.provider:
+            return f"{self.provider}" + (f" {self.instance_type}" if self.instance_type else " (instance type unknown)")
+        return "bare metal" if self.kind == "bare-metal" else "unidentified platform"
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind, "how": self.how, "provider": self.provider, "instance_type": self.instance_type,
+                "platform": self.platform.key if self.platform else None}
 
 
 def _plugin_paths(obs: Any) -> str:
     return " ".join(getattr(obs, "net_plugins", ()) or ()) + " " + (getattr(obs, "net_plugin_env", None) or "")
 
 
-def detect(obs: Any, env: Mapping[str, str]) -> Platform | None:
-    """The platform whose required settings apply, from the platform observation and the settings
-    present (a TCPXO environment names itself with ``NCCL_FASTRAK_*``)."""
-    provider = getattr(obs, "provider", None) if obs is not None else None
+def _from_environment(obs: Any, env: Mapping[str, str]) -> tuple[Platform, str] | None:
+    """A platform its network plugin's own variables or files name."""
     paths = _plugin_paths(obs)
     if any(k.startswith("NCCL_FASTRAK_") for k in env) or "tcpxo" in paths or "fastrak" in paths:
-        return PLATFORMS["gcp-a3-mega"]
+        return by_key()["gcp-a3-mega"], "GPUDirect-TCPXO's own variables or plugin (NCCL_FASTRAK_*, /var/lib/tcpxo)"
     if any(k.startswith("NCCL_GPUDIRECTTCPX_") for k in env) or "/tcpx/" in paths:
-        return PLATFORMS["gcp-a3-high"]
-    if provider == "aws" or getattr(obs, "efa_devices", ()) or "ofi" in paths:
-        return PLATFORMS["aws-efa"]
-    if provider == "azure":
-        return PLATFORMS["azure-nd"]
-    if provider == "oci":
-        return PLATFORMS["oci-bm-gpu"]
+        return by_key()["gcp-a3-high"], "GPUDirect-TCPX's own variables or plugin (NCCL_GPUDIRECTTCPX_*, /usr/local/tcpx)"
+    tuner = env.get("NCCL_TUNER_CONFIG_PATH", "")
+    if "/gib/" in tuner or "/gib/" in paths:
+        key = "gcp-a3-ultra" if "a3u" in tuner else "gcp-a4" if "a4" in tuner else None
+        if key:
+            return by_key()[key], f"the gIB plugin's tuner configuration ({tuner})"
     return None
 
 
+def _from_tree(obs: Any) -> tuple[Platform, str] | None:
+    """Azure from the topology files its images ship in /opt/microsoft."""
+    for f in getattr(obs, "topo_files", ()) or ():
+        m = re.match(r"/opt/microsoft/(ndv[45])", f.path)
+        if m:
+            return by_key()[f"azure-{m.group(1)}"], f"the provider's topology file {f.path}"
+    return None
+
+
+def identify(obs: Any, env: Mapping[str, str], flattened: bool = False, named: str | None = None) -> Identity:
+    """The node's platform: named by the user, else DMI/IMDS, the plugin's variables, the provider's files;
+    bare metal when DMI names a hardware vendor or the PCI tree shows its switches; else unidentified."""
+    if named:
+        plat = by_key().get(named)
+        if plat is None:
+            raise KeyError(named)
+        return Identity("cloud", f"named with --platform {named}", plat.provider, None, plat)
+    provider = getattr(obs, "provider", None) if obs is not None else None
+    itype = getattr(obs, "instance_type", None) if obs is not None else None
+    source = getattr(obs, "instance_type_source", "dmi") if obs is not None else "dmi"
+    plat = for_instance(provider, itype)
+    field_ = getattr(obs, "identified_by", None) if obs is not None else None
+    via = f"DMI {field_}" if field_ else "DMI"
+    if plat is not None:
+        return Identity("cloud", f"{provider} from {via}, {itype} from {source}", provider, itype, plat)
+    shaped = _from_environment(obs, env) or _from_tree(obs)
+    if shaped is not None and (provider is None or shaped[0].provider == provider):
+        return Identity("cloud", shaped[1], shaped[0].provider, itype, shaped[0])
+    if provider is not None or getattr(obs, "efa_devices", ()):
+        prov = provider or "aws"
+        why = f"{prov} from DMI" if provider else "aws from its EFA devices"
+        err = getattr(obs, "instance_type_error", None)
+        return Identity("cloud", why + (f"; instance type {itype} is not in the table" if itype else
+                                        "; instance type unknown" + (f" ({err})" if err else "")), prov, itype)
+    dmi = getattr(obs, "dmi", {}) or {} if obs is not None else {}
+    vendor = (dmi.get("sys_vendor") or dmi.get("board_vendor") or "").strip()
+    if vendor and not any(h in vendor.lower() for h in HYPERVISORS):
+        return Identity("bare-metal", f"DMI names the hardware vendor {vendor}")
+    if not flattened and obs is not None:
+        return Identity("bare-metal", "the PCI tree shows its switches (not a VM's flattened tree)" +
+                        (f"; DMI says {vendor}" if vendor else "; no DMI identity"))
+    return Identity("unknown", "unidentified: no DMI identity of a cloud or hardware vendor" +
+                    (f" ({vendor})" if vendor else "") + (" and a VM's flattened PCI tree" if flattened else ""))
+
+
+def detect(obs: Any, env: Mapping[str, str]) -> Platform | None:
+    """The platform whose documented settings apply (:func:`identify` without the tree's shape)."""
+    return identify(obs, env).platform
+
+
 def required_here(platform: Platform | None, name: str) -> bool:
-    return platform is not None and name in platform.required
+    return platform is not None and name in platform.settings
+
+
+def documented_elsewhere(name: str, here: Platform | None) -> list[Platform]:
+    """The platforms that document ``name`` other than ``here``."""
+    return [p for p in table() if p is not here and name in p.settings]
 
 
 # -- a provider's topology file against the node ---------------------------------------------------------
@@ -184,4 +263,5 @@ def check_topo_file(path: str, text: str | None, gpu_bdfs: Mapping[str, str | No
     return TopoFileCheck(path, True, gm, nm, pairs, tuple(disagree))
 
 
-__all__ = ["PLATFORMS", "Platform", "TopoFileCheck", "check_topo_file", "detect", "file_pairs", "required_here"]
+__all__ = ["Identity", "PLATFORMS", "Platform", "TopoFileCheck", "by_key", "check_topo_file", "detect", "documented_elsewhere",
+           "file_pairs", "for_instance", "identify", "required_here", "table"]

@@ -45,26 +45,28 @@ TOPO_FILE_PATH = "/etc/nccl/ccdiag-topology.xml"
 
 def recommend(topology: Topology, observations: Mapping[str, Any] | None = None, results: Mapping[str, Any] | None = None,
               policy: Any = None, env: Mapping[str, str] | None = None,
-              env_source: str = "environment", env_unread: tuple[str, ...] = ()) -> Recommendation:
+              env_source: str = "environment", env_unread: tuple[str, ...] = (),
+              platform: str | None = None) -> Recommendation:
     """Settings for the node described by ``topology`` and the probe runs/observations it was built
     from. ``results``: measured facts (``{"reachable_ifaces": [...]}`` from cluster runs) narrowing
     the interface choice. ``env``: settings already present, judged and named for removal.
     ``env_unread``: prefixes of variables whose absence from ``env`` says nothing (the door did not
     read them: a snapshot older than their recording, a copied tree): a vendor-required one of them
-    is judged unknown, never "not set"."""
+    is judged unknown, never "not set". ``platform``: a key of the platform table naming the platform where the
+    node cannot say (:func:`ccdiag.nccl.platforms.identify`)."""
     layout = layout_from_topology(topology, observations)
     xml = None
     if layout.flattened:
         from ccdiag.nccl.topo_xml import topology_xml
 
         xml = topology_xml(topology, observations)
-    return _recommend(layout, env or {}, env_source, results or {}, xml, env_unread)
+    return _recommend(layout, env or {}, env_source, results or {}, xml, env_unread, platform)
 
 
 def recommend_from_matrix(matrix: Any, where: str, env: Mapping[str, str] | None = None,
-                          env_source: str = "environment") -> Recommendation:
+                          env_source: str = "environment", platform: str | None = None) -> Recommendation:
     """What a pasted ``nvidia-smi topo -m`` alone supports (rails and ring order), and what needs the node."""
-    return _recommend(layout_from_matrix(matrix, where), env or {}, env_source, {}, None)
+    return _recommend(layout_from_matrix(matrix, where), env or {}, env_source, {}, None, platform=platform)
 
 
 # ---------------------------------------------------------------- rails
@@ -320,9 +322,10 @@ def _check_topo(layout: Layout, f: Any) -> tuple[str, str]:
 
 
 def _topo_file(layout: Layout, env: Mapping[str, str], xml: str | None,
-               plat: platforms.Platform | None = None) -> tuple[Knob, dict[str, str]]:
+               ident: platforms.Identity | None = None) -> tuple[Knob, dict[str, str]]:
     var = "NCCL_TOPO_FILE"
     set_now = env.get(var)
+    plat = ident.platform if ident is not None else None
     provider = _provider_topo(layout, set_now) if set_now else _provider_topo(layout)
     # the platform that requires the file, held as a Platform (not Optional) for what names it below
     vendor = plat if plat is not None and platforms.required_here(plat, var) else None
@@ -330,8 +333,15 @@ def _topo_file(layout: Layout, env: Mapping[str, str], xml: str | None,
         found, conf = _check_topo(layout, provider) if provider is not None else (
             f"{set_now} was not readable through ccdiag's view of the node, so it was not checked", MEDIUM)
         label = f"vendor-required on {vendor.title} ({vendor.source}); " if vendor is not None else ""
+        if vendor is not None and not vendor.documents(var, set_now):
+            label += f"the provider documents {vendor.settings[var]}, {set_now} is set: compare; "
         return Knob(var, SET, set_now, f"{label}kept: {found}", (Fact(var, set_now, "settings present"),), conf,
                     {"vendor_required": vendor.key if vendor is not None else None}), {}
+    if set_now and (ident is None or ident.kind != "bare-metal"):
+        return Knob(var, SET, set_now, f"{var}={set_now} is set; kept: the platform was not identified as bare metal "
+                    f"({ident.how if ident else 'no platform reading'}), and a provider may require its topology "
+                    "file; name the platform with --platform, or run on the node, to judge it", confidence=LOW,
+                    details={"kept_because": "platform not identified"}), {}
     if layout.flattened and provider is not None:
         found, conf = _check_topo(layout, provider)
         return Knob(var, SET, provider.path, layout.flattened + f". The provider ships {provider.path}: {found}",
@@ -344,8 +354,9 @@ def _topo_file(layout: Layout, env: Mapping[str, str], xml: str | None,
         return Knob(var, SET if xml else DEFAULT, TOPO_FILE_PATH if xml else None, f"{layout.flattened}. {why}",
                     (Fact("PCI tree", "no switch, all GPU-NIC paths PHB", layout.where),), LOW), files
     if set_now:
-        return Knob(var, REMOVE, None, f"{var}={set_now} is set but this node's PCI tree is visible to NCCL: a stale "
-                    "topology file causes spurious failures (Azure/azurehpc-health-checks#142)", confidence=MEDIUM), {}
+        return Knob(var, REMOVE, None, f"{var}={set_now} is set but this node's PCI tree is visible to NCCL "
+                    f"({ident.how}): a stale topology file causes spurious failures (Azure/azurehpc-health-checks#142)",
+                    confidence=MEDIUM), {}
     return Knob(var, DEFAULT, None, "NCCL reads this node's real PCI tree (PCIe switches and NUMA affinity are "
                 "visible), so no topology file is needed"), {}
 
@@ -393,8 +404,11 @@ def _vendor_knob(name: str, plat: platforms.Platform, env: Mapping[str, str], in
     why = f"vendor-required on {plat.title} ({plat.source})"
     if present is None:
         why += f"; not set here: set {name}={documented}"
-    elif documented is not None and present != documented:
-        why += f"; the vendor documents {documented}, {present} is set: kept as set, compare with the vendor's profile"
+    elif documented is not None and not plat.documents(name, present):
+        others = [p.title for p in platforms.documented_elsewhere(name, plat) if p.settings.get(name) == present]
+        why += (f"; the vendor documents {documented} for this instance type, {present} is set" +
+                (f" (the value documented for {', '.join(others[:3])})" if others else "") +
+                ": kept as set, compare with the vendor's profile")
     else:
         why += "; kept as set"
     if instead is not None and (instead.action != SET or instead.value != value):
@@ -473,9 +487,23 @@ def debugging_reason(var: str) -> str | None:
     return f"{why}" + (f" ({note})" if note else "")
 
 
-def _existing(env: Mapping[str, str], env_source: str, rails_present: bool) -> list[Knob]:
+def _existing(env: Mapping[str, str], env_source: str, rails_present: bool,
+              ident: platforms.Identity | None = None) -> list[Knob]:
     out = []
+    plat = ident.platform if ident is not None else None
     for var in sorted(env):
+        if plat is not None and var in plat.plugin_sets:
+            out.append(Knob(var, SET, env[var], f"{var}={env[var]} (from {env_source}): {plat.plugin} sets it by itself "
+                            f"on {plat.title} ({plat.plugin_sets[var]}); kept as set", (Fact(var, env[var], env_source),),
+                            MEDIUM, {"plugin_sets": plat.plugin}))
+            continue
+        if ident is not None and ident.kind != "bare-metal" and (var == "NCCL_IB_DISABLE" or debugging_reason(var)):
+            what = "unidentified platform" if ident.kind == "unknown" else ident.label
+            out.append(Knob(var, INFO, env[var], f"{var}={env[var]} (from {env_source}) kept: on this {what} "
+                            f"({ident.how}) a provider may document it; ccdiag advises no removal it cannot justify"
+                            + ("" if ident.kind == "unknown" else f" (not in the table for {ident.label})"),
+                            (Fact(var, env[var], env_source),), LOW, {"kept_because": ident.kind}))
+            continue
         if var == "NCCL_IB_DISABLE":
             if rails_present and env[var].strip() not in ("0", ""):
                 out.append(Knob(var, REMOVE, None, f"{var}={env[var]} (from {env_source}) turns off InfiniBand/RoCE "
@@ -497,25 +525,105 @@ def _instance_note(obs: Any) -> str:
     return f" (instance type unknown: {why})" if why else ""
 
 
+def _expanded(knobs: list[Knob], env: Mapping[str, str]) -> list[Knob]:
+    """Values that refer to a variable the settings read define but the recommendation does not write
+    (``${NCCL_LIB_DIR}/...`` in a provider's profile) with that reference expanded, as the profile's shell
+    would; a reference to a variable the recommendation writes stays, and the env file sets it first."""
+    from ccdiag.nccl.render import expand_refs
+
+    written = {k.name for k in knobs if k.action == SET}
+    out = []
+    for k in knobs:
+        value = expand_refs(k.value, env, keep=written) if k.value and "$" in k.value else k.value
+        out.append(k if value == k.value else Knob(k.name, k.action, value, k.reason + f" (as the settings read expand "
+                                                   f"{k.value})", k.evidence, k.confidence, k.details))
+    return out
+
+
+def _platform_notes(ident: platforms.Identity | None, layout: Layout) -> list[str]:
+    if ident is None:
+        return []
+    plat = ident.platform
+    if plat is not None:
+        out = [f"platform: {plat.title}{_instance_note(layout.platform)}, identified by {ident.how}; its vendor-required "
+               f"settings are kept ({plat.source})"]
+        if plat.plugin_sets:
+            out.append(f"{plat.plugin} sets by itself here: " + "; ".join(f"{k}={v}" for k, v in plat.plugin_sets.items()))
+        if plat.notes:
+            out.append(f"{plat.title}: {plat.notes}")
+        return out
+    if ident.kind == "cloud":
+        return [f"platform: {ident.label} ({ident.how}): no entry in the platform table, so its documented settings "
+                "are not known here; settings already present are kept, none is advised away"]
+    if ident.kind == "unknown":
+        return [f"platform not identified ({ident.how}): settings already present are kept and none is advised away; "
+                "name the platform with --platform KEY (ccdiag/data/nccl_platforms.json) to judge them"]
+    return [f"platform: bare metal ({ident.how})"]
+
+
+def _foreign(knobs: list[Knob], ident: platforms.Identity | None, env: Mapping[str, str], env_source: str) -> list[Knob]:
+    """Settings harmful on this instance type, and settings a provider documents only for other instance
+    types of its own (or only another provider documents), flagged where they are set."""
+    plat = ident.platform if ident is not None else None
+    if plat is None:
+        return knobs
+    by_name = {k.name: k for k in knobs}
+    out = list(knobs)
+    for var in sorted(env):
+        value = env[var]
+        if var in plat.harmful:
+            out = [k for k in out if k.name != var]
+            out.append(Knob(var, REMOVE, None, f"{var}={value} (from {env_source}) on {plat.title}: {plat.harmful[var]}",
+                            (Fact(var, value, env_source),), HIGH, {"harmful_on": plat.key}))
+            continue
+        if var in plat.settings or var in plat.plugin_sets:
+            continue
+        others = platforms.documented_elsewhere(var, plat)
+        mine = [p for p in others if p.provider == plat.provider]
+        if not others or (not mine and not var.startswith(("FI_", "NCCL_FASTRAK_", "NCCL_GPUDIRECTTCPX_"))
+                          and var != "NCCL_NET"):
+            continue
+        names = ", ".join(p.title for p in (mine or others)[:3])
+        reason = (f"{var}={value} (from {env_source}) is documented for {names}, not for {plat.title}: a setting copied "
+                  "from another instance type; check it belongs here")
+        details = {"documented_for": [p.key for p in (mine or others)]}
+        old = by_name.get(var)
+        if old is not None:
+            if old.action != REMOVE:
+                merged = Knob(old.name, old.action, old.value, f"{old.reason}; {reason}", old.evidence, old.confidence,
+                              {**old.details, **details})
+                out = [merged if k is old else k for k in out]
+            continue
+        out.append(Knob(var, INFO, value, reason, (Fact(var, value, env_source),), MEDIUM, details))
+    return out
+
+
 def _recommend(layout: Layout, env: Mapping[str, str], env_source: str, results: Mapping[str, Any],
-               xml: str | None, env_unread: tuple[str, ...] = ()) -> Recommendation:
-    plat = platforms.detect(layout.platform, env)
+               xml: str | None, env_unread: tuple[str, ...] = (), platform: str | None = None) -> Recommendation:
+    if layout.platform is not None or platform:
+        ident = platforms.identify(layout.platform, env, bool(layout.flattened), platform)
+    elif layout.source == "smi":
+        ident = platforms.Identity("unknown", "a pasted nvidia-smi topo -m names no platform")
+    else:
+        ident = None
+    plat = ident.platform if ident is not None else None
     vendor_env = dict(env)
     env = {k: v for k, v in env.items() if k.startswith("NCCL_")}
     hca, chosen = _ib_hca(layout, env, env_source)
     knobs = [hca, *node_faults(hca), _socket_ifname(layout, env, env_source, results)]
     knobs += _gid(layout, chosen)
     knobs.append(_cross_nic(layout, chosen))
-    topo, files = _topo_file(layout, env, xml, plat)
+    topo, files = _topo_file(layout, env, xml, ident)
     knobs.append(topo)
     ring = _ring_order(layout)
     if ring:
         knobs.append(ring)
     knobs += _experiments(layout, chosen)
-    knobs += _existing(env, env_source, bool(chosen))
+    knobs += _existing(env, env_source, bool(chosen), ident)
     knobs = _vendor(knobs, plat, vendor_env, env_unread)
-    notes = [f"platform: {plat.title}{_instance_note(layout.platform)}; its vendor-required settings are kept "
-             f"({plat.source})"] if plat else []
+    knobs = _foreign(knobs, ident, vendor_env, env_source)
+    knobs = _expanded(knobs, vendor_env)
+    notes = _platform_notes(ident, layout)
     if layout.source == "smi":
         notes.append("from a pasted nvidia-smi topo -m alone: port numbers and states, link layers, GIDs and network "
                      "interfaces need the node (run `ccdiag nccl` there, or on its snapshot)")

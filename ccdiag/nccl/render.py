@@ -45,6 +45,18 @@ def shell_assignment(name: str, value: str, settings: Mapping[str, str] | None =
     return f"{name}={quoted if quoted.startswith(chr(39)) else chr(39) + value + chr(39)}"
 
 
+def expand_refs(value: str, env: Mapping[str, str], keep: set[str] | frozenset[str] = frozenset()) -> str:
+    """``value`` with each ``$NAME``/``${NAME}`` that ``env`` defines replaced by its value (bounded, so a
+    cycle ends), except the names in ``keep``."""
+    for _ in range(8):
+        names = [r for r in refs(value) if r in env and r not in keep]
+        if not names:
+            break
+        value = _REF.sub(lambda m: env[m.group(1) or m.group(2)] if (m.group(1) or m.group(2)) in env and
+                         (m.group(1) or m.group(2)) not in keep else m.group(0), value)
+    return value
+
+
 def conf_value(value: str, settings: Mapping[str, str]) -> str | None:
     """``value`` for nccl.conf (read literally by NCCL): references to variables the same file sets are
     substituted; None when it refers to one it does not set (NCCL would read the text ``${...}``)."""
