@@ -38,3 +38,17 @@ def test_a_5000_digit_count_is_not_a_count():
     log = parse_nccl_log(f"h:1:1 [0] NCCL INFO Channel 00/{huge} :    0   1\n"
                          f"h:1:1 [0] NCCL INFO comm 0x1 rank 0 nRanks {huge} nNodes 1 localRanks 8\n")
     assert log.channels is None and log.ranks is None
+
+
+def test_a_10_mb_bootstrap_line_is_read_to_the_end_of_the_file(tmp_path):
+    """One ``Bootstrap : Using`` line of 10 MB (SYNTHESIZED from the real line's form) took 31-95 s in a
+    quadratic regex; it is read now, and the line after it too (bench/bench_nccl_log.py times the ratio of a
+    10 MB to a 1 MB line)."""
+    from ccdiag.nccl.logread import read_nccl_log
+
+    line = "node1:1:1 [0] NCCL INFO Bootstrap : Using " + "eth0:10.0.0.1<0> " * (10_000_000 // 17)
+    path = tmp_path / "long.log"
+    path.write_text(line + "\nnode1:1:1 [0] NCCL INFO Using network Socket\n")
+    log = read_nccl_log(str(path))
+    assert log.network == "Socket" and log.bootstrap == {"eth0": {"10.0.0.1"}}
+    assert parse_nccl_log(line).bootstrap == {"eth0": {"10.0.0.1"}}

@@ -613,7 +613,10 @@ class _Reader:
             prefix = data[start:pos]
             if kind == "hosted":
                 host = self.who(prefix)[0]
-                text = _clean(_decode(data[pos + 10:min(end, pos + MAX_LINE)]))
+                raw = data[pos + 10:min(end, pos + MAX_LINE)]
+                if end > pos + MAX_LINE and b" " in raw:
+                    raw = raw[:raw.rfind(b" ")]  # a line longer than the cap: its cut last word is not read
+                text = _clean(_decode(raw))
                 sp = text.find(" ")
                 token = text[:sp] if sp > 0 else text
                 handler = _h_env if token.startswith("NCCL_") else _TOKENS.get(token)
@@ -881,7 +884,9 @@ def _file_blocks(path: str, deadline: float | None = None) -> Iterator[bytes]:
                 return
             cut = data.rfind(b"\n") + 1
             if cut == 0 and len(data) > CHUNK:
-                yield data[:MAX_LINE] + b"\n"
+                head = data[:MAX_LINE]
+                sp = head.rfind(b" ")
+                yield (head[:sp] if sp > 0 else head) + b"\n"  # whole words only: a cut token is not read
                 carry = b""
                 _skip_to_newline(fh)
                 continue
