@@ -28,6 +28,8 @@ from ccdiag.nccl.logread import DOCKER_BRIDGE, Event, NcclLog
 
 FAIL, WARN, INFO = "fail", "warn", "info"
 _BENIGN_INFO = ("plugin-internal", "net-plugin-load", "sysfs-missing", "collnet", "gdrcopy", "unknown-warn")
+#: families after which NCCL carries on, on a slower path (no RDMA, no GPUDirect, sockets): notes, not failures
+FALLBACK = ("ibverbs-missing", "sysfs-missing", "gdr-disabled", "collnet", "gdrcopy", "ofi-no-efa", "shm-cleanup")
 
 
 @dataclass
@@ -45,6 +47,7 @@ class LogFinding:
     consequences: list[str] = field(default_factory=list)
     debug_subsys: str | None = None
     refs: tuple[str, ...] = ()
+    cause: bool = False  # a setting of the job that can by itself make it fail (shown before mere consequences)
 
     def render(self) -> str:
         out = f"{self.title}: {self.text}"
@@ -97,10 +100,10 @@ def _fam(ev: Event) -> Family:
 
 
 def _is_cause(ev: Event) -> bool:
+    """A failure that can be the root: not an INFO line, not an error return, not a fallback NCCL carried on
+    from, not a consequence."""
     fam = _fam(ev)
-    if ev.kind == "info":
-        return fam.role == "root" and fam.priority <= 4 and fam.id not in _BENIGN_INFO
-    if ev.kind == "returns":
+    if ev.kind in ("info", "returns") or fam.id in FALLBACK:
         return False
     return fam.role in ("root", "either")
 
@@ -188,7 +191,7 @@ def failures(log: NcclLog) -> list[LogFinding]:
         first_cause_by_proc.setdefault(key, e)
     causes = [e for e in causes if _fam(e).role == "root" or e in first_cause_by_proc.values()
               or not (e.rank or e.host)]
-    consequences = [e for e in events if e not in causes and e.kind != "info"]
+    consequences = [e for e in events if e not in causes and e.kind != "info" and _fam(e).id not in FALLBACK]
     out: list[LogFinding] = []
     if causes:
         ordered = sorted(causes, key=_order)
@@ -222,7 +225,7 @@ def failures(log: NcclLog) -> list[LogFinding]:
         return out
     if returns:
         first = returns[0]
-        out.append(LogFinding(FAIL, "error returns without their WARN", _returns_note(returns, False)[0],
+        out.append(LogFinding(WARN, "error returns without their WARN", _returns_note(returns, False)[0],
                               "NCCL returned an error through these frames; the WARN that says why was printed "
                               "before the excerpt begins", "paste the log from its beginning, or rerun with "
                               "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET", "nccl", "nccl-error-wrapper", first.line,
@@ -231,16 +234,21 @@ def failures(log: NcclLog) -> list[LogFinding]:
 
 
 def notes(log: NcclLog) -> list[LogFinding]:
-    """INFO lines NCCL prints for a fallback that changes what the job gets (not failures)."""
-    out = []
+    """What NCCL fell back from and carried on (a WARN of a fallback family, an INFO line that reports a
+    failure or a fallback): explained, after the failures."""
+    out, seen = [], set()
     for e in log.events:
-        if e.kind != "info":
-            continue
         fam = _fam(e)
-        if fam.generic or fam.id in _BENIGN_INFO or _is_cause(e) and any(x.kind != "info" for x in log.events):
+        fallback = fam.id in FALLBACK and e.kind != "returns"
+        if not (fallback or e.kind == "info") or fam.generic or fam.id in seen:
             continue
-        out.append(LogFinding(INFO, f"{fam.title} (an INFO line)", f"INFO {e.text[:200]} ({_where(e)})", fam.meaning,
-                              fam.remedy, fam.component, fam.id, e.line, debug_subsys=fam.subsys, refs=fam.refs))
+        if e.kind == "info" and fam.id in _BENIGN_INFO:
+            continue
+        seen.add(fam.id)
+        kind = "INFO" if e.kind == "info" else "WARN"
+        out.append(LogFinding(WARN if fallback else INFO, f"{fam.title} ({kind}: NCCL carried on)",
+                              f"{kind} {e.text[:200]} ({_where(e)})", fam.meaning, fam.remedy, fam.component, fam.id,
+                              e.line, debug_subsys=fam.subsys, refs=fam.refs))
     return out[:8]
 
 
@@ -250,8 +258,9 @@ def _rails_of(rec: object | None) -> str | None:
     return settings().get("NCCL_IB_HCA") if settings is not None else None
 
 
-def _s(sev: str, title: str, text: str, remedy: str = "", component: str | None = None) -> LogFinding:
-    return LogFinding(sev, title, text, remedy=remedy, component=component)
+def _s(sev: str, title: str, text: str, remedy: str = "", component: str | None = None,
+       cause: bool = False) -> LogFinding:
+    return LogFinding(sev, title, text, remedy=remedy, component=component, cause=cause)
 
 
 def _d_sockets(log: NcclLog, rec: object | None) -> list[LogFinding]:
@@ -288,7 +297,7 @@ def _d_sockets(log: NcclLog, rec: object | None) -> list[LogFinding]:
         return [_s(WARN, "sockets although the node has RDMA rails", f"NCCL used sockets although the node has RDMA "
                    f"rails ({rails}){seen}: " + ("; ".join(why) if why else "check NCCL_IB_DISABLE, the rdma-core "
                                                  "libraries in the container, and /dev/infiniband"),
-                   component="container")]
+                   component="container", cause=True)]
     return [_s(WARN if hosts and hosts > 1 else INFO, "TCP sockets between hosts",
                f"NCCL sends {between} over TCP sockets{seen}" + (": " + "; ".join(why) if why else ""),
                component="network")]
@@ -304,7 +313,7 @@ def _d_plugin(log: NcclLog, rec: object | None) -> list[LogFinding]:
     if "found no device" in log.plugins.get("libfabric", ""):
         out.append(_s(WARN, "no EFA device", f"libfabric {log.plugins['libfabric']}: no EFA device reachable from this "
                       "process (in a container, pass the EFA devices /dev/infiniband/uverbs*), so aws-ofi-nccl cannot "
-                      "carry NCCL's traffic", component="container"))
+                      "carry NCCL's traffic", component="container", cause=True))
     return out
 
 
@@ -362,17 +371,17 @@ def _iface_problems(kind: str, ifaces: dict, log: NcclLog) -> list[LogFinding]:
         if why:
             out.append(_s(sev, f"{kind} interface not for traffic between hosts", f"{cond}{kind} interface {name} is "
                           f"a {why}: it carries no traffic between hosts", "set NCCL_SOCKET_IFNAME to the network "
-                          "every host shares (exact names with '=')", "network"))
+                          "every host shares (exact names with '=')", "network", cause=True))
         elif bad:
             out.append(_s(sev, f"{kind} interface without a routable address", f"{cond}{kind} interface {name} has "
                           f"only a loopback or link-local address ({', '.join(bad)}): other hosts cannot reach it",
-                          "set NCCL_SOCKET_IFNAME to an interface with a routable address", "network"))
+                          "set NCCL_SOCKET_IFNAME to an interface with a routable address", "network", cause=True))
         docker = [a for a in addrs if _docker_bridge(name, a, log)]
         if docker:
             out.append(_s(sev, f"{kind} address on Docker's bridge", f"{cond}{kind} address {', '.join(docker)} on "
                           f"{name} is in Docker's default bridge network (172.17.0.0/16): other hosts reach a container "
                           "on a bridge only through NAT (and every host's first container has the same address)", "use host networking (docker --network host, hostNetwork: true "
-                          "in Kubernetes)", "container"))
+                          "in Kubernetes)", "container", cause=True))
     return out
 
 
@@ -386,7 +395,7 @@ def _d_interfaces(log: NcclLog, rec: object | None) -> list[LogFinding]:
             per = ", ".join(f"{h}: {i}" for h, i in sorted(log.bootstrap_by_host.items())[:8])
             out.append(_s(WARN, "hosts bootstrap over different interfaces", f"hosts bootstrap over different "
                           f"interfaces ({per}): every host must reach the others' bootstrap addresses",
-                          "set NCCL_SOCKET_IFNAME to one network present on every host", "network"))
+                          "set NCCL_SOCKET_IFNAME to one network present on every host", "network", cause=True))
     if host_count(log) == 1:
         return out  # on one host no interface carries traffic between hosts
     out += _iface_problems("bootstrap", log.bootstrap, log)
@@ -486,13 +495,13 @@ def _d_agree(log: NcclLog, rec: object | None) -> list[LogFinding]:
     if len(log.versions) > 1:
         per = "; ".join(f"{v}: {', '.join(sorted(h)[:4]) or '?'}" for v, h in sorted(log.versions.items()))
         out.append(_s(FAIL, "NCCL versions differ between ranks", f"ranks run different NCCL versions ({per})",
-                      "run one NCCL version on every rank (one image, one LD_LIBRARY_PATH)", "rank-config"))
+                      "run one NCCL version on every rank (one image, one LD_LIBRARY_PATH)", "rank-config", cause=True))
     for var, values in sorted(log.env_by_host.items()):
         if len(values) > 1:
             per = "; ".join(f"{val!r} on {', '.join(sorted(h)[:4]) or '?'}" for val, h in sorted(values.items()))
             out.append(_s(WARN, "setting differs between ranks", f"{var} differs between ranks: {per}",
                           "set NCCL variables identically on every rank (collective mismatches and hangs follow "
-                          "from differing NCCL_PROTO/NCCL_ALGO/NCCL_IB_* settings)", "rank-config"))
+                          "from differing NCCL_PROTO/NCCL_ALGO/NCCL_IB_* settings)", "rank-config", cause=True))
     return out
 
 
@@ -520,7 +529,7 @@ def _d_targets(log: NcclLog, rec: object | None) -> list[LogFinding]:
         if m and _ip(m.group(1)) is not None and not netif.routable(m.group(1)):
             out.append(_s(WARN, "connection to an unreachable address", f"the failed connection went to {m.group(1)}, "
                           "a link-local or loopback address: the interface NCCL picked has no address other hosts can "
-                          "reach", "set NCCL_SOCKET_IFNAME to the fabric network", "network"))
+                          "reach", "set NCCL_SOCKET_IFNAME to the fabric network", "network", cause=True))
     return out
 
 
@@ -544,11 +553,18 @@ _DIFFS = (_d_sockets, _d_plugin, _d_gdr, _d_interfaces, _d_ib_hca, _d_env, _d_ag
 
 
 def diagnose(log: NcclLog, rec: object | None = None) -> list[LogFinding]:
-    """Failures first (the root explained, consequences folded), INFO fallbacks, then what NCCL chose
-    that differs from the node's facts (and its recommendation ``rec``)."""
-    found = failures(log) + notes(log)
+    """The root failure first, explained, its consequences folded beneath; when the log holds no cause but
+    a setting of the job that can make it fail (a loopback or container bootstrap interface, hosts on
+    different interfaces, versions or settings that differ between ranks), that setting comes before the
+    consequences; then what NCCL fell back from, then what it chose against the node's facts (``rec``)."""
+    fails = failures(log)
+    config: list[LogFinding] = []
     for rule in _DIFFS:
-        found += rule(log, rec)
+        config += rule(log, rec)
+    rooted = any(f.family and f.severity == FAIL and "not in this log" not in f.title for f in fails)
+    causing = [f for f in config if f.cause and f.severity in (WARN, FAIL)]
+    rest = [f for f in config if f not in causing]
+    found = (fails + causing if rooted else causing + fails) + notes(log) + rest
     found += _d_subsys(log, rec, found)
     return found
 
