@@ -83,7 +83,7 @@ CASES = {
     "nccl-tests-166-shm-socket-connect-abort-chain.log": (
         "failure rooted in the connect to 10.0.0.2; SHM inside the node",
         lambda L, D: L.transports == {"SHM/direct/direct": 2}
-        and D[0].startswith("connection to a peer failed") and "line 4," in D[0] and "Connect to 10.0.0.2" in L.failures[0].root
+        and D[0].startswith("connection to a peer failed") and "line 5," in D[0] and "Connect to 10.0.0.2" in L.failures[0].root
         and not _has(D, "link-local or loopback")
         and L.failures[0].frames == 6),
     "ray-46795-megatron-actor-prefix-p2p-ipc-read.log": (
@@ -120,7 +120,7 @@ CASES = {
         and _has(D, "veth0", "container, bridge or tunnel")),
     "nccl-975-bootstrap-connect-link-local-ib1.log": (
         "bootstrap connect to a link-local address on ib1 is the one cause",
-        lambda L, D: "(line 20," in D[0] and "fe80::966d:ae03:a2:8cf0%ib1" in D[0]
+        lambda L, D: "(line 21," in D[0] and "fe80::966d:ae03:a2:8cf0%ib1" in D[0]
         and _has(D, "further error returns without their WARN") and _has(D, "link-local or loopback address")),
     "nccl-1053-socket-ifname-lo-bgp-unnumbered.log": (
         "NCCL_SOCKET_IFNAME=lo -> 127.0.0.1",
