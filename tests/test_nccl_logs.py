@@ -358,3 +358,23 @@ def test_log_json_report_validates_against_the_schema():
     jsonschema.validate(doc, schema)
     assert code == 0 and doc["nccl_log"]["failures"][0]["root"].startswith("error 2 returned")
     assert any("link-local" in d for d in doc["nccl_log"]["differences"])
+
+
+@pytest.mark.slow  # every real log through the CLI at two widths (about 10 s)
+@pytest.mark.parametrize("width", [80, 60])
+def test_every_real_log_explained_fits_the_width(width, monkeypatch):
+    """What ``ccdiag nccl --log`` prints for each real log (WARN texts from the log, meanings and
+    remedies from the catalogue) fits the terminal; only a word longer than a line stands alone."""
+    from cli_runner import run
+
+    from ccdiag.core.textfit import fits
+
+    monkeypatch.setenv("COLUMNS", str(width))
+    bad = {}
+    for path in sorted(LOGS.glob("*.log")):
+        code, out, err = run("nccl", "--log", str(path))
+        assert "Traceback" not in err, path.name
+        unfit = [line for line in out.splitlines() if not fits(line, width)]
+        if unfit:
+            bad[path.name] = unfit[:3]
+    assert not bad, bad
