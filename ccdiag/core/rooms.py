@@ -11,20 +11,21 @@ from __future__ import annotations
 #: room -> the rooms it may import from (besides itself and ``core``), upstream first
 MAY_IMPORT: dict[str, frozenset[str]] = {
     "core": frozenset(),
-    "host": frozenset(),
+    "nvfiles": frozenset(),
+    "host": frozenset({"nvfiles"}),
     "probes": frozenset({"host"}),
     "topology": frozenset({"probes"}),
     "inputs": frozenset({"probes", "topology"}),
     "nccl": frozenset({"probes", "topology"}),
     "checks": frozenset({"probes", "topology", "host", "nccl", "inputs"}),
     "benchparse": frozenset(),
-    "bench": frozenset({"host", "probes", "topology", "checks", "nccl", "benchparse"}),
+    "bench": frozenset({"host", "probes", "topology", "checks", "nccl", "benchparse", "nvfiles"}),
     "run": frozenset({"host", "probes", "topology", "checks", "nccl", "bench", "inputs"}),
     "report": frozenset({"probes", "topology", "checks", "nccl", "host", "bench"}),
     "cluster": frozenset({"host", "probes", "topology", "checks", "nccl", "bench", "run", "report", "inputs"}),
     "exporters": frozenset({"probes", "topology", "checks", "report", "host", "run", "nccl", "inputs"}),
     "commands": frozenset({"host", "probes", "topology", "checks", "report", "exporters", "run", "nccl", "bench",
-                           "benchparse", "cluster", "inputs"}),
+                           "benchparse", "cluster", "inputs", "nvfiles"}),
 }
 
 #: rooms whose folder is at the top of the source tree rather than inside ``ccdiag/``
