@@ -31,6 +31,8 @@ PARTIAL = "partial"  # data, with per-device/per-file errors beside it
 UNAVAILABLE = "unavailable"  # the subsystem is absent (no driver, no IB): a fact, not a failure
 FAILED = "failed"  # the probe itself raised (a ccdiag bug or a host far outside expectations)
 TIMEOUT = "timeout"  # still running at its deadline; abandoned
+#: how a failed run's error starts when the door's record holds nothing the probe reads
+NOT_RECORDED_PREFIX = "not recorded: "
 
 
 class ProbeUnavailable(Exception):
@@ -188,6 +190,11 @@ def run_one(host: Host, name: str) -> ProbeRun:
     try:
         data = _module_of(name).collect(host)
     except ProbeUnavailable as exc:
+        # a replayed partial record (a bug report) that holds nothing this probe reads: not an
+        # absent subsystem but an unknown one
+        why = host.unrecorded(name) if hasattr(host, "unrecorded") else None
+        if why:
+            return ProbeRun(name, FAILED, time.monotonic() - start, None, f"{NOT_RECORDED_PREFIX}{why}")
         return ProbeRun(name, UNAVAILABLE, time.monotonic() - start, None, str(exc))
     except Exception as exc:  # noqa: BLE001 - isolation is the point
         return ProbeRun(name, FAILED, time.monotonic() - start, None, f"{type(exc).__name__}: {exc}")
@@ -235,7 +242,7 @@ def run_probes(host: Host, names: Iterable[str] | None = None, deadline: float |
     return {n: results[n] for n in names}
 
 
-__all__ = ["FAILED", "OK", "PARTIAL", "PROBE_INFINIBAND", "PROBE_KMSG", "PROBE_NETDEV", "PROBE_NVML", "PROBE_PCIE",
+__all__ = ["FAILED", "NOT_RECORDED_PREFIX", "OK", "PARTIAL", "PROBE_INFINIBAND", "PROBE_KMSG", "PROBE_NETDEV", "PROBE_NVML", "PROBE_PCIE",
            "PROBE_SMI_TOPO", "PROBE_SYSTEM", "ProbeRun", "ProbeSpec", "ProbeUnavailable", "TIMEOUT", "UNAVAILABLE",
            "all_probes", "counter_probes", "probe", "probe_timeout", "probe_what", "registry", "resampled_probes",
            "run_one", "run_probes", "spec"]

@@ -16,7 +16,7 @@ from ccdiag.checks.context import REGISTRY, CheckContext
 from ccdiag.core.findings import SKIP, UNKNOWN, Component, Evidence, Finding
 from ccdiag.core.readings import ReadError, normalize_bdf
 from ccdiag.core.probenames import PROBE_NVML, PROBE_SMI_TOPO
-from ccdiag.probes.registry import TIMEOUT, UNAVAILABLE
+from ccdiag.probes.registry import NOT_RECORDED_PREFIX, TIMEOUT, UNAVAILABLE
 
 NVIDIA_VENDOR = "0x10de"
 #: evidence source for values read through NVML
@@ -161,6 +161,8 @@ def unusable_probe_finding(ctx: CheckContext, check_id: str, probe: str, what: s
     if run.status == UNAVAILABLE:
         return Finding(check_id, SKIP, NODE, f"{what}: not present ({run.error or probe})", details=details)
     remedy = probe_timeout_remedy(probe) if run.status == TIMEOUT else (
+        "What was read (a bug report, a pasted output) does not hold it: run `ccdiag check` on the node."
+        if (run.error or "").startswith(NOT_RECORDED_PREFIX) else
         "Re-run `ccdiag check`; if the probe keeps failing, attach `ccdiag snapshot` output to a bug report.")
     return Finding(check_id, UNKNOWN, NODE, f"{what} could not be judged: probe {probe} {run.status} ({run.error})",
                    remedy=remedy, details=details)

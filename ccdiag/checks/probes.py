@@ -11,7 +11,7 @@ from __future__ import annotations
 from ccdiag.checks import CheckContext, check
 from ccdiag.checks.common import probe_timeout_remedy
 from ccdiag.core.findings import PASS, UNKNOWN, Component, Evidence, Finding
-from ccdiag.probes.registry import FAILED, TIMEOUT, probe_what
+from ccdiag.probes.registry import FAILED, NOT_RECORDED_PREFIX, TIMEOUT, probe_what
 
 def _component(name: str) -> Component:
     return Component("probe", name, device=name)
@@ -55,12 +55,16 @@ def check_failures(ctx: CheckContext) -> list[Finding]:
         for name, run in runs.items():
             if run.status != FAILED:
                 continue
+            unrecorded = (run.error or "").startswith(NOT_RECORDED_PREFIX)
             out.append(Finding("probe.failed", UNKNOWN, _component(name),
-                               f"Probe {name} ({probe_what(name)}) failed{label}: {run.error}",
+                               f"Probe {name} ({probe_what(name)}) "
+                               + (f"not judged{label}: {run.error}" if unrecorded else f"failed{label}: {run.error}"),
                                evidence=(Evidence("status", run.status, "ccdiag probe runner"),
                                          Evidence("error", run.error, "ccdiag probe runner")),
-                               remedy="This host differs from what the probe expects or ccdiag has a bug: attach "
-                                      "`ccdiag snapshot` output to a bug report."))
+                               remedy=("What was read holds nothing this probe reads: run `ccdiag check` on the node, "
+                                       "or judge a `ccdiag snapshot` taken there." if unrecorded else
+                                       "This host differs from what the probe expects or ccdiag has a bug: attach "
+                                       "`ccdiag snapshot` output to a bug report.")))
     if not out:
         out.append(Finding("probe.failed", PASS, Component("node", "node"),
                            f"No probe failed ({len(ctx.runs)} run).",

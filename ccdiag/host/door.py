@@ -62,7 +62,8 @@ class HostReadError(Exception):
 
     ``kind``: ``missing`` (ENOENT, or absent from a snapshot), ``permission`` (EACCES/EPERM),
     ``invalid`` (EINVAL, e.g. a hw_counter the firmware refuses; EISDIR), ``io`` (EIO and others),
-    ``loop`` (too many symlinks).
+    ``loop`` (too many symlinks), ``not_recorded`` (a replayed record that holds only part of the
+    node, a bug report, does not say: unknown, never absent).
     """
 
     def __init__(self, path: str, kind: str, errno_: int | None, message: str):
@@ -71,6 +72,15 @@ class HostReadError(Exception):
         self.errno = errno_
         self.message = message
         super().__init__(f"{path}: {message}")
+
+
+#: the kind of a read a partial record (a node rebuilt from a bug report) cannot answer
+NOT_RECORDED_KIND = "not_recorded"
+#: snapshot metadata naming what a partial record was built from ("the bug report nvidia-bug-report.log.gz");
+#: present, the replay answers what the record lacks as not recorded instead of absent
+PARTIAL_RECORD_META = "partial_record"
+#: snapshot metadata: probe -> why the record holds nothing it reads
+NOT_RECORDED_META = "not_recorded"
 
 
 def _kind_of_errno(code: int | None) -> str:
@@ -286,6 +296,11 @@ class BaseHost:
         """The instance type as the cloud's instance metadata service gives it (:mod:`ccdiag.host.imds`);
         raises :class:`HostReadError`. A door without the service says so."""
         raise HostReadError(f"imds:{provider}", "missing", None, "this door has no instance metadata service")
+
+    def unrecorded(self, probe: str) -> str | None:
+        """Why this door holds nothing of what probe ``probe`` reads (a replayed partial record),
+        or None: the probe's own finding stands."""
+        return None
 
     def meta(self) -> dict:
         raise NotImplementedError
@@ -762,6 +777,20 @@ class ReplayHost(BaseHost):
         self._nvml_index: dict[str, list[dict]] = {}
         for rec in self.snap.nvml:
             self._nvml_index.setdefault(repr(list(rec["call"])), []).append(rec)
+        partial = self.snap.meta.get(PARTIAL_RECORD_META)
+        #: what a read this record lacks is (see :meth:`_absent`)
+        self._partial: str | None = str(partial) if partial else None
+
+    def _absent(self, path: str, what: str) -> HostReadError:
+        """The error for a read the record does not hold: absent from the node for a full snapshot,
+        not recorded for a partial record (a bug report says nothing of what it did not collect)."""
+        if self._partial:
+            return HostReadError(path, NOT_RECORDED_KIND, None, f"not recorded in {self._partial}")
+        return HostReadError(path, "missing", errno.ENOENT, what)
+
+    def unrecorded(self, probe: str) -> str | None:
+        table = self.snap.meta.get(NOT_RECORDED_META)
+        return str(table[probe]) if isinstance(table, dict) and table.get(probe) else None
 
     def _latest(self, records: list[dict]) -> dict | None:
         best = None
@@ -829,7 +858,7 @@ class ReplayHost(BaseHost):
             raise HostReadError(real, value.get("kind", "io"), value.get("errno"), value.get("message", "read error"))
         if real in self.snap.dirs or real in self._children:
             raise HostReadError(real, "invalid", errno.EISDIR, "is a directory")
-        raise HostReadError(real, "missing", errno.ENOENT, "no such file (not in snapshot)")
+        raise self._absent(real, "no such file (not in snapshot)")
 
     def _list_real(self, real: str) -> list[str]:
         if real in self.snap.listings:
@@ -841,7 +870,7 @@ class ReplayHost(BaseHost):
         value = self._value(real)
         if value is not None:
             raise HostReadError(real, "invalid", errno.ENOTDIR, "not a directory")
-        raise HostReadError(real, "missing", errno.ENOENT, "no such directory (not in snapshot)")
+        raise self._absent(real, "no such directory (not in snapshot)")
 
     def _kind_real(self, real: str) -> str | None:
         if real in self.snap.dirs or real in self.snap.listings or real in self._children or real == "/":
@@ -855,7 +884,8 @@ class ReplayHost(BaseHost):
         argv = tuple(str(a) for a in argv)
         rec = self._latest(self._cmd_index.get(argv, []))
         if rec is None:
-            return CommandResult(argv, None, "", "", 0.0, False, "not recorded in snapshot")
+            return CommandResult(argv, None, "", "", 0.0, False,
+                                 f"not recorded in {self._partial}" if self._partial else "not recorded in snapshot")
         result = CommandResult.from_record(rec)
         if result.timed_out and result.duration_s > timeout:
             # the recording hung longer than this run would wait: honour this run's deadline
@@ -868,7 +898,8 @@ class ReplayHost(BaseHost):
             init = self._latest(self._nvml_index.get(repr(["nvmlInit"]), []))
             if init is not None and "error" in init:
                 raise NvmlCallError(fn, args, init["error"], init.get("code"), init.get("message", ""))
-            raise NvmlCallError(fn, args, NOT_RECORDED, None, "not recorded in snapshot")
+            raise NvmlCallError(fn, args, NOT_RECORDED, None,
+                                f"not recorded in {self._partial}" if self._partial else "not recorded in snapshot")
         if "error" in rec:
             raise NvmlCallError(fn, args, rec["error"], rec.get("code"), rec.get("message", ""))
         return rec.get("ok")
@@ -880,7 +911,7 @@ class ReplayHost(BaseHost):
                 rec = self.snap.kmsg[e]
                 break
         if rec is None:
-            raise HostReadError("/dev/kmsg", "missing", errno.ENOENT, "kernel log not in snapshot")
+            raise self._absent("/dev/kmsg", "kernel log not in snapshot")
         if "error" in rec:
             err = rec["error"]
             raise HostReadError("/dev/kmsg", err.get("kind", "io"), err.get("errno"), err.get("message", ""))
@@ -895,7 +926,7 @@ class ReplayHost(BaseHost):
     def statvfs(self, path: str) -> dict:
         rec = self.snap.statvfs.get(path)
         if rec is None:
-            raise HostReadError(path, "missing", errno.ENOENT, "not in snapshot")
+            raise self._absent(path, "not in snapshot")
         if "error" in rec:
             err = rec["error"]
             raise HostReadError(path, err.get("kind", "io"), err.get("errno"), err.get("message", ""))
@@ -909,7 +940,7 @@ class ReplayHost(BaseHost):
         on a node whose DMI named no such cloud) says so, and nothing is asked on the network."""
         rec = self.snap.imds.get(provider)
         if rec is None:
-            raise HostReadError(f"imds:{provider}", "missing", errno.ENOENT, "not in snapshot")
+            raise self._absent(f"imds:{provider}", "not in snapshot")
         if "error" in rec:
             err = rec["error"]
             raise HostReadError(f"imds:{provider}", err.get("kind", "io"), err.get("errno"), err.get("message", ""))
@@ -947,6 +978,6 @@ def open_host(replay: str | None = None, root: str = "/", record: bool = False) 
 
 
 __all__ = [
-    "BaseHost", "CommandResult", "Host", "HostReadError", "LiveHost", "RecordingHost", "ReplayHost",
+    "BaseHost", "CommandResult", "Host", "HostReadError", "LiveHost", "NOT_RECORDED_KIND", "RecordingHost", "ReplayHost",
     "SnapshotError", "open_host", "resolve_path", "normpath",
 ]
