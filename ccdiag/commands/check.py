@@ -25,7 +25,7 @@ import click
 from ccdiag.commands.examples import epilog
 from ccdiag.run.checkrun import DEFAULT_DEADLINE_S, DEFAULT_WINDOW_S, close_host, evaluate
 from ccdiag.commands.snapshot import default_name
-from ccdiag.commands.common import host_options, make_host, try_write_report
+from ccdiag.commands.common import bug_report_option, host_options, make_host, try_write_report
 from ccdiag.core.errors import InputError
 from ccdiag.core.exitcodes import ExitCode
 from ccdiag.host.door import HostReadError, RecordingHost
@@ -94,6 +94,7 @@ def _save_failure_snapshot(host: RecordingHost, result, directory: str, env: dic
 
 @click.command(name="check", epilog=epilog("check"))
 @host_options
+@bug_report_option
 @click.option("--policy", "policy_file", metavar="FILE", type=click.Path(dir_okay=False),
               help="Hold the node to this policy (TOML, from `ccdiag policy init`).")
 @click.option("--env-file", "env_file", metavar="FILE", type=click.Path(dir_okay=False),
@@ -121,17 +122,19 @@ def _save_failure_snapshot(host: RecordingHost, result, directory: str, env: dic
               help="Add a short, bounded run of the benchmarks that can run here (`ccdiag bench --quick`) to the "
                    "verdict; it takes its own share of --timeout.")
 def command(replay, root, policy_file, env_file, timeout, window, as_json, output, strict, snapshot_dir, only,
-            textfile_dir, quiet, load_links, bench):
+            textfile_dir, quiet, load_links, bench, bug_report=None):
     """Judge this node (or a snapshot) and exit 0 ok, 1 failed, 2 bad input, 3 could not evaluate."""
     started = time.monotonic()
     policy = load_policy(policy_file) if policy_file else None
     env = load_env_file(env_file) if env_file else None
     env_source = f"env file {env_file}" if env_file else None
     _refuse_unknown_prefixes(only)
-    if snapshot_dir and replay:
-        click.echo("ccdiag: --snapshot-on-fail ignored: the data already comes from a snapshot", err=True)
-    record = bool(snapshot_dir) and not replay
-    host = make_host(replay, root, record=record)
+    if snapshot_dir and (replay or bug_report):
+        click.echo("ccdiag: --snapshot-on-fail ignored: the data already comes from a file", err=True)
+    record = bool(snapshot_dir) and not replay and not bug_report
+    # a bug report is read within half of --timeout; the evaluation gets what is left
+    host = make_host(replay, root, record=record, bug_report=bug_report, deadline=started + timeout / 2)
+    replay = replay or bug_report
     # --timeout bounds the whole run: what reading the snapshot took, and the report still to write
     reporting = any((as_json, output, textfile_dir))
     timeout = evaluation_budget(timeout, started, reporting, _pci_functions(host) if reporting else 0)

@@ -26,9 +26,31 @@ def host_options(func: Callable) -> Callable:
     return wrapper
 
 
-def make_host(replay: str | None, root: str = "/", record: bool = False) -> Host:
-    """The host for a command: a replayed snapshot (an unusable one is a :class:`SnapshotError`, exit 2),
+def bug_report_option(func: Callable) -> Callable:
+    """Adds ``--bug-report FILE``: judge the node an nvidia-bug-report log (or an nvidia-smi -q
+    output) describes (:mod:`ccdiag.host.bugreport`)."""
+
+    @click.option("--bug-report", "bug_report", metavar="FILE", type=click.Path(dir_okay=False),
+                  help="Read the node from an nvidia-bug-report.log(.gz) (or an nvidia-smi -q output) instead "
+                       "of this machine; what the report lacks is judged unknown.")
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        if kwargs.get("bug_report") and (kwargs.get("replay") or kwargs.get("root", "/") != "/"):
+            raise InputError("--bug-report reads the node from the report: give it without --replay or --root")
+        return func(*args, **kwargs)
+
+    return wrapper
+
+
+def make_host(replay: str | None, root: str = "/", record: bool = False, bug_report: str | None = None,
+              deadline: float | None = None) -> Host:
+    """The host for a command: a bug report rebuilt as a node (read until ``deadline``, a
+    ``time.monotonic()``), a replayed snapshot (an unusable one is a :class:`SnapshotError`, exit 2),
     a tree under ``root``, or the live machine (recording what it reads when ``record``)."""
+    if bug_report:
+        from ccdiag.host.bugreport import open_bug_report
+
+        return open_bug_report(bug_report, deadline)
     if replay:
         return ReplayHost(replay)
     if not os.path.isdir(root):

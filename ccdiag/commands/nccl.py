@@ -13,7 +13,7 @@ import time
 import click
 
 from ccdiag.commands.examples import epilog
-from ccdiag.commands.common import host_options, make_host
+from ccdiag.commands.common import bug_report_option, host_options, make_host
 from ccdiag.core.errors import InputError, NotEvaluated
 from ccdiag.core.exitcodes import ExitCode
 from ccdiag.core.output import sanitize_text
@@ -53,6 +53,7 @@ def node_recommendation(host, env: dict[str, str], env_source: str, timeout: flo
 
 @click.command(name="nccl", epilog=epilog("nccl"))
 @host_options
+@bug_report_option
 @click.option("--from-smi", "from_smi", metavar="FILE", type=click.Path(dir_okay=False),
               help="Recommend from a pasted `nvidia-smi topo -m` alone (rails and ring order).")
 @click.option("--log", "log_files", metavar="PATH", multiple=True, type=click.Path(),
@@ -70,11 +71,12 @@ def node_recommendation(host, env: dict[str, str], env_source: str, timeout: flo
               help="Name the platform where the node cannot say (a key of ccdiag's platform table, e.g. "
                    "coreweave-ib, azure-ndv5, aws-p5): its documented settings are kept and labelled.")
 @click.option("--timeout", type=click.FloatRange(1, 600), default=30.0, show_default=True, metavar="S")
-def command(replay, root, from_smi, log_files, env_file, fmt, as_json, output, topo_out, platform_key, timeout):
+def command(replay, root, from_smi, log_files, env_file, fmt, as_json, output, topo_out, platform_key, timeout,
+            bug_report=None):
     """NCCL settings for this node with their evidence (exit 0 ok, 2 bad input, 3 nothing read)."""
     fmt = "json" if as_json else fmt
-    if from_smi and replay:
-        raise InputError("--from-smi and --replay read different things; give one")
+    if from_smi and (replay or bug_report):
+        raise InputError("--from-smi and --replay/--bug-report read different things; give one")
     if platform_key is not None:
         from ccdiag.nccl.platforms import by_key
 
@@ -86,11 +88,13 @@ def command(replay, root, from_smi, log_files, env_file, fmt, as_json, output, t
     meta: dict = {}
     if from_smi:
         rec, subject = _from_matrix(from_smi, env_file, platform_key)
-    elif log_files and not replay and root == "/" and not env_file:
+    elif log_files and not replay and not bug_report and root == "/" and not env_file:
         rec, subject = None, f"the log {log_file}"
     else:
-        rec, meta = _from_node(replay, root, env_file, max(1.0, deadline - time.monotonic()), platform_key)
-        subject = meta.get("hostname") or ("the snapshot " + replay if replay else "this node")
+        rec, meta = _from_node(replay, root, env_file, max(1.0, deadline - time.monotonic()), platform_key,
+                               bug_report)
+        subject = meta.get("hostname") or ("the snapshot " + replay if replay
+                                           else f"the node in {bug_report}" if bug_report else "this node")
     findings = None
     if log_files:
         from ccdiag.nccl.diagnose import diagnose
@@ -197,12 +201,12 @@ def _from_matrix(from_smi: str, env_file: str | None, platform: str | None = Non
     return rec, f"the matrix in {from_smi}"
 
 
-def _from_node(replay, root, env_file, timeout, platform: str | None = None):
+def _from_node(replay, root, env_file, timeout, platform: str | None = None, bug_report: str | None = None):
     from ccdiag.nccl.present import NCCL_CONF
     from ccdiag.run.observe import close_host, nccl_settings_seen
     from ccdiag.probes._ncclconf import conf_problems
 
-    host = make_host(replay, root)
+    host = make_host(replay, root, bug_report=bug_report, deadline=time.monotonic() + timeout / 2)
     try:
         # the settings a job would see: an env file, else the environment and then /etc/nccl.conf
         conf = None

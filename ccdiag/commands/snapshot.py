@@ -15,7 +15,7 @@ import click
 
 from ccdiag.commands.examples import epilog
 from ccdiag.run.checkrun import DEFAULT_WINDOW_S
-from ccdiag.commands.common import host_options, make_host
+from ccdiag.commands.common import bug_report_option, host_options, make_host
 from ccdiag.core.errors import InputError
 from ccdiag.core.exitcodes import ExitCode
 from ccdiag.host.door import RecordingHost, ReplayHost
@@ -43,6 +43,7 @@ def _file_mode(text: str) -> int:
 
 @click.command(name="snapshot", epilog=epilog("snapshot"))
 @host_options
+@bug_report_option
 @click.option("-o", "--output", "output", metavar="FILE",
               help="Snapshot file to write [default: ccdiag-<host>-<time>.snap.tar.gz].")
 @click.option("--redact", is_flag=True, help="Keep only what the checks read (the allow-list in ccdiag/report/allowlist.py), "
@@ -57,7 +58,7 @@ def _file_mode(text: str) -> int:
 @click.option("--mode", "mode", default="0600", show_default=True, metavar="OCTAL",
               help="Permissions of the file written: the owner's only by default, since a snapshot carries "
                    "the kernel log, host names and serials (0640 to share it with a group).")
-def command(replay, root, output, redact, window, timeout, probes, as_json, mode):
+def command(replay, root, output, redact, window, timeout, probes, as_json, mode, bug_report=None):
     """Record a snapshot of this machine (or re-write a snapshot given with --replay, e.g. to redact it).
 
     Exit 0 when the file was written (even if some probes found nothing: that is recorded too),
@@ -66,7 +67,9 @@ def command(replay, root, output, redact, window, timeout, probes, as_json, mode
     file_mode = _file_mode(mode)
     names = list(probes or ALL_PROBES)
     started = time.monotonic()
-    host = make_host(replay, root, record=not replay)
+    host = make_host(replay, root, record=not replay and not bug_report, bug_report=bug_report,
+                     deadline=started + timeout)
+    replay = replay or bug_report
     runs = None
     if isinstance(host, ReplayHost):
         snap = host.snap

@@ -17,7 +17,7 @@ import time
 import click
 
 from ccdiag.commands.examples import epilog
-from ccdiag.commands.common import host_options, make_host
+from ccdiag.commands.common import bug_report_option, host_options, make_host
 from ccdiag.core.errors import InputError
 from ccdiag.core.exitcodes import ExitCode
 from ccdiag.core.output import sanitize_text
@@ -504,6 +504,7 @@ def _refuse_host_options_with_from_smi() -> None:
 
 @click.command(name="topo", epilog=epilog("topo"))
 @host_options
+@bug_report_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON report (kind \"topo\") on stdout.")
 @click.option("-o", "--output", metavar="FILE", help="Write the report (text, or JSON with --json) to FILE.")
 @click.option("--dot", "dot_path", metavar="FILE", help="Write the graph as Graphviz DOT to FILE.")
@@ -514,7 +515,7 @@ def _refuse_host_options_with_from_smi() -> None:
                    "(not with --replay, --root, --timeout, --dot, --svg, --png).")
 @click.option("--timeout", type=click.FloatRange(1, 600), default=DEFAULT_DEADLINE_S, show_default=True, metavar="S",
               help="Deadline for all probes together.")
-def command(replay, root, as_json, output, dot_path, svg_path, png_path, from_smi, timeout):
+def command(replay, root, as_json, output, dot_path, svg_path, png_path, from_smi, timeout, bug_report=None):
     """Show the GPU/NIC/NVLink/PCIe topology: the nvidia-smi style matrix, each GPU's nearest NIC,
     every link's trained vs maximum speed, the bandwidth each path should reach, and any mismatch
     with `nvidia-smi topo -m`.
@@ -535,7 +536,8 @@ def command(replay, root, as_json, output, dot_path, svg_path, png_path, from_sm
     started = time.monotonic()
     if not replay and root != "/" and not os.path.isdir(root):
         raise InputError(f"--root {root}: not a directory")
-    host = make_host(replay, root)
+    host = make_host(replay, root, bug_report=bug_report, deadline=started + timeout / 2)
+    replay = replay or bug_report
     runs, topo, smi_matrix, smi_diffs = gather(host, timeout)
     code = ExitCode.OK if topo.gpus() else ExitCode.UNEVALUATED
     meta = host.meta()
