@@ -685,6 +685,10 @@ def import_file(text: str, topology: Any, policy: Any, source: str, perftest_uni
     ("MiB/sec" or "Gb/sec"), which the JSON itself does not record. ``gpu_pci_ids``: PCI device ids of
     the file's GPUs, which name GPUs the file calls only "NVIDIA Graphics Device" (ids printed in the
     file itself, as lspci -nn prints them, are read too)."""
+    from ccdiag.bench import supportfiles
+
+    if supportfiles.detect(text) is not None:  # nvidia-smi -q, dcgmi diag: judged by the node's rules
+        return supportfiles.judge_file(text, source, policy)
     kind, parsed = _parse(text, perftest_unit)
     names, hosts = _file_names(kind, parsed)
     # "2b85", "0x2b85", "10de:2b85" or lspci's "[10de:2b85]": the device id is the part after the vendor

@@ -74,6 +74,14 @@ def exit_code(results: list[BenchResult], strict: bool = False) -> ExitCode:
     findings = [f for r in results for f in r.findings]
     if any(f.status == FAIL for f in findings) or (strict and any(f.status == WARN for f in findings)):
         return ExitCode.FAIL
+    # a pasted nvidia-smi -q or dcgmi diag is judged by its findings alone (it has no figures)
+    by_findings = [r for r in results if r.params.get("judged_by_findings")]
+    results = [r for r in results if not r.params.get("judged_by_findings")]
+    if by_findings and not results:
+        judged = [f for r in by_findings for f in r.findings if f.status in (PASS, WARN)]
+        if not judged or (strict and any(f.status == UNKNOWN for r in by_findings for f in r.findings)):
+            return ExitCode.UNEVALUATED
+        return ExitCode.OK
     measured = [r for r in results if r.outcome in (RAN, PARTIAL, TIMEOUT) and r.measurements]
     if not measured or any(r.outcome in (TIMEOUT, ERROR) for r in results):
         return ExitCode.UNEVALUATED
