@@ -198,6 +198,9 @@ def _collect(lines: Iterator[str], built: Built) -> tuple[sections.Prologue, dic
         if s.kept:
             secs.setdefault(s.entry, []).append(s)
             built.sections_read[s.entry] = built.sections_read.get(s.entry, 0) + 1
+        elif s.kind in ("file_missing", "file_unreadable"):
+            # the report says the file is absent (or unreadable): that is recorded, whatever the file
+            secs.setdefault("(absent files)", []).append(s)
         if s.cut:
             built.notes.append(f"section {s.header[:60]!r} is longer than {sections.MAX_KEPT_LINES} lines; "
                                "the rest was not read")

@@ -236,7 +236,8 @@ def parse_text(text: str) -> DiagRun:
             gpu = int(msg.group("id")) if msg.group("id") and (msg.group("entity") or "").upper() == "GPU" else None
             pending, pending_head = [info_raw], (msg.group("kind").lower(), gpu)
             if test is None:  # a deployment-level message before any test row (DCGM 2.x "Error")
-                test = DiagTest("(before any test)", category)
+                test = DiagTest(f"{category or 'Deployment'} (no test named)", category,
+                                plugin="software" if (category or "Deployment") == "Deployment" else None)
                 run.tests.append(test)
             continue
         if not name:

@@ -14,7 +14,6 @@ limit (256 MB) is below what a real report may inflate to.
 
 from __future__ import annotations
 
-import gzip
 import os
 import stat
 import time
@@ -34,6 +33,10 @@ SNIFF_BYTES = 64 << 10
 #: bytes read per step; the deadline is looked at between steps
 CHUNK_BYTES = 1 << 20
 _GZIP_MAGIC = b"\x1f\x8b"
+
+
+class _Corrupt(Exception):
+    """A gzip stream that cannot be inflated further."""
 
 
 class SupportFileError(UserInputError):
@@ -105,19 +108,10 @@ class SupportFile:
         self._raw = _open_raw(path, what)
         head = self._raw.read(2)
         self._raw.seek(0)
-        self._stream: IO[bytes]
-        if head == _GZIP_MAGIC:
-            self.reading.compressed = True
-            self._stream = gzip.GzipFile(fileobj=self._raw, mode="rb")
-        else:
-            self._stream = self._raw
-        self._first: bytes = b""
+        self.reading.compressed = head == _GZIP_MAGIC
 
     def close(self) -> None:
-        try:
-            self._stream.close()
-        finally:
-            self._raw.close()
+        self._raw.close()
 
     def __enter__(self) -> "SupportFile":
         return self
@@ -125,10 +119,51 @@ class SupportFile:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _raw_chunks(self) -> Iterator[bytes]:
+        """The file's bytes, inflated when it is gzip: member after member (``cat a.gz b.gz``), each
+        inflated piece handed on at once, so a stream cut short still gives all it held."""
+        while True:
+            try:
+                chunk = self._raw.read(CHUNK_BYTES)
+            except OSError as exc:
+                raise SupportFileError(f"{self.path}: cannot read {self.what}: {exc.strerror or exc}") from None
+            if not self.reading.compressed:
+                if not chunk:
+                    return
+                yield chunk
+                continue
+            if not hasattr(self, "_inflater"):
+                self._inflater = zlib.decompressobj(wbits=31)
+            if not chunk:
+                if not self._inflater.eof and self._seen_gzip:
+                    raise EOFError
+                return
+            data = chunk
+            while data:
+                try:
+                    out = self._inflater.decompress(data, CHUNK_BYTES * 4)
+                except zlib.error as exc:
+                    raise _Corrupt(str(exc)) from None
+                self._seen_gzip = True
+                if out:
+                    yield out
+                data = self._inflater.unconsumed_tail
+                if self._inflater.eof:
+                    rest = self._inflater.unused_data
+                    self._inflater = zlib.decompressobj(wbits=31)
+                    self._seen_gzip = False
+                    data = rest.lstrip(b"\x00")  # padding after the last member is allowed
+                    if data and data[:2] != _GZIP_MAGIC:
+                        raise _Corrupt("trailing bytes after the gzip stream")
+
+    _seen_gzip = False
+
     def _chunks(self) -> Iterator[bytes]:
         r = self.reading
+        source = self._raw_chunks()
         while True:
-            if self.deadline is not None and time.monotonic() > self.deadline:
+            # the first chunk is always read (bounded work): a file whose start was read gets a partial verdict
+            if r.bytes_read and self.deadline is not None and time.monotonic() > self.deadline:
                 r.stop(f"reading stopped at the deadline after {r.bytes_read / 1e6:.1f} MB "
                        f"({r.lines_read} lines); what follows in the file was not read")
                 return
@@ -136,22 +171,23 @@ class SupportFile:
                 r.stop(f"reading stopped after {self.max_bytes / 1e6:.0f} MB, the most ccdiag reads of one file")
                 return
             try:
-                chunk = self._stream.read(min(CHUNK_BYTES, self.max_bytes - r.bytes_read))
+                chunk = next(source)
+            except StopIteration:
+                return
             except EOFError:
+                if r.bytes_read == 0:
+                    raise SupportFileError(f"{self.path}: a gzip file with nothing readable in it (cut short)") from None
                 r.stop(f"the gzip stream ends early (a truncated file): read the first {r.bytes_read / 1e6:.1f} MB")
                 return
-            except (gzip.BadGzipFile, zlib.error) as exc:
+            except _Corrupt as exc:
                 if r.bytes_read == 0:
                     raise SupportFileError(f"{self.path}: not a readable gzip file ({exc})") from None
-                r.stop(f"the gzip stream is corrupt after {r.bytes_read / 1e6:.1f} MB ({exc}); "
-                       "what follows was not read")
-                return
-            except OSError as exc:
-                raise SupportFileError(f"{self.path}: cannot read {self.what}: {exc.strerror or exc}") from None
-            if not chunk:
+                r.stop(f"the gzip stream is corrupt after {r.bytes_read / 1e6:.1f} MB ({exc}); what follows was not read")
                 return
             if r.bytes_read == 0 and looks_binary(chunk):
                 raise SupportFileError(f"{self.path}: not text (binary content at the start), expected {self.what}")
+            if r.bytes_read + len(chunk) > self.max_bytes:
+                chunk = chunk[: self.max_bytes - r.bytes_read]
             r.bytes_read += len(chunk)
             yield chunk
 
