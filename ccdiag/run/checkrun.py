@@ -35,7 +35,7 @@ from ccdiag.host.door import Host
 from ccdiag.run.observe import Observation, observe
 from ccdiag.run.observe import close_host as observe_close_host
 from ccdiag.inputs.policy import DEFAULT_POLICY, Policy
-from ccdiag.probes.registry import FAILED, TIMEOUT, ProbeRun
+from ccdiag.probes.registry import FAILED, NOT_RECORDED_PREFIX, TIMEOUT, ProbeRun
 from ccdiag.run.stages import Budget, StageTimeout, run_stage
 
 #: default bound on a whole evaluation, well inside Slurm's 60 s health-check/prolog budgets
@@ -135,11 +135,13 @@ def _timeout_findings(runs: dict[str, ProbeRun], findings: list[Finding], sample
         if named:
             continue
         if run.status == FAILED:
+            unrecorded = (run.error or "").startswith(NOT_RECORDED_PREFIX)
             extra.append(Finding(
                 check="probe.failed", status=UNKNOWN, component=Component("probe", name, device=name),
-                summary=f"probe {name} ({sample} sample) broke: {run.error}",
+                summary=f"probe {name} ({sample} sample) " + ("not judged" if unrecorded else "broke") + f": {run.error}",
                 expected="every probe returns its observation",
-                remedy="This is a ccdiag bug: attach `ccdiag snapshot` output to a bug report."))
+                remedy=("What was read holds nothing this probe reads: run `ccdiag check` on the node." if unrecorded
+                        else "This is a ccdiag bug: attach `ccdiag snapshot` output to a bug report.")))
             continue
         extra.append(Finding(
             check="probe.timeout", status=UNKNOWN, component=Component("probe", name, device=name),
