@@ -57,6 +57,10 @@ SLOW_TESTS: dict[str, tuple[str, ...]] = {
         "test_perftest_error_is_that_ports_error_with_perftests_words",
         "test_perftest_registers_gpu_memory_by_dmabuf_first_and_says_which",
     ),
+    "test_bugreport.py": (
+        "test_check_bug_report_names_the_power_brake_on_every_gpu",
+        "test_snapshot_bug_report_writes_a_snapshot_that_replays_to_the_same_verdict",
+    ),
     "test_check_cli.py": (
         "test_degraded_sample_fails_with_failures_first", "test_healthy_sample_passes",
         "test_json_report_is_one_valid_document", "test_strict_turns_warnings_into_failure",
