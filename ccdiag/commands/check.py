@@ -132,8 +132,8 @@ def command(replay, root, policy_file, env_file, timeout, window, as_json, outpu
     if snapshot_dir and (replay or bug_report):
         click.echo("ccdiag: --snapshot-on-fail ignored: the data already comes from a file", err=True)
     record = bool(snapshot_dir) and not replay and not bug_report
-    # a bug report is read within half of --timeout; the evaluation gets what is left
-    host = make_host(replay, root, record=record, bug_report=bug_report, deadline=started + timeout / 2)
+    # a bug report is read within a third of --timeout; probing and judging it get the rest
+    host = make_host(replay, root, record=record, bug_report=bug_report, deadline=started + timeout / 3)
     replay = replay or bug_report
     # --timeout bounds the whole run: what reading the snapshot took, and the report still to write
     reporting = any((as_json, output, textfile_dir))

@@ -202,8 +202,9 @@ def _collect(lines: Iterator[str], built: Built) -> tuple[sections.Prologue, dic
             # the report says the file is absent (or unreadable): that is recorded, whatever the file
             secs.setdefault("(absent files)", []).append(s)
         if s.cut:
-            built.notes.append(f"section {s.header[:60]!r} is longer than {sections.MAX_KEPT_LINES} lines; "
-                               "the rest was not read")
+            built.notes.append(f"section {s.header[:60]!r} has {s.n_lines} lines: "
+                               + (f"its last {sections.MAX_KERNEL_LINES} were read" if s.entry in sections.TAIL_KEPT
+                                  else f"its first {sections.MAX_KEPT_LINES} were read"))
     return prologue, secs, ended
 
 

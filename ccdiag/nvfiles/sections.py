@@ -35,8 +35,12 @@ _COMMAND = re.compile(r"^(?:timeout \d+ )?(?P<path>(?:/[\w.+-]+)*/)?(?P<tool>[\w
 _PROLOGUE = re.compile(r"^(nvidia-bug-report\.sh Version|Date|uname|command line flags):\s*(.*)$")
 #: a row of R580's versions table: "NVIDIA GPU Details                  | NVIDIA H100 ..., 570.86.15, ..."
 _TABLE_ROW = re.compile(r"^(?P<name>[A-Za-z][\w /.-]{1,40}?)\s*\|\s?(?P<value>.*)$")
-#: lines one kept section may hold (a kernel log larger than this is cut, with a note)
+#: lines one kept section may hold (a larger one is cut, with a note)
 MAX_KEPT_LINES = 2_000_000
+#: kernel logs keep their last lines, the most recent events, up to this many (a kernel ring buffer
+#: holds far fewer; more is a log gone wild, and the kmsg probe must read it within its deadline)
+MAX_KERNEL_LINES = 200_000
+TAIL_KEPT = frozenset({"dmesg", "kernel-log-scan"})
 #: the Bottlerocket copy prefixes host files with this root; the node's own paths are without it
 HOST_ROOT_PREFIXES = ("/.bottlerocket/rootfs",)
 
@@ -158,6 +162,13 @@ def _starts_subsection(line: str) -> bool:
     return bool(line) and not line[0].isspace() and normalize_command(line) is not None
 
 
+def _trimmed(section: Section) -> Section:
+    if section.entry in TAIL_KEPT and len(section.lines) > MAX_KERNEL_LINES:
+        del section.lines[:-MAX_KERNEL_LINES]
+        section.cut = True
+    return section
+
+
 def iter_sections(lines: Iterable[str], keep: Callable[[Section], bool] | None = None) -> Iterator[Section]:
     """Every section, in order. ``keep(section)`` (called once its header is known) says whether
     its body lines are held; by default the bodies of the sections ccdiag reads are."""
@@ -171,7 +182,7 @@ def iter_sections(lines: Iterable[str], keep: Callable[[Section], bool] | None =
         n += 1
         if _SEPARATOR.match(line):
             if current is not None:
-                yield current
+                yield _trimmed(current)
             current = None
             awaiting_header = True
             previous_blank = False
@@ -189,7 +200,7 @@ def iter_sections(lines: Iterable[str], keep: Callable[[Section], bool] | None =
         assert current is not None
         if previous_blank and current.kind in ("command", "title", "untitled", "unknown", "skip") \
                 and _starts_subsection(line):
-            yield current
+            yield _trimmed(current)
             current = classify(line)
             current.line_no = n
             current.kept = keep(current)
@@ -200,12 +211,17 @@ def iter_sections(lines: Iterable[str], keep: Callable[[Section], bool] | None =
             continue  # the file's metadata line, not its contents
         current.n_lines += 1
         if current.kept:
-            if len(current.lines) < MAX_KEPT_LINES:
+            if current.entry in TAIL_KEPT:
+                current.lines.append(line)
+                if len(current.lines) >= 2 * MAX_KERNEL_LINES:
+                    del current.lines[:-MAX_KERNEL_LINES]  # amortised: the last lines are kept
+                    current.cut = True
+            elif len(current.lines) < MAX_KEPT_LINES:
                 current.lines.append(line)
             else:
                 current.cut = True
     if current is not None:
-        yield current
+        yield _trimmed(current)
 
 
 def kept_by_default(section: Section) -> bool:
