@@ -92,6 +92,8 @@ def headers(text: str) -> tuple[str | None, list[dict]]:
     seen: set[tuple[str, str]] = set()
 
     def add(kind: str, header: str) -> None:
+        if kind in ("file", "base64") and all(seg.startswith("*") for seg in header.split("/") if seg):
+            return  # a helper's own argument or a path only known when the script runs ("$j/*.conf")
         if (kind, header) not in seen:
             seen.add((kind, header))
             out.append({"kind": kind, "header": header})
