@@ -180,7 +180,7 @@ def iter_sections(lines: Iterable[str], keep: Callable[[Section], bool] | None =
     n = 0
     for line in lines:
         n += 1
-        if _SEPARATOR.match(line):
+        if line[:1] == "_" and _SEPARATOR.match(line):
             if current is not None:
                 yield _trimmed(current)
             current = None
