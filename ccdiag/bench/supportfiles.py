@@ -248,9 +248,10 @@ def judge_dcgm(run: dcgmdiag.DiagRun, source: str) -> BenchResult:
         for m in test.messages:
             if m.kind in ("warning", "error"):
                 by_gpu.setdefault(m.gpu, []).append(m)
-        bad = {g: s for g, s in test.results.items() if s in _STATUS}
+        bad: dict[int | None, str] = {g: s for g, s in test.results.items() if s in _STATUS}
         if not test.results and test.status in _STATUS:
-            bad = {g: test.status for g in by_gpu} or {None: test.status}
+            overall = test.status or "fail"
+            bad = {g: overall for g in by_gpu} or {None: overall}
         if not test.results and test.status is None and by_gpu:
             bad = {g: "fail" for g in by_gpu}  # a message row alone (a DCGM 2.x "Error" row)
         for gpu, status in sorted(bad.items(), key=lambda kv: (kv[0] is None, kv[0] or 0)):

@@ -57,7 +57,7 @@ def put_pci_tree(snap: SnapshotData, listing: PciListing) -> int:
         if fn.link_from is not None:
             if fn.speed_gts is not None or fn.width == 0:
                 snap.put_file(f"{real}/current_link_speed",
-                              (speed_text(fn.speed_gts) if fn.width else "Unknown") + "\n")
+                              ((speed_text(fn.speed_gts) or "Unknown") if fn.width else "Unknown") + "\n")
             if fn.width is not None:
                 snap.put_file(f"{real}/current_link_width", f"{fn.width}\n")
             if fn.max_speed_gts is not None:

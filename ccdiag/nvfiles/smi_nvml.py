@@ -32,6 +32,7 @@ no record: the replaying door answers it ``not_recorded`` and the probe reports 
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from ccdiag.nvfiles import smifields as sf
@@ -238,8 +239,8 @@ def _identity(c: _Calls, i: int, gpu: SmiGpu) -> None:
     if bus_text:
         info: dict[str, Any] = {"busId": bus_text, "busIdLegacy": bus_text}
         dev = sf.value(gpu, "pci_device_id")
-        if dev.kind == "text" and dev.text and dev.text.lower().startswith("0x"):
-            info["pciDeviceId"] = int(dev.text, 16)
+        if dev.kind == "text" and re.fullmatch(r"0[xX][0-9a-fA-F]{1,8}", dev.text or ""):
+            info["pciDeviceId"] = int(dev.text or "0", 16)
         c.ok("nvmlDeviceGetPciInfo_v3", i, value=info)
     total, used = sf.value(gpu, "fb_total"), sf.value(gpu, "fb_used")
     if total.kind == "number" and used.kind == "number":
@@ -349,9 +350,11 @@ def ordered_gpus(log: SmiLog) -> list[tuple[str | None, SmiGpu | None, str | Non
     """(bus id, GPU block or None, failure message or None) in NVML index order: the printed blocks
     in their order, with the GPUs nvidia-smi could not open placed by bus id."""
     failed = log.failed_bus_ids()
-    printed = [(normalize_smi_bus(g.bus_id) if g.bus_id else None, g, None) for g in log.gpus]
+    printed: list[tuple[str | None, SmiGpu | None, str | None]] = [
+        (normalize_smi_bus(g.bus_id) if g.bus_id else None, g, None) for g in log.gpus]
     have = {b for b, _, _ in printed if b}
-    extra = [(b, None, msg) for b, msg in failed.items() if b not in have]
+    extra: list[tuple[str | None, SmiGpu | None, str | None]] = [
+        (b, None, msg) for b, msg in failed.items() if b not in have]
     if not extra:
         return printed
     if any(b is None for b, _, _ in printed):

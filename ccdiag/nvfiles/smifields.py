@@ -128,7 +128,8 @@ def flag(v: Value) -> bool | None:
 def read_paths(gpu: SmiGpu) -> tuple[set[str], set[str]]:
     """(paths of this GPU some key reads, paths no key reads), repeated-path suffixes dropped."""
     known = known_paths()
-    read, unread = set(), set()
+    read: set[str] = set()
+    unread: set[str] = set()
     for path in gpu.fields:
         base = path.split("#", 1)[0]
         (read if base in known else unread).add(base)

@@ -79,7 +79,7 @@ class SmiLog:
 
     def failed_bus_ids(self) -> dict[str, str]:
         """Bus id -> the message nvidia-smi printed instead of that GPU's data."""
-        out = {}
+        out: dict[str, str] = {}
         for _, text in self.messages:
             m = _MESSAGE_BUS.search(text)
             if m:
