@@ -125,3 +125,18 @@ def test_a_runtime_error_is_unknown_not_a_pass(tmp_path):
     path.write_text('{"DCGM Diagnostic": {"version": "4.6.0", "runtime_error": "Unable to acquire the GPUs"}}')
     code, findings = _import(path)
     assert code == 3 and [f["status"] for f in findings] == ["unknown", "unknown"]
+
+
+def test_a_gen4_gpu_in_a_gen3_slot_is_named_limited_by_the_host():
+    """netdata's real RTX 4090 -q -x (DTD v12): device max gen 4, host max 3, idle at gen 1."""
+    code, findings = _import(HERE / "fixtures/corpus/smi-q-x/rtx4090-x1-driver535.xml")
+    speed = _bad(findings, "pcie.link_speed")
+    assert speed and "limited by the host side" in speed[0]["summary"]
+
+
+def test_an_a100_in_mig_mode_from_a_dtd_v11_document():
+    """netdata's real A100 in MIG mode (DTD v11: power_readings, clocks_throttle_reasons)."""
+    code, findings = _import(HERE / "fixtures/corpus/smi-q-x/a100-sxm4-40gb-mig-driver510.xml")
+    mig = [f for f in findings if f["check"] == "gpu.mig"][0]
+    assert mig["status"] == "pass" and "MIG on" in mig["summary"]
+    assert [f["status"] for f in findings if f["check"] == "gpu.ecc"] == ["pass"]
