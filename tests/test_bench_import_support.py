@@ -140,3 +140,20 @@ def test_an_a100_in_mig_mode_from_a_dtd_v11_document():
     mig = [f for f in findings if f["check"] == "gpu.mig"][0]
     assert mig["status"] == "pass" and "MIG on" in mig["summary"]
     assert [f["status"] for f in findings if f["check"] == "gpu.ecc"] == ["pass"]
+
+
+def test_fabric_registration_is_judged_from_the_gpus_own_fabric_state(tmp_path):
+    """The real H100 output (fabric Completed on every GPU) passes; the same output with GPU0's state
+    edited to "In Progress" (SYNTHESIZED edit, for the failing side) fails GPU0, though a pasted
+    output shows no NVSwitch."""
+    real = (FIX / "smi-q-h100x8-535.161.08-hw-power-brake-gpud.txt").read_text()
+    _, findings = _import(FIX / "smi-q-h100x8-535.161.08-hw-power-brake-gpud.txt")
+    assert [f["status"] for f in findings if f["check"] == "gpu.fabric_manager"] == ["pass"]
+    edited = tmp_path / "smi.txt"
+    edited.write_text(real.replace("State                             : Completed\n"
+                                   "        Status                            : Success",
+                                   "State                             : In Progress\n"
+                                   "        Status                            : N/A", 1))
+    code, findings = _import(edited)
+    fm = _bad(findings, "gpu.fabric_manager")
+    assert code == 1 and [f["component"]["gpu"] for f in fm] == [0] and "in_progress" in fm[0]["summary"]

@@ -147,6 +147,7 @@ def judge_smi(text: str, source: str, policy: Any = None) -> BenchResult:
         ctx = CheckContext(runs=runs, policy=policy, meta=host.meta(), now=host.now())
     found = [f for f in run_checks(ctx, only=SMI_CHECKS)
              if not _gated_on_absent_probe(f) and not f.check.startswith(SMI_SKIPPED)]
+    found = _fabric_from_the_gpus(found, runs.get(PROBE_NVML))
     shown = [f for f in found if not _not_printed(f)]
     res.findings = shown + _not_shown([f for f in found if _not_printed(f)], what, source) + _coverage(log, what, source)
     return res
@@ -170,6 +171,41 @@ def _not_shown(findings: list[Finding], what: str, source: str) -> list[Finding]
                     evidence=(Evidence("file", source, "bench import"),),
                     remedy="Paste the whole `nvidia-smi -q` output (no -d filter) to judge these too.",
                     details={"checks": checks})]
+
+
+def _fabric_from_the_gpus(found: list[Finding], nvml_run: Any) -> list[Finding]:
+    """A pasted output shows no NVSwitch, so the fabric-manager check skips ("no NVSwitch"); but a GPU
+    that reports a fabric state sits on an NVLink fabric. Its registration is judged here as that
+    check judges it (its states and statuses), and the skip, wrong for such a GPU, is dropped."""
+    from ccdiag.checks.common import gpu_component
+    from ccdiag.checks.gpu import FABRIC_OK, FABRIC_STATUS_OK
+
+    nvml = getattr(nvml_run, "data", None)
+    gpus = [g for g in getattr(nvml, "gpus", ()) if g.fabric_state not in (None, "not_supported")]
+    if not gpus:
+        return found
+    out = [f for f in found if not (f.check == "gpu.fabric_manager" and f.status == "skip")]
+    bad = []
+    for g in gpus:
+        status_ok = g.fabric_status is None or g.fabric_status.strip().lower() in FABRIC_STATUS_OK
+        if g.fabric_state in FABRIC_OK and status_ok:
+            continue
+        src = f"nvmlDeviceGetGpuFabricInfoV({g.index})"
+        summary = (f"GPU{g.index}: fabric registration completed with error '{g.fabric_status}'."
+                   if g.fabric_state in FABRIC_OK else f"GPU{g.index}: fabric registration is '{g.fabric_state}'.")
+        bad.append(Finding("gpu.fabric_manager", FAIL, gpu_component(g), summary,
+                           evidence=(Evidence("fabric state", g.fabric_state, src),
+                                     Evidence("fabric status", g.fabric_status, src)),
+                           expected="fabric state completed, status success",
+                           expected_source="the GPU reports an NVLink fabric state",
+                           remedy="Start or restart nvidia-fabricmanager (its version must equal the driver's) and "
+                                  "check /var/log/fabricmanager.log; reboot if registration stays stuck."))
+    if not bad:
+        bad.append(Finding("gpu.fabric_manager", PASS, Component("node", "node"),
+                           f"{len(gpus)} GPU(s) report their NVLink fabric registration completed.",
+                           evidence=(Evidence("fabric states", sorted({g.fabric_state for g in gpus}),
+                                              "nvmlDeviceGetGpuFabricInfoV"),)))
+    return out + bad
 
 
 def _gated_on_absent_probe(f: Finding) -> bool:
