@@ -18,6 +18,7 @@ from ccdiag.host.bugreport import BugReportError, read_bug_report
 from ccdiag.host.door import NOT_RECORDED_KIND, HostReadError, ReplayHost
 from ccdiag.host.snapshot import SnapshotData
 from ccdiag.probes import kmsg, nvml, pcie
+from ccdiag.report.document import validate
 from tests.cli_runner import run
 from tests.synth import bugreport as synth
 
@@ -194,12 +195,34 @@ def test_a_truncated_report_gives_a_partial_verdict_and_says_what_was_not_read(t
     meta = snap.meta["bug_report"]
     assert not meta["complete"] and any("truncated" in n for n in meta["notes"])
     code, out, err = run("check", "--bug-report", str(cut), "--json")
-    assert code in (1, 3) and "Traceback" not in err and json.loads(out)["verdict"]
+    doc = json.loads(out)
+    assert code in (1, 3) and "Traceback" not in err and doc["verdict"]
+    assert validate(doc) is None
+    assert doc["host"]["source"] == "bug-report" and doc["host"]["bug_report"]["complete"] is False
+    record = [f for f in doc["findings"] if f["check"] == "probe.record"]
+    assert record[0]["status"] == "unknown" and "truncated" in record[0]["summary"]
+    assert "copy it whole" in record[0]["remedy"]
+
+
+def test_a_report_read_whole_says_so_and_carries_when_it_was_written():
+    code, out, _ = run("check", "--bug-report", str(H100_SMI), "--json", "--only", "probe")
+    doc = json.loads(out)
+    assert validate(doc) is None
+    record = [f for f in doc["findings"] if f["check"] == "probe.record"]
+    assert record[0]["status"] == "pass" and doc["host"]["bug_report"]["complete"] is True
+    assert doc["host"]["time"].startswith("2024-07-31")  # the output's own Timestamp line
 
 
 def test_a_report_read_past_its_deadline_is_partial(tmp_path):
-    snap = read_bug_report(str(_h100_report(tmp_path)), deadline=time.monotonic() - 1)
+    report = _h100_report(tmp_path)
+    snap = read_bug_report(str(report), deadline=time.monotonic() - 1)
     assert any("deadline" in n for n in snap.meta["bug_report"]["notes"])
+    from ccdiag.checks import CheckContext
+    from ccdiag.checks.probes import check_record
+
+    finding = check_record(CheckContext(runs={}, meta=snap.meta))[0]
+    assert finding.status == "unknown" and "deadline" in finding.summary and "--timeout" in finding.remedy
+    assert check_record(CheckContext(runs={}, meta={"hostname": "n"})) == []
 
 
 def test_bug_report_with_replay_is_a_usage_error(tmp_path):

@@ -71,3 +71,37 @@ def check_failures(ctx: CheckContext) -> list[Finding]:
                            evidence=(Evidence("statuses", {n: r.status for n, r in sorted(ctx.runs.items())},
                                               "ccdiag probe runner"),)))
     return out
+
+
+#: words of the notes that say why a file was not read whole, the reading's own first
+#: (ccdiag.nvfiles.supportfile), then the report's missing closing line (ccdiag.host.bugreport)
+_CUT_WORDS = ("deadline", "ends early", "corrupt", "reading stopped", "not read", "closing line", "cut")
+
+
+@check("probe.record")
+def check_record(ctx: CheckContext) -> list[Finding]:
+    """A node read from a file (``--bug-report``) was read to the file's end; what was not read is not judged."""
+    read = ctx.meta.get("bug_report")
+    if not isinstance(read, dict):
+        return []  # the node itself or a ccdiag snapshot: nothing to say
+    name = read.get("file") or "the file"
+    notes = [str(n) for n in read.get("notes") or []]
+    src = "ccdiag --bug-report"
+    evidence = [Evidence("file", name, src), Evidence("read as", read.get("kind"), src),
+                Evidence("bytes read", read.get("bytes_read"), src)]
+    sections = read.get("sections") or {}
+    if sections.get("total"):
+        evidence.append(Evidence("sections", f"{len(sections.get('read') or {})} read of {sections['total']}", src))
+    if notes:
+        evidence.append(Evidence("notes", notes, src))
+    if read.get("complete", True):
+        return [Finding("probe.record", PASS, Component("node", "record"),
+                        f"{name} was read to its end ({read.get('kind')}).", evidence=tuple(evidence))]
+    why = next((n for w in _CUT_WORDS for n in notes if w in n), "it does not end where it should")
+    deadline = "deadline" in why
+    return [Finding("probe.record", UNKNOWN, Component("node", "record"),
+                    f"{name} was read only in part ({why}); checks needing the rest say unknown.",
+                    evidence=tuple(evidence),
+                    remedy=("Give check a longer --timeout (a third of it goes to reading the file)." if deadline
+                            else "Collect the report again (nvidia-bug-report.sh) and copy it whole; a cut or "
+                                 "garbled file holds only what came before the damage."))]

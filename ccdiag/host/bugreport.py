@@ -64,6 +64,7 @@ class Built:
     derived: list[str] = field(default_factory=list)
     not_recorded: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    written: str | None = None  # a pasted nvidia-smi -q's Timestamp line
 
 
 def _sniff(lines: Iterator[str]) -> tuple[list[str], str]:
@@ -256,6 +257,7 @@ def _from_smi(text: str, kind: str, report: str, built: Built) -> SnapshotData:
     if not log.gpus and not log.messages:
         raise BugReportError(f"{report}: no GPU in this {kind} output")
     snap.nvml = nvml_records(log, source=f"{kind} in {report}")
+    built.written = log.timestamp
     built.derived.append(f"NVML answers from {kind} ({len(log.gpus)} GPU block(s))")
     if log.fragment:
         built.notes.append("a part of an nvidia-smi -q output (no banner and no GPU header): read as one GPU")
@@ -287,13 +289,15 @@ def read_bug_report(path: str, deadline: float | None = None) -> SnapshotData:
         else:
             report = f"the {kind} output {name}"
             snap = _from_smi("\n".join(_chain(head, lines)), kind, report, built)
-            prologue = sections.Prologue()
+            prologue = sections.Prologue(date=built.written)
         reading = f.reading
     if not reading.complete:
         built.notes.extend(reading.notes)
     gen = sections.generator_versions().get(prologue.version or "")
+    epoch = _time_epoch(prologue.date)  # when the report was written, not when it is read
     snap.meta = base_meta(hostname=prologue.hostname, kernel=prologue.kernel, machine=prologue.machine,
-                          source="bug-report", environ_recorded=[], time_epoch=_time_epoch(prologue.date))
+                          source="bug-report", environ_recorded=[], time_epoch=epoch,
+                          time=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch)) if epoch else None)
     snap.meta[PARTIAL_RECORD_META] = report
     snap.meta[NOT_RECORDED_META] = dict(sorted(built.not_recorded.items()))
     snap.meta["bug_report"] = {

@@ -29,7 +29,13 @@ SCHEMA_VERSION = "1.4.0"
 def host_section(meta: dict) -> dict:
     keys = ("hostname", "kernel", "machine", "time", "time_epoch", "source", "synthesized", "description",
             "tool_version")
-    return {k: meta.get(k) for k in keys if k in meta}
+    host = {k: meta.get(k) for k in keys if k in meta}
+    read = meta.get("bug_report")
+    if isinstance(read, dict):  # --bug-report: how much of the file the verdict stands on
+        host["bug_report"] = {k: read[k] for k in ("file", "kind", "complete", "bytes_read", "generator_version")
+                              if k in read}
+        host["bug_report"]["notes"] = [str(n) for n in read.get("notes") or []]
+    return host
 
 
 def probes_section(runs: dict[str, ProbeRun]) -> dict:
