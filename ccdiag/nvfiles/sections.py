@@ -37,9 +37,11 @@ _PROLOGUE = re.compile(r"^(nvidia-bug-report\.sh Version|Date|uname|command line
 _TABLE_ROW = re.compile(r"^(?P<name>[A-Za-z][\w /.-]{1,40}?)\s*\|\s?(?P<value>.*)$")
 #: lines one kept section may hold (a larger one is cut, with a note)
 MAX_KEPT_LINES = 2_000_000
-#: kernel logs keep their last lines, the most recent events, up to this many (a kernel ring buffer
-#: holds far fewer; more is a log gone wild, and the kmsg probe must read it within its deadline)
-MAX_KERNEL_LINES = 200_000
+#: kernel logs keep their last lines, the most recent events, up to this many: a distribution
+#: kernel's ring buffer (log_buf_len 256 KiB plus 4 KiB a CPU) holds about 10,000 lines, and this
+#: covers one of several MiB; more is a log gone wild, and the kmsg probe must read it, and the
+#: JSON report carry what it read, within --timeout
+MAX_KERNEL_LINES = 50_000
 TAIL_KEPT = frozenset({"dmesg", "kernel-log-scan"})
 #: the Bottlerocket copy prefixes host files with this root; the node's own paths are without it
 HOST_ROOT_PREFIXES = ("/.bottlerocket/rootfs",)
