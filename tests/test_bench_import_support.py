@@ -157,3 +157,27 @@ def test_fabric_registration_is_judged_from_the_gpus_own_fabric_state(tmp_path):
     code, findings = _import(edited)
     fm = _bad(findings, "gpu.fabric_manager")
     assert code == 1 and [f["component"]["gpu"] for f in fm] == [0] and "in_progress" in fm[0]["summary"]
+
+
+def test_the_sram_error_threshold_nvidia_smi_prints_is_judged(tmp_path):
+    """The real H100 output prints `SRAM Threshold Exceeded : No` on every GPU: gpu.sram_ecc passes
+    each from it; GPU0's block edited to Yes with 3 aggregate SEC-DED errors (SYNTHESIZED edit, for
+    the failing side) fails GPU0 with the RMA path."""
+    real = (FIX / "smi-q-h100x8-535.161.08-hw-power-brake-gpud.txt").read_text()
+    _, findings = _import(FIX / "smi-q-h100x8-535.161.08-hw-power-brake-gpud.txt")
+    assert [f["status"] for f in findings if f["check"] == "gpu.sram_ecc"] == ["pass"] * 8
+    aggregate = ("        Aggregate\n"
+                 "            SRAM Correctable              : 0\n"
+                 "            SRAM Uncorrectable Parity     : 0\n"
+                 "            SRAM Uncorrectable SEC-DED    : 0\n"
+                 "            DRAM Correctable              : 0\n"
+                 "            DRAM Uncorrectable            : 0\n"
+                 "            SRAM Threshold Exceeded       : No\n")
+    assert aggregate in real
+    edited = tmp_path / "smi.txt"
+    edited.write_text(real.replace(aggregate, aggregate.replace("SEC-DED    : 0", "SEC-DED    : 3")
+                                   .replace("Exceeded       : No", "Exceeded       : Yes"), 1))
+    code, findings = _import(edited)
+    sram = _bad(findings, "gpu.sram_ecc")
+    assert code == 1 and [f["component"]["gpu"] for f in sram] == [0]
+    assert "threshold" in sram[0]["summary"] and "RMA" in sram[0]["remedy"]

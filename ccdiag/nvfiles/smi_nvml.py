@@ -263,6 +263,7 @@ def _ecc(c: _Calls, i: int, gpu: SmiGpu) -> None:
     for scope, ctype in (("volatile", VOLATILE_ECC), ("aggregate", AGGREGATE_ECC)):
         for uncorrected, etype in ((False, MEMORY_ERROR_CORRECTED), (True, MEMORY_ERROR_UNCORRECTED)):
             c.value("nvmlDeviceGetTotalEccErrors", (i, etype, ctype), _ecc_total(gpu, scope, uncorrected), _int)
+    _sram_status(c, i, gpu)
     for key, cause in (("retired_pages_sbe", 0), ("retired_pages_dbe", 1)):
         c.value("nvmlDeviceGetRetiredPages", (i, cause), sf.value(gpu, key),
                 lambda v: [0] * max(0, min(v.integer or 0, 1 << 16)) if v.kind == "number" else None)
@@ -279,6 +280,29 @@ def _ecc(c: _Calls, i: int, gpu: SmiGpu) -> None:
     elif parts[0].kind == "number" and parts[1].kind == "number" and sf.flag(parts[2]) is not None:
         c.ok("nvmlDeviceGetRemappedRows", i,
              value=[parts[0].integer, parts[1].integer, int(bool(sf.flag(parts[2]))), int(bool(sf.flag(parts[3])))])
+
+
+def _sram_status(c: _Calls, i: int, gpu: SmiGpu) -> None:
+    """nvmlDeviceGetSramEccErrorStatus from ``SRAM Threshold Exceeded`` and the uncorrectable SRAM
+    counts beside it; left unrecorded when the threshold is printed but a count is not a number."""
+    exceeded = sf.value(gpu, "ecc_sram_threshold_exceeded")
+    if exceeded.kind != "text" or sf.flag(exceeded) is None:
+        c.value("nvmlDeviceGetSramEccErrorStatus", (i,), exceeded, lambda v: None)
+        return
+    counts = {}
+    for scope in ("volatile", "aggregate"):
+        g = lambda k: sf.value(gpu, f"ecc_{scope}_{k}")  # noqa: E731, B023
+        parity, secded, whole = g("sram_uncorrectable_parity"), g("sram_uncorrectable_secded"), g("sram_uncorrectable")
+        if parity.kind == "number" and secded.kind == "number":
+            counts[scope] = (parity.integer or 0, secded.integer or 0)
+        elif whole.kind == "number":
+            counts[scope] = (0, whole.integer or 0)
+        else:
+            return
+    c.ok("nvmlDeviceGetSramEccErrorStatus", i, value={
+        "volatileUncParity": counts["volatile"][0], "volatileUncSecDed": counts["volatile"][1],
+        "aggregateUncParity": counts["aggregate"][0], "aggregateUncSecDed": counts["aggregate"][1],
+        "bThresholdExceeded": int(bool(sf.flag(exceeded)))})
 
 
 def _clocks_thermal_power(c: _Calls, i: int, gpu: SmiGpu) -> None:
