@@ -22,6 +22,10 @@ import json
 import re
 from dataclasses import dataclass
 from importlib import resources
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ccdiag.nccl.messages import Message
 
 DATA = "nccl_catalogue.json"
 COMPONENTS = ("node", "nic", "gpu", "container", "network", "rank-config", "application", "nccl")
@@ -112,13 +116,13 @@ def family_of(text: str, file: str | None = None, source: str | None = None, *, 
 
 
 @functools.lru_cache(maxsize=4096)
-def explain(text: str, file: str | None = None) -> tuple[Family, object | None]:
+def explain(text: str, file: str | None = None) -> tuple[Family, Message | None]:
     """(family, extracted message or None) of one printed message; the message's own file refines the
     family when the line did not name one."""
     from ccdiag.nccl.messages import index
 
     msg = index().find(text, file)
-    fam = family_of(text, file)
+    fam = family_of(text, file) or by_id()[UNKNOWN]  # never None: unknown=True falls back to UNKNOWN
     if msg is not None and (fam.generic or fam.id == UNKNOWN) and not file:
         better = family_of(text, msg.file, msg.source)
         if better is not None:

@@ -170,7 +170,7 @@ def identify(obs: Any, env: Mapping[str, str], flattened: bool = False, named: s
     shaped = _from_environment(obs, env) or _from_tree(obs)
     if shaped is not None and (provider is None or shaped[0].provider == provider):
         return Identity("cloud", shaped[1], shaped[0].provider, itype, shaped[0])
-    if provider is not None or getattr(obs, "efa_devices", ()):
+    if provider is not None or bool(getattr(obs, "efa_devices", ())):
         prov = provider or "aws"
         why = f"{prov} from DMI" if provider else "aws from its EFA devices"
         err = getattr(obs, "instance_type_error", None)

@@ -148,7 +148,7 @@ def _from_json(doc: dict) -> list[LogFinding]:
             entries.append(RasEntry("Errors", "INCOMPLETE", comm, [f"Missing communicator data from {len(stuck)} rank(s)"]
                                     + [f"Process {r.get('pid')} on node {r.get('host')} managing GPU {r.get('nvml_dev')}"
                                        for r in stuck] + [f"The missing rank: {r.get('rank')}" for r in stuck]))
-        counts = {}
+        counts: dict[int, list[dict]] = {}
         for r in c.get("ranks", []) or []:
             total = sum(v for v in (r.get("collective_counts") or {}).values() if isinstance(v, int))
             counts.setdefault(total, []).append(r)

@@ -355,7 +355,7 @@ def _topo_file(layout: Layout, env: Mapping[str, str], xml: str | None,
                     (Fact("PCI tree", "no switch, all GPU-NIC paths PHB", layout.where),), LOW), files
     if set_now:
         return Knob(var, REMOVE, None, f"{var}={set_now} is set but this node's PCI tree is visible to NCCL "
-                    f"({ident.how}): a stale topology file causes spurious failures (Azure/azurehpc-health-checks#142)",
+                    f"({ident.how if ident else 'no platform reading'}): a stale topology file causes spurious failures (Azure/azurehpc-health-checks#142)",
                     confidence=MEDIUM), {}
     return Knob(var, DEFAULT, None, "NCCL reads this node's real PCI tree (PCIe switches and NUMA affinity are "
                 "visible), so no topology file is needed"), {}
