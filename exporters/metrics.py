@@ -20,7 +20,7 @@ from ccdiag.exporters import spec as S
 from ccdiag.exporters.cycle import Cycle, xid_keys
 from ccdiag.core.actions import RANK, action_of
 from ccdiag.core.actions import worst as worst_action
-from ccdiag.core.findings import STATUSES, Finding, verdict_status
+from ccdiag.core.findings import STATUSES, WAIVED, Finding, verdict_status
 from ccdiag.core.readings import normalize_bdf
 from ccdiag.probes.registry import OK, PARTIAL, UNAVAILABLE
 from ccdiag.topology.levels import UNKNOWN
@@ -374,6 +374,8 @@ def _checks(out: _Families, findings: tuple[Finding, ...] | None) -> None:
     # one series per (check, component): when a check reports a component twice, the worst wins
     worst: dict[tuple, str] = {}
     for f in findings:
+        if f.status == WAIVED:
+            continue  # ccdiag_finding_waived carries it, with the status it was judged with
         key = tuple("" if v is None else str(v) for v in _check_labels(f))
         if key not in worst or S.SEVERITY[f.status] > S.SEVERITY[worst[key]]:
             worst[key] = f.status
@@ -395,6 +397,29 @@ def _checks(out: _Families, findings: tuple[Finding, ...] | None) -> None:
     node = worst_action(action_of(f) for f in roots)
     out.add("node_action", (node,), RANK[node])
     _roots(out, findings)
+    _waived(out, findings)
+
+
+def _waived(out: _Families, findings: tuple[Finding, ...]) -> None:
+    """``ccdiag_finding_waived`` (the status each waived finding was judged with, and who waived it)
+    and ``ccdiag_finding_waiver_lapse_timestamp_seconds`` (when its waiver lapses: an alert warns
+    ahead of it). Nothing when no finding is waived."""
+    judged: dict[tuple, int] = {}
+    lapses: dict[tuple, float] = {}
+    for f in findings:
+        if f.status != WAIVED or not f.waived:
+            continue
+        labels = tuple("" if v is None else str(v) for v in _check_labels(f))
+        sev = S.SEVERITY.get(f.waived.get("status", ""), S.SEVERITY["fail"])
+        key = labels + (str(f.waived.get("by") or ""),)
+        judged[key] = max(judged.get(key, 0), sev)
+        at = f.waived.get("lapses_at")
+        if isinstance(at, (int, float)):
+            lapses[labels] = min(lapses.get(labels, float(at)), float(at))
+    for key in sorted(judged):
+        out.add("finding_waived", key, judged[key])
+    for labels in sorted(lapses):
+        out.add("finding_waiver_lapse_timestamp_seconds", labels, lapses[labels])
 
 
 #: statuses that carry a root: what an operator acts on, and the skips a root cause explains
@@ -407,7 +432,7 @@ def _roots(out: _Families, findings: tuple[Finding, ...]) -> None:
     so one fallen GPU raises one notification, not one per check it made fail."""
     worst: dict[tuple, tuple[int, str]] = {}
     for f in findings:
-        if f.status == "pass" or (f.status not in _ROOTED and not f.caused_by):
+        if f.status in ("pass", WAIVED) or (f.status not in _ROOTED and not f.caused_by):
             continue  # a passing XID folded under its event (45 after 149) is no alert
         labels = tuple("" if v is None else str(v) for v in (*_check_labels(f), f.component.bdf))
         sev = S.SEVERITY[f.status]

@@ -186,6 +186,10 @@ SPECS: tuple[MetricSpec, ...] = (
        f"for ({ACTION_HELP}); an escalation ladder climbs these values.", CHECK),
     _g("node_action", f"The node's action: the most disruptive among its root problems ({ACTION_HELP}); the "
        "action label names it.", ("action",)),
+    _g("finding_waived", f"A problem the policy waives until a date (it counts in no verdict, severity or root "
+       f"series); value: the status it was judged with ({SEVERITY_HELP}); by: who waived it.", CHECK + ("by",)),
+    _g("finding_waiver_lapse_timestamp_seconds", "When the waiver of this waived finding lapses (the problem then "
+       "counts again); alert ahead of it with `- time() < 3 * 86400`.", CHECK),
 )
 
 BY_NAME = {s.name: s for s in SPECS}

@@ -150,6 +150,17 @@ def result(**override) -> CheckResult:
                        exit_code=1, timed_out=False, duration_s=0.75)
 
 
+def waived_result() -> CheckResult:
+    """:func:`result` under a policy waiving GPU0's downtrained link until a date after the run."""
+    from ccdiag.checks.waiving import apply_waivers
+    from ccdiag.inputs.waivers import parse_waiver
+
+    w = parse_waiver({"check": "pcie.link_downtrained", "component": "GPU0 PCIe", "until": "2023-11-20",
+                      "by": "alice", "reason": "riser on order"})
+    waived, outcomes = apply_waivers(findings(), [w], now=FIXED_TIME)
+    return dataclasses.replace(result(), findings=waived, waivers=tuple(outcomes))
+
+
 # -- the bundled samples, made deterministic for golden files ---------------------------------------
 SAMPLES = pathlib.Path(__file__).resolve().parent.parent / "samples"
 HEALTHY = SAMPLES / "hgx-h100-8gpu-healthy.snap.tar.gz"

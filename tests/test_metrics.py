@@ -135,7 +135,7 @@ def test_metrics_json_is_generated_from_the_spec(update_golden):
 
 
 def test_every_exported_family_is_declared_with_its_type_and_labels():
-    texts = [render(cycle_from_result(C.result(), 1.0), interval_s=15, cycles_total=1)]
+    texts = [render(cycle_from_result(r, 1.0), interval_s=15, cycles_total=1) for r in (C.result(), C.waived_result())]
     texts += [(GOLDEN / f"{n}.prom").read_text() for n in ("healthy", "degraded") if (GOLDEN / f"{n}.prom").exists()]
     seen = set()
     for text in texts:

@@ -5,7 +5,8 @@ inside Slurm's 60 s), one verdict line first, one line per failure, and an exit 
 branch on:
 
 * ``0``: no failure (warnings allowed unless ``--strict``). Also a box with no NVIDIA GPU on its
-  PCI bus and no policy expecting one: the GPU checks skip, and skipping is not failing.
+  PCI bus and no policy expecting one: the GPU checks skip, and skipping is not failing. A problem
+  the policy waives (``[[waiver]]``) does not fail the node; a waiver that lapsed raises a warning.
 * ``1``: a failure (or, with ``--strict``, a warning). A GPU node without a working driver fails.
 * ``2``: bad usage or input (unreadable ``--replay`` snapshot, malformed ``--policy`` or
   ``--env-file``).
@@ -126,6 +127,7 @@ def command(replay, root, policy_file, env_file, timeout, window, as_json, outpu
     """Judge this node (or a snapshot) and exit 0 ok, 1 failed, 2 bad input, 3 could not evaluate."""
     started = time.monotonic()
     policy = load_policy(policy_file) if policy_file else None
+    _refuse_unknown_waived_checks(policy)
     env = load_env_file(env_file) if env_file else None
     env_source = f"env file {env_file}" if env_file else None
     _refuse_unknown_prefixes(only)
@@ -162,7 +164,8 @@ def command(replay, root, policy_file, env_file, timeout, window, as_json, outpu
     else:
         from ccdiag.report.render import print_result
 
-        print_result(result.findings, result.exit_code, result.hostname, result.timed_out, quiet, strict)
+        print_result(result.findings, result.exit_code, result.hostname, result.timed_out, quiet, strict,
+                     waivers=result.waivers)
         if bench:
             from ccdiag.commands.bench_render import bench_status_line
 
@@ -227,7 +230,7 @@ def _report(result, replay: str | None, snap_path: str | None) -> dict:
     """The ``kind: check`` JSON report."""
     from ccdiag.report.document import build_report
 
-    extra = {"policy": _policy_section(result.policy)}
+    extra = {"policy": _policy_section(result.policy), "waivers": [o.to_json() for o in result.waivers]}
     if snap_path:
         extra["failure_snapshot"] = snap_path
     if result.bench:
@@ -242,3 +245,19 @@ def _policy_section(policy) -> dict:
     from dataclasses import asdict
 
     return {"source": policy.source, "values": {k: v for k, v in asdict(policy).items() if k != "source"}}
+
+
+def _refuse_unknown_waived_checks(policy) -> None:
+    """A waiver of a check id that no check has: a typo that would excuse nothing (bad input, as an
+    unknown ``--only`` prefix is). Benchmark findings (``bench.*``) are not registered checks."""
+    if policy is None or not policy.waivers:
+        return
+    from ccdiag.checks import load_all
+    from ccdiag.checks.waiving import LAPSED_CHECK
+
+    names = set(load_all()) | {LAPSED_CHECK}
+    for w in policy.waivers:
+        if w.check not in names and not w.check.startswith("bench."):
+            where = f"{policy.source}:{w.line}" if w.line else policy.source
+            raise InputError(f"{where}: the waiver names check {w.check!r}, which no check has "
+                             f"(`ccdiag check --json` lists the ids)")

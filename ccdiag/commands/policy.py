@@ -103,7 +103,7 @@ def _unhealthy_signs(runs) -> list[str]:
 def show(file, as_json):
     """Show the effective policy FILE sets: each value, whether it comes from the file or the default."""
     policy = load_policy(file)
-    in_file = file_keys(file)
+    in_file = file_keys(file) | ({"waivers"} if policy.waivers else set())
     rows = []
     for name in Policy.field_names():
         if name == "source":
@@ -111,13 +111,15 @@ def show(file, as_json):
         value = getattr(policy, name)
         origin = "file" if name in in_file else "default"
         rows.append((name, value, origin, FIELD_HELP.get(name, "")))
+    waivers = [w.to_json() for w in policy.waivers]
     if as_json:
         from ccdiag.core.output import emit_json
         from ccdiag.report.document import build_report
 
         emit_json(build_report("policy", {}, run_info={},
                                extra={"policy": {"source": file,
-                                                 "values": {n: (list(v) if isinstance(v, tuple) else v)
+                                                 "values": {n: (waivers if n == "waivers" else
+                                                                list(v) if isinstance(v, tuple) else v)
                                                             for n, v, _, _ in rows},
                                                  "origin": {n: o for n, _, o, _ in rows}}}))
         return int(ExitCode.OK)
@@ -126,6 +128,15 @@ def show(file, as_json):
     out = console()
     out.print(f"policy {file}")
     out.print(table(None, ("key", "value", "from", "meaning"),
-                    [(n, "(none)" if v is None else (list(v) if isinstance(v, tuple) else v), o, h)
-                     for n, v, o, h in rows]))
+                    [(n, _shown(n, v, policy), o, h) for n, v, o, h in rows]))
     return int(ExitCode.OK)
+
+
+def _shown(name: str, value, policy) -> object:
+    """A policy value as ``policy show`` prints it; each waiver as one sentence with its line."""
+    if value is None:
+        return "(none)"
+    if name == "waivers":
+        return "; ".join(f"{w.names()} until {w.until} by {w.by}: {w.reason}"
+                         + (f" (line {w.line})" if w.line else "") for w in policy.waivers) or "(none)"
+    return list(value) if isinstance(value, tuple) else value

@@ -15,8 +15,11 @@ WARN = "warn"
 FAIL = "fail"
 SKIP = "skip"  # the check does not apply here (no NVLink on this GPU model, no IB ports)
 UNKNOWN = "unknown"  # the check applies but could not be evaluated (probe timed out, no permission)
+#: a problem the policy excuses until a date (ccdiag.checks.waiving): shown, counted apart, never
+#: failing the node; ``Finding.waived`` keeps the status it was judged with and who waived it why
+WAIVED = "waived"
 
-STATUSES = (FAIL, UNKNOWN, WARN, SKIP, PASS)
+STATUSES = (FAIL, UNKNOWN, WARN, WAIVED, SKIP, PASS)
 #: sort key: failures first, passes last
 STATUS_RANK = {s: i for i, s in enumerate(STATUSES)}
 
@@ -67,6 +70,9 @@ class Finding:
     action: str | None = None
     #: what within the component, where a check reports one component more than once ("XID 79")
     subject: str | None = None
+    #: set on a ``waived`` finding: the status it was judged with, its action, and the waiver
+    #: (check, component, until, by, reason); see :mod:`ccdiag.checks.waiving`
+    waived: dict[str, Any] | None = None
 
     @property
     def key(self) -> str:
@@ -91,10 +97,11 @@ def worst(findings) -> str:
 def verdict_status(findings) -> str:
     """The node's verdict: the worst status, where a skipped check counts as nothing. A skip says a
     check does not apply here (no IB port, no NVLink, nothing in the policy to compare with), so a
-    node whose other checks all pass is healthy: ``pass``, never ``skip``. Only when nothing at all
-    was judged is the verdict ``skip``."""
+    node whose other checks all pass is healthy: ``pass``, never ``skip``. A waived problem counts
+    as nothing either (the policy excuses it; it was judged, so a node with nothing else is
+    ``pass``). Only when nothing at all was judged is the verdict ``skip``."""
     findings = list(findings)
-    judged = [f for f in findings if f.status != SKIP]
+    judged = [f for f in findings if f.status not in (SKIP, WAIVED)]
     if not judged:
-        return SKIP if findings else PASS
+        return PASS if not findings or any(f.status == WAIVED for f in findings) else SKIP
     return worst(judged)

@@ -22,6 +22,9 @@ from typing import TYPE_CHECKING, Any
 from ccdiag.core.errors import UserInputError
 from ccdiag.inputs.tomlread import TomlError
 from ccdiag.inputs.tomlread import loads as toml_loads
+from ccdiag.inputs.waivers import DEFAULT_WARN_DAYS, WAIVER_KEY, Waiver, WaiverError, parse_waivers, waiver_toml
+from ccdiag.inputs.waivers import EXAMPLE as WAIVER_EXAMPLE
+from ccdiag.inputs.waivers import HELP as WAIVER_HELP
 from ccdiag.core.probenames import PROBE_INFINIBAND, PROBE_NVML, PROBE_PCIE
 
 
@@ -55,6 +58,10 @@ class Policy:
     bench_rdma_fail_fraction: float | None = None
     bench_busbw_warn_fraction: float | None = None
     bench_busbw_fail_fraction: float | None = None
+    # -- waivers (ccdiag.inputs.waivers): known problems excused by name until a date, written as
+    # [[waiver]] tables after the keys; applied by ccdiag.checks.waiving
+    waivers: tuple[Waiver, ...] = ()
+    waiver_warn_days: float = DEFAULT_WARN_DAYS  # the report says a waiver lapses soon this many days ahead
     source: str | None = None  # where the policy came from (file path), for evidence
 
     @classmethod
@@ -92,10 +99,14 @@ FIELD_HELP: dict[str, str] = {
     "bench_rdma_fail_fraction": "ccdiag bench: rdma figures below this fraction of the path's bottleneck link fail",
     "bench_busbw_warn_fraction": "ccdiag bench: busbw figures below this fraction of the path's bottleneck link warn",
     "bench_busbw_fail_fraction": "ccdiag bench: busbw figures below this fraction of the path's bottleneck link fail",
+    "waivers": "known problems excused until a date: [[waiver]] tables at the end of the file",
+    "waiver_warn_days": "days before a waiver lapses that the report starts saying so",
 }
 
 #: fields never read from or written to a file
 _INTERNAL = ("source",)
+#: fields read from and written to a file in their own form (``[[waiver]]`` tables, at the end)
+_TABLES = {"waivers": WAIVER_KEY}
 
 
 class PolicyError(UserInputError, ValueError):
@@ -109,7 +120,7 @@ def _expected_type(name: str) -> str:
         "min_shm_bytes": "int", "min_memlock_bytes": "int", "nvlink_error_rate_warn": "int",
         "ib_error_rate_warn": "int", "gpu_model": "str", "ib_rate_gbit_s": "float", "xid_window_s": "float",
         "temperature_warn_c": "float", "require_persistence_mode": "bool", "require_peermem": "bool",
-        "require_idle_gpus": "bool",
+        "require_idle_gpus": "bool", "waiver_warn_days": "float",
         "ignore_xids": "int list",
     }
     if name.startswith("bench_") and name.endswith("_fraction"):
@@ -167,11 +178,16 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
         doc = toml_loads(text, source)
     except TomlError as exc:
         raise PolicyError(str(exc)) from None
-    known = set(Policy.field_names()) - set(_INTERNAL)
+    known = set(Policy.field_names()) - set(_INTERNAL) - set(_TABLES)
     values: dict[str, Any] = {}
     for key, value in doc.items():
         line = _line_of(text, key)
         where = f"{source}:{line}" if line else source
+        if key == WAIVER_KEY:
+            values["waivers"] = _read_waivers(value, text, source)
+            continue
+        if key in _TABLES:
+            raise PolicyError(f"{where}: write {key} as [[{_TABLES[key]}]] tables (see `ccdiag policy init`)")
         if key in RENAMED_KEYS:
             if RENAMED_KEYS[key] in doc:
                 raise PolicyError(f"{where}: {key} is the old name of {RENAMED_KEYS[key]}; set only one")
@@ -192,6 +208,18 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
     return Policy(**values, source=source)
 
 
+def _read_waivers(value: Any, text: str, source: str) -> tuple[Waiver, ...]:
+    """The ``[[waiver]]`` tables; an error names the file and the waiver's line."""
+    try:
+        return parse_waivers(value, text)
+    except WaiverError as exc:
+        msg = str(exc)
+        line, sep, rest = msg.partition(": ")
+        if sep and line.isdigit():
+            raise PolicyError(f"{source}:{line}: {rest}") from None
+        raise PolicyError(f"{source}: {msg}") from None
+
+
 #: keys of earlier releases, still read: old name -> current name (units spelled out in names)
 RENAMED_KEYS = {"ib_rate_gbps": "ib_rate_gbit_s"}
 
@@ -200,7 +228,7 @@ _BOUNDS: dict[str, tuple[float, float]] = {
     "expected_gpu_count": (0, 256), "min_pcie_gen": (1, 6), "min_pcie_width": (1, 32),
     "ib_rate_gbit_s": (1, 3200), "expected_ib_ports": (0, 256), "xid_window_s": (0, 365 * 86400),
     "temperature_warn_c": (20, 150), "min_shm_bytes": (0, 1 << 50), "min_memlock_bytes": (0, 1 << 62),
-    "nvlink_error_rate_warn": (0, 1 << 40), "ib_error_rate_warn": (0, 1 << 40),
+    "nvlink_error_rate_warn": (0, 1 << 40), "ib_error_rate_warn": (0, 1 << 40), "waiver_warn_days": (0, 365),
     **{f"bench_{k}_{w}_fraction": (0.0, 1.0) for k in ("pcie", "pcie_bidir", "nvlink", "rdma", "busbw")
        for w in ("warn", "fail")},
 }
@@ -251,7 +279,7 @@ def to_toml(policy: Policy, header: list[str] | None = None) -> str:
     if lines:
         lines.append("")
     for name in Policy.field_names():
-        if name in _INTERNAL:
+        if name in _INTERNAL or name in _TABLES:
             continue
         value = getattr(policy, name)
         lines.extend(wrap(FIELD_HELP.get(name, name), TOML_WIDTH, indent="#   ", first="# "))
@@ -260,7 +288,21 @@ def to_toml(policy: Policy, header: list[str] | None = None) -> str:
         else:
             lines.extend(_toml_assignment(name, value))
         lines.append("")
+    lines.extend(_waiver_tables(policy.waivers))
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def _waiver_tables(waivers: tuple[Waiver, ...]) -> list[str]:
+    """The waivers as ``[[waiver]]`` tables (TOML tables come after every key), or, with none, how
+    to write one, commented out."""
+    from ccdiag.core.textfit import wrap
+
+    lines = wrap(WAIVER_HELP, TOML_WIDTH, indent="# ", first="# ")
+    if not waivers:
+        return lines + list(WAIVER_EXAMPLE)
+    for w in waivers:
+        lines.extend(waiver_toml(w) + [""])
+    return lines
 
 
 #: a written policy file's lines fit this many columns (a long array spreads over lines)

@@ -44,7 +44,14 @@ def probes_section(runs: dict[str, ProbeRun]) -> dict:
 
 
 def findings_section(findings: list[Finding]) -> list[dict]:
-    return [{**to_jsonable(f), "key": f.key, "action": action_of(f)} for f in findings]
+    """Each finding with its key and action; ``waived`` only on a waived one."""
+    out = []
+    for f in findings:
+        item = {**to_jsonable(f), "key": f.key, "action": action_of(f)}
+        if item.get("waived") is None:
+            item.pop("waived", None)
+        out.append(item)
+    return out
 
 
 def verdict_section(findings: list[Finding], exit_code: int) -> dict:

@@ -3,11 +3,13 @@
 Made for the operator reading a Slurm log or a terminal at 3 a.m.: the first line is the verdict;
 each root-cause problem is printed once, root causes first, under a grep-able heading (status, id,
 component with UUID and BDF), with the findings that follow from it folded beneath
-(:mod:`ccdiag.checks.causes`), then what is wrong, the evidence, what was expected and what to do. Passes
-are only counted. Every line fits 100 columns: long evidence wraps between words, hanging under its
-label, and never splits a path, address or UUID (``--quiet`` piped into a log is the exception: one
-whole line per problem). Values are printed as values (``3 -> 57``, ``yes``,
-``not read``), never as Python reprs. Plain text; colour is added by :func:`print_result` only on a TTY.
+(:mod:`ccdiag.checks.causes`), then what is wrong, the evidence, what was expected and what to do.
+Problems the policy waived follow, each once under a ``WAIVED`` heading with who waived it, why and
+until when (:mod:`ccdiag.checks.waiving`). Passes are only counted. Every line fits 100 columns: long
+evidence wraps between words, hanging under its label, and never splits a path, address or UUID
+(``--quiet`` piped into a log is the exception: one whole line per problem). Values are printed as
+values (``3 -> 57``, ``yes``, ``not read``), never as Python reprs. Plain text; colour is added by
+:func:`print_result` only on a TTY.
 """
 
 from __future__ import annotations
@@ -17,11 +19,11 @@ from collections import Counter
 from typing import Iterable
 
 from ccdiag.core.exitcodes import ExitCode
-from ccdiag.core.findings import FAIL, PASS, SKIP, UNKNOWN, WARN, Evidence, Finding
+from ccdiag.core.findings import FAIL, PASS, SKIP, UNKNOWN, WAIVED, WARN, Evidence, Finding
 
 VERDICT_WORD = {ExitCode.OK: "OK", ExitCode.FAIL: "FAIL", ExitCode.UNEVALUATED: "UNKNOWN"}
-STATUS_WORD = {FAIL: "FAIL", WARN: "WARN", UNKNOWN: "UNKNOWN", SKIP: "SKIP", PASS: "PASS"}
-STYLE = {FAIL: "bold red", WARN: "yellow", UNKNOWN: "magenta", SKIP: "dim", PASS: "green"}
+STATUS_WORD = {FAIL: "FAIL", WARN: "WARN", UNKNOWN: "UNKNOWN", WAIVED: "WAIVED", SKIP: "SKIP", PASS: "PASS"}
+STYLE = {FAIL: "bold red", WARN: "yellow", UNKNOWN: "magenta", WAIVED: "cyan", SKIP: "dim", PASS: "green"}
 
 
 def _plural(n: int, word: str) -> str:
@@ -40,6 +42,9 @@ def verdict_line(findings: list[Finding], exit_code: int, hostname: str | None, 
     if code == ExitCode.OK and counts[WARN]:
         word = "WARN"
     parts = [f"{counts[FAIL]} failed" + (f" (+{folded} folded)" if folded else "")]
+    waived = sum(1 for f in findings if f.status == WAIVED and not (f.waived or {}).get("with"))
+    if waived:
+        parts.append(f"{waived} waived")
     if counts[WARN]:
         parts.append(_plural(counts[WARN], "warning"))
     if counts[UNKNOWN]:
@@ -118,7 +123,43 @@ def detail_lines(f: Finding) -> list[str]:
         out.append(f"    expected: {f.expected}{src}")
     if f.remedy:
         out.append(f"    remedy:   {f.remedy}")
+    if f.details.get("follows_waived"):
+        out.append(f"    follows:  {f.details['follows_waived']}, which is waived; a waiver never covers another "
+                   f"component")
     return out
+
+
+def lapse_text(seconds: float | None) -> str:
+    """``lapses in 2 days`` / ``lapses in 5 h`` / ``lapses today``."""
+    if seconds is None:
+        return ""
+    if seconds >= 86400 * 1.5:
+        return f"lapses in {seconds / 86400:.2g} days"
+    if seconds >= 3600:
+        return f"lapses in {seconds / 3600:.0f} h"
+    return "lapses within the hour"
+
+
+def waiver_text(f: Finding) -> str:
+    """``fail, waived until 2026-12-04 by alice: cable on order (lapses in 2 days)``."""
+    w = f.waived or {}
+    lapsing = f" ({lapse_text(w.get('lapses_in_s'))})" if w.get("lapsing") else ""
+    return f"{w.get('status', '?')}, waived until {w.get('until')} by {w.get('by')}: {w.get('reason')}{lapsing}"
+
+
+def _waived_lines(f: Finding, findings: list[Finding], quiet: bool) -> list[tuple[str, str | None]]:
+    """One waived finding a waiver names: its heading, the findings waived with it, what was found
+    and the waiver (who, why, until when)."""
+    style = STYLE[WAIVED]
+    if quiet:
+        return [(f"WAIVED {f.check} {f.component.label()} {f.summary} [{waiver_text(f)}]", style)]
+    lines: list[tuple[str, str | None]] = [(f"WAIVED {f.check} {f.component.label()}", style)]
+    folded = _folded_line(f, [g for g in findings if g.status == WAIVED and (g.waived or {}).get("with") == f.key])
+    if folded:
+        lines.append((folded, None))
+    lines.append((f"    {f.summary}", None))
+    lines.append((f"    waiver:   {waiver_text(f)}", None))
+    return lines
 
 
 #: components named on a folded line before "and N more"
@@ -132,7 +173,8 @@ def _folded_line(cause: Finding, problems: list[Finding]) -> str | None:
         return None
     groups: dict[tuple[str, str], list[str]] = {}
     for f in effects:
-        groups.setdefault((f.component.name, f.status), []).append(f.check)
+        status = (f.waived or {}).get("status", f.status) if f.status == WAIVED else f.status
+        groups.setdefault((f.component.name, status), []).append(f.check)
     # the same checks on many components (32 links behind one switch) read as one part
     by_checks: dict[tuple[tuple[str, ...], str], list[str]] = {}
     for (name, status), checks in groups.items():
@@ -175,7 +217,8 @@ MAX_WIDTH = 100
 #: a width no line reaches: ``--quiet`` piped into a log is never wrapped
 UNWRAPPED = 1 << 20
 #: continuation indent of a wrapped line, by how the line starts
-_HANGING = (("    evidence: ", 14), ("    expected: ", 14), ("    remedy:   ", 14), ("  + ", 6), ("    ", 6))
+_HANGING = (("    evidence: ", 14), ("    expected: ", 14), ("    remedy:   ", 14), ("    waiver:   ", 14),
+            ("    follows:  ", 14), ("  + ", 6), ("    ", 6))
 
 
 def wrap_line(text: str, width: int = MAX_WIDTH) -> list[str]:
@@ -207,21 +250,34 @@ def _root_lines(f: Finding, problems: list[Finding], quiet: bool) -> list[tuple[
 
 
 def render_lines(findings: list[Finding], exit_code: int, hostname: str | None, timed_out: bool = False,
-                 quiet: bool = False, strict: bool = False, width: int = MAX_WIDTH) -> list[tuple[str, str | None]]:
+                 quiet: bool = False, strict: bool = False, width: int = MAX_WIDTH,
+                 waivers: Iterable = ()) -> list[tuple[str, str | None]]:
     """(text, style) lines of the terminal report, each finding once, root causes first, every line
-    at most ``width`` columns. ``quiet``: the verdict and one line per root problem."""
-    lines: list[tuple[str, str | None]] = [
-        (verdict_line(findings, exit_code, hostname, timed_out, strict), STYLE.get(_verdict_status(exit_code, findings)))]
+    at most ``width`` columns. ``quiet``: the verdict and one line per root problem (and per waived
+    one). ``waivers``: the run's waiver outcomes (a waiver that names nothing in the run is said so)."""
+    verdict = verdict_line(findings, exit_code, hostname, timed_out, strict)
+    verdict_style = STYLE.get(_verdict_status(exit_code, findings))
+    lines: list[tuple[str, str | None]] = [(verdict, verdict_style)]
     problems = [f for f in findings if f.status in (FAIL, UNKNOWN, WARN)]  # findings come sorted: fail first
     folded = problems + [f for f in findings if f.status == SKIP and f.caused_by]
     from ccdiag.checks.causes import ordered_roots
+    from ccdiag.checks.waiving import waived_roots
 
     roots = ordered_roots(problems)
     for f in roots:
         if not quiet:
             lines.append(("", None))
         lines.extend(_root_lines(f, folded, quiet))
+    excused = waived_roots(findings)
+    for f in excused:
+        if not quiet:
+            lines.append(("", None))
+        lines.extend(_waived_lines(f, findings, quiet))
     if not quiet:
+        notes = unmatched_waiver_lines(waivers)
+        if notes:
+            lines.append(("", None))
+            lines.extend((text, STYLE[WARN]) for text in notes)
         skipped = skip_lines(findings)
         if skipped:
             lines.append(("", None))
@@ -235,6 +291,19 @@ def render_lines(findings: list[Finding], exit_code: int, hostname: str | None, 
     return [(part, style) for text, style in lines for part in wrap_line(sanitize(text), width)]
 
 
+def unmatched_waiver_lines(waivers: Iterable) -> list[str]:
+    """A waiver whose check ran but which names no finding of it: most likely the component is
+    spelled otherwise than ccdiag prints it, and the problem it was meant for still counts."""
+    out = []
+    for o in waivers:
+        if getattr(o, "check_ran", False) and not getattr(o, "matched", 1) and o.state != "lapsed":
+            w = o.waiver
+            where = f" (policy line {w.line})" if w.line else ""
+            out.append(f"NOTE the waiver of {w.names()}{where} names no finding of this run: spell the component "
+                       f"as `ccdiag check` prints it")
+    return out
+
+
 def _verdict_status(exit_code: int, findings: list[Finding]) -> str:
     if exit_code == ExitCode.FAIL:
         return FAIL
@@ -244,12 +313,13 @@ def _verdict_status(exit_code: int, findings: list[Finding]) -> str:
 
 
 def render_text(findings: list[Finding], exit_code: int, hostname: str | None, timed_out: bool = False,
-                quiet: bool = False, strict: bool = False, width: int = MAX_WIDTH) -> str:
-    return "\n".join(t for t, _ in render_lines(findings, exit_code, hostname, timed_out, quiet, strict, width)) + "\n"
+                quiet: bool = False, strict: bool = False, width: int = MAX_WIDTH, waivers: Iterable = ()) -> str:
+    return "\n".join(t for t, _ in render_lines(findings, exit_code, hostname, timed_out, quiet, strict, width,
+                                                waivers=waivers)) + "\n"
 
 
 def print_result(findings: list[Finding], exit_code: int, hostname: str | None, timed_out: bool = False,
-                 quiet: bool = False, strict: bool = False) -> None:
+                 quiet: bool = False, strict: bool = False, waivers: Iterable = ()) -> None:
     """Print on stdout, coloured only on a terminal (``ccdiag.core.output.console`` decides)."""
     from rich.text import Text
 
@@ -263,5 +333,6 @@ def print_result(findings: list[Finding], exit_code: int, hostname: str | None, 
         # a Slurm prolog logs each line it reads as one syslog record: piped, ``--quiet`` keeps its
         # promise of one line per problem, so a record is a whole finding to grep for
         width = UNWRAPPED
-    for text, style in render_lines(findings, exit_code, hostname, timed_out, quiet, strict, max(width, 40)):
+    for text, style in render_lines(findings, exit_code, hostname, timed_out, quiet, strict, max(width, 40),
+                                    waivers=waivers):
         out.print(Text(text, style=style or ""), soft_wrap=True)

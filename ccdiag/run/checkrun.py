@@ -20,6 +20,8 @@ Exit code rule (see :mod:`ccdiag.core.exitcodes`):
 * else ``0``. Findings that ``skip`` (no NVIDIA GPU on the PCI bus and no policy expecting one) do
   not prevent ``0``: a box without GPUs is honestly fine for what ccdiag checks. A node whose PCI bus
   shows NVIDIA GPUs but whose driver is absent is a *failure* (the GPU checks say so), not a ``3``.
+  Findings the policy ``waived`` (:mod:`ccdiag.checks.waiving`, applied after the root causes) do
+  not count either; what follows from them on another component does.
 """
 
 from __future__ import annotations
@@ -71,6 +73,8 @@ class CheckResult:
     strict: bool = False
     budget: Budget | None = None
     bench: list = field(default_factory=list)  # ccdiag.bench results when `check --bench` ran
+    #: what each of the policy's waivers did (ccdiag.checks.waiving.WaiverOutcome), in policy order
+    waivers: tuple = ()
 
     @property
     def status(self) -> str:
@@ -196,13 +200,26 @@ def evaluate(host: Host, policy: Policy | None = None, window_s: float = 0.0,
         # a replay judges the settings the recording run judged, and names them the same way
         env_source = env_source or obs.meta.get("env_source")
     env_source = env_source or "environment"
-    findings, timed_out = _judge(obs, policy, dict(env), env_source, host.now(), only, budget, deadline_s)
+    now = host.now()
+    findings, timed_out = _judge(obs, policy, dict(env), env_source, now, only, budget, deadline_s)
+    findings, waivers = _waive(findings, policy, now, only)
     code = exit_code_for(findings, timed_out, strict)
     return CheckResult(runs=obs.runs, later=obs.later, topology=obs.built_topology, findings=findings,
                        exit_code=int(code), timed_out=timed_out, window_s=obs.window_s,
                        deadline_s=float(deadline_s), duration_s=time.monotonic() - budget.start,
                        started_at=started_at, observed_at=host.now(), meta=obs.meta, policy=policy,
-                       env_source=env_source, strict=strict, budget=budget)
+                       env_source=env_source, strict=strict, budget=budget, waivers=tuple(waivers))
+
+
+def _waive(findings: list[Finding], policy: Policy, now: float, only: Iterable[str] | None,
+           lapse_findings: bool = True) -> tuple[list[Finding], list]:
+    """The policy's waivers applied after judging and root-cause folding (:mod:`ccdiag.checks.waiving`)."""
+    if not policy.waivers:
+        return findings, []
+    from ccdiag.checks.waiving import apply_waivers
+
+    return apply_waivers(findings, policy.waivers, now, warn_s=policy.waiver_warn_days * 86400.0, only=only,
+                         source=policy.source, lapse_findings=lapse_findings)
 
 
 def _judge(obs: Observation, policy: Policy, env: dict[str, str], env_source: str, now: float,
@@ -258,7 +275,10 @@ def add_benchmarks(result: CheckResult, host: Host, names: Iterable[str] = (), e
         benches = run_stage("bench", lambda: run_benchmarks(list(names), ctx), budget.bench_end, grace_s=3.0)
     except StageTimeout:
         benches = []
-    findings = sorted(result.findings + [f for b in benches for f in b.findings], key=Finding.sort_key)
+    # the benchmarks' findings are waived as the checks' were (a lapsed waiver is already reported)
+    extra, _ = _waive([f for b in benches for f in b.findings], result.policy, result.observed_at, None,
+                      lapse_findings=False)
+    findings = sorted(result.findings + extra, key=Finding.sort_key)
     return dataclasses.replace(result, bench=benches, findings=findings,
                                exit_code=int(exit_code_for(findings, result.timed_out, result.strict)))
 
