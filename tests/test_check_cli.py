@@ -80,6 +80,36 @@ def test_verdict_counts_root_problems_with_the_folded_ones_beside():
     assert verdict_line([root, *links, warn, _f(PASS)], ExitCode.FAIL, "n") == "FAIL: 1 failed (+9 folded) (node n)"
 
 
+def test_on_a_terminal_the_report_ends_with_its_roots_and_the_verdict_and_folds_the_passed_list():
+    """At 3 a.m. the details scroll by: the last lines a terminal shows are one line per root problem
+    (status, action, check, component, how many follow) and the verdict again; piped output and
+    --quiet keep their form (tests/test_terminal_text.py tries it in a real terminal)."""
+    import dataclasses
+    lost = _f(FAIL, "gpu.lost", component=Component("gpu", "GPU6", gpu=6), action="reboot")
+    follows = [dataclasses.replace(_f(UNKNOWN, f"gpu.c{i}", component=lost.component), caused_by=lost.key)
+               for i in range(3)]
+    passes = [_f(PASS, f"check.number{i}") for i in range(40)]
+    findings = [lost, _f(FAIL, "a.b"), *follows, _f(WARN, "w.x"), *passes]
+    piped = render_text(findings, ExitCode.FAIL, "hgx-01", width=80).splitlines()
+    term = render_text(findings, ExitCode.FAIL, "hgx-01", width=80, terminal=True).splitlines()
+    verdict = "FAIL: 2 failed (+3 folded), 1 warning (node hgx-01)"
+    assert piped[0] == term[0] == verdict and piped[-1] != verdict
+    assert term[-6:] == ["",
+                         "summary: 3 root problems, the node's action: reboot",
+                         "  FAIL    reboot      gpu.lost GPU6 (+3)",
+                         "  FAIL    drain       a.b n",
+                         "  WARN    none        w.x n",
+                         verdict]
+    passed = [line for line in term if line.startswith("passed (40): ")]
+    assert len(passed) == 1 and passed[0].endswith(" more checks") and len(passed[0]) <= 80
+    assert term[term.index(passed[0]) + 1] == ""  # one line, not wrapped
+    assert sum(1 for line in piped if line.startswith("      ")) >= 3  # piped: the whole list, wrapped
+    quiet = render_text(findings, ExitCode.FAIL, "hgx-01", quiet=True, terminal=False).splitlines()
+    assert quiet[0] == verdict and len(quiet) == 4
+    healthy = render_text(passes, ExitCode.OK, "n", terminal=True).splitlines()
+    assert healthy[-2:] == ["", "OK: 0 failed, 40 passed (node n)"]
+
+
 def test_quiet_keeps_only_verdict_and_problems():
     text = render_text([_f(FAIL, "a.b"), _f(PASS), _f(SKIP)], ExitCode.FAIL, "n", quiet=True)
     assert text.splitlines() == ["FAIL: 1 failed (node n)", "FAIL a.b n s"]

@@ -9,6 +9,7 @@ whole on one screen line.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -31,15 +32,17 @@ pytestmark = pytest.mark.skipif(shutil.which("tmux") is None,
                                 reason="tmux is not installed (scripts/install-test-deps.sh installs it)")
 
 
-def _screen(args: list[str], columns: int) -> tuple[str, str]:
-    """(screen lines as drawn, the same with wrapped lines joined) of ``ccdiag ARGS`` in a tmux pane."""
+def _screen(args: list[str], columns: int, rows: int = 50, visible: list | None = None) -> tuple[str, str]:
+    """(screen lines as drawn, the same with wrapped lines joined) of ``ccdiag ARGS`` in a tmux pane
+    of ``columns`` x ``rows``; ``visible`` (a list) receives what the pane shows at the end, as a
+    person sees it without scrolling back."""
     sock = f"ccdiag-test-{uuid.uuid4().hex[:8]}"
     done = "__ccdiag_done__"
     cmd = " ".join([sys.executable, "-m", "ccdiag", *args]) + f"; echo {done}; sleep 60"
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES", "TMUX", "NO_COLOR")}
     env["TERM"] = "xterm-256color"
     tmux = ["tmux", "-L", sock, "-f", "/dev/null"]
-    subprocess.run([*tmux, "new-session", "-d", "-x", str(columns), "-y", "50", "-s", "t",
+    subprocess.run([*tmux, "new-session", "-d", "-x", str(columns), "-y", str(rows), "-s", "t",
                     f"tmux set-option -g history-limit 20000 >/dev/null 2>&1; {cmd}"],
                    env=env, check=True, timeout=30, cwd=str(CWD))
     try:
@@ -50,6 +53,9 @@ def _screen(args: list[str], columns: int) -> tuple[str, str]:
             if done in drawn:
                 joined = subprocess.run([*tmux, "capture-pane", "-p", "-J", "-S", "-20000", "-t", "t"], env=env,
                                         capture_output=True, text=True, timeout=30).stdout
+                if visible is not None:
+                    visible.append(subprocess.run([*tmux, "capture-pane", "-p", "-t", "t"], env=env,
+                                                  capture_output=True, text=True, timeout=30).stdout.split(done)[0])
                 return drawn.split(done)[0], joined.split(done)[0]
             time.sleep(0.3)
         pytest.fail(f"ccdiag {' '.join(args)} did not finish in the tmux pane:\n{drawn}")
@@ -92,13 +98,43 @@ def test_check_on_a_100_column_terminal_prints_each_finding_once_root_first():
     lines = _lines(drawn)
     assert _lines(drawn) == _lines(joined), "the terminal had to fold a line"
     assert max(len(l) for l in lines) <= 100
-    verdict = next(i for i, l in enumerate(lines) if l.startswith("FAIL: 10 failed"))
+    verdict = next(i for i, l in enumerate(lines) if l.startswith("FAIL: 8 failed"))
     headings = [l for l in lines[verdict:] if re.match(r"^(FAIL|WARN|UNKNOWN) [a-z_]+\.[a-z_.]+ ", l)]
     assert headings[0] == "FAIL xid.recent GPU6 (0000:ba:00.0)"  # the root cause first
     # 8 root failures, each once: the lost GPU and the GPU count are folded under the XID 79 that
     # explains them, the two warnings under the port that is down
     assert len(headings) == len(set(headings)) == 8
-    assert "  + 11 follow from it: gpu.count node (fail); gpu.lost GPU6 (fail);" in drawn
+    assert "  + 12 follow from it: gpu.count node (fail); gpu.lost GPU6 (fail);" in drawn
+
+
+@pytest.mark.slow  # a child process per case (the fast loop leaves it to CI)
+def test_check_on_a_40_line_terminal_ends_with_the_verdict_and_its_roots(tmp_path):
+    """At 3 a.m. on a 100x40 terminal the details have scrolled by: the last screen still holds the
+    verdict and each root problem with its component and action (and what the policy waived)."""
+    policy = tmp_path / "fleet.toml"
+    policy.write_text('[[waiver]]\ncheck = "ib.port_state"\ncomponent = "mlx5_4 port 1"\nuntil = 2025-01-02\n'
+                      'by = "alice"\nreason = "cable on order"\n')
+    args = ["check", "--replay", str(DEGRADED), "--policy", str(policy)]
+    shown: list[str] = []
+    drawn, joined = _screen(args, 100, rows=40, visible=shown)
+    assert _lines(drawn) == _lines(joined), "the terminal had to fold a line"
+    lines, screen = _lines(drawn), [l for l in _lines(shown[0]) if l]
+    verdict = lines[0]
+    assert verdict.startswith("FAIL: 7 failed (+12 folded), 1 waived, 1 warning")
+    assert verdict not in screen[:-1] and screen[-1] == verdict  # scrolled away, and said again last
+    # the roots as the JSON report orders and names them, one line each, on the last screen
+    doc = json.loads(_wide(args + ["--json"]))
+    roots = [f for f in doc["findings"] if f["status"] in ("fail", "warn", "unknown") and not f.get("caused_by")]
+    assert len(roots) == 8
+    summary = screen[screen.index(next(l for l in screen if l.startswith("summary: 8 root problems"))):]
+    for f in roots:
+        name = f"{f['check']} {f['component']['name']}" + (f" {f['subject']}" if f.get("subject") else "")
+        assert any(l.split()[:2] == [f["status"].upper(), f["action"]] and name in l for l in summary), name
+    assert "  WAIVED  ib.port_state mlx5_4 port 1, until 2025-01-02, lapses in 1.5 days" in summary
+    assert "the node's action: service" in summary[0]
+    # the passed list is one line on a terminal
+    passed = [l for l in lines if l.startswith("passed (")]
+    assert len(passed) == 1 and passed[0].endswith(" more checks") and not lines[lines.index(passed[0]) + 1]
 
 
 CORPUS_TOPO = sorted((REPO / "tests" / "fixtures" / "corpus" / "topo-m").glob("*.txt"))

@@ -1,4 +1,5 @@
-"""Terminal rendering of findings: the verdict first, then what to act on, then the rest.
+"""Terminal rendering of findings: the verdict first, then what to act on, then the rest, and on a
+terminal the verdict again, last.
 
 Made for the operator reading a Slurm log or a terminal at 3 a.m.: the first line is the verdict;
 each root-cause problem is printed once, root causes first, under a grep-able heading (status, id,
@@ -10,6 +11,11 @@ evidence wraps between words, hanging under its label, and never splits a path, 
 (``--quiet`` piped into a log is the exception: one whole line per problem). Values are printed as
 values (``3 -> 57``, ``yes``, ``not read``), never as Python reprs. Plain text; colour is added by
 :func:`print_result` only on a TTY.
+
+On a terminal (``terminal=True``) the details scroll by, so the report ends with a summary the last
+screen holds: one line per root problem (status, action, check, component, how many follow from
+it), one per waived problem, and the verdict line again; the passed list folds to one line. Piped
+output and ``--quiet`` keep their form: the verdict first, every line whole for a log or a ticket.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from collections import Counter
 from typing import Iterable
 
 from ccdiag.core.exitcodes import ExitCode
+from ccdiag.core.actions import action_of
 from ccdiag.core.findings import FAIL, PASS, SKIP, UNKNOWN, WAIVED, WARN, Evidence, Finding
 
 VERDICT_WORD = {ExitCode.OK: "OK", ExitCode.FAIL: "FAIL", ExitCode.UNEVALUATED: "UNKNOWN"}
@@ -202,14 +209,24 @@ def skip_lines(findings: Iterable[Finding]) -> list[str]:
     return out
 
 
-def pass_summary(findings: Iterable[Finding], status: str = PASS) -> str | None:
-    """``passed: gpu.ecc x8, pcie.link x9, ...`` (one line, check ids with how many components)."""
+def pass_summary(findings: Iterable[Finding], status: str = PASS, width: int | None = None) -> str | None:
+    """``passed: gpu.ecc x8, pcie.link x9, ...`` (check ids with how many components). ``width``: at
+    most that many columns, the rest counted (``... and 24 more checks``), for a terminal where a
+    12-line list would push the verdict off the screen."""
     counts = Counter(f.check for f in findings if f.status == status)
     if not counts:
         return None
     word = {PASS: "passed", SKIP: "skipped"}.get(status, status)
     items = [name if n == 1 else f"{name} x{n}" for name, n in sorted(counts.items())]
-    return f"{word} ({sum(counts.values())}): " + ", ".join(items)
+    head = f"{word} ({sum(counts.values())}): "
+    text = head + ", ".join(items)
+    if width is None or len(text) <= width:
+        return text
+    for shown in range(len(items) - 1, 0, -1):
+        text = f"{head}{', '.join(items[:shown])}, ... and {len(items) - shown} more checks"
+        if len(text) <= width:
+            return text
+    return f"{head}{len(items)} checks"
 
 
 #: the widest line of the text report: it reads in a terminal, a Slurm log and a ticket alike
@@ -250,11 +267,13 @@ def _root_lines(f: Finding, problems: list[Finding], quiet: bool) -> list[tuple[
 
 
 def render_lines(findings: list[Finding], exit_code: int, hostname: str | None, timed_out: bool = False,
-                 quiet: bool = False, strict: bool = False, width: int = MAX_WIDTH,
+                 quiet: bool = False, strict: bool = False, width: int = MAX_WIDTH, terminal: bool = False,
                  waivers: Iterable = ()) -> list[tuple[str, str | None]]:
     """(text, style) lines of the terminal report, each finding once, root causes first, every line
     at most ``width`` columns. ``quiet``: the verdict and one line per root problem (and per waived
-    one). ``waivers``: the run's waiver outcomes (a waiver that names nothing in the run is said so)."""
+    one). ``terminal``: end with the summary (the roots, the waived, the verdict again) and fold the
+    passed list to one line. ``waivers``: the run's waiver outcomes (a waiver that names nothing in
+    the run is said so)."""
     verdict = verdict_line(findings, exit_code, hostname, timed_out, strict)
     verdict_style = STYLE.get(_verdict_status(exit_code, findings))
     lines: list[tuple[str, str | None]] = [(verdict, verdict_style)]
@@ -282,13 +301,52 @@ def render_lines(findings: list[Finding], exit_code: int, hostname: str | None, 
         if skipped:
             lines.append(("", None))
             lines.extend((text, STYLE[SKIP]) for text in skipped)
-        passed = pass_summary(findings)
+        passed = pass_summary(findings, width=width if terminal else None)
         if passed:
             lines.append((passed, STYLE[PASS]))
+        if terminal:
+            lines.append(("", None))
+            lines.extend(summary_lines(roots, excused, findings))
+            lines.append((verdict, verdict_style))
     from ccdiag.core.output import sanitize
 
     # findings quote what was read (host and device names, command output): escaped for a terminal
     return [(part, style) for text, style in lines for part in wrap_line(sanitize(text), width)]
+
+
+#: root problems the summary names one per line before "and N more above" (a 40-line terminal
+#: keeps the summary and the verdict on screen)
+SUMMARY_ROOTS = 12
+
+
+def summary_lines(roots: list[Finding], waived: list[Finding], findings: list[Finding]) -> list[tuple[str, str | None]]:
+    """The end of a terminal report: ``summary: ...``, then each root problem in one line (status,
+    action, check, component, ``(+N)`` findings that follow from it), then each waived one."""
+    if not roots and not waived:
+        return []
+    from ccdiag.checks.causes import effects_of, node_action
+
+    head = f"summary: {_plural(len(roots), 'root problem')}"
+    if roots:
+        head += f", the node's action: {node_action(findings)}"
+    if waived:
+        head += f", {len(waived)} waived"
+    out: list[tuple[str, str | None]] = [(head, None)]
+    for f in roots[:SUMMARY_ROOTS]:
+        n = sum(1 for e in effects_of(f, findings) if e.status in (FAIL, WARN, UNKNOWN))
+        more = f" (+{n})" if n else ""
+        subject = f" {f.subject}" if f.subject else ""
+        out.append((f"  {STATUS_WORD[f.status]:<7} {action_of(f):<11} {f.check} {f.component.name}{subject}{more}",
+                    STYLE[f.status]))
+    if len(roots) > SUMMARY_ROOTS:
+        out.append((f"  ... and {len(roots) - SUMMARY_ROOTS} more root problems above", None))
+    for f in waived[:SUMMARY_ROOTS]:
+        w = f.waived or {}
+        lapsing = f", {lapse_text(w.get('lapses_in_s'))}" if w.get("lapsing") else ""
+        out.append((f"  {'WAIVED':<7} {f.check} {f.component.name}, until {w.get('until')}{lapsing}", STYLE[WAIVED]))
+    if len(waived) > SUMMARY_ROOTS:
+        out.append((f"  ... and {len(waived) - SUMMARY_ROOTS} more waived above", None))
+    return out
 
 
 def unmatched_waiver_lines(waivers: Iterable) -> list[str]:
@@ -313,14 +371,16 @@ def _verdict_status(exit_code: int, findings: list[Finding]) -> str:
 
 
 def render_text(findings: list[Finding], exit_code: int, hostname: str | None, timed_out: bool = False,
-                quiet: bool = False, strict: bool = False, width: int = MAX_WIDTH, waivers: Iterable = ()) -> str:
+                quiet: bool = False, strict: bool = False, width: int = MAX_WIDTH, terminal: bool = False,
+                waivers: Iterable = ()) -> str:
     return "\n".join(t for t, _ in render_lines(findings, exit_code, hostname, timed_out, quiet, strict, width,
-                                                waivers=waivers)) + "\n"
+                                                terminal=terminal, waivers=waivers)) + "\n"
 
 
 def print_result(findings: list[Finding], exit_code: int, hostname: str | None, timed_out: bool = False,
                  quiet: bool = False, strict: bool = False, waivers: Iterable = ()) -> None:
-    """Print on stdout, coloured only on a terminal (``ccdiag.core.output.console`` decides)."""
+    """Print on stdout, coloured only on a terminal (``ccdiag.core.output.console`` decides); on a
+    terminal (not ``quiet``) the report ends with its summary and the verdict again."""
     from rich.text import Text
 
     from ccdiag.core.output import console
@@ -334,5 +394,5 @@ def print_result(findings: list[Finding], exit_code: int, hostname: str | None, 
         # promise of one line per problem, so a record is a whole finding to grep for
         width = UNWRAPPED
     for text, style in render_lines(findings, exit_code, hostname, timed_out, quiet, strict, max(width, 40),
-                                    waivers=waivers):
+                                    terminal=out.is_terminal and not quiet, waivers=waivers):
         out.print(Text(text, style=style or ""), soft_wrap=True)
