@@ -9,7 +9,10 @@ branch on:
   the policy waives (``[[waiver]]``) does not fail the node; a waiver that lapsed raises a warning.
 * ``1``: a failure (or, with ``--strict``, a warning). A GPU node without a working driver fails.
 * ``2``: bad usage or input (unreadable ``--replay`` snapshot, malformed ``--policy`` or
-  ``--env-file``).
+  ``--env-file``, a ``--gpu`` the node does not have).
+
+``--gpu`` narrows the verdict to one GPU (:mod:`ccdiag.run.gpuselect`): its findings, the bridges
+above it, the node-wide findings and the roots these follow from, under the same rule.
 * ``3``: no verdict: a probe timed out, a check could not be evaluated, or the deadline came first
   (and nothing had failed; a failure already found still gives ``1``).
 """
@@ -119,11 +122,14 @@ def _save_failure_snapshot(host: RecordingHost, result, directory: str, env: dic
 @click.option("--load-links/--no-load-links", "load_links", default=True, show_default=True,
               help="Keep each GPU's PCIe link busy with short host-to-device copies (CuPy) while link speeds "
                    "are read, so an idle GPU's power-saving downclock is not mistaken for a slow link.")
+@click.option("--gpu", "gpu", metavar="GPU",
+              help="Judge one GPU: an index, UUID or PCI address as NVML or nvidia-smi print it; the verdict and "
+                   "exit code are its findings' and those of what affects it (the node, the bridges above it).")
 @click.option("--bench", "bench", type=click.Choice(["quick"]), default=None,
               help="Add a short, bounded run of the benchmarks that can run here (`ccdiag bench --quick`) to the "
                    "verdict; it takes its own share of --timeout.")
 def command(replay, root, policy_file, env_file, timeout, window, as_json, output, strict, snapshot_dir, only,
-            textfile_dir, quiet, load_links, bench, bug_report=None):
+            textfile_dir, quiet, load_links, gpu, bench, bug_report=None):
     """Judge this node (or a snapshot) and exit 0 ok, 1 failed, 2 bad input, 3 could not evaluate."""
     started = time.monotonic()
     policy = load_policy(policy_file) if policy_file else None
@@ -131,6 +137,11 @@ def command(replay, root, policy_file, env_file, timeout, window, as_json, outpu
     env = load_env_file(env_file) if env_file else None
     env_source = f"env file {env_file}" if env_file else None
     _refuse_unknown_prefixes(only)
+    spelling = None
+    if gpu is not None:
+        from ccdiag.run.gpuselect import parse_gpu
+
+        spelling = parse_gpu(gpu)  # a malformed --gpu is refused before the node is read
     if snapshot_dir and (replay or bug_report):
         click.echo("ccdiag: --snapshot-on-fail ignored: the data already comes from a file", err=True)
     record = bool(snapshot_dir) and not replay and not bug_report
@@ -153,9 +164,12 @@ def command(replay, root, policy_file, env_file, timeout, window, as_json, outpu
     # what was read (a replayed snapshot: the largest thing held on a node with thousands of
     # devices) is not needed for the report: let it go before the report is built
     del host
-    if textfile_dir:
+    if textfile_dir:  # the node's metrics, whole, also with --gpu
         _write_textfile(textfile_dir, result)
-    doc = _report(result, replay, snap_path) if (as_json or output) else None
+    selection = None
+    if spelling is not None:
+        result, selection = _select_gpu(result, spelling)
+    doc = _report(result, replay, snap_path, selection) if (as_json or output) else None
     unwritten = try_write_report(doc, output) if output else None
     if as_json:
         from ccdiag.core.output import emit_json
@@ -164,8 +178,10 @@ def command(replay, root, policy_file, env_file, timeout, window, as_json, outpu
     else:
         from ccdiag.report.render import print_result
 
+        from ccdiag.run.gpuselect import scope_text
+
         print_result(result.findings, result.exit_code, result.hostname, result.timed_out, quiet, strict,
-                     waivers=result.waivers)
+                     waivers=result.waivers, scope=scope_text(selection["gpu_node"]) if selection else None)
         if bench:
             from ccdiag.commands.bench_render import bench_status_line
 
@@ -226,11 +242,31 @@ def _write_textfile(directory: str, result) -> None:
         raise InputError(f"cannot write textfile in {directory}: {getattr(exc, 'strerror', None) or exc}") from None
 
 
-def _report(result, replay: str | None, snap_path: str | None) -> dict:
+def _select_gpu(result, spelling):
+    """The result narrowed to one GPU and what affects it, with its own exit code; and the report's
+    ``selection`` (the node's own verdict kept beside it)."""
+    import dataclasses
+
+    from ccdiag.core.findings import verdict_status
+    from ccdiag.run.checkrun import exit_code_for
+    from ccdiag.run.gpuselect import findings_for_gpu, resolve_gpu, selection_json
+
+    node = resolve_gpu(spelling, result.topology, result.hostname)
+    kept = findings_for_gpu(result.findings, result.topology, node)
+    selection = {"gpu": selection_json(spelling, node), "gpu_node": node,
+                 "node_verdict": {"status": verdict_status(result.findings), "exit_code": int(result.exit_code)},
+                 "left_out": len(result.findings) - len(kept)}
+    code = exit_code_for(kept, result.timed_out, result.strict)
+    return dataclasses.replace(result, findings=kept, exit_code=int(code)), selection
+
+
+def _report(result, replay: str | None, snap_path: str | None, selection: dict | None = None) -> dict:
     """The ``kind: check`` JSON report."""
     from ccdiag.report.document import build_report
 
     extra = {"policy": _policy_section(result.policy), "waivers": [o.to_json() for o in result.waivers]}
+    if selection is not None:
+        extra["selection"] = {k: v for k, v in selection.items() if k != "gpu_node"}
     if snap_path:
         extra["failure_snapshot"] = snap_path
     if result.bench:

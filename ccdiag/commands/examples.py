@@ -12,6 +12,7 @@ SAMPLE = "samples/hgx-h100-8gpu-degraded.snap.tar.gz"
 EXAMPLES: dict[str, list[tuple[str, str]]] = {
     "check": [("ccdiag check", "is this node fit to run a job? (exit 0 ok, 1 failed, 3 no verdict)"),
               (f"ccdiag check --replay {SAMPLE}", "the verdict of a recorded node"),
+              (f"ccdiag check --replay {SAMPLE} --gpu 3", "one GPU and what affects it (index, UUID or PCI address)"),
               ("ccdiag check --json --output report.json --policy fleet.toml", "held to a fleet policy, as JSON")],
     "topo": [("ccdiag topo", "GPU/NIC matrix, GPUs, NIC affinity, links, expected bandwidth"),
              (f"ccdiag topo --replay {SAMPLE} --dot topo.dot", "the graph of a recorded node"),

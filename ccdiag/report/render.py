@@ -268,13 +268,15 @@ def _root_lines(f: Finding, problems: list[Finding], quiet: bool) -> list[tuple[
 
 def render_lines(findings: list[Finding], exit_code: int, hostname: str | None, timed_out: bool = False,
                  quiet: bool = False, strict: bool = False, width: int = MAX_WIDTH, terminal: bool = False,
-                 waivers: Iterable = ()) -> list[tuple[str, str | None]]:
+                 waivers: Iterable = (), scope: str | None = None) -> list[tuple[str, str | None]]:
     """(text, style) lines of the terminal report, each finding once, root causes first, every line
     at most ``width`` columns. ``quiet``: the verdict and one line per root problem (and per waived
     one). ``terminal``: end with the summary (the roots, the waived, the verdict again) and fold the
     passed list to one line. ``waivers``: the run's waiver outcomes (a waiver that names nothing in
-    the run is said so)."""
+    the run is said so). ``scope``: what the verdict is about when not the whole node (``GPU3 ...``)."""
     verdict = verdict_line(findings, exit_code, hostname, timed_out, strict)
+    if scope:
+        verdict = f"{verdict}, {scope}"
     verdict_style = STYLE.get(_verdict_status(exit_code, findings))
     lines: list[tuple[str, str | None]] = [(verdict, verdict_style)]
     problems = [f for f in findings if f.status in (FAIL, UNKNOWN, WARN)]  # findings come sorted: fail first
@@ -372,13 +374,13 @@ def _verdict_status(exit_code: int, findings: list[Finding]) -> str:
 
 def render_text(findings: list[Finding], exit_code: int, hostname: str | None, timed_out: bool = False,
                 quiet: bool = False, strict: bool = False, width: int = MAX_WIDTH, terminal: bool = False,
-                waivers: Iterable = ()) -> str:
+                waivers: Iterable = (), scope: str | None = None) -> str:
     return "\n".join(t for t, _ in render_lines(findings, exit_code, hostname, timed_out, quiet, strict, width,
-                                                terminal=terminal, waivers=waivers)) + "\n"
+                                                terminal=terminal, waivers=waivers, scope=scope)) + "\n"
 
 
 def print_result(findings: list[Finding], exit_code: int, hostname: str | None, timed_out: bool = False,
-                 quiet: bool = False, strict: bool = False, waivers: Iterable = ()) -> None:
+                 quiet: bool = False, strict: bool = False, waivers: Iterable = (), scope: str | None = None) -> None:
     """Print on stdout, coloured only on a terminal (``ccdiag.core.output.console`` decides); on a
     terminal (not ``quiet``) the report ends with its summary and the verdict again."""
     from rich.text import Text
@@ -394,5 +396,5 @@ def print_result(findings: list[Finding], exit_code: int, hostname: str | None, 
         # promise of one line per problem, so a record is a whole finding to grep for
         width = UNWRAPPED
     for text, style in render_lines(findings, exit_code, hostname, timed_out, quiet, strict, max(width, 40),
-                                    terminal=out.is_terminal and not quiet, waivers=waivers):
+                                    terminal=out.is_terminal and not quiet, waivers=waivers, scope=scope):
         out.print(Text(text, style=style or ""), soft_wrap=True)
