@@ -148,6 +148,7 @@ def test_a_date_covers_that_whole_day_in_utc():
     text, at = lapse_time(dt.date(2026, 12, 4))
     assert text == "2026-12-04" and at == calendar.timegm((2026, 12, 5, 0, 0, 0))
     assert lapse_time("2026-12-04T18:00:00+02:00")[1] == calendar.timegm((2026, 12, 4, 16, 0, 0))
+    assert lapse_time("2026-12-04T18:00:00Z")[1] == calendar.timegm((2026, 12, 4, 18, 0, 0))
     assert lapse_time(dt.datetime(2026, 12, 4, 18, 0))[1] == calendar.timegm((2026, 12, 4, 18, 0, 0))  # no offset: UTC
 
 

@@ -107,8 +107,9 @@ def lapse_time(value: Any) -> tuple[str, float]:
     without an offset is read as UTC."""
     if isinstance(value, str):
         text = value.strip()
+        iso = text[:-1] + "+00:00" if text[-1:] in ("Z", "z") else text  # Python 3.10 reads no "Z"
         try:
-            value = dt.date.fromisoformat(text) if len(text) == 10 else dt.datetime.fromisoformat(text)
+            value = dt.date.fromisoformat(iso) if len(iso) == 10 else dt.datetime.fromisoformat(iso)
         except ValueError:
             raise WaiverError(f"until must be a date (2026-12-04) or a date-time (2026-12-04T18:00:00Z), "
                               f"not {text!r}") from None
