@@ -125,8 +125,8 @@ def findings_for_gpu(findings: list[Finding], topology, gpu) -> list[Finding]:
         return root is None or root.component.kind in NODE_WIDE or about_device(root, gpu, upstream)
 
     keep = {id(f) for f in findings if kept(f)}
-    roots = {f.caused_by for f in findings if id(f) in keep and f.caused_by}
-    roots |= {f.details.get("follows_waived") for f in findings if id(f) in keep and f.details.get("follows_waived")}
+    roots: set[str] = {f.caused_by for f in findings if id(f) in keep and f.caused_by}
+    roots |= {str(f.details["follows_waived"]) for f in findings if id(f) in keep and f.details.get("follows_waived")}
     return [f for f in findings if id(f) in keep or f.key in roots]
 
 
