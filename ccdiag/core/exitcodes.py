@@ -20,10 +20,12 @@ class ExitCode(IntEnum):
 
 #: what each code means, as the "Exit codes" table of docs/commands.md says it
 EXIT_CODE_DOCS = {
-    ExitCode.OK: "The command ran; `check`: no failure (warnings allowed unless `--strict`).",
+    ExitCode.OK: "The command ran; `check`: no failure (warnings allowed unless `--strict`; a waived problem is "
+                 "no failure).",
     ExitCode.FAIL: "`check`, `bench`: at least one finding failed (or warned, with `--strict`).",
-    ExitCode.USAGE: "Bad command line, unreadable or malformed input file (snapshot, policy, pasted output); "
-                    "an unsupported Python (ccdiag needs 3.10 or newer).",
+    ExitCode.USAGE: "Bad command line, unreadable or malformed input file (snapshot, policy, a waiver of a check "
+                    "no check has, pasted output); `check --gpu` naming a GPU the node does not have; an "
+                    "unsupported Python (ccdiag needs 3.10 or newer).",
     ExitCode.UNEVALUATED: "Could not evaluate the node: no NVIDIA driver / no GPU data, a probe timed out, "
                           "or the deadline came before a verdict; `bench`: nothing could be measured here, or a "
                           "benchmark ran out of its budget.",
