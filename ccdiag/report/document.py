@@ -23,7 +23,7 @@ from ccdiag.probes.registry import ProbeRun
 if TYPE_CHECKING:
     from ccdiag.topology.model import Topology
 
-SCHEMA_VERSION = "1.5.0"
+SCHEMA_VERSION = "1.6.0"
 
 
 def host_section(meta: dict) -> dict:
