@@ -257,6 +257,11 @@ def not_read(check_id: str, g: Any, what: str, fns: tuple[str, ...]) -> Finding:
     if err is None or err.kind in NOT_APPLICABLE:
         return Finding(check_id, SKIP, gpu_component(g), f"GPU{g.index}: {what} not supported on this GPU/driver.",
                        evidence=(Evidence(what, err.kind if err else None, src),))
+    if err.kind == "not_recorded":  # a snapshot, bug report or paste that does not hold this value
+        return Finding(check_id, UNKNOWN, gpu_component(g), f"GPU{g.index}: {what} is not in this record.",
+                       evidence=(Evidence(what, "not recorded", err.source),),
+                       remedy="Run ccdiag on the node itself (a record made by an older ccdiag, or an "
+                              "nvidia-smi output that does not print this value, cannot say).")
     return Finding(check_id, UNKNOWN, gpu_component(g), f"GPU{g.index}: {what} could not be read ({err.kind}).",
                    evidence=(Evidence(what, f"{err.kind}: {err.message}", err.source),),
                    remedy="Run as root (some NVML queries need it) or check the driver.")

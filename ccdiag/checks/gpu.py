@@ -358,8 +358,8 @@ def check_sram_ecc(ctx: CheckContext) -> list[Finding]:
         if g.sram_threshold_exceeded is None:
             err = read_error(g, fn)
             if err is not None and err.kind == "not_recorded" and not g.failed:
-                return [Finding(cid, SKIP, gpu_component(g), f"GPU{g.index}: SRAM ECC status not in this snapshot "
-                                "(recorded by a ccdiag that did not read it).", evidence=(Evidence(
+                return [Finding(cid, SKIP, gpu_component(g), f"GPU{g.index}: SRAM ECC status is not in this record "
+                                "(the ccdiag or nvidia-smi that recorded it did not read it).", evidence=(Evidence(
                                     "SRAM ECC error status", "not recorded", f"{fn}({g.index})"),))]
             return [not_read(cid, g, "SRAM ECC error status", (fn,))]
         src = f"{fn}({g.index})"
