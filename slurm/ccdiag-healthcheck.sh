@@ -6,9 +6,15 @@
 # it after 60 s; so PATH is set here, ccdiag gets a 40 s deadline, and SLURM_CONF / CCDIAG_ARGS can
 # come from the environment or from ${CCDIAG_DEFAULTS:-/etc/default/ccdiag} (sourced when readable).
 #
-#   ccdiag exit 0  node fine: resume it if it is drained with a "ccdiag:" reason (never another one)
-#   ccdiag exit 1  failure: drain it, reason "ccdiag: <action> <first failure id> <component>" (<= 60 chars),
-#                  unless someone else already drained it (their reason is kept)
+# Its drains carry the reason prefix "ccdiag-hc:", and it resumes only those: a node the prolog or
+# epilog drained ("ccdiag-prolog:", "ccdiag-epilog:") saw a failure before or after a job that this
+# check may not see (the prolog loads the links, the health check does not), so an administrator
+# resumes it, never the next passing health check. So does a drain with the older shared "ccdiag:".
+#
+#   ccdiag exit 0  node fine: resume it if it is drained with a "ccdiag-hc:" reason (never another one)
+#   ccdiag exit 1  failure: drain it, reason "ccdiag-hc: <action> <first failure id> <component>"
+#                  (<= 60 chars), unless someone else (an administrator, the prolog) already drained
+#                  it (their reason is kept)
 #   ccdiag exit 3  no verdict (probe timed out, deadline): leave the node as it is, log why
 #   other          ccdiag misconfigured or broken: leave the node as it is, log why
 #
@@ -33,6 +39,8 @@ PYTHON="${CCDIAG_PYTHON:-python3}"
 NODE="${CCDIAG_NODENAME:-${SLURMD_NODENAME:-$(hostname -s)}}"
 TAG="ccdiag-healthcheck"
 REPORT_ONLY="${CCDIAG_REPORT_ONLY:-0}"
+# the reason prefix of this script's drains; the only drains it resumes
+OWN="ccdiag-hc:"
 
 log() {
     local line="$TAG: node $NODE: $*"
@@ -47,16 +55,20 @@ log() {
 # The drain reason ccdiag computed (report verdict.reason): "ccdiag: <action> <check id> <component name>":
 # the node's action (none, restart_job, drain, reset_gpu, reboot, service; ccdiag/core/actions.py), then
 # the first root-cause failure (one that does not follow from another: a lost GPU, not the GPU
-# count it lowers), "(+N)" other root failures, at most 60 chars.
+# count it lowers), "(+N)" other root failures; under this script's own prefix, at most 60 chars.
 reason_from_report() {
     "$PYTHON" -c '
 import json, sys
+own = sys.argv[2]
 try:
-    text = json.load(open(sys.argv[1]))["verdict"]["reason"] or "ccdiag: check failed"
+    text = json.load(open(sys.argv[1]))["verdict"]["reason"] or "check failed"
 except Exception:
-    text = "ccdiag: check failed"
-print(" ".join(text.replace("\"", "").split())[:60])
-' "$1" 2>/dev/null || echo "ccdiag: check failed"
+    text = "check failed"
+text = " ".join(str(text).replace("\"", "").split())
+if text.startswith("ccdiag:"):
+    text = text[len("ccdiag:"):].strip()
+print(f"{own} {text}"[:60])
+' "$1" "$OWN" 2>/dev/null || echo "$OWN check failed"
 }
 
 # The exit status, except in report-only mode, where nothing may react to it: always 0.
@@ -94,7 +106,7 @@ case "$rc" in
     case "$current_state" in
     *drain*)
         case "$current_reason" in
-        ccdiag:*)
+        "$OWN"*)
             if [ "$REPORT_ONLY" = 1 ]; then
                 log "report only: check passed; would resume (drained: $current_reason)"
             elif scontrol update nodename="$NODE" state=resume; then
@@ -103,7 +115,7 @@ case "$rc" in
                 log "check passed but scontrol resume failed"
             fi
             ;;
-        *) log "check passed; left drained by someone else (reason: $current_reason)" ;;
+        *) log "check passed; left drained by someone else (reason: $current_reason); an administrator resumes it" ;;
         esac
         ;;
     *) log "check passed" ;;
@@ -114,7 +126,7 @@ case "$rc" in
     case "$current_state" in
     *drain*)
         case "$current_reason" in
-        ccdiag:*) ;;  # ours: refresh the reason below
+        "$OWN"*) ;;  # ours: refresh the reason below
         *)
             log "check failed ($reason); already drained by someone else (reason: $current_reason), left as is"
             finish 1

@@ -4,12 +4,17 @@
 #
 # A prolog or epilog that exits non-zero makes Slurm drain the node with its generic reason
 # ("Prolog error") and requeue the job, so before exiting the script drains the node itself with
-# ccdiag's reason (action, root failure: "ccdiag: reboot xid.recent GPU6 (+7)"), which slurmctld is
+# ccdiag's reason under its own prefix (action, root failure: "ccdiag-prolog: reboot xid.recent GPU6
+# (+7)"; "ccdiag-epilog:" from the epilog), which slurmctld is
 # meant to keep for a node already draining (checked against a stand-in scontrol, not yet against a
 # running Slurm's prolog path). The verdict and one line per failure
 # go to stderr (the slurmd log) and to syslog. Only a failure (ccdiag exit 1) stops the job. No verdict (exit 3: a
 # probe timed out) or a ccdiag problem (exit 2, 4) lets the job run and is logged, because a wrong
 # policy file must not drain a whole partition; set CCDIAG_PROLOG_FAIL_ON_UNKNOWN=1 to stop on 3 too.
+#
+# The prefix keeps its drains apart from the health check's ("ccdiag-hc:"): the health check
+# resumes only its own, so a node this script drained stays drained until an administrator resumes
+# it (`scontrol update nodename=NODE state=resume`).
 #
 # Runs for every job, so it is kept short: --window 0 by default (error-counter rates are the
 # health check's business) and a 40 s deadline, inside Slurm's PrologEpilogTimeout.
@@ -32,6 +37,7 @@ NODE="${SLURMD_NODENAME:-$(hostname -s)}"
 STAGE="${CCDIAG_STAGE:-prolog}"  # "epilog" when run as ccdiag-epilog.sh
 TAG="ccdiag-$STAGE"
 REPORT_ONLY="${CCDIAG_REPORT_ONLY:-0}"
+OWN="ccdiag-$STAGE:"  # the reason prefix of this script's drains
 
 log() {
     echo "$TAG: node $NODE job ${SLURM_JOB_ID:-?}: $*" >&2
@@ -42,9 +48,14 @@ log() {
 # Drain with ccdiag's own reason (verdict.reason of the JSON report), if scontrol is there.
 drain_with_reason() {
     local reason
-    reason="$("$PYTHON" -c 'import json, sys; print(json.load(open(sys.argv[1]))["verdict"]["reason"] or "")' \
-              "$report" 2>/dev/null)"
-    reason="${reason:-ccdiag: check failed}"
+    reason="$("$PYTHON" -c '
+import json, sys
+text = " ".join(str(json.load(open(sys.argv[1]))["verdict"]["reason"] or "check failed").replace("\"", "").split())
+if text.startswith("ccdiag:"):
+    text = text[len("ccdiag:"):].strip()
+print(f"{sys.argv[2]} {text}"[:60])
+' "$report" "$OWN" 2>/dev/null)"
+    reason="${reason:-$OWN check failed}"
     if [ "$REPORT_ONLY" = 1 ]; then
         log "report only: would drain: $reason"
     elif command -v "$SCONTROL" >/dev/null 2>&1 && \

@@ -3,7 +3,7 @@
 Everything runs inside a temporary directory: a private munged (own key, socket and PID file), a
 slurm.conf on free ports, and ``HealthCheckProgram`` pointing at a wrapper that calls
 ``slurm/ccdiag-healthcheck.sh`` with ``CCDIAG_ARGS="--replay <sample>"``. The node must end DRAINED
-with a ``ccdiag:`` reason when the degraded sample is replayed, return to idle with the healthy one,
+with a ``ccdiag-hc:`` reason when the degraded sample is replayed, return to idle with the healthy one,
 and keep an administrator's own drain reason untouched. Every process started here is stopped by
 PID in the fixture's teardown.
 """
@@ -190,7 +190,7 @@ def samples():
 
 def test_degraded_node_is_drained_then_resumed_when_healthy(samples, cluster):
     cluster.set_args(f"--replay {DEGRADED}")
-    state, reason = cluster.wait_for(lambda s, r: "drain" in s and r.startswith("ccdiag:"), 45)
+    state, reason = cluster.wait_for(lambda s, r: "drain" in s and r.startswith("ccdiag-hc:"), 45)
     assert len(reason) <= 60
     # the reason names the node's action, then its root failure: a check id (dotted) and a component
     assert reason.split()[1] in ACTIONS and reason.split()[2].count(".") >= 1, reason  # action, then the check
@@ -248,7 +248,7 @@ def test_report_only_logs_what_it_would_do_and_never_drains_or_resumes(samples, 
     try:
         cluster.set_args(f"--replay {DEGRADED}")
         before = len(cluster.log_lines())
-        lines = _wait_for_lines(cluster, "report only: check failed; would drain: ccdiag: ", 2, before)
+        lines = _wait_for_lines(cluster, "report only: check failed; would drain: ccdiag-hc: ", 2, before)
         reason = lines[-1].split("would drain: ", 1)[1]
         assert reason.split()[2].count(".") >= 1 and len(reason) <= 60, reason
         state, _ = cluster.state()
@@ -281,9 +281,32 @@ def test_report_only_prolog_and_epilog_let_the_job_run_and_never_call_scontrol(s
     script = PROLOG if stage == "prolog" else PROLOG.parent / "ccdiag-epilog.sh"
     proc = subprocess.run(["/bin/bash", str(script)], env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
-    assert "FAIL:" in proc.stderr and "report only: would drain: ccdiag: " in proc.stderr
+    assert "FAIL:" in proc.stderr and f"report only: would drain: ccdiag-{stage}: " in proc.stderr
     assert ("would refuse the job" in proc.stderr) == (stage == "prolog")
     assert not calls.exists(), calls.read_text()
+
+
+def test_a_node_the_prolog_drained_is_not_resumed_by_a_passing_health_check(samples, cluster, tmp_path):
+    """The prolog drains with its own prefix; the health check, passing a few seconds later (it
+    does not load the links the prolog loads), leaves that drain to an administrator."""
+    cluster.set_args(f"--replay {HEALTHY}")
+    cluster.wait_for(lambda s, r: s == "idle", 45)
+    wrapper = cluster.root / "ccdiag"
+    env = dict(cluster.env, CCDIAG=str(wrapper), CCDIAG_ARGS=f"--replay {DEGRADED}", CCDIAG_DEFAULTS="/nonexistent",
+               CCDIAG_PYTHON=sys.executable, SLURM_JOB_ID="44", SLURMD_NODENAME=cluster.node)
+    try:
+        proc = subprocess.run(["/bin/bash", str(PROLOG)], env=env, capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 1, proc.stderr
+        state, reason = cluster.wait_for(lambda s, r: "drain" in s and r.startswith("ccdiag-prolog:"), 20)
+        assert len(reason) <= 60 and reason.split()[1] in ACTIONS and reason.split()[2].count(".") >= 1, reason
+        before = len(cluster.log_lines())
+        lines = _wait_for_lines(cluster, "check passed; left drained by someone else", 2, before)
+        assert reason in lines[-1]
+        state, now = cluster.state()
+        assert "drain" in state and now == reason
+    finally:
+        cluster.scontrol("update", f"nodename={cluster.node}", "state=resume")
+    cluster.wait_for(lambda s, r: s == "idle", 30)
 
 
 @pytest.mark.parametrize("which, expected_rc", [("degraded", 1), ("healthy", 0)])
