@@ -190,6 +190,30 @@ SPECS: tuple[MetricSpec, ...] = (
        f"series); value: the status it was judged with ({SEVERITY_HELP}); by: who waived it.", CHECK + ("by",)),
     _g("finding_waiver_lapse_timestamp_seconds", "When the waiver of this waived finding lapses (the problem then "
        "counts again); alert ahead of it with `- time() < 3 * 86400`.", CHECK),
+    # -- the health loop (ccdiag health run: active checks on an idle node, ccdiag-health.prom) ----------
+    _g("last_pass_timestamp_seconds", "Wall-clock time the last active check on this node (idle, ccdiag health "
+       "run) passed."),
+    _g("verdict_valid_until_seconds", "Until when the health loop's verdict holds: its last pass plus the validity "
+       "window (a pre-job check may reuse the pass until then); the time of the failure or lost verdict that ended "
+       "it otherwise."),
+    _g("health_last_run_timestamp_seconds", "Wall-clock time the health loop last ran, whatever its outcome."),
+    _g("health_last_run_outcome", "Outcome of the health loop's last run (pass, fail, unknown, error, yielded to a "
+       "job, busy, not_due); 1 for the current outcome, 0 for the others.", ("outcome",)),
+    _c("health_runs", "Runs of the health loop, by outcome.", ("outcome",)),
+    _g("health_drain_held", "1 when the node failed and was left in service because ccdiag's drain cap was "
+       "reached (reported instead of drained); 0 otherwise."),
+    _g("health_fleet_nodes", "Nodes of the fleet as the scheduler counted them at the last drain decision."),
+    _g("health_fleet_nodes_out", "Nodes ccdiag held out of service (Slurm drains with a ccdiag reason, Kubernetes "
+       "condition False) at the last drain decision."),
+    _g("health_fleet_nodes_out_limit", "The most nodes ccdiag may hold out at once (the drain cap) at the last "
+       "drain decision."),
+    _g("health_ladder_action", f"The escalation ladder's rung for one failing root cause ({ACTION_HELP}); it climbs "
+       "when the root fails again after its rung's step.", ("check", "component", "root")),
+    _c("remediation_steps", "Steps of the escalation ladder taken on this node: the drain itself and the "
+       "operator's remediation command per rung, by outcome (ok, failed, timeout, not_started, report_only, held).",
+       ("action", "outcome")),
+    _g("remediation_last_step_timestamp_seconds", "Wall-clock time of the last step taken for this rung.",
+       ("action",)),
 )
 
 BY_NAME = {s.name: s for s in SPECS}

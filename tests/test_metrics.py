@@ -134,9 +134,24 @@ def test_metrics_json_is_generated_from_the_spec(update_golden):
         "exporters/metrics.json is stale: run pytest --update-golden"
 
 
+def _health_textfile() -> str:
+    """ccdiag-health.prom of a node whose loop passed, then failed and was held by the drain cap
+    (the health loop's series, written beside the exporter's: ccdiag/health/metrics.py)."""
+    from ccdiag.health.metrics import render as render_health
+    from ccdiag.health.state import HealthState
+
+    st = HealthState(last_run={"at": 2.0, "outcome": "fail"}, runs={"pass": 1, "fail": 1}, last_pass=1.0,
+                     valid_until=2.0, cap={"held": True, "total": 8, "out": 1, "limit": 1, "source": "sinfo"},
+                     ladder={"xid.recent|GPU6": {"action": "reboot", "last_failed": 2.0, "check": "xid.recent",
+                                                 "component": "GPU6"}})
+    st.count_step("drain", "held", 2.0)
+    return render_health(st).decode()
+
+
 def test_every_exported_family_is_declared_with_its_type_and_labels():
     texts = [render(cycle_from_result(r, 1.0), interval_s=15, cycles_total=1) for r in (C.result(), C.waived_result())]
     texts += [(GOLDEN / f"{n}.prom").read_text() for n in ("healthy", "degraded") if (GOLDEN / f"{n}.prom").exists()]
+    texts.append(_health_textfile())
     seen = set()
     for text in texts:
         for fam in text_string_to_metric_families(text):

@@ -128,8 +128,12 @@ def _save_failure_snapshot(host: RecordingHost, result, directory: str, env: dic
 @click.option("--bench", "bench", type=click.Choice(["quick"]), default=None,
               help="Add a short, bounded run of the benchmarks that can run here (`ccdiag bench --quick`) to the "
                    "verdict; it takes its own share of --timeout.")
+@click.option("--reuse-pass", "reuse_state", metavar="STATE", type=click.Path(dir_okay=False),
+              help="When the health loop's STATE (/var/lib/ccdiag/health.json) holds a pass still valid under the "
+                   "same policy, skip what it covered (link loading, the counter window, --bench) and still read "
+                   "every probe; says which pass it reused.")
 def command(replay, root, policy_file, env_file, timeout, window, as_json, output, strict, snapshot_dir, only,
-            textfile_dir, quiet, load_links, gpu, bench, bug_report=None):
+            textfile_dir, quiet, load_links, gpu, bench, reuse_state=None, bug_report=None):
     """Judge this node (or a snapshot) and exit 0 ok, 1 failed, 2 bad input, 3 could not evaluate."""
     started = time.monotonic()
     policy = load_policy(policy_file) if policy_file else None
@@ -137,6 +141,9 @@ def command(replay, root, policy_file, env_file, timeout, window, as_json, outpu
     env = load_env_file(env_file) if env_file else None
     env_source = f"env file {env_file}" if env_file else None
     _refuse_unknown_prefixes(only)
+    reused = _reused_pass(reuse_state, policy_file, env_file, strict) if reuse_state else None
+    if reused is not None and reused.ok:
+        load_links, window, bench = False, 0.0, None
     spelling = None
     if gpu is not None:
         from ccdiag.run.gpuselect import parse_gpu
@@ -170,6 +177,8 @@ def command(replay, root, policy_file, env_file, timeout, window, as_json, outpu
     if spelling is not None:
         result, selection = _select_gpu(result, spelling)
     doc = _report(result, replay, snap_path, selection) if (as_json or output) else None
+    if doc is not None and reused is not None:
+        doc["reused_pass"] = reused.to_json()
     unwritten = try_write_report(doc, output) if output else None
     if as_json:
         from ccdiag.core.output import emit_json
@@ -192,6 +201,15 @@ def command(replay, root, policy_file, env_file, timeout, window, as_json, outpu
         click.echo(f"ccdiag: {unwritten} (the verdict is on stdout)", err=True)
     sys.stdout.flush()
     return int(result.exit_code)
+
+
+def _reused_pass(state: str, policy_file: str | None, env_file: str | None, strict: bool):
+    """The health loop's pass this check may lean on (ccdiag/health/reuse.py), said on stderr."""
+    from ccdiag.health.reuse import reusable_pass
+
+    reused = reusable_pass(state, policy_file, env_file, strict)
+    click.echo(f"ccdiag: {reused.line()}", err=True)
+    return reused
 
 
 def _pci_functions(host) -> int:

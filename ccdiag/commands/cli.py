@@ -29,6 +29,7 @@ COMMANDS = {
     "bench": ("ccdiag.commands.bench", "command", "Measure the node's links and judge each figure against the topology."),
     "cluster": ("ccdiag.commands.cluster", "group", "Across hosts, as MPI ranks: every node's check in one report."),
     "compare": ("ccdiag.commands.compare", "command", "Outliers among many hosts' JSON reports; diff of two."),
+    "health": ("ccdiag.commands.health", "group", "Health as a loop: idle-time checks, validity window, ladder, cap."),
 }
 
 

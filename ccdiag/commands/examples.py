@@ -59,6 +59,20 @@ EXAMPLES: dict[str, list[tuple[str, str]]] = {
                       ("srun -N8 --ntasks-per-node=1 ccdiag cluster check --json", "under Slurm, as JSON")],
     "compare": [("ccdiag compare reports/", "outliers among many hosts' JSON reports"),
                 ("ccdiag compare node1.json node2.json", "a diff of two")],
+    "health": [("ccdiag health run", "one turn: an active check if the node is idle and one is due"),
+               ("ccdiag health status", "the validity window, the ladder and the drain cap"),
+               ("ccdiag check --reuse-pass /var/lib/ccdiag/health.json", "a pre-job check that reuses a valid pass")],
+    "health run": [("ccdiag health run", "what ccdiag-health.timer runs"),
+                   ("ccdiag health run --force --json", "check now, whatever the cadence, as JSON")],
+    "health loop": [("ccdiag health loop --config /etc/ccdiag/health.toml", "turns until stopped (a container)"),
+                    ("ccdiag health loop --every 30", "a turn every 30 s")],
+    "health act": [("ccdiag health act --report report.json --node-state drained --node-reason 'ccdiag-hc: x'",
+                    "what the Slurm health check asks"),
+                   ("ccdiag health act --report report.json --report-only", "decide and log, run nothing")],
+    "health status": [("ccdiag health status", "the state in words"),
+                      ("ccdiag health status --json", "the state as JSON")],
+    "health yield": [("ccdiag health yield", "a job is starting: stop the running check now"),
+                     ("ccdiag health yield --state-dir /var/lib/ccdiag", "the same, for a state elsewhere")],
 }
 
 

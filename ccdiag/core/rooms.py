@@ -24,8 +24,10 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     "report": frozenset({"probes", "topology", "checks", "nccl", "host", "bench"}),
     "cluster": frozenset({"host", "probes", "topology", "checks", "nccl", "bench", "run", "report", "inputs"}),
     "exporters": frozenset({"probes", "topology", "checks", "report", "host", "run", "nccl", "inputs"}),
+    "health": frozenset({"host", "probes", "topology", "checks", "nccl", "bench", "run", "inputs", "report",
+                         "exporters"}),
     "commands": frozenset({"host", "probes", "topology", "checks", "report", "exporters", "run", "nccl", "bench",
-                           "benchparse", "cluster", "inputs", "nvfiles"}),
+                           "benchparse", "cluster", "inputs", "nvfiles", "health"}),
 }
 
 #: rooms whose folder is at the top of the source tree rather than inside ``ccdiag/``
