@@ -23,7 +23,9 @@
 # CCDIAG_LOG (a file to append one line per run to), CCDIAG_PYTHON (to read the JSON report),
 # SLURM_CONF (passed on to scontrol/sinfo when the configuration is not in /etc/slurm),
 # CCDIAG_REPORT_ONLY=1 (roll-out: log "report only: would drain ..." / "would resume ...", never
-# drain or resume, exit 0; what NHC's MARK_OFFLINE=0 does).
+# drain or resume, exit 0; what NHC's MARK_OFFLINE=0 does), CCDIAG_HEALTH_ARGS (more `ccdiag health
+# act` arguments: --config FILE, --state-dir DIR), CCDIAG_HOOK_TIMEOUT (seconds the operator's
+# remediation command may take here, default 10: the whole script has 60).
 
 set -u
 PATH="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin${PATH:+:$PATH}"
@@ -71,6 +73,32 @@ print(f"{own} {text}"[:60])
 ' "$1" "$OWN" 2>/dev/null || echo "$OWN check failed"
 }
 
+# "<verb>|<text>" from `ccdiag health act` (ccdiag/health/act.py): the escalation ladder's rung for
+# the root cause (a root that fails again after its rung's step climbs: drain, reset_gpu, reboot,
+# service) and the drain cap (never more than a share of the fleet out for ccdiag's reasons; above
+# it "hold": report, leave the node in service). It also runs the operator's remediation command for
+# the rung once the node is drained and idle (/etc/ccdiag/health.toml [remediation]), and records a
+# pass (the ladder's roots are cleared). Only where the health loop is set up: CCDIAG_HEALTH_ARGS
+# (`ccdiag health act` arguments such as --config FILE --state-dir DIR, split on blanks) or a
+# readable ${CCDIAG_HEALTH_CONFIG:-/etc/ccdiag/health.toml}. Empty otherwise, or when it cannot
+# answer: the script then drains as before, with the report's own reason.
+decide() {
+    local health_args only=() config="${CCDIAG_HEALTH_CONFIG:-/etc/ccdiag/health.toml}"
+    read -r -a health_args <<<"${CCDIAG_HEALTH_ARGS:-}"
+    if [ "${#health_args[@]}" = 0 ]; then
+        [ -r "$config" ] || return 0  # the health loop is not set up here: the ladder and cap do not apply
+        health_args=(--config "$config")
+    fi
+    [ "$REPORT_ONLY" = 1 ] && only=(--report-only)
+    local said line
+    said="$("$CCDIAG" health act --report "$report" --prefix "$OWN" --node "$NODE" --node-state "$current_state" \
+        --node-reason "$current_reason" --hook-timeout "${CCDIAG_HOOK_TIMEOUT:-10}" "${only[@]}" \
+        "${health_args[@]}" 2>"$report.act" | tail -n 1)"
+    # every step it took or decided (a remediation command and its outcome) goes to the log
+    while IFS= read -r line; do [ -n "$line" ] && log "$line"; done <"$report.act"
+    echo "$said"
+}
+
 # The exit status, except in report-only mode, where nothing may react to it: always 0.
 finish() {
     [ "$REPORT_ONLY" = 1 ] && exit 0
@@ -84,7 +112,7 @@ node_state() {
 
 report="$(mktemp "${TMPDIR:-/tmp}/ccdiag-hc.XXXXXX")" || { log "cannot create a temporary file"; exit 0; }
 errors="$report.err"
-trap 'rm -f "$report" "$errors"' EXIT
+trap 'rm -f "$report" "$errors" "$report.act"' EXIT
 
 # ccdiag not on this PATH (slurmd gives the script no environment): say so plainly and leave the
 # node as it is configured; a missing command is an installation problem, not a broken node.
@@ -103,6 +131,7 @@ current_reason="${state#*|}"
 
 case "$rc" in
 0)
+    decide >/dev/null  # the ladder learns the node passed
     case "$current_state" in
     *drain*)
         case "$current_reason" in
@@ -122,7 +151,22 @@ case "$rc" in
     esac
     ;;
 1)
-    reason="$(reason_from_report "$report")"
+    decision="$(decide)"
+    case "${decision%%|*}" in
+    drain) reason="${decision#*|}" ;;
+    hold)
+        log "check failed; left in service: ${decision#*|}"
+        finish 1
+        ;;
+    keep)
+        log "check failed; ${decision#*|}"
+        finish 1
+        ;;
+    *)
+        reason="$(reason_from_report "$report")"
+        [ -z "$decision" ] || log "ccdiag health act gave no usable decision ($decision); drain cap and ladder not applied"
+        ;;
+    esac
     case "$current_state" in
     *drain*)
         case "$current_reason" in

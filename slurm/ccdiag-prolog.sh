@@ -19,8 +19,14 @@
 # Runs for every job, so it is kept short: --window 0 by default (error-counter rates are the
 # health check's business) and a 40 s deadline, inside Slurm's PrologEpilogTimeout.
 # Environment: as ccdiag-healthcheck.sh (CCDIAG, CCDIAG_ARGS, CCDIAG_TIMEOUT, CCDIAG_DEFAULTS,
-# CCDIAG_PYTHON, CCDIAG_REPORT_ONLY=1: log "report only: would drain ... and refuse the job", never
-# drain, always exit 0 so the job runs), and SCONTROL (default: scontrol from PATH).
+# CCDIAG_PYTHON, CCDIAG_HEALTH_ARGS, CCDIAG_REPORT_ONLY=1: log "report only: would drain ... and refuse
+# the job", never drain, always exit 0 so the job runs), and SCONTROL (default: scontrol from PATH).
+#
+# With the health loop (ccdiag health run, docs/health.md) on the node: the prolog first tells a
+# check it is running to stop (the job never waits for it), and CCDIAG_REUSE_PASS=<state file>
+# (/var/lib/ccdiag/health.json) lets the prolog's check lean on the loop's last pass while it holds
+# (`check --reuse-pass`). The drain cap holds here too: above it the failure is logged and the job
+# runs (`ccdiag health act` says "hold"), rather than one more node going out.
 
 set -u
 PATH="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin${PATH:+:$PATH}"
@@ -45,10 +51,44 @@ log() {
     return 0
 }
 
-# Drain with ccdiag's own reason (verdict.reason of the JSON report), if scontrol is there.
+# A check of the health loop running on this node yields to the job now: its turn's pid is in the
+# state directory, and it stops its check at SIGUSR1 (ccdiag/health/runner.py). Only a process whose
+# command line names ccdiag's health loop is signalled.
+yield_health_loop() {
+    local pidfile="${CCDIAG_HEALTH_PIDFILE:-/var/lib/ccdiag/health.pid}" pid
+    [ -r "$pidfile" ] || return 0
+    pid="$(head -c 20 "$pidfile" | tr -dc 0-9)"
+    [ -n "$pid" ] || return 0
+    if tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q 'ccdiag.*health'; then
+        kill -USR1 "$pid" 2>/dev/null && log "told the health loop's check (pid $pid) to yield to this job"
+    fi
+    return 0
+}
+
+# "<verb>|<text>" from `ccdiag health act`: the drain cap ("hold": above it, the job runs and the
+# failure is reported) and the escalation ladder's rung in the reason; only where the health loop is
+# set up (as in ccdiag-healthcheck.sh), empty otherwise or when it cannot answer (the report's own
+# reason then applies, as before).
+decide() {
+    [ "$report" != /dev/null ] || return 0
+    local health_args only=() config="${CCDIAG_HEALTH_CONFIG:-/etc/ccdiag/health.toml}"
+    read -r -a health_args <<<"${CCDIAG_HEALTH_ARGS:-}"
+    if [ "${#health_args[@]}" = 0 ]; then
+        [ -r "$config" ] || return 0  # the health loop is not set up here: the ladder and cap do not apply
+        health_args=(--config "$config")
+    fi
+    [ "$REPORT_ONLY" = 1 ] && only=(--report-only)
+    local said line
+    said="$("$CCDIAG" health act --report "$report" --prefix "$OWN" --node "$NODE" --node-state allocated \
+        --hook-timeout 5 "${only[@]}" "${health_args[@]}" 2>"$report.act" | tail -n 1)"
+    while IFS= read -r line; do [ -n "$line" ] && log "$line"; done <"$report.act"
+    echo "$said"
+}
+
+# Drain with ccdiag's own reason ($1, or verdict.reason of the JSON report), if scontrol is there.
 drain_with_reason() {
-    local reason
-    reason="$("$PYTHON" -c '
+    local reason="${1:-}"
+    [ -n "$reason" ] || reason="$("$PYTHON" -c '
 import json, sys
 text = " ".join(str(json.load(open(sys.argv[1]))["verdict"]["reason"] or "check failed").replace("\"", "").split())
 if text.startswith("ccdiag:"):
@@ -67,7 +107,7 @@ print(f"{sys.argv[2]} {text}"[:60])
 }
 
 report="$(mktemp "${TMPDIR:-/tmp}/ccdiag-$STAGE.XXXXXX")" || report=/dev/null
-trap 'rm -f "$report"' EXIT
+trap 'rm -f "$report" "$report.act"' EXIT
 # ccdiag not on this PATH (slurmd gives the script no environment): say so plainly and leave the
 # node as it is configured; a missing command is an installation problem, not a broken node.
 if ! command -v "$CCDIAG" >/dev/null 2>&1; then
@@ -75,6 +115,10 @@ if ! command -v "$CCDIAG" >/dev/null 2>&1; then
     exit 0
 fi
 read -r -a extra <<<"${CCDIAG_ARGS:-}"
+if [ "$STAGE" = prolog ]; then
+    yield_health_loop
+    [ -n "${CCDIAG_REUSE_PASS:-}" ] && extra+=(--reuse-pass "$CCDIAG_REUSE_PASS")
+fi
 out="$("$CCDIAG" check --quiet --window 0 --timeout "${CCDIAG_TIMEOUT:-40}" --output "$report" "${extra[@]}" 2>&1)"
 rc=$?
 
@@ -82,7 +126,16 @@ case "$rc" in
 0) exit 0 ;;
 1)
     while IFS= read -r line; do log "$line"; done <<<"$out"
-    drain_with_reason
+    decision="$(decide)"
+    if [ "${decision%%|*}" = hold ]; then
+        log "node failed ccdiag check; left in service and the job allowed: ${decision#*|}"
+        exit 0
+    fi
+    if [ "${decision%%|*}" = drain ]; then
+        drain_with_reason "${decision#*|}"
+    else
+        drain_with_reason
+    fi
     if [ "$REPORT_ONLY" = 1 ]; then
         [ "$STAGE" = epilog ] || log "report only: would refuse the job; job allowed"
         exit 0

@@ -212,13 +212,16 @@ def test_above_the_cap_a_failure_is_held_and_counted(reports):
     assert dec.verb == A.HOLD and "drain cap reached" in dec.line() and st.cap["held"] is True
 
 
-def test_no_way_to_count_the_fleet_holds_rather_than_drains(reports):
+def test_a_fleet_that_cannot_be_counted_drains_as_before_and_says_the_cap_was_not_kept(reports):
     def broken():
         raise RuntimeError("sinfo not found on PATH")
 
-    for count in (None, broken):
-        dec = _decide(reports["degraded"], HealthState(), count=count)
-        assert dec.verb == A.HOLD and "reported instead of drained" in dec.line()
+    dec = _decide(reports["degraded"], HealthState(), count=broken)
+    assert dec.verb == A.DRAIN_VERB and any("could not be kept" in n and "sinfo not found" in n for n in dec.notes)
+    st = HealthState()
+    dec = _decide(reports["degraded"], st, count=None)
+    assert dec.verb == A.DRAIN_VERB and any("does not apply" in n for n in dec.notes)
+    assert st.cap["held"] is False
 
 
 def test_a_node_out_for_someone_else_is_left_alone(reports):

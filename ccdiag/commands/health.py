@@ -107,7 +107,7 @@ def loop(config_path, state_dir, every):
 @click.option("--node", help="The node's name in Slurm (default: the config's, SLURMD_NODENAME, hostname -s).")
 @click.option("--node-state", default="", help="The node's state as sinfo %T gives it (idle, drained, draining, ...).")
 @click.option("--node-reason", default="", help="The node's drain reason as sinfo %E gives it.")
-@click.option("--no-cap", "no_cap", is_flag=True, help="Count no fleet: hold every new drain (where sinfo cannot run).")
+@click.option("--no-cap", "no_cap", is_flag=True, help="Count no fleet: no drain cap (a node without sinfo).")
 @click.option("--report-only", is_flag=True, help="Decide and log; run no remediation command.")
 @click.option("--hook-timeout", type=click.FloatRange(1, 3600), default=None, metavar="S",
               help="Bound the remediation command below the config's (a Slurm health check has 60 s in all).")

@@ -68,8 +68,8 @@ def decide(report: dict[str, Any], st: HealthState, cfg: HealthConfig, *, prefix
            ours: bool, idle_out: bool, count: Callable[[], FleetCount] | None, now: float) -> Decision:
     """The decision for ``report`` (a ``ccdiag check`` JSON report). ``out``: the node is out of
     scheduling now; ``ours``: for ccdiag's reason under ``prefix``; ``idle_out``: out with no job
-    left on it. ``count``: how to count the fleet for the cap (None: no cap can be kept, the node is
-    held). Updates ``st`` (ladder, cap)."""
+    left on it. ``count``: how to count the fleet for the cap (None: there is none to count, no cap).
+    Updates ``st`` (ladder, cap)."""
     status = (report.get("verdict") or {}).get("status")
     if status == "fail":
         roots = _verdict_roots(report)
@@ -90,6 +90,7 @@ def decide(report: dict[str, Any], st: HealthState, cfg: HealthConfig, *, prefix
             dec.cap = _cap(cfg, count, node)
             if not dec.cap.allowed:
                 dec.verb = HOLD
+            if not dec.cap.allowed or dec.cap.count.source in ("none", "error"):
                 dec.notes.append(dec.cap.why)
         st.cap = {**(dec.cap.to_json() if dec.cap else st.cap), "at": now, "held": dec.verb == HOLD,
                   "node_out": dec.verb in (DRAIN_VERB, KEEP) or out}
@@ -108,14 +109,17 @@ def decide(report: dict[str, Any], st: HealthState, cfg: HealthConfig, *, prefix
 
 
 def _cap(cfg: HealthConfig, count: Callable[[], FleetCount] | None, node: str) -> CapDecision:
+    """The cap's answer. A fleet that cannot be counted (``count`` None: the caller has no scheduler
+    to ask; or the count failed: slurmctld unreachable) cannot be held to the cap: the node is taken
+    out as it was before there was a cap, and the decision says the cap was not kept."""
     if count is None:
-        return CapDecision(False, cfg.cap.min_out_nodes, FleetCount(0, 0, source="none"),
-                           "the fleet cannot be counted here, so the drain cap cannot be kept; reported instead of drained")
+        return CapDecision(True, cfg.cap.min_out_nodes, FleetCount(0, 0, source="none"),
+                           "no fleet to count here: the drain cap does not apply")
     try:
         fleet = count()
-    except Exception as exc:  # noqa: BLE001 - any failure to count is a reason to hold, said in words
-        return CapDecision(False, cfg.cap.min_out_nodes, FleetCount(0, 0, source="error"),
-                           f"the fleet could not be counted ({exc}); reported instead of drained")
+    except Exception as exc:  # noqa: BLE001 - any failure to count is said in words, never raised
+        return CapDecision(True, cfg.cap.min_out_nodes, FleetCount(0, 0, source="error"),
+                           f"the drain cap could not be kept: the fleet could not be counted ({exc})")
     return cap_decide(cfg.cap, fleet, node, already_out=False)
 
 
