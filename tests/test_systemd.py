@@ -22,7 +22,8 @@ from ccdiag.exporters.daemon import CONFIG_KEYS, load_config
 from conftest import REPO
 
 SYSTEMD = REPO / "systemd"
-UNITS = ("ccdiag-exporter.service", "ccdiag-check.service", "ccdiag-check.timer")
+UNITS = ("ccdiag-exporter.service", "ccdiag-check.service", "ccdiag-check.timer", "ccdiag-health.service",
+         "ccdiag-health.timer")
 SERVICES = ("ccdiag-exporter.service", "ccdiag-check.service")
 MAX_EXPOSURE = 3.0
 
