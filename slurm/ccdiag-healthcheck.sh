@@ -57,20 +57,23 @@ log() {
 # The drain reason ccdiag computed (report verdict.reason): "ccdiag: <action> <check id> <component name>":
 # the node's action (none, restart_job, drain, reset_gpu, reboot, service; ccdiag/core/actions.py), then
 # the first root-cause failure (one that does not follow from another: a lost GPU, not the GPU
-# count it lowers), "(+N)" other root failures; under this script's own prefix, at most 60 chars.
+# count it lowers), "(+N)" other root failures, at most 60 chars.
 reason_from_report() {
     "$PYTHON" -c '
 import json, sys
-own = sys.argv[2]
 try:
-    text = json.load(open(sys.argv[1]))["verdict"]["reason"] or "check failed"
+    text = json.load(open(sys.argv[1]))["verdict"]["reason"] or "ccdiag: check failed"
 except Exception:
-    text = "check failed"
-text = " ".join(str(text).replace("\"", "").split())
-if text.startswith("ccdiag:"):
-    text = text[len("ccdiag:"):].strip()
-print(f"{own} {text}"[:60])
-' "$1" "$OWN" 2>/dev/null || echo "$OWN check failed"
+    text = "ccdiag: check failed"
+print(" ".join(text.replace("\"", "").split())[:60])
+' "$1" 2>/dev/null || echo "ccdiag: check failed"
+}
+
+# ccdiag's reason under this script's own prefix ("ccdiag: X" -> "ccdiag-hc: X"), at most 60 chars
+own_reason() {
+    local r="${1#ccdiag:}"
+    r="$OWN ${r# }"
+    printf '%s\n' "${r:0:60}"
 }
 
 # "<verb>|<text>" from `ccdiag health act` (ccdiag/health/act.py): the escalation ladder's rung for
@@ -163,7 +166,7 @@ case "$rc" in
         finish 1
         ;;
     *)
-        reason="$(reason_from_report "$report")"
+        reason="$(own_reason "$(reason_from_report "$report")")"
         [ -z "$decision" ] || log "ccdiag health act gave no usable decision ($decision); drain cap and ladder not applied"
         ;;
     esac

@@ -88,14 +88,15 @@ decide() {
 # Drain with ccdiag's own reason ($1, or verdict.reason of the JSON report), if scontrol is there.
 drain_with_reason() {
     local reason="${1:-}"
-    [ -n "$reason" ] || reason="$("$PYTHON" -c '
-import json, sys
-text = " ".join(str(json.load(open(sys.argv[1]))["verdict"]["reason"] or "check failed").replace("\"", "").split())
-if text.startswith("ccdiag:"):
-    text = text[len("ccdiag:"):].strip()
-print(f"{sys.argv[2]} {text}"[:60])
-' "$report" "$OWN" 2>/dev/null)"
-    reason="${reason:-$OWN check failed}"
+    if [ -z "$reason" ]; then
+        reason="$("$PYTHON" -c 'import json, sys; print(json.load(open(sys.argv[1]))["verdict"]["reason"] or "")' \
+                  "$report" 2>/dev/null)"
+        reason="${reason:-ccdiag: check failed}"
+        # under this script's own prefix ("ccdiag: X" -> "ccdiag-prolog: X"), at most 60 chars
+        reason="${reason#ccdiag:}"
+        reason="$OWN ${reason# }"
+        reason="${reason:0:60}"
+    fi
     if [ "$REPORT_ONLY" = 1 ]; then
         log "report only: would drain: $reason"
     elif command -v "$SCONTROL" >/dev/null 2>&1 && \

@@ -136,8 +136,10 @@ def test_prolog_and_epilog_drain_with_ccdiags_reason(tmp_path, script):
     proc = subprocess.run(["/bin/bash", str(REPO / "slurm" / script)], env=env, capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 1, proc.stderr
-    assert calls.read_text().split("\n")[0] == "update nodename=gpu-node-7 state=drain reason=ccdiag: service pcie.link_width GPU3 PCIe link (+7)"
-    assert "drained: ccdiag: service pcie.link_width GPU3 PCIe link (+7)" in proc.stderr
+    # ccdiag's reason under the script's own prefix (the health check resumes only its own drains)
+    own = "ccdiag-epilog:" if script == "ccdiag-epilog.sh" else "ccdiag-prolog:"
+    assert calls.read_text().split("\n")[0] == f"update nodename=gpu-node-7 state=drain reason={own} service pcie.link_width GPU3 PCIe link (+7)"
+    assert f"drained: {own} service pcie.link_width GPU3 PCIe link (+7)" in proc.stderr
     assert ("after the job" in proc.stderr) == (script == "ccdiag-epilog.sh")
 
 
