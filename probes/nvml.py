@@ -19,6 +19,7 @@ Calls made, in order (``i``/``j`` GPU indices, ``k`` an NVLink index):
 * ``nvmlSystemGetDriverVersion()``, ``nvmlSystemGetCudaDriverVersion_v2()``,
   ``nvmlSystemGetNVMLVersion()``, ``nvmlDeviceGetCount()``
 * per GPU: ``nvmlDeviceGetUUID(i)``, ``nvmlDeviceGetName(i)``, ``nvmlDeviceGetSerial(i)``,
+  ``nvmlDeviceGetVbiosVersion(i)``,
   ``nvmlDeviceGetPciInfo_v3(i)``, ``nvmlDeviceGetNumaNodeId(i)``, ``nvmlDeviceGetMemoryInfo(i)``,
   ``nvmlDeviceGetPersistenceMode(i)``, ``nvmlDeviceGetMigMode(i)``, ``nvmlDeviceGetEccMode(i)``,
   ``nvmlDeviceGetTotalEccErrors(i, e, c)`` for e in (corrected 0, uncorrected 1) x c in
@@ -251,6 +252,8 @@ class Gpu:
     sram_threshold_exceeded: bool | None = None
     sram_uncorrected_volatile: int | None = None
     sram_uncorrected_aggregate: int | None = None
+    #: nvmlDeviceGetVbiosVersion ("96.00.89.00.01"): a fleet's known-good set names it per machine type
+    vbios_version: str | None = None
 
 
 @dataclass(frozen=True)
@@ -689,6 +692,11 @@ def _read_identity(r: _Reader, i: int, f: dict) -> None:
     mig = r.get("nvmlDeviceGetMigMode", i, parse=parse_bool_pair)
     if mig is not None:
         f["mig_mode_current"], f["mig_mode_pending"] = mig
+    value, exc = r.raw("nvmlDeviceGetVbiosVersion", i)
+    if exc is None:
+        f["vbios_version"] = r.parse("nvmlDeviceGetVbiosVersion", (i,), value, _text)
+    elif exc.error_class != NOT_RECORDED:  # absent from snapshots recorded before it was read
+        r.note("nvmlDeviceGetVbiosVersion", (i,), exc)
 
 
 def parse_sram_status(v: Any) -> tuple[bool, int, int]:

@@ -64,6 +64,12 @@ class SystemObservation:
     imex_service: str | None = None
     imex_channel_device: bool | None = None
     imex_channels: tuple[str, ...] | None = None
+    #: the NCCL the node's library directory holds (libnccl.so.2 -> libnccl.so.2.<minor>.<patch>), and
+    #: the fabric manager's own version (`nv-fabricmanager --version`, read where its service is
+    #: active): both belong to a node class's known-good set
+    nccl_version: str | None = None
+    nccl_library: str | None = None
+    fabric_manager_version: str | None = None
 
 
 # -- parsers (pure) ------------------------------------------------------------------------------
@@ -144,6 +150,26 @@ def parse_libibverbs_target(name: str) -> int | None:
     ``libibverbs.so.1.<ABI>.<release>.0`` ("libibverbs.so.1.14.44.0" is rdma-core 44)."""
     m = re.search(r"libibverbs\.so\.1\.[0-9]{1,3}\.([0-9]{2,3})\.[0-9]{1,3}$", name.strip())
     return int(m.group(1)) if m else None
+
+
+#: where the distributions' NCCL packages (libnccl2, libnccl) install the library's soname link
+LIBNCCL = ("/usr/lib/x86_64-linux-gnu/libnccl.so.2", "/usr/lib/aarch64-linux-gnu/libnccl.so.2", "/usr/lib64/libnccl.so.2",
+           "/usr/local/cuda/lib64/libnccl.so.2", "/usr/lib/libnccl.so.2")
+#: the fabric manager's version query; it prints "Fabric Manager version is : 535.161.08"
+FABRIC_MANAGER_VERSION_ARGV = ("nv-fabricmanager", "--version")
+
+
+def parse_libnccl_target(name: str) -> str | None:
+    """The NCCL release of a library file name: NCCL's packages name it ``libnccl.so.<major>.<minor>.<patch>``
+    ("libnccl.so.2.18.3" is NCCL 2.18.3) and link ``libnccl.so.2`` to it."""
+    m = re.search(r"libnccl\.so\.([0-9]{1,2}\.[0-9]{1,3}\.[0-9]{1,3})$", name.strip())
+    return m.group(1) if m else None
+
+
+def parse_fabric_manager_version(text: str) -> str | None:
+    """The version in ``nv-fabricmanager --version``'s answer ("Fabric Manager version is : 535.161.08")."""
+    m = re.search(r"Fabric Manager version is\s*:\s*([0-9][0-9A-Za-z.\-]*)", text)
+    return m.group(1) if m else None
 
 
 #: RLIM_INFINITY as a number: ``~0UL`` (16 EiB - 1) on most architectures, ``LONG_MAX`` on a few
@@ -263,6 +289,30 @@ def _rdma_core(host, errors: list[ReadError]) -> tuple[int | None, str | None]:
     return None, None
 
 
+def _nccl(host, errors: list[ReadError]) -> tuple[str | None, str | None]:
+    """(NCCL release, the library link read) from where the distribution's NCCL package links it."""
+    for path in LIBNCCL:
+        try:
+            target = host.read_link(path)
+        except HostReadError as exc:
+            if exc.kind != "missing":
+                errors.append(read_error(exc))
+            continue
+        return parse_libnccl_target(target), path
+    return None, None
+
+
+def _fabric_manager_version(host, state: str | None, errors: list[ReadError]) -> str | None:
+    if state != "active":
+        return None  # asked only where the service runs: NVSwitch systems
+    result = host.run(list(FABRIC_MANAGER_VERSION_ARGV), timeout=5)
+    if result.error is not None or result.timed_out:
+        if result.error not in ("not found", NOT_RUN_UNDER_ROOT, "not recorded in snapshot"):
+            errors.append(ReadError(" ".join(FABRIC_MANAGER_VERSION_ARGV), "command", result.describe()))
+        return None
+    return parse_fabric_manager_version(result.stdout + result.stderr)
+
+
 def _imex(host, errors: list[ReadError]) -> tuple[bool | None, tuple[str, ...] | None]:
     """(the driver registered the IMEX channel device, the channel nodes that exist)."""
     devices = _text(host, "/proc/devices", errors)
@@ -289,6 +339,8 @@ def collect(host) -> SystemObservation:
     nv_version = parse_nvidia_version(nv_text) if nv_text else None
     flavor = parse_module_flavor(nv_text) if nv_text else None
     rdma_core, libibverbs = _rdma_core(host, errors)
+    nccl_version, nccl_library = _nccl(host, errors)
+    fabric_manager = _fabric_manager(host, errors)
     nccl_conf = _text(host, "/etc/nccl.conf", errors)
     imex_device, imex_channels = _imex(host, errors)
     if nv_version is None:
@@ -313,11 +365,13 @@ def collect(host) -> SystemObservation:
         os_release=parse_os_release(os_text) if os_text else None,
         cpu_count=_cpu_count(host, errors), numa_nodes=_numa_nodes(host, errors),
         modules=parse_modules(modules_text) if modules_text else (),
-        nvidia_driver_version=nv_version, fabric_manager=_fabric_manager(host, errors),
+        nvidia_driver_version=nv_version, fabric_manager=fabric_manager,
         shm_bytes=shm, memlock_soft_bytes=soft, memlock_hard_bytes=hard, memlock_unlimited=unlimited,
         iommu=_iommu(host, cmdline, errors), cmdline=cmdline, environ=environ, errors=tuple(errors),
         nvidia_module_flavor=flavor, rdma_core_version=rdma_core, libibverbs_path=libibverbs,
         nccl_conf_text=nccl_conf[:65536] if nccl_conf is not None else None,
         imex_service=_fabric_manager(host, errors, IMEX_ARGV) if imex_device else None,
         imex_channel_device=imex_device, imex_channels=imex_channels,
+        nccl_version=nccl_version, nccl_library=nccl_library,
+        fabric_manager_version=_fabric_manager_version(host, fabric_manager, errors),
     )

@@ -44,6 +44,7 @@ class AbiGpu:
     bus_id: str  # "00000000:18:00.0"
     name: str = "NVIDIA H100 80GB HBM3"
     serial: str = "1650000000001"
+    vbios: str = "96.00.51.00.0E"  # a real Hopper board's format (an H800's nvidia-smi -q)
     nvlinks: int = 2
     fabric_state: int = 3  # NVML_GPU_FABRIC_STATE_COMPLETED
     fabric_health_mask: int = 0x0A
@@ -165,6 +166,7 @@ class NvmlAbi:
         g_("nvmlDeviceGetUUID", (P, c_uint), lambda i, g, buf, n: self._put_text(buf, n, g.uuid))
         g_("nvmlDeviceGetName", (P, c_uint), lambda i, g, buf, n: self._put_text(buf, n, g.name))
         g_("nvmlDeviceGetSerial", (P, c_uint), lambda i, g, buf, n: self._put_text(buf, n, g.serial))
+        g_("nvmlDeviceGetVbiosVersion", (P, c_uint), lambda i, g, buf, n: self._put_text(buf, n, g.vbios))
         g_("nvmlDeviceGetPciInfo_v3", (P,), lambda i, g, out: self._put_pci(out, g.bus_id, 0x233010DE))
         g_("nvmlDeviceGetNumaNodeId", (P,), lambda i, g, out: self._put(c_int, out, 0 if i < 4 else 1))
 

@@ -90,6 +90,7 @@ def test_the_probe_reads_two_gpus_through_the_c_abi_without_a_marshalling_error(
         assert (g.name, g.persistence_mode, g.ecc_mode_current, g.mig_mode_current) == \
             ("NVIDIA H100 80GB HBM3", True, True, False)
         assert (g.pcie_gen_current, g.pcie_width_max, g.temperature_c, g.power_w) == (5, 16, 33.0, 71.5)
+        assert g.vbios_version == "96.00.51.00.0E"  # a text buffer through the C ABI, as the serial
         kinds = {e.kind for e in g.errors}
         # only "not supported" answers (retired pages on a row-remapping GPU); no marshalling error
         assert kinds <= {"not_supported"}, [(e.source, e.kind, e.message) for e in g.errors]

@@ -158,3 +158,41 @@ def test_live_record_then_replay_gives_identical_observations():
                                        ("5-2", set()), ("0-99999999", set(range(65536)))])
 def test_cpulist_cpus_is_bounded_and_skips_damage(text, cpus):
     assert system.cpulist_cpus(text) == cpus
+
+
+# -- what a node class's known-good set records: the NCCL library and the fabric manager's version -------
+@pytest.mark.parametrize("target, version", [
+    ("libnccl.so.2.18.3", "2.18.3"), ("/usr/lib/x86_64-linux-gnu/libnccl.so.2.21.5", "2.21.5"),
+    ("libnccl.so.2.27.7", "2.27.7"), ("libnccl.so.2", None), ("libnccl-net.so", None), ("libnccl.so.2.x.1", None)])
+def test_parse_libnccl_target(target, version):
+    """NCCL's packages install libnccl.so.<major>.<minor>.<patch> and link libnccl.so.2 to it (the
+    libnccl2 .deb's file list)."""
+    assert system.parse_libnccl_target(target) == version
+
+
+@pytest.mark.parametrize("text, version", [
+    # the line nv-fabricmanager --version prints, as public code quotes it: a Go fabric-manager query
+    # test (its input with blank lines and a tab), an install transcript for driver 450.102.04, and
+    # the version parser of a Python fleet tool ("Fabric Manager version is : 580.159.03")
+    ("Fabric Manager version is : 535.161.08\n", "535.161.08"),
+    ("\n\n\tFabric Manager version is : 535.161.08\n\n", "535.161.08"),
+    ("Fabric Manager version is : 450.102.04", "450.102.04"),
+    ("Fabric Manager version is : 580.159.03\n", "580.159.03"),
+    ("nv-fabricmanager: command not found", None)])
+def test_parse_fabric_manager_version(text, version):
+    assert system.parse_fabric_manager_version(text) == version
+
+
+def test_the_nccl_library_and_the_fabric_managers_version_are_read_where_they_are():
+    snap = node()
+    synth.put_attr(snap, "/usr/lib/x86_64-linux-gnu/libnccl.so.2.21.5", "")
+    synth.put_link(snap, "/usr/lib/x86_64-linux-gnu/libnccl.so.2", "/usr/lib/x86_64-linux-gnu/libnccl.so.2.21.5")
+    synth.record_command(snap, ["nv-fabricmanager", "--version"], "Fabric Manager version is : 535.104.05\n", 0)
+    obs = system.collect(ReplayHost(snap))
+    assert (obs.nccl_version, obs.nccl_library) == ("2.21.5", "/usr/lib/x86_64-linux-gnu/libnccl.so.2")
+    assert obs.fabric_manager_version == "535.104.05" and obs.errors == ()
+    # no NCCL package, no fabric manager service: absent, and no error about either
+    bare = synth.new_snapshot()
+    synth.add_system(bare, fabric_manager="inactive")
+    obs = system.collect(ReplayHost(bare))
+    assert (obs.nccl_version, obs.fabric_manager_version) == (None, None) and obs.errors == ()

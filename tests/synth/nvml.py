@@ -118,6 +118,8 @@ class SynthGpu:
     bus_id: str | None = None  # "0000:18:00.0"
     uuid: str | None = None
     serial: str | None = None
+    # the format of a real Hopper board's VBIOS (an H800's nvidia-smi -q, the corpus's smi-q folder)
+    vbios: str | None = "96.00.51.00.0E"
     name: str = H100_NAME
     numa_node: int | None = None  # NVML's GPU NUMA ID: not supported on HGX H100
     memory_total_mib: int = 81559
@@ -238,6 +240,8 @@ class _Model:
             return g.name
         if fn == "nvmlDeviceGetSerial":
             return g.serial or f"SYNTH{i:08d}"
+        if fn == "nvmlDeviceGetVbiosVersion":
+            return opt(g.vbios)
         if fn == "nvmlDeviceGetPciInfo_v3":
             return _pci_info(self._bus(i), H100_PCI_DEVICE_ID)
         if fn == "nvmlDeviceGetNumaNodeId":
