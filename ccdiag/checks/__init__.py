@@ -19,7 +19,7 @@ __all__ = ["REGISTRY", "CheckContext", "CheckSpec", "check", "load_all", "run_ch
 
 #: modules holding checks, imported on first use
 CHECK_MODULES = ("probes", "gpu", "xid", "nvlink", "nvswitch", "pcie", "infiniband", "environment", "platform",
-                 "peers", "consistency", "rails", "imex")
+                 "peers", "consistency", "rails", "imex", "drift")
 
 
 def load_all() -> dict[str, CheckSpec]:

@@ -25,7 +25,7 @@ import random
 import statistics
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from ccdiag.cluster.gather import facts_from_report
 
@@ -314,9 +314,10 @@ def load(path: str) -> dict:
     return doc
 
 
-def scan(inputs: Iterable[str]) -> Fleet:
+def scan(inputs: Iterable[str], also: Callable[[dict, str], None] | None = None) -> Fleet:
     """Every report folded into the fleet; one that cannot be read or does not fit the schema is
-    named in ``unreadable`` and the rest are still compared."""
+    named in ``unreadable`` and the rest are still compared. ``also(doc, host)`` sees each readable
+    report too, before it is dropped (the drift of versions per machine type: ccdiag/cluster/drift.py)."""
     fleet = Fleet()
     for path in report_paths(inputs):
         try:
@@ -329,6 +330,8 @@ def scan(inputs: Iterable[str]) -> Fleet:
             fleet.unreadable.append(f"{path}: not a usable ccdiag report: {type(exc).__name__}: {exc}")
             continue
         fleet.add_facts(facts, host_of(doc, path))
+        if also is not None:
+            also(doc, host_of(doc, path))
     return fleet
 
 

@@ -2,8 +2,9 @@
 
 Thin: options, then :mod:`ccdiag.cluster.compare`. Reports are ``ccdiag check --json`` documents
 (files or directories of ``*.json``, e.g. ``ccdiag cluster check --reports-dir``), read one at a
-time. Exit: 0 nothing stands out (or two identical reports), 1 outliers (or differences), 2 bad
-input (fewer than two readable reports, or an unreadable file: named, the rest still compared).
+time. Exit: 0 nothing stands out (or two identical reports), 1 outliers, versions apart within a
+machine type (``--policy``: from its known-good set) or differences, 2 bad input (fewer than two
+readable reports, or an unreadable file: named, the rest still compared).
 """
 
 from __future__ import annotations
@@ -28,33 +29,51 @@ from ccdiag.core.exitcodes import ExitCode
               help="Two reports: a diff (the default for exactly two); more: outliers.")
 @click.option("--limit", type=click.IntRange(1, 100000), default=50, show_default=True,
               help="Text output: at most this many outlier lines.")
-def command(reports, as_json, z, force_diff, limit):
-    """Name the hosts whose reports stand out from the fleet (no baseline file needed)."""
+@click.option("--policy", "policy_file", metavar="FILE", type=click.Path(dir_okay=False),
+              help="Hold each machine type to its known-good versions in this policy ([[known_good]] tables, "
+                   "from `ccdiag policy init`) instead of its hosts' majority.")
+def command(reports, as_json, z, force_diff, limit, policy_file):
+    """Name the hosts whose reports stand out from the fleet (no baseline file needed), and per machine
+    type every host whose versions (driver, CUDA, VBIOS, ConnectX firmware, NCCL, fabric manager, kernel,
+    nccl.conf) differ, with both values."""
     from ccdiag.cluster import compare
+    from ccdiag.cluster.drift import DriftFleet
 
     paths = list(compare.report_paths(reports))
     if not paths:
         raise InputError("no reports: the directories given hold no *.json files")
     if (force_diff is None and len(paths) == 2) or force_diff:
         return _diff(compare, paths, as_json, limit)
-    fleet = compare.scan(paths)
+    drift = DriftFleet(_known_good(policy_file))
+    fleet = compare.scan(paths, also=drift.add_report)
     if fleet.hosts < 2:
         for u in fleet.unreadable:
             click.echo(f"ccdiag: unreadable: {u}", err=True)
         raise InputError(f"need at least two readable reports, got {fleet.hosts}")
     outs = fleet.outliers(z)
+    drifts = drift.drifts()
     if as_json:
         _emit_json({"kind": "compare.fleet", "reports": fleet.hosts, "keys": len(fleet.keys), "z": z,
-                    "unreadable": fleet.unreadable, "outliers": outs, "hosts": _by_host(outs)})
+                    "unreadable": fleet.unreadable, "outliers": outs, "hosts": _by_host(outs), "drift": drifts})
     else:
-        sys.stdout.write("\n".join(_fitted(_fleet_lines(fleet, outs, limit))) + "\n")
+        from ccdiag.cluster.drift import lines as drift_lines
+
+        sys.stdout.write("\n".join(_fitted(_fleet_lines(fleet, outs, limit) + drift_lines(drifts, limit))) + "\n")
     for u in fleet.unreadable:
         click.echo(f"ccdiag: left out: {u}", err=True)
     if fleet.unreadable:
         return int(ExitCode.USAGE)
     if not fleet.keys:  # nothing the reports share was compared: never OK with nothing judged
         return int(ExitCode.UNEVALUATED)
-    return int(ExitCode.FAIL if any(o.get("gating", True) for o in outs) else ExitCode.OK)
+    return int(ExitCode.FAIL if any(o.get("gating", True) for o in outs) or drifts else ExitCode.OK)
+
+
+def _known_good(policy_file: str | None) -> tuple:
+    if not policy_file:
+        return ()
+    from ccdiag.inputs.policy import load_policy
+
+    return load_policy(policy_file).known_good
 
 
 def _by_host(outs: list[dict]) -> dict[str, int]:

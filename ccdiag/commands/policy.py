@@ -16,13 +16,14 @@ from ccdiag.commands.common import host_options, make_host
 from ccdiag.core.errors import InputError, NotEvaluated
 from ccdiag.core.exitcodes import ExitCode
 from ccdiag.core.output import sanitize, sanitize_text
-from ccdiag.core.probenames import PROBE_INFINIBAND, PROBE_NVML, PROBE_PCIE
+from ccdiag.core.probenames import PROBE_INFINIBAND, PROBE_NVML, PROBE_PCIE, PROBE_PLATFORM, PROBE_SYSTEM
 from ccdiag.inputs.policy import FIELD_HELP, Policy, file_keys, init_header, load_policy, \
     policy_from_observations, to_toml
 
-#: probes whose observations a policy is made from
-#: what a policy is made from: the GPUs, their PCIe links and the RDMA ports
-POLICY_PROBES = (PROBE_NVML, PROBE_PCIE, PROBE_INFINIBAND)
+#: what a policy is made from: the GPUs, their PCIe links and the RDMA ports; the node's versions
+#: (driver, firmware, NCCL, kernel: system and platform) for its known-good set
+POLICY_PROBES = (PROBE_NVML, PROBE_PCIE, PROBE_INFINIBAND, PROBE_SYSTEM, PROBE_PLATFORM)
+HARDWARE_PROBES = (PROBE_NVML, PROBE_PCIE, PROBE_INFINIBAND)
 
 
 @click.group(name="policy", epilog=epilog("policy"))
@@ -36,11 +37,15 @@ def group() -> None:
 @click.option("--timeout", type=click.FloatRange(1, 3600), default=30.0, show_default=True, metavar="S",
               help="Deadline for reading the node.")
 @click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")
-def init(replay, root, output, timeout, force):
+@click.option("--known-good/--no-known-good", "known_good", default=True, show_default=True,
+              help="Record this node's versions (driver, CUDA, VBIOS, ConnectX firmware, NCCL and its network "
+                   "plugin, fabric manager, kernel, /etc/nccl.conf) as its machine type's known-good set.")
+def init(replay, root, output, timeout, force, known_good):
     """Write a TOML policy from this node (or a snapshot of one) known to be healthy.
 
     It sets the GPU count and model, the lowest PCIe generation and width the GPU links are capable
-    of, and the rate and number of active RDMA ports; thresholds keep their defaults.
+    of, and the rate and number of active RDMA ports; thresholds keep their defaults. The node's
+    versions become its machine type's known-good set: `check --policy` names every node that differs.
     """
     import os
 
@@ -50,11 +55,15 @@ def init(replay, root, output, timeout, force):
         raise InputError(f"{output} exists; pass --force to overwrite it")
     obs = observe(make_host(replay, root), POLICY_PROBES, time.monotonic() + timeout, close=True)
     runs, meta = obs.runs, obs.meta
-    if not obs.usable:
-        why = "; ".join(f"{n}: {r.status}{' (' + r.error + ')' if r.error else ''}" for n, r in runs.items())
+    # the versions of the node (system, platform) alone make no policy: its GPUs, links and ports do
+    if not any(runs[p].usable for p in HARDWARE_PROBES if p in runs):
+        why = "; ".join(f"{n}: {r.status}{' (' + r.error + ')' if r.error else ''}" for n, r in runs.items()
+                        if n in HARDWARE_PROBES)
         raise NotEvaluated(f"nothing to make a policy from ({why})")
     topology = obs.topology
     policy = policy_from_observations(runs, topology)
+    if known_good:
+        policy = _with_known_good(policy, runs)
     from ccdiag.core.textfit import text_width, wrap
 
     for line in _unhealthy_signs(runs):
@@ -80,6 +89,15 @@ def init(replay, root, output, timeout, force):
     return int(ExitCode.OK)
 
 
+def _with_known_good(policy: Policy, runs) -> Policy:
+    """The policy with this node's versions as its machine type's known-good set."""
+    import dataclasses
+
+    from ccdiag.inputs.knowngood import data_of_runs, from_data
+
+    return dataclasses.replace(policy, known_good=(from_data(data_of_runs(runs)),))
+
+
 def _unhealthy_signs(runs) -> list[str]:
     """What in the observations says this node is not the healthy reference a policy assumes."""
     signs = []
@@ -102,11 +120,13 @@ def _unhealthy_signs(runs) -> list[str]:
 @click.option("--json", "as_json", is_flag=True, help="Print the effective policy as JSON.")
 def show(file, as_json):
     """Show the effective policy FILE sets: each value, whether it comes from the file or the default."""
+    import dataclasses
+
     policy = load_policy(file)
     in_file = file_keys(file) | ({"waivers"} if policy.waivers else set())
     rows = []
     for name in Policy.field_names():
-        if name == "source":
+        if name in ("source", "known_good"):
             continue
         value = getattr(policy, name)
         origin = "file" if name in in_file else "default"
@@ -121,7 +141,8 @@ def show(file, as_json):
                                                  "values": {n: (waivers if n == "waivers" else
                                                                 list(v) if isinstance(v, tuple) else v)
                                                             for n, v, _, _ in rows},
-                                                 "origin": {n: o for n, _, o, _ in rows}}}))
+                                                 "origin": {n: o for n, _, o, _ in rows},
+                                                 "known_good": [dataclasses.asdict(k) for k in policy.known_good]}}))
         return int(ExitCode.OK)
     from ccdiag.core.output import console, table
 
@@ -129,6 +150,9 @@ def show(file, as_json):
     out.print(f"policy {file}")
     out.print(table(None, ("key", "value", "from", "meaning"),
                     [(n, _shown(n, v, policy), o, h) for n, v, o, h in rows]))
+    for k in policy.known_good:
+        out.print(table(f"known good: {k.machine_type or 'every machine type'} (on drift: {k.on_drift})",
+                        ("key", "value"), [(key, value) for key, value in k.values.items()]))
     return int(ExitCode.OK)
 
 

@@ -63,6 +63,8 @@ class Policy:
     waivers: tuple[Waiver, ...] = ()
     waiver_warn_days: float = DEFAULT_WARN_DAYS  # the report says a waiver lapses soon this many days ahead
     source: str | None = None  # where the policy came from (file path), for evidence
+    #: the versions of each node class ([[known_good]] tables: ccdiag/inputs/knowngood.py)
+    known_good: tuple = ()
 
     @classmethod
     def field_names(cls) -> list[str]:
@@ -103,8 +105,8 @@ FIELD_HELP: dict[str, str] = {
     "waiver_warn_days": "days before a waiver lapses that the report starts saying so",
 }
 
-#: fields never read from or written to a file
-_INTERNAL = ("source",)
+#: fields never read from or written to a file as one key (known_good is its own tables, at the end)
+_INTERNAL = ("source", "known_good")
 #: fields read from and written to a file in their own form (``[[waiver]]`` tables, at the end)
 _TABLES = {"waivers": WAIVER_KEY}
 
@@ -180,6 +182,8 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
         raise PolicyError(str(exc)) from None
     known = set(Policy.field_names()) - set(_INTERNAL) - set(_TABLES)
     values: dict[str, Any] = {}
+    if "known_good" in doc:
+        values["known_good"] = _known_good(doc.pop("known_good"), source, text)
     for key, value in doc.items():
         line = _line_of(text, key)
         where = f"{source}:{line}" if line else source
@@ -218,6 +222,15 @@ def _read_waivers(value: Any, text: str, source: str) -> tuple[Waiver, ...]:
         if sep and line.isdigit():
             raise PolicyError(f"{source}:{line}: {rest}") from None
         raise PolicyError(f"{source}: {msg}") from None
+
+
+def _known_good(value: Any, source: str, text: str) -> tuple:
+    from ccdiag.inputs.knowngood import KnownGoodError, parse
+
+    try:
+        return parse(value, source, text)
+    except KnownGoodError as exc:
+        raise PolicyError(str(exc)) from None
 
 
 #: keys of earlier releases, still read: old name -> current name (units spelled out in names)
@@ -289,6 +302,10 @@ def to_toml(policy: Policy, header: list[str] | None = None) -> str:
             lines.extend(_toml_assignment(name, value))
         lines.append("")
     lines.extend(_waiver_tables(policy.waivers))
+    if policy.known_good:
+        from ccdiag.inputs.knowngood import to_toml as known_good_toml
+
+        lines += known_good_toml(policy.known_good)
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
