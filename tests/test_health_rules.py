@@ -380,3 +380,62 @@ def test_ccdiags_taint_is_set_and_removed_without_touching_others():
     assert ts == [theirs, {"key": "ccdiag/unhealthy", "value": REBOOT, "effect": "NoSchedule"}]
     assert C.with_taint(ts, "ccdiag/unhealthy", SERVICE)[-1]["value"] == SERVICE and len(C.with_taint(ts, "ccdiag/unhealthy", SERVICE)) == 2
     assert C.without_taint(ts, "ccdiag/unhealthy") == [theirs]
+
+
+# -- the pre-job reuse, the Slurm words, the act command ---------------------------------------------------
+def test_reuse_needs_a_valid_pass_under_the_same_policy(tmp_path):
+    from ccdiag.health.reuse import reusable_pass
+
+    path = str(tmp_path / "health.json")
+    assert not reusable_pass(path, None, None, False).ok
+    with locked_state(path) as st:
+        st.record_pass(1000.0, 600.0, "check --bench quick", check_digest([]))
+    ok = reusable_pass(path, None, None, False, now=1200.0)
+    assert ok.ok and "reusing the health loop's pass" in ok.line() and ok.to_json()["mode"] == "check --bench quick"
+    late = reusable_pass(path, None, None, False, now=1700.0)
+    assert not late.ok and late.line().startswith("no pass to reuse (the last pass ran out at")
+    assert not reusable_pass(path, None, None, True, now=1200.0).ok  # --strict judges otherwise
+
+
+def test_slurm_words():
+    from ccdiag.health.slurm import NodeState, clean_reason
+
+    assert NodeState("drained", "x").idle_drained and not NodeState("draining", "x").idle_drained
+    assert NodeState("draining", "x").drained and not NodeState("idle", "").drained
+    assert clean_reason('ccdiag-hc: "quoted"  reason') == "ccdiag-hc: quoted reason"
+    assert len(clean_reason("x" * 100)) == 60 and clean_reason("x" * 100).endswith("~")
+
+
+def test_act_prints_one_decision_line_for_the_slurm_scripts(tmp_path):
+    from cli_runner import run
+
+    report = tmp_path / "r.json"
+    report.write_text(json.dumps(SYNTH_FAIL))
+    args = ("health", "act", "--report", str(report), "--state-dir", str(tmp_path / "s"), "--node", "n1", "--no-cap")
+    code, out, err = run(*args, "--node-state", "idle")
+    assert code == 0 and out.strip() == "drain|ccdiag-hc: reboot xid.recent GPU6 (+1)"
+    code, out, err = run(*args, "--node-state", "drained", "--node-reason", "NHC: disk full")
+    assert out.strip().startswith("keep|") and "already out for another reason" in out
+    report.write_text(json.dumps(SYNTH_PASS))
+    code, out, err = run(*args, "--node-state", "drained", "--node-reason", "ccdiag-hc: reboot xid.recent GPU6 (+1)")
+    assert out.strip() == "resume|passed; cleared env.shm|node, xid.recent|GPU6 (a new failure climbs a rung)"
+    report.write_text("{}")
+    code, out, err = run(*args)
+    assert code == 2 and "not a `ccdiag check` JSON report" in err
+
+
+@pytest.mark.slow  # promtool, a child process
+def test_the_health_textfile_passes_promtool(tmp_path):
+    import shutil
+    import subprocess
+
+    from ccdiag.health.metrics import write
+
+    if shutil.which("promtool") is None:
+        pytest.skip("promtool is not installed")
+    st = HealthState(last_run={"at": 2.0, "outcome": "pass"}, runs={"pass": 3, "yielded": 1}, last_pass=2.0,
+                     valid_until=602.0, cap={"held": False, "total": 8, "out": 0, "limit": 1, "source": "sinfo"})
+    st.count_step("reset_gpu", "ok", 1.0)
+    path = write(str(tmp_path), st)
+    res = subprocess.run(["promtool", "check", "metrics"], input=open(path, "rb").read(), capture_output=True, timeout=60)
+    assert res.returncode == 0, res.stdout + res.stderr

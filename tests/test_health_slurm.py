@@ -232,3 +232,41 @@ def test_the_prolog_holds_above_the_cap_and_lets_the_job_run(fleet, tmp_path):
         assert fleet.state()[0] == "idle"
     finally:
         _undrain(fleet, FLEET[:2])
+
+
+def test_the_idle_time_loop_drains_under_its_own_prefix_and_resumes_only_that(fleet, tmp_path):
+    """``ccdiag health run`` with scheduler = "slurm" on the idle node: the failing check drains it
+    under ``ccdiag-idle:``; the health check, passing meanwhile, leaves that drain alone; the loop's
+    next pass resumes it."""
+    config = tmp_path / "loop.toml"
+
+    def write(sample) -> None:
+        config.write_text(f'scheduler = "slurm"\nnode = "{fleet.node}"\nbench = false\nstate_dir = "{tmp_path}/state"\n'
+                          f'gpu_devices = ["{tmp_path}/dev/nvidia[0-9]*"]\ncheck_args = ["--replay", "{sample}"]\n')
+
+    def turn() -> dict:
+        proc = subprocess.run([sys.executable, "-m", "ccdiag", "health", "run", "--force", "--json", "--config",
+                               str(config)], env=fleet.env, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        import json
+
+        return json.loads(proc.stdout)
+
+    fleet.set_args(f"--replay {HEALTHY}")
+    fleet.wait_for(lambda s, r: s == "idle", 45)
+    write(DEGRADED)
+    try:
+        result = turn()
+        assert result["outcome"] == "fail" and result["decision"].startswith("drain|ccdiag-idle: service ")
+        state, reason = fleet.wait_for(lambda s, r: "drain" in s and r.startswith("ccdiag-idle:"), 20)
+        before = len(fleet.log_lines())
+        _wait(fleet, lambda: any("left drained by someone else" in x for x in fleet.log_lines()[before:]),
+              "the health check leaving the loop's drain alone")
+        assert fleet.state()[1] == reason
+        write(HEALTHY)
+        result = turn()
+        assert result["outcome"] == "pass" and result["decision"].startswith("resume|")
+        fleet.wait_for(lambda s, r: s == "idle", 20)
+    finally:
+        subprocess.run(["scontrol", "update", f"nodename={fleet.node}", "state=resume"], env=fleet.env,
+                       capture_output=True, timeout=10)
