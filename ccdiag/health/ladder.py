@@ -89,7 +89,7 @@ def rung_for(root: Root, record: dict[str, Any] | None, now: float, window_s: fl
     if not record:
         return Rung(root, base, f"first failure: {base}, the action of {root.check}")
     last = record.get("last_failed")
-    current = record.get("action") if record.get("action") in LADDER else base
+    current: str = str(record.get("action")) if record.get("action") in LADDER else base
     if not isinstance(last, (int, float)) or now - last > window_s:
         return Rung(root, base, f"{base}, the action of {root.check} (its last failure is older than the ladder window)")
     step = stepped_since_failure(record)
@@ -169,7 +169,7 @@ def roots_of_report(report: dict[str, Any]) -> list[Root]:
     for f in report.get("findings") or ():
         if not isinstance(f, dict) or f.get("status") != "fail" or f.get("caused_by"):
             continue
-        comp = f.get("component") if isinstance(f.get("component"), dict) else {}
+        comp: dict = f["component"] if isinstance(f.get("component"), dict) else {}
         gpu = comp.get("gpu")
         out.append(Root(key=str(f.get("key") or f"{f.get('check')}|{comp.get('name')}"), check=str(f.get("check")),
                         component=str(comp.get("name") or ""), action=str(f.get("action") or DRAIN),

@@ -10,6 +10,7 @@ the alert rules and the docs see one list. A value never recorded is left out, n
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
@@ -32,7 +33,7 @@ class _Static:
         return self.fams
 
 
-def _family(name: str) -> Metric:
+def _family(name: str) -> Any:
     sp = S.BY_NAME[name]
     cls = CounterMetricFamily if sp.type == S.COUNTER else GaugeMetricFamily
     return cls(sp.family_name, sp.help, labels=list(sp.labels))

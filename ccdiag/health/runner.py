@@ -350,6 +350,7 @@ class Runner:
         k = self.cfg.kubernetes
         prev = getattr(self, "_condition", None)
         st = load_state(self.cfg.state_path)
+        taint: str | None
         if dec.verb == A.RESUME or (dec.verb == A.NOTHING and result.outcome == "pass"):
             cond = C.passed(k.condition, now, st.valid_until or now, st.last_pass_mode or "check", prev)
             taint = "remove"
