@@ -9,13 +9,21 @@ answers the checks and the recommender use (:mod:`ccdiag.topology.affinity`).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ccdiag.topology.model import Topology
+from typing import Any, Protocol, Sequence
 
 
-def gpu_states(topo: "Topology") -> dict[str, str]:
+class Topology(Protocol):
+    """What the usable-now fields are computed from (:class:`ccdiag.topology.model.Topology`, which
+    calls :func:`add_usable` from its ``to_json``: a Protocol here keeps the import one-way)."""
+
+    def gpus(self) -> Sequence[Any]: ...
+    def gpu_state(self, gpu: Any) -> str: ...
+    def nic_states(self) -> dict[str, dict]: ...
+    def gpudirect_nics(self, gpu: Any, nic_states: dict[str, dict] | None = None) -> dict: ...
+    def expected_gpu_nic(self, gpu: str, nic: str, current: bool = False) -> Any: ...
+
+
+def gpu_states(topo: Topology) -> dict[str, str]:
     """Per GPU label: "ok", or what NVML said about a GPU it cannot use ("lost", "hung", ...)."""
     return {g.label: topo.gpu_state(g) for g in topo.gpus()}
 
@@ -33,7 +41,7 @@ def _round(v: float | None) -> float | None:
     return None if v is None else round(v, 3)
 
 
-def add_usable(topo: "Topology", doc: dict) -> dict:
+def add_usable(topo: Topology, doc: dict) -> dict:
     """Add the usable-now fields to ``doc`` (the topology's own JSON) and return it.
 
     A failed GPU or a NIC with no ACTIVE port gives its paths ``current_gbyte_s`` 0 (``gbyte_s``
