@@ -115,10 +115,15 @@ def family_of(text: str, file: str | None = None, source: str | None = None, *, 
     return by_id()[UNKNOWN] if unknown else None
 
 
-@functools.lru_cache(maxsize=4096)
 def explain(text: str, file: str | None = None) -> tuple[Family, Message | None]:
     """(family, extracted message or None) of one printed message; the message's own file refines the
-    family when the line did not name one."""
+    family when the line did not name one. Only the first 1024 characters are read (no message NCCL prints
+    is longer; the patterns and the cache stay bounded on a line of any length)."""
+    return _explain(text[:1024], file)
+
+
+@functools.lru_cache(maxsize=4096)
+def _explain(text: str, file: str | None) -> tuple[Family, Message | None]:
     from ccdiag.nccl.messages import index
 
     msg = index().find(text, file)

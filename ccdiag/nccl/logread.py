@@ -42,18 +42,19 @@ CHUNK = 4 << 20
 #: as many processes: every set it feeds is bounded well below) and only counted after that
 SATURATE = 64
 
-_PREFIX = re.compile(r"([\w.\-<>]+):(\d+):(\d+) \[(\d+)\] ")
+_PREFIX = re.compile(r"(?<![\w.\-<>])([\w.\-<>]{1,253}):(\d{1,10}):(\d{1,10}) \[(\d{1,5})\] ")
 _PREFIX_WINDOW = 320  # a host name is at most 253 characters: a long run before the mark is not searched
 _WARN_FILE = re.compile(r"(?:^|\s)([\w/.\-<>~:]+?):(\d+)(?: \(([^)]{0,120})\))? $")
 _DEV_ONLY = re.compile(r"(?:^|\s)\[(\d{1,5})\] ")
 _TIME = re.compile(r"(\d{4}-\d\d-\d\d)[T ](\d\d:\d\d:\d\d(?:[.,]\d+)?)|\b[EWIF]\d{4} (\d\d:\d\d:\d\d\.\d+)")
 _VERSION = re.compile(r"\b(R?CCL|NCCL) version (\d+\.\d+\.\d+)\S*")
-_REPEAT = re.compile(r"\s*(?:\[repeated \d+x across cluster\]|[\[(]?(?:message )?repeated \d+ times?[\])]?)\s*$",
+_REPEAT = re.compile(r"(?:\[repeated \d+x across cluster\]|[\[(]?(?:message )?repeated \d+ times?[\])]?)\s*$",
                      re.IGNORECASE)
 _VIA = re.compile(r" via ((?:P2P|SHM|NVLS|CollNet|COLLNET)\b[\w/().\-]*|NET/[^/]+/\S*|NET/[\w ]+)")
 _DEV = re.compile(r"\[(\d{1,9})\]\s?([\w.\-]+)(?::[\w.\-]+)??(?::(\d{1,9}))?(?::\d*)?(?::\d+)?/(IB|RoCE)\b")
 _SOCK_DEV = re.compile(r"\[(\d{1,9})\]([\w.\-]+):([^<\s]*)<")
-_IFADDR = re.compile(r"([\w.\-]+):([^<\s]*)(?:<\d+>|$)")
+#: an interface and its address ("eth0:10.0.0.1<0>"); names and addresses bounded, so a long run is read once
+_IFADDR = re.compile(r"(?<![\w.\-])([\w.\-]{1,64}):([^<\s]{0,128})(?:<\d{1,9}>|$)")
 _GDR = re.compile(r"NET/IB ?: GPU Direct RDMA (Enabled|Disabled) for HCA (\d{1,9}) '([\w.\-]+)'(?: \(([^)]*)\))?")
 _ENV = re.compile(r"\b(NCCL_[A-Z0-9_]+) set (?:by environment )?to (.*?)\.?\s*$")
 _RANKS = re.compile(r"\bnRanks (\d{1,9}) nNodes (\d{1,9}) localRanks (\d{1,9})")
@@ -198,8 +199,16 @@ def _clean(body: str) -> str:
     if " | " in body and "NCCL " in body:  # CloudWatch pastes the line twice, joined by " | "
         body = body[:body.index(" | ")]
     if "repeated" in body:
-        body = _REPEAT.sub("", body[-200:]) if len(body) > 200 else _REPEAT.sub("", body)
+        body = _unrepeat(body)
     return body.strip()
+
+
+def _unrepeat(text: str) -> str:
+    """``text`` without a trailing repeat suffix; only the last 200 characters are searched (the pattern's
+    ``\\s*$`` would go quadratic over a long run of blanks)."""
+    head, tail = (text[:-200], text[-200:]) if len(text) > 200 else ("", text)
+    m = _REPEAT.search(tail)
+    return head + tail[:m.start()].rstrip() if m else text
 
 
 # -- INFO handlers (keyed by the first word of the body; ``host`` only for the hosted ones) -----------------
@@ -341,18 +350,19 @@ _HOSTED = (b"Bootstrap", b"comm 0x", b"ncclCommInitRank", b"NET/IB : Using", b"N
 _ORDERED = re.compile(rb"NCCL (?:(?P<warn>WARN )|(?P<ver>version )|INFO (?:(?P<hosted>Bootstrap|comm 0x|"
                       rb"ncclCommInitRank|NET/IB ?: Using|NET/Socket : Using|NET : Using|NCCL_[A-Z0-9_]+ set|"
                       rb"NCCL version|Using network)|(?P<frame>[\w/.\-]+\.(?:cc|cu|c|h|cpp):\d+ -> )))")
+#: every NCCL line's text from its mark to the end of the line: one C-level pass per block gives the INFO bodies
+#: (counted) and the tails of the lines read one by one (:data:`_ORDERED`)
+_TAIL = re.compile(rb"NCCL (?:INFO |WARN |version )[^\n]*")
 _INFO_BODY = re.compile(rb"NCCL INFO ([^\n]*)")
-#: the same lines as _ORDERED, to the end of the line (the key a line is counted by)
-_ORDERED_TAIL = re.compile(rb"NCCL (?:WARN |version |INFO (?:Bootstrap|comm 0x|ncclCommInitRank|NET/IB ?: Using|"
-                           rb"NET/Socket : Using|NET : Using|NCCL_[A-Z0-9_]+ set|NCCL version|Using network|"
-                           rb"[\w/.\-]+\.(?:cc|cu|c|h|cpp):\d+ -> ))[^\n]*")
+#: the INFO bodies among them that are read one by one (their host or order matters)
+_ORDERED_INFO = re.compile(rb"(?:Bootstrap|comm 0x|ncclCommInitRank|NET/IB ?: Using|NET/Socket : Using|NET : Using|"
+                           rb"NCCL_[A-Z0-9_]+ set|NCCL version|Using network|[\w/.\-]{1,200}\.(?:cc|cu|c|h|cpp):\d+ -> )")
 #: markers of lines outside NCCL's own format that report a failure (framework wrappers, CUDA OOM)
 _ANCHORS = (b"Watchdog caught", b"Last error", b"NCCL error", b"out of memory", b"OutOfMemoryError",
             b"ncclRemoteError", b"NCCL failure", b"RCCL version", b"fi_getinfo", b"last completed NCCL work")
 #: what is searched in a block: "rror" covers the four error markers, one scan instead of four
 _FINDS = (b"rror", b"Watchdog caught", b"out of memory", b"CCL failure", b"RCCL version", b"fi_getinfo",
           b"last completed NCCL work")
-_ANCHOR_RX = re.compile(rb"|".join(re.escape(a) for a in _ANCHORS))
 #: NCCL 2.2-era lines: "host:pid:tid [0] INFO ...", "... [0] include/socket.h:360 WARN ...", and (NCCL_DEBUG=WARN
 #: without the prefix) "include/socket.h:344 WARN ..."
 _LEGACY = re.compile(rb"(\[\d{1,5}\] (?:[\w/.\-]{1,200}:\d{1,7} )?|(?<![\w/.\-])[\w/.\-]{1,200}\.(?:h|hpp|cc|cu|c|cpp):\d{1,7} )"
@@ -367,6 +377,26 @@ def _key(tail: bytes, limit: int = 512) -> bytes:
         if b"NCCL " in rest:
             tail = head
     return tail[:limit]
+
+
+def _tail_kind(tail: bytes) -> tuple[bytes | None, bytes | None, bool]:
+    """(INFO body as counted or None, key of a line read one by one or None, counted as an NCCL line)."""
+    if tail.startswith(b"NCCL INFO "):
+        body = _key(tail[10:], MAX_LINE)
+        return body, (_key(tail) if _ORDERED_INFO.match(body) else None), True
+    if tail.startswith(b"NCCL WARN "):
+        return None, _key(tail), True
+    return None, _key(tail), False  # "NCCL version ..."
+
+
+def _has_comment(data: bytes) -> bool:
+    """Whether a line of the block starts with '#' (single-byte finds: '#' inside lines is rare)."""
+    pos = data.find(b"#")
+    while pos >= 0:
+        if pos == 0 or data[pos - 1] == 10:
+            return True
+        pos = data.find(b"#", pos + 1)
+    return False
 
 
 def _uncomment(data: bytes) -> bytes:
@@ -411,7 +441,7 @@ class _Reader:
         self.warn_event: dict[bytes, Event] = {}
         self.anchor_seen: dict[bytes, int] = {}
         self.via_cache: dict[bytes, str | None] = {}
-        self.info_kind: dict[bytes, tuple | None] = {}
+        self.tail_kind: dict[bytes, tuple] = {}
         self.event_by_key: dict[tuple[str, str], Event] = {}
         self.open_chains: dict[str, Event] = {}
         self.warning_texts: set[str] = set()
@@ -465,23 +495,19 @@ class _Reader:
             if b"NCCL INFO " not in data and b"NCCL WARN " not in data and _LEGACY.search(data):
                 log.legacy = True
             self.legacy_checked = bool(b"NCCL" in data) or log.legacy
-        if data.startswith(b"#") or b"\n#" in data:
+        if _has_comment(data):
             data = _uncomment(data)
         if log.legacy:
             data = _LEGACY.sub(rb"\1NCCL \2 ", data)
-        infos = data.count(b"NCCL INFO ")
-        log.nccl_lines += infos + data.count(b"NCCL WARN ")
+        infos, ordered = self.tails(data)
         if infos:
-            counts: Counter = Counter()
-            for b, n in Counter(_INFO_BODY.findall(data)).items():
-                counts[_key(b, MAX_LINE)] += n
-            new = {b for b in counts if b not in self.body_seen and not b.startswith(_HOSTED)}
+            new = {b for b in infos if b not in self.body_seen and not b.startswith(_HOSTED)}
             first = self.first_lines(data, base, new) if new else {}
-            for body, n in counts.items():
+            for body, n in infos.items():
                 self.info_body(body, n, data, first.get(body))
-        self.ordered(data, base)
-        if self.any_anchor(data):
-            self.anchored(data, base)
+        if ordered:
+            self.ordered(data, base, ordered)
+        self.anchored(data, base)
         log.lines = base + nlines
         if self.first_other is None and log.nccl_lines == 0:
             for n, raw in enumerate(data.split(b"\n", 64), base + 1):
@@ -489,6 +515,30 @@ class _Reader:
                 if line and not line.startswith("#"):
                     self.first_other = (n, line[:80])
                     break
+
+    def tails(self, data: bytes) -> tuple[dict[bytes, int], dict[bytes, int]]:
+        """One C-level pass over the block: every NCCL line's tail counted, then each distinct tail sorted
+        once (cached): the INFO bodies with their counts, and the tails of the lines read one by one."""
+        infos: dict[bytes, int] = {}
+        ordered: dict[bytes, int] = {}
+        kinds = self.tail_kind
+        lines = 0
+        for t, n in Counter(_TAIL.findall(data)).items():
+            kind = kinds.get(t)
+            if kind is None:
+                kind = _tail_kind(t)
+                if len(t) <= 1024:  # a long line's tail is sorted again when it comes again, not kept
+                    if len(kinds) >= 1 << 14:
+                        kinds.clear()
+                    kinds[t] = kind
+            body, okey, counted = kind
+            lines += n if counted else 0
+            if body is not None:
+                infos[body] = infos.get(body, 0) + n
+            if okey is not None:
+                ordered[okey] = ordered.get(okey, 0) + n
+        self.log.nccl_lines += lines
+        return infos, ordered
 
     def first_lines(self, data: bytes, base: int, bodies: set[bytes]) -> dict[bytes, tuple[int, int]]:
         """(offset, line number) of the first occurrence of each body in ``bodies``, in one pass."""
@@ -565,7 +615,7 @@ class _Reader:
         if label == "":
             text = _decode(tail)
             if "repeated" in text:
-                text = _REPEAT.sub("", text)
+                text = _unrepeat(text)
             m = _VIA.match(text)
             label = transport_label(m.group(1)) if m else None
             if len(self.via_cache) > 4096:
@@ -574,13 +624,10 @@ class _Reader:
         if label is not None:
             log.transports[label] = log.transports.get(label, 0) + times
 
-    def ordered(self, data: bytes, base: int) -> None:
+    def ordered(self, data: bytes, base: int, tails: dict[bytes, int]) -> None:
         """WARNs, error returns, bare version lines and the INFO lines whose host matters, in order. A block
-        whose every such line was already read :data:`SATURATE` times is only counted (a C-level pass)."""
+        whose every such line was already read :data:`SATURATE` times is only counted."""
         seen = self.ordered_seen
-        tails: Counter = Counter()
-        for t, n in Counter(_ORDERED_TAIL.findall(data)).items():
-            tails[_key(t)] += n
         if all(seen.get(t, 0) >= SATURATE for t in tails):
             for t, n in tails.items():
                 if t.startswith(b"NCCL WARN "):
@@ -699,12 +746,6 @@ class _Reader:
         return ev
 
     # -- framework lines ----------------------------------------------------------------------------------
-    @staticmethod
-    def any_anchor(data: bytes) -> bool:
-        """Whether a block may hold a framework line: two finds cover the ten markers."""
-        return b"rror" in data or b"emory" in data or b"Watchdog" in data or b"CCL failure" in data or \
-            b"RCCL version" in data or b"fi_getinfo" in data or b"last completed" in data
-
     def anchored(self, data: bytes, base: int) -> None:
         """Lines outside NCCL's INFO format that report a failure (framework wrappers, CUDA out of memory):
         each marker found in the block with C-level finds, its line read once per distinct text."""
@@ -717,23 +758,28 @@ class _Reader:
                 starts.add(data.rfind(b"\n", 0, pos) + 1)
                 nxt = data.find(b"\n", pos)
                 pos = data.find(a, nxt) if nxt >= 0 else -1
+        if not starts:
+            return
         seen = self.anchor_seen
         lines = _Lines(data, base)
         for start in sorted(starts):
             end = data.find(b"\n", start)
             end = len(data) if end < 0 else end
             raw = data[start:min(end, start + 4096)]
-            if b"NCCL INFO" in raw:
-                continue
-            anchor = next((a for a in _ANCHORS if a in raw), None)
-            if anchor is None:
-                continue
-            times = seen.get(raw, 0)
+            mark = raw.find(b"NCCL WARN ")
+            key = raw if mark < 0 else raw[mark:]  # a WARN line is known by its text, whatever its host prefix
+            times = seen.get(key, 0)
             if times >= SATURATE:
                 continue
             if len(seen) >= 1 << 16:
                 seen.clear()
-            seen[raw] = times + 1
+            if b"NCCL INFO" in raw:
+                continue
+            anchor = next((a for a in _ANCHORS if a in raw), None)
+            if anchor is None:
+                seen[key] = SATURATE  # a marker without a framework line (an error code in a WARN): not read again
+                continue
+            seen[key] = times + 1
             text = _decode(raw)
             line = lines.at(start)
             rank = _torch_rank(text)

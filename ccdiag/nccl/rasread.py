@@ -25,7 +25,7 @@ from ccdiag.nccl.diagnose import FAIL, INFO, WARN, LogFinding
 RAS_GUIDE = "https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/troubleshooting/ras.html"
 _PROCESS = re.compile(r"Process (\d+) on node (\S+) managing GPUs? ([\d, ]+)")
 _RANK = re.compile(r"Rank (\d+) -- GPU (\d+) managed by process (\d+) on node (\S+)")
-_LAUNCHED = re.compile(r"(\d+) ranks? ha(?:s|ve) (?:launched up to operation|status) (\S+)")
+_LAUNCHED = re.compile(r"(?<!\d)(\d{1,9}) ranks? ha(?:s|ve) (?:launched up to operation|status) (\S+)")
 _ENTRY = re.compile(r"^\s{0,4}(#\d+-\d+ \(\w+\) )?([A-Z]{3,})\s*$")
 _SECTION = re.compile(r"(?m)^(?:Errors|Warnings)\n={4,}$")
 _COMM_ENTRY = re.compile(r"#\d+-\d+ \([0-9a-f]{8,}\) [A-Z]{4,}")
