@@ -11,7 +11,9 @@ knowledge comes from (NCCL's troubleshooting guide, a maintainer's answer in a p
 A message belongs to the first family whose patterns find it and whose ``files`` (the source file
 NCCL prints before ``WARN``) and ``sources`` allow it; the generic families at the end take what is
 left by the file it came from (internal asserts of the proxy, the IB transport, ...), and
-``unknown-warn`` the rest. :func:`coverage` counts, per source, how many extracted formats map to a
+``unknown-warn`` the rest. A ``derived`` family has no message: the reader gives it to what the log
+shows NCCL chose (an interface no other host reaches, sockets between hosts, settings that differ
+between ranks), with the same meaning, part at fault and remedy. :func:`coverage` counts, per source, how many extracted formats map to a
 family with a meaning and a remedy.
 """
 
@@ -48,6 +50,7 @@ class Family:
     files: tuple[re.Pattern, ...] = ()
     sources: tuple[str, ...] = ()
     generic: bool = False
+    derived: bool = False  # no message of its own: given by the reader's rules from what NCCL chose
 
     def allows(self, source: str | None) -> bool:
         """A source known (extraction) must be listed; at run time (source None) a family of plugins only is
@@ -57,7 +60,7 @@ class Family:
         return (source or "nccl") in self.sources
 
     def fits(self, text: str, file: str | None, source: str | None) -> bool:
-        if not self.allows(source):
+        if self.derived or not self.allows(source):
             return False
         if self.files:
             if not file or not any(f.search(file) for f in self.files):
@@ -77,7 +80,7 @@ def families() -> tuple[Family, ...]:
         out.append(Family(f["id"], f["title"], tuple(re.compile(p) for p in f["match"]), f["component"], f["role"],
                           int(f["priority"]), f["meaning"], f["remedy"], f["subsys"], tuple(f["refs"]),
                           tuple(re.compile(p) for p in f.get("files", ())), tuple(f.get("sources", ())),
-                          bool(f.get("generic"))))
+                          bool(f.get("generic")), bool(f.get("derived"))))
     return tuple(out)
 
 

@@ -103,9 +103,15 @@ def _is_cause(ev: Event) -> bool:
     """A failure that can be the root: not an INFO line, not an error return, not a fallback NCCL carried on
     from, not a consequence."""
     fam = _fam(ev)
-    if ev.kind in ("info", "returns") or fam.id in FALLBACK:
+    if ev.kind in ("info", "returns") or _carried_on(ev):
         return False
     return fam.role in ("root", "either")
+
+
+def _carried_on(ev: Event) -> bool:
+    """A message of a fallback family after which NCCL carried on: no error return climbed from it (a sysfs path
+    NCCL could not resolve is harmless for a virtual NIC, fatal for a GPU, whose error returns say so)."""
+    return _fam(ev).id in FALLBACK and not ev.frames
 
 
 def _order(ev: Event) -> tuple:
@@ -191,7 +197,7 @@ def failures(log: NcclLog) -> list[LogFinding]:
         first_cause_by_proc.setdefault(key, e)
     causes = [e for e in causes if _fam(e).role == "root" or e in first_cause_by_proc.values()
               or not (e.rank or e.host)]
-    consequences = [e for e in events if e not in causes and e.kind != "info" and _fam(e).id not in FALLBACK]
+    consequences = [e for e in events if e not in causes and e.kind != "info" and not _carried_on(e)]
     out: list[LogFinding] = []
     if causes:
         ordered = sorted(causes, key=_order)
@@ -239,7 +245,7 @@ def notes(log: NcclLog) -> list[LogFinding]:
     out, seen = [], set()
     for e in log.events:
         fam = _fam(e)
-        fallback = fam.id in FALLBACK and e.kind != "returns"
+        fallback = _carried_on(e) and e.kind != "returns"
         if not (fallback or e.kind == "info") or fam.generic or fam.id in seen:
             continue
         if e.kind == "info" and fam.id in _BENIGN_INFO:
@@ -259,8 +265,14 @@ def _rails_of(rec: object | None) -> str | None:
 
 
 def _s(sev: str, title: str, text: str, remedy: str = "", component: str | None = None,
-       cause: bool = False) -> LogFinding:
-    return LogFinding(sev, title, text, remedy=remedy, component=component, cause=cause)
+       cause: bool = False, family: str | None = None) -> LogFinding:
+    """A finding on what NCCL chose; with ``family`` (a catalogue family, most of them derived ones) it carries
+    that family's meaning, references and debug subsystems, and its remedy where none is given."""
+    if family is None:
+        return LogFinding(sev, title, text, remedy=remedy, component=component, cause=cause)
+    fam = by_id()[family]
+    return LogFinding(sev, title, text, fam.meaning, remedy or fam.remedy, component or fam.component, fam.id,
+                      debug_subsys=fam.subsys, refs=fam.refs, cause=cause)
 
 
 def _d_sockets(log: NcclLog, rec: object | None) -> list[LogFinding]:
@@ -297,10 +309,10 @@ def _d_sockets(log: NcclLog, rec: object | None) -> list[LogFinding]:
         return [_s(WARN, "sockets although the node has RDMA rails", f"NCCL used sockets although the node has RDMA "
                    f"rails ({rails}){seen}: " + ("; ".join(why) if why else "check NCCL_IB_DISABLE, the rdma-core "
                                                  "libraries in the container, and /dev/infiniband"),
-                   component="container", cause=True)]
+                   component="container", cause=True, family="sockets-between-hosts")]
     return [_s(WARN if hosts and hosts > 1 else INFO, "TCP sockets between hosts",
                f"NCCL sends {between} over TCP sockets{seen}" + (": " + "; ".join(why) if why else ""),
-               component="network")]
+               family="sockets-between-hosts")]
 
 
 def _d_plugin(log: NcclLog, rec: object | None) -> list[LogFinding]:
@@ -313,7 +325,7 @@ def _d_plugin(log: NcclLog, rec: object | None) -> list[LogFinding]:
     if "found no device" in log.plugins.get("libfabric", ""):
         out.append(_s(WARN, "no EFA device", f"libfabric {log.plugins['libfabric']}: no EFA device reachable from this "
                       "process (in a container, pass the EFA devices /dev/infiniband/uverbs*), so aws-ofi-nccl cannot "
-                      "carry NCCL's traffic", component="container", cause=True))
+                      "carry NCCL's traffic", component="container", cause=True, family="ofi-no-efa"))
     return out
 
 
@@ -324,13 +336,13 @@ def _d_gdr(log: NcclLog, rec: object | None) -> list[LogFinding]:
     if plain:
         out.append(_s(WARN, "no GPUDirect RDMA", f"{plain} inter-node channel lines run without GPUDirect RDMA (no "
                       "/GDRDMA): the NIC reads and writes host memory and each transfer is staged through it",
-                      component="node"))
+                      family="gdr-disabled"))
     for hca, on in sorted(log.gdr.items()):
         if not on:
             why = log.gdr_why.get(hca)
             out.append(_s(WARN, "GPUDirect RDMA disabled", f"GPUDirect RDMA disabled for {hca}" +
                           (f" ({why})" if why else "") + ": nvidia_peermem (or dma-buf support) missing, or the GPU "
-                          "is too far from the NIC", component="node"))
+                          "is too far from the NIC", family="gdr-disabled"))
     return out
 
 
@@ -368,21 +380,33 @@ def _iface_problems(kind: str, ifaces: dict, log: NcclLog) -> list[LogFinding]:
         addrs = [addrs] if isinstance(addrs, str) else sorted(addrs)
         why = netif.name_problem(name)
         bad = [a for a in addrs if _ip(a) is not None and not netif.routable(a)]
+        chosen = _chosen_by_env(name, log)
         if why:
-            out.append(_s(sev, f"{kind} interface not for traffic between hosts", f"{cond}{kind} interface {name} is "
-                          f"a {why}: it carries no traffic between hosts", "set NCCL_SOCKET_IFNAME to the network "
-                          "every host shares (exact names with '=')", "network", cause=True))
+            out.append(_s(sev, f"{kind} interface not for traffic between hosts", f"{cond}{kind} interface {name}"
+                          f"{chosen} is a {why}: it carries no traffic between hosts", cause=True,
+                          family="iface-unreachable" if why == netif.LOOPBACK else "iface-virtual"))
         elif bad:
-            out.append(_s(sev, f"{kind} interface without a routable address", f"{cond}{kind} interface {name} has "
-                          f"only a loopback or link-local address ({', '.join(bad)}): other hosts cannot reach it",
-                          "set NCCL_SOCKET_IFNAME to an interface with a routable address", "network", cause=True))
+            out.append(_s(sev, f"{kind} interface without a routable address", f"{cond}{kind} interface {name}"
+                          f"{chosen} has only a loopback or link-local address ({', '.join(bad)}): other hosts cannot "
+                          "reach it", cause=True, family="iface-unreachable"))
         docker = [a for a in addrs if _docker_bridge(name, a, log)]
         if docker:
             out.append(_s(sev, f"{kind} address on Docker's bridge", f"{cond}{kind} address {', '.join(docker)} on "
                           f"{name} is in Docker's default bridge network (172.17.0.0/16): other hosts reach a container "
-                          "on a bridge only through NAT (and every host's first container has the same address)", "use host networking (docker --network host, hostNetwork: true "
-                          "in Kubernetes)", "container", cause=True))
+                          "on a bridge only through NAT (and every host's first container has the same address)",
+                          cause=True, family="docker-bridge"))
     return out
+
+
+def _chosen_by_env(name: str, log: NcclLog) -> str:
+    """`` (NCCL_SOCKET_IFNAME=lo, set by the environment)`` when the job's own setting selected the interface."""
+    from ccdiag.nccl.lists import parse_nccl_list
+
+    value = log.env.get("NCCL_SOCKET_IFNAME")
+    if not value:
+        return ""
+    spec = parse_nccl_list(value)
+    return f" (NCCL_SOCKET_IFNAME={value}, set by the environment)" if spec.selects(name) else ""
 
 
 def _d_interfaces(log: NcclLog, rec: object | None) -> list[LogFinding]:
@@ -395,7 +419,7 @@ def _d_interfaces(log: NcclLog, rec: object | None) -> list[LogFinding]:
             per = ", ".join(f"{h}: {i}" for h, i in sorted(log.bootstrap_by_host.items())[:8])
             out.append(_s(WARN, "hosts bootstrap over different interfaces", f"hosts bootstrap over different "
                           f"interfaces ({per}): every host must reach the others' bootstrap addresses",
-                          "set NCCL_SOCKET_IFNAME to one network present on every host", "network", cause=True))
+                          cause=True, family="bootstrap-iface-mismatch"))
     if host_count(log) == 1:
         return out  # on one host no interface carries traffic between hosts
     out += _iface_problems("bootstrap", log.bootstrap, log)
@@ -421,7 +445,7 @@ def _d_ib_hca(log: NcclLog, rec: object | None) -> list[LogFinding]:
     if soft:
         out.append(_s(WARN, "software RDMA", f"{', '.join(soft)}: software RDMA (soft-RoCE/iWARP in the kernel, no NIC "
                       "offload, no GPUDirect RDMA): slower than sockets on most hosts",
-                      "use the hardware HCA or sockets", "nic"))
+                      "use the hardware HCA or sockets", "nic", family="soft-rdma-device"))
     rails = _rails_of(rec)
     used = {d.split(":")[0] for d, kind in log.net_devices.items() if kind in ("IB", "RoCE")}
     if rails and used:
@@ -437,7 +461,8 @@ def _d_ib_hca(log: NcclLog, rec: object | None) -> list[LogFinding]:
     kinds = set(log.net_devices.values())
     if {"IB", "RoCE"} <= kinds:
         out.append(_s(WARN, "InfiniBand and RoCE together", "NCCL uses InfiniBand and RoCE ports together: " +
-                      ", ".join(sorted(log.net_devices)), "restrict NCCL_IB_HCA to one link layer", "rank-config"))
+                      ", ".join(sorted(log.net_devices)), "restrict NCCL_IB_HCA to one link layer", "rank-config",
+                      family="ib-incompatible-devices"))
     return out
 
 
@@ -495,13 +520,15 @@ def _d_agree(log: NcclLog, rec: object | None) -> list[LogFinding]:
     if len(log.versions) > 1:
         per = "; ".join(f"{v}: {', '.join(sorted(h)[:4]) or '?'}" for v, h in sorted(log.versions.items()))
         out.append(_s(FAIL, "NCCL versions differ between ranks", f"ranks run different NCCL versions ({per})",
-                      "run one NCCL version on every rank (one image, one LD_LIBRARY_PATH)", "rank-config", cause=True))
+                      "run one NCCL version on every rank (one image, one LD_LIBRARY_PATH)", "rank-config", cause=True,
+                      family="version-mismatch"))
     for var, values in sorted(log.env_by_host.items()):
         if len(values) > 1:
             per = "; ".join(f"{val!r} on {', '.join(sorted(h)[:4]) or '?'}" for val, h in sorted(values.items()))
             out.append(_s(WARN, "setting differs between ranks", f"{var} differs between ranks: {per}",
                           "set NCCL variables identically on every rank (collective mismatches and hangs follow "
-                          "from differing NCCL_PROTO/NCCL_ALGO/NCCL_IB_* settings)", "rank-config", cause=True))
+                          "from differing NCCL_PROTO/NCCL_ALGO/NCCL_IB_* settings)", "rank-config", cause=True,
+                          family="setting-mismatch"))
     return out
 
 
@@ -529,7 +556,7 @@ def _d_targets(log: NcclLog, rec: object | None) -> list[LogFinding]:
         if m and _ip(m.group(1)) is not None and not netif.routable(m.group(1)):
             out.append(_s(WARN, "connection to an unreachable address", f"the failed connection went to {m.group(1)}, "
                           "a link-local or loopback address: the interface NCCL picked has no address other hosts can "
-                          "reach", "set NCCL_SOCKET_IFNAME to the fabric network", "network", cause=True))
+                          "reach", cause=True, family="iface-unreachable"))
     return out
 
 
@@ -563,10 +590,35 @@ def diagnose(log: NcclLog, rec: object | None = None) -> list[LogFinding]:
         config += rule(log, rec)
     rooted = any(f.family and f.severity == FAIL and "not in this log" not in f.title for f in fails)
     causing = [f for f in config if f.cause and f.severity in (WARN, FAIL)]
-    rest = [f for f in config if f not in causing]
+    if rooted and fails[0].family in _CONNECTING:
+        fails, causing = _fold_under_interface(fails, causing)
+    elif fails and not rooted and fails[0].family == "nccl-error-wrapper":
+        # error returns whose WARN is not in the paste explain nothing: a setting the log shows comes first,
+        # even one that matters only if the job spans several hosts
+        causing += [f for f in config if f.cause and f.severity == INFO]
+    placed = {id(f) for f in fails + causing}
+    rest = [f for f in config if id(f) not in placed]
     found = (fails + causing if rooted else causing + fails) + notes(log) + rest
     found += _d_subsys(log, rec, found)
     return found
+
+
+#: failures of a connection between ranks: the consequence of an interface no other host reaches, when there is one
+_CONNECTING = ("connect-failed", "connection-closed", "socket-internal")
+_INTERFACE = ("iface-unreachable", "iface-virtual", "docker-bridge", "bootstrap-iface-mismatch")
+
+
+def _fold_under_interface(fails: list[LogFinding], causing: list[LogFinding]) -> tuple[list, list]:
+    """A refused or aborted connection on a log that also shows an interface other hosts cannot reach: the
+    interface is the cause and the failed connection its consequence (folded beneath it, as NCCL's own echoes
+    are folded under their root)."""
+    iface = next((f for f in causing if f.family in _INTERFACE), None)
+    if iface is None:
+        return fails, causing
+    first = fails[0]
+    iface.severity = FAIL
+    iface.consequences = [f"{first.title}: {first.text[:300]}"] + first.consequences + iface.consequences
+    return [iface] + fails[1:], [f for f in causing if f is not iface]
 
 
 def compare(log: NcclLog, rec: object | None) -> list[str]:

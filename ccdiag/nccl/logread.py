@@ -185,9 +185,13 @@ def transport_label(via: str) -> str | None:
     return via.rstrip("/")
 
 
+_VARYING = re.compile(r"0x[0-9a-fA-F]+|\bnccl-[\w-]+|\b(?=[a-f]*\d)[0-9a-f]{6,64}\b|\d+")
+
+
 def _normalise(text: str) -> str:
-    """A message without the numbers that differ between occurrences (ports, pointers, counts, addresses)."""
-    return re.sub(r"0x[0-9a-fA-F]+|\d+", "#", text)
+    """A message without what differs between occurrences of it (ports, pointers, counts, addresses, hash-like
+    identifiers, the random names of /dev/shm/nccl-* segments)."""
+    return _VARYING.sub("#", text)
 
 
 def _decode(raw: bytes) -> str:
@@ -200,7 +204,7 @@ def _clean(body: str) -> str:
         body = body[:body.index(" | ")]
     if "repeated" in body:
         body = _unrepeat(body)
-    return body.strip()
+    return body.strip().rstrip("*`").rstrip()  # markdown emphasis a paste wrapped around the line
 
 
 def _unrepeat(text: str) -> str:
@@ -700,14 +704,17 @@ class _Reader:
         if "tcpx" in (ptext + text).lower():
             log.plugins.setdefault("GPUDirect-TCPX", "tcpx messages in WARN lines")
         host, proc, thread = self.who(prefix)
-        f = _WARN_FILE.search(ptext)
+        f = _WARN_FILE.search(ptext.rstrip().rstrip("*`").rstrip() + " ")
         file = f.group(1) if f else None
         if file and ":" in file:  # "host:pid:tid" is not a file; a "file" of a plugin is its function name
             file = file.rsplit(":", 1)[-1] or None
         fam, msg = explain(text, file)
         ev = self.event("warn", text, line, fam.id, host, proc, file, _time(ptext), msg.where if msg else None)
         if ev is not None:
-            self.open_chains[thread or ptext.strip()] = ev
+            key = thread
+            if proc is None:  # no host:pid:tid: the error returns after it carry the same prefix without the file
+                key = (ptext[:f.start()] if f else ptext).strip() or "?"
+            self.open_chains[key or "?"] = ev
             if len(self.open_chains) > 4096:
                 self.open_chains.clear()
         return ev
@@ -727,7 +734,7 @@ class _Reader:
 
     def event(self, kind: str, text: str, line: int, family: str, host: str | None, rank: str | None,
               file: str | None, time: str | None, where: str | None) -> Event | None:
-        key = (family, _normalise(text)[:300])
+        key = (family, _normalise(text[:400])[:300])
         ev = self.event_by_key.get(key)
         if ev is not None:
             ev.count += 1
