@@ -95,7 +95,8 @@ CASES = {
         and _has(D, "Connection refused", "bootstrap.cu")),
     "nccl-367-docker-bridge-bootstrap-172-17.log": (
         "bootstrap on Docker's bridge address 172.17.0.2; sockets because libibverbs is missing",
-        lambda L, D: _has(D, "172.17.0.2", "Docker's default bridge") and _has(D, "TCP sockets", "libibverbs")),
+        lambda L, D: _has(D, "172.17.0.2", "Docker's default bridge") and _has(D, "TCP sockets", "libibverbs")
+        and L.hosts == {"c6ad99331184", "26a46eb2b1d3"} and not _has(D, "if the job spans several hosts")),
     "nccl-857-libibverbs-missing-socket-eth0.log": (
         "sockets over eth0 because libibverbs is missing",
         lambda L, D: L.network == "Socket" and L.ibverbs_missing and _has(D, "TCP sockets", "libibverbs")),
@@ -124,7 +125,7 @@ CASES = {
         and _has(D, "further error returns without their WARN") and _has(D, "link-local or loopback address")),
     "nccl-1053-socket-ifname-lo-bgp-unnumbered.log": (
         "NCCL_SOCKET_IFNAME=lo -> 127.0.0.1",
-        lambda L, D: L.net_devices == {"lo": "Socket"} and _has(D, "lo is a loopback")
+        lambda L, D: L.net_devices == {"lo": "Socket"} and _has(D, "lo (NCCL_SOCKET_IFNAME=lo, set by", "loopback")
         and not L.gdr),  # "GPU Direct RDMA Disabled for HCA 0 'lo'" is NET/Socket's, not an HCA's
     "nccl-1814-bond0-socket-ifname-bootstrap.log": (
         "bootstrap over bond0 (a bond is real fabric)",
@@ -245,6 +246,64 @@ CASES = {
     "pytorch-118369-watchdog-rank-7-behind.log": (
         "rank 7 is behind (SeqNum 64088 against 96125)",
         lambda L, D: _first(L).family == "watchdog-timeout" and "rank 7 is behind" in D[0]),
+    "nccl-451-docker-ib-open-device-roce-bond.log": (
+        "the container cannot open the host's RoCE bond; sockets over bond0 (no host prefix)",
+        lambda L, D: _first(L).family == "ib-open-device" and L.network == "Socket"
+        and L.bootstrap == {"bond0": {"200.1.93.2"}} and not L.hosts),
+    "nccl-879-nccl-hostid-ring-does-not-loop-back.log": (
+        "NCCL_HOSTID set: the ring does not loop back, behind a 'pytorch ' prefix",
+        lambda L, D: _first(L).family == "topo-search" and L.hosts == {"card-16-final-4509-master-0"}
+        and "NCCL_HOSTID" in _first(L).remedy),
+    "nccl-905-ib-async-port-error-flapping-link.log": (
+        "a port error async event quoted alone: a flapping link",
+        lambda L, D: _first(L).family == "ib-async-fatal" and "cable" in _first(L).remedy),
+    "nccl-976-h100-nvls-invalid-argument-fabric-manager-restarted.log": (
+        "NVLS setup fails after a Fabric Manager restart (no host prefix)",
+        lambda L, D: _first(L).family == "nvls-cuda" and L.version == "2.18.5" and L.failures[0].frames == 4),
+    "nccl-tests-14-legacy-docker-no-ip-interface.log": (
+        "NCCL 2.2-era WARNs in a container: no usable IP interface; libibverbs is only a note",
+        lambda L, D: L.legacy and _first(L).family == "bootstrap-no-interface"
+        and any(f.family == "ibverbs-missing" and f.severity == "warn" for f in diagnose(L, None))),
+    "nccl-928-ib-completion-error-4-acs.log": (
+        "completion error 4 (local protection): ACS",
+        lambda L, D: _first(L).family == "ib-completion-remote" and "ACS" in _first(L).remedy),
+    "nccl-778-ibv-reg-dmabuf-mr-not-supported.log": (
+        "DMA-BUF registration refused by the RDMA stack",
+        lambda L, D: _first(L).family == "ib-dmabuf-unsupported" and "NCCL_DMABUF_ENABLE=0" in _first(L).remedy),
+    "nccl-573-wsl2-gpu-pci-path-missing-from-sysfs.log": (
+        "a GPU's PCI path missing from sysfs (WSL2) fails init; its error returns make it a failure, not a note",
+        lambda L, D: _first(L).family == "sysfs-missing" and _first(L).severity == "fail"
+        and next(e for e in L.failures if e.family == "sysfs-missing").frames == 6 and L.version == "2.7.8"),
+    "nccl-1066-each-rank-sees-only-its-gpu-nvml-not-found.log": (
+        "each rank sees only its own GPU: NVML cannot find the other, on 2 processes",
+        lambda L, D: _first(L).family == "nvml-gpu-not-visible" and "x2 on 2 processes" in D[0]
+        and _has(D, "InfiniBand and RoCE together")),
+    "nccl-1529-two-containers-one-node-nvml-not-found.log": (
+        "two containers counted as one host: NVML cannot find the other container's GPU",
+        lambda L, D: _first(L).family == "nvml-gpu-not-visible" and L.comms["0xc928078d70c6fe2c"]["nranks"] == 8
+        and L.failures[0].last_frame == "graph/xml.cc"),
+    "xgboost-5963-docker-shm-64mb-posix-fallocate-markdown-bold.log": (
+        "/dev/shm of 64 MB in Docker; one WARN wrapped in markdown bold",
+        lambda L, D: _first(L).family == "shm-full" and "x2 on 2 processes" in D[0] and L.hosts == {"7635c25c81cd"}),
+    "nccl-2013-ibv-modify-qp-timeout-rail-only-cross-nic.log": (
+        "modify QP timed out (errno 110) on a rail-only fabric: NCCL_CROSS_NIC=0",
+        lambda L, D: _first(L).family == "ib-modify-qp" and "NCCL_CROSS_NIC=0" in _first(L).remedy
+        and "2026-03-13 22:26:02" in D[0]),
+    "nccl-626-net-socket-message-truncated-wrapped.log": (
+        "socket message truncated (the WARN wrapped onto the next line): a mismatch between ranks",
+        lambda L, D: _first(L).family == "net-collective-mismatch" and "192.168.161.30" in D[0]),
+    "verl-161-ray-duplicate-gpu-last-error.log": (
+        "duplicate GPU on the line after PyTorch's bare 'Last error:'",
+        lambda L, D: _first(L).family == "duplicate-gpu" and L.version == "2.20.5" and L.nccl_lines == 0),
+    "awsome-distributed-203-ofi-register-memory-efa-installer.log": (
+        "aws-ofi-nccl memory registration RC -22: the EFA installer's libfabric bug",
+        lambda L, D: _first(L).family == "ofi-mr" and "FI_EFA_SET_CUDA_SYNC_MEMOPS=0" in _first(L).remedy),
+    "nccl-docs-docker-shm-failed-to-extend.log": (
+        "the user guide's /dev/shm message",
+        lambda L, D: _first(L).family == "shm-full" and "--shm-size" in _first(L).remedy),
+    "nccl-docs-systemd-removeipc-unlink-shm.log": (
+        "the user guide's systemd message: a segment removed under NCCL is a cause, not cleanup noise",
+        lambda L, D: _first(L).family == "shm-removed" and _first(L).severity == "fail" and "RemoveIPC=no" in D[0]),
     # -- shapes and false alarms ---------------------------------------------------------------------
     "nccl-1637-rtx5090-single-host-network-socket.log": (
         "single host with 'Using network Socket': no sockets-between-hosts claim",
@@ -268,18 +327,26 @@ CASES = {
 
 
 def _cause(name: str) -> str | None:
-    for line in (LOGS / name).read_text().splitlines()[:6]:
+    for line in (LOGS / name).read_text().splitlines()[:7]:
         if line.startswith("# cause: "):
             return line[9:].strip()
     return None
 
 
 def test_every_fixture_has_a_case_and_a_source_header():
+    """Each real log names its source and either the cause its thread established (``# cause:``, a family of the
+    catalogue) or why the log shows none (``# no cause:``); at least 60 name a cause."""
+    from ccdiag.nccl.catalogue import by_id
+
     files = {p.name for p in LOGS.glob("*.log")}
     assert files == set(CASES) and len(files) >= 60
     for name in files:
-        head = (LOGS / name).read_text().splitlines()[0]
-        assert head.startswith(("# source:", "#ccdiag-source:")), name
+        head = (LOGS / name).read_text().splitlines()[:7]
+        assert head[0].startswith(("# source:", "#ccdiag-source:")), name
+        assert any(l.startswith(("# cause: ", "# no cause: ")) for l in head), name
+        cause = _cause(name)
+        assert cause in (None, "none") or cause in by_id(), (name, cause)
+    assert len([n for n in files if _cause(n) not in (None, "none")]) >= 60
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
