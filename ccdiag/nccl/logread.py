@@ -409,6 +409,28 @@ def _uncomment(data: bytes) -> bytes:
     return b"\n".join(b"" if l.startswith(b"#") else l for l in data.split(b"\n"))
 
 
+def _transform(data: bytes, legacy: bool) -> bytes:
+    """A block as it is scanned: comment lines emptied, NCCL 2.2-era lines given the NCCL word."""
+    if _has_comment(data):
+        data = _uncomment(data)
+    if legacy:
+        data = _LEGACY.sub(rb"\1NCCL \2 ", data)
+    return data
+
+
+def scan_block(data: bytes) -> tuple[dict[bytes, int], list[int]]:
+    """The C-level passes over a prepared block, which keep no state: every NCCL line's tail with its count,
+    and the start of each line holding a marker of a framework line."""
+    starts: set[int] = set()
+    for a in _FINDS:
+        pos = data.find(a)
+        while pos >= 0:
+            starts.add(data.rfind(b"\n", 0, pos) + 1)
+            nxt = data.find(b"\n", pos)
+            pos = data.find(a, nxt) if nxt >= 0 else -1
+    return dict(Counter(_TAIL.findall(data))), sorted(starts)
+
+
 class _Lines:
     """Line numbers of increasing offsets in a block, counted incrementally (one pass over the block)."""
 
@@ -492,18 +514,27 @@ class _Reader:
 
     # -- a block ---------------------------------------------------------------------------------------
     def block(self, data: bytes) -> None:
+        data, nlines = self.prepare(data)
+        self.apply(data, nlines, scan_block(data))
+
+    def prepare(self, data: bytes) -> tuple[bytes, int]:
+        """A block as it is scanned (comment lines emptied, NCCL 2.2-era lines given the NCCL word) and its line
+        count; the only step before the scan that keeps state, so blocks are prepared in order."""
         log = self.log
-        base = log.lines
         nlines = data.count(b"\n") + (0 if data.endswith(b"\n") or not data else 1)
         if not self.legacy_checked and data.strip():
             if b"NCCL INFO " not in data and b"NCCL WARN " not in data and _LEGACY.search(data):
                 log.legacy = True
             self.legacy_checked = bool(b"NCCL" in data) or log.legacy
-        if _has_comment(data):
-            data = _uncomment(data)
-        if log.legacy:
-            data = _LEGACY.sub(rb"\1NCCL \2 ", data)
-        infos, ordered = self.tails(data)
+        return _transform(data, log.legacy), nlines
+
+    def apply(self, data: bytes, nlines: int, scan: tuple[dict[bytes, int], list[int]]) -> None:
+        """A prepared block and its scan (:func:`scan_block`) read into the log, in order: the line numbers and
+        which text came first depend on the blocks before it."""
+        log = self.log
+        base = log.lines
+        tails, starts = scan
+        infos, ordered = self.tails(tails)
         if infos:
             new = {b for b in infos if b not in self.body_seen and not b.startswith(_HOSTED)}
             first = self.first_lines(data, base, new) if new else {}
@@ -511,7 +542,8 @@ class _Reader:
                 self.info_body(body, n, data, first.get(body))
         if ordered:
             self.ordered(data, base, ordered)
-        self.anchored(data, base)
+        if starts:
+            self.anchored(data, base, starts)
         log.lines = base + nlines
         if self.first_other is None and log.nccl_lines == 0:
             for n, raw in enumerate(data.split(b"\n", 64), base + 1):
@@ -520,14 +552,14 @@ class _Reader:
                     self.first_other = (n, line[:80])
                     break
 
-    def tails(self, data: bytes) -> tuple[dict[bytes, int], dict[bytes, int]]:
-        """One C-level pass over the block: every NCCL line's tail counted, then each distinct tail sorted
-        once (cached): the INFO bodies with their counts, and the tails of the lines read one by one."""
+    def tails(self, counted: dict[bytes, int]) -> tuple[dict[bytes, int], dict[bytes, int]]:
+        """Every NCCL line's tail counted in the block (:func:`scan_block`), each distinct tail sorted once
+        (cached): the INFO bodies with their counts, and the tails of the lines read one by one."""
         infos: dict[bytes, int] = {}
         ordered: dict[bytes, int] = {}
         kinds = self.tail_kind
         lines = 0
-        for t, n in Counter(_TAIL.findall(data)).items():
+        for t, n in counted.items():
             kind = kinds.get(t)
             if kind is None:
                 kind = _tail_kind(t)
@@ -753,23 +785,14 @@ class _Reader:
         return ev
 
     # -- framework lines ----------------------------------------------------------------------------------
-    def anchored(self, data: bytes, base: int) -> None:
+    def anchored(self, data: bytes, base: int, starts: list[int]) -> None:
         """Lines outside NCCL's INFO format that report a failure (framework wrappers, CUDA out of memory):
-        each marker found in the block with C-level finds, its line read once per distinct text."""
+        the lines a marker was found in (``starts``, in order), each read once per distinct text."""
         from ccdiag.nccl.catalogue import explain
 
-        starts: set[int] = set()
-        for a in _FINDS:
-            pos = data.find(a)
-            while pos >= 0:
-                starts.add(data.rfind(b"\n", 0, pos) + 1)
-                nxt = data.find(b"\n", pos)
-                pos = data.find(a, nxt) if nxt >= 0 else -1
-        if not starts:
-            return
         seen = self.anchor_seen
         lines = _Lines(data, base)
-        for start in sorted(starts):
+        for start in starts:
             end = data.find(b"\n", start)
             end = len(data) if end < 0 else end
             raw = data[start:min(end, start + 4096)]
