@@ -445,3 +445,17 @@ def test_every_real_log_explained_fits_the_width(width, monkeypatch):
         if unfit:
             bad[path.name] = unfit[:3]
     assert not bad, bad
+
+
+def test_an_ipoib_interface_in_172_17_is_not_dockers_bridge():
+    """SYNTHESIZED from the real lines' form (no public log with such an address was found): two hosts
+    bootstrapping over IPoIB ib0 in 172.17.0.0/16 are on a fabric, not on Docker's bridge; the same address on a
+    container's eth0 is."""
+    from ccdiag.nccl.logread import parse_nccl_log
+
+    ib = parse_nccl_log("gpu1:10:10 [0] NCCL INFO Bootstrap : Using ib0:172.17.0.2<0>\n"
+                        "gpu2:20:20 [0] NCCL INFO Bootstrap : Using ib0:172.17.0.3<0>\n")
+    assert not any(f.family == "docker-bridge" for f in diagnose(ib, None))
+    eth = parse_nccl_log("0123456789ab:10:10 [0] NCCL INFO Bootstrap : Using eth0:172.17.0.2<0>\n"
+                         "ba9876543210:20:20 [0] NCCL INFO Bootstrap : Using eth0:172.17.0.2<0>\n")
+    assert diagnose(eth, None)[0].family == "docker-bridge"
