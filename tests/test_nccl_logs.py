@@ -304,6 +304,22 @@ CASES = {
     "nccl-docs-systemd-removeipc-unlink-shm.log": (
         "the user guide's systemd message: a segment removed under NCCL is a cause, not cleanup noise",
         lambda L, D: _first(L).family == "shm-removed" and _first(L).severity == "fail" and "RemoveIPC=no" in D[0]),
+    "open-r1-multimodal-7-socket-ifname-eth0-last-error.log": (
+        "NCCL_SOCKET_IFNAME names an interface the host lacks: PyTorch's bare 'Last error:' behind [rank0]: prefixes",
+        lambda L, D: _first(L).family == "bootstrap-no-interface" and L.version == "2.21.5"
+        and L.events[0].rank == "rank 0"),
+    "pytorch-81628-ib-completion-12-gid-index-switches.log": (
+        "completion error 12 right away: the NICs cannot reach each other (GID index across switches)",
+        lambda L, D: _first(L).family == "ib-completion-timeout" and "NCCL_IB_GID_INDEX" in D[0]
+        and "192.168.17.147" in D[0]),
+    "nccl-902-ib-completion-12-nics-cannot-talk.log": (
+        "completion error 12 without a peer: a timeout",
+        lambda L, D: _first(L).family == "ib-completion-timeout" and L.warning_count == 1),
+    "nccl-1634-net-plugin-on-part-of-the-nodes-hang.log": (
+        "a network plugin on part of the nodes: the hosts load different plugins",
+        lambda L, D: _first(L).family == "setting-mismatch" and "HGX-H100-11" in D[0] and "HGX-H100-04" in D[0]
+        and L.net_plugin_by_host == {"HGX-H100-11": "internal",
+                                     "HGX-H100-04": "/opt/hpcx/nccl_rdma_sharp_plugin/lib/libnccl-net.so"}),
     # -- shapes and false alarms ---------------------------------------------------------------------
     "nccl-1637-rtx5090-single-host-network-socket.log": (
         "single host with 'Using network Socket': no sockets-between-hosts claim",

@@ -522,6 +522,16 @@ def _d_agree(log: NcclLog, rec: object | None) -> list[LogFinding]:
         out.append(_s(FAIL, "NCCL versions differ between ranks", f"ranks run different NCCL versions ({per})",
                       "run one NCCL version on every rank (one image, one LD_LIBRARY_PATH)", "rank-config", cause=True,
                       family="version-mismatch"))
+    plugins: dict[str, set] = {}
+    for host, kind in log.net_plugin_by_host.items():
+        plugins.setdefault(kind, set()).add(host)
+    if len(plugins) > 1:
+        per = "; ".join(f"{'the internal one' if k == 'internal' else k} on {', '.join(sorted(h)[:4])}"
+                        for k, h in sorted(plugins.items()))
+        out.append(_s(WARN, "network plugin differs between hosts", f"hosts load different network plugins ({per}): "
+                      "ranks on different plugins use different networks and cannot connect",
+                      "install the same NCCL network plugin on every host (or none), or point NCCL_NET_PLUGIN at the "
+                      "same one everywhere", cause=True, family="setting-mismatch"))
     for var, values in sorted(log.env_by_host.items()):
         if len(values) > 1:
             per = "; ".join(f"{val!r} on {', '.join(sorted(h)[:4]) or '?'}" for val, h in sorted(values.items()))

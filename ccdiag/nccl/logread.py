@@ -64,6 +64,7 @@ _NVLS = re.compile(r"NVLS multicast support is (not )?available on dev (\d{1,9})
 _NET = re.compile(r"Using network (.+?)\s*$")
 _OFI = re.compile(r"NET/OFI Selected [Pp]rovider is (\w+)(?: \(found (\d{1,9}) nics\))?")
 _PLUGIN_PATH = re.compile(r"Plugin Path : (\S+)")
+_LOADED_PLUGIN = re.compile(r"Loaded net plugin (.{1,120}?)(?: \(v\d+\))?\s*$")
 _TORCH_RANK = re.compile(r"\[[Rr]ank ?(\d{1,7})\]|\[rank(\d{1,7})\]:|\[PG [^\]]*? Rank (\d{1,7})\]")
 _SEQ = re.compile(r"SeqNum=(\d{1,12}), OpType=(\w+)")
 _LAST_DONE = re.compile(r"last completed NCCL work: (\d{1,12})")
@@ -131,6 +132,7 @@ class NcclLog:
     ib_hca: str | None = None  # "NCCL_IB_HCA set to ..." as NCCL read it
     nvls: dict[int, bool] = field(default_factory=dict)  # CUDA device -> multicast available
     plugins: dict[str, str] = field(default_factory=dict)  # what -> detail
+    net_plugin_by_host: dict[str, str] = field(default_factory=dict)  # host -> "internal" or the plugin it loaded
     warnings: list[tuple[int, str]] = field(default_factory=list)  # (line, text), distinct, at most MAX_KEPT
     warning_count: int = 0
     events: list[Event] = field(default_factory=list)
@@ -602,11 +604,14 @@ class _Reader:
         if len(self.body_seen) >= 1 << 16:
             self.body_seen.clear()
         self.body_seen.add(body)
+        host = None
         if first is not None:  # the host of its first occurrence
-            self.who(data[data.rfind(b"\n", 0, first[0]) + 1:first[0]])
+            host = self.who(data[data.rfind(b"\n", 0, first[0]) + 1:first[0]])[0]
         if channel:
             return
         text = _clean(_decode(body[:MAX_LINE]))
+        if host is not None and text.startswith(("NET/Plugin", "Plugin Path")):
+            self.net_plugin(text, host)
         sp = text.find(" ")
         handler = _TOKENS.get(text[:sp] if sp > 0 else text)
         if handler is not None:
@@ -617,6 +622,20 @@ class _Reader:
             log.plugins["GPUDirect-TCPX"] = "tcpx messages"
         if first is not None:
             self.info_failure(text, data, first)
+
+    def net_plugin(self, text: str, host: str) -> None:
+        """Which network plugin a host ended up with: NCCL's internal one, or the plugin it loaded (its path or
+        name). Ranks on different plugins use different networks and cannot connect."""
+        log = self.log
+        if "internal" in text:
+            kind = "internal"
+        else:
+            m = _PLUGIN_PATH.search(text) or _LOADED_PLUGIN.search(text)
+            if m is None:
+                return
+            kind = m.group(1)
+        if host in log.net_plugin_by_host or len(log.net_plugin_by_host) < MAX_HOSTS:
+            log.net_plugin_by_host.setdefault(host, kind[:200])
 
     def info_failure(self, text: str, data: bytes, first: tuple[int, int]) -> None:
         """An INFO line NCCL prints for a failure or a fallback (an extracted INFO format): an event."""
