@@ -320,6 +320,12 @@ CASES = {
         lambda L, D: _first(L).family == "setting-mismatch" and "HGX-H100-11" in D[0] and "HGX-H100-04" in D[0]
         and L.net_plugin_by_host == {"HGX-H100-11": "internal",
                                      "HGX-H100-04": "/opt/hpcx/nccl_rdma_sharp_plugin/lib/libnccl-net.so"}),
+    "nccl-653-nccl-algo-collnet-no-algorithm-available.log": (
+        "NCCL_ALGO=CollNet leaves no algorithm: five ranks behind srun prefixes, NCCL's host name empty",
+        lambda L, D: _first(L).family == "algo-proto-env" and "x5 on 5 processes" in D[0] and not L.hosts),
+    "cuml-5961-cuda-driver-insufficient.log": (
+        "the driver is older than the CUDA runtime",
+        lambda L, D: _first(L).family == "cuda-driver-too-old" and L.hosts == {"VM-192-150-centos"}),
     # -- shapes and false alarms ---------------------------------------------------------------------
     "nccl-1637-rtx5090-single-host-network-socket.log": (
         "single host with 'Using network Socket': no sockets-between-hosts claim",
