@@ -326,6 +326,17 @@ CASES = {
     "cuml-5961-cuda-driver-insufficient.log": (
         "the driver is older than the CUDA runtime",
         lambda L, D: _first(L).family == "cuda-driver-too-old" and L.hosts == {"VM-192-150-centos"}),
+    "nccl-tests-276-h200-nvls-cuda-999-fabric-manager.log": (
+        "NVLS setup CUDA 999 after a Fabric Manager restart without a GPU reset",
+        lambda L, D: _first(L).family == "nvls-cuda" and "Fabric Manager" in D[0]),
+    "nccl-tests-264-system-not-yet-initialized-fabric-manager.log": (
+        "nccl-tests' own 'Test CUDA failure' line: CUDA 802, the Fabric Manager not running",
+        lambda L, D: _first(L).family == "cuda-system-not-ready" and L.nccl_lines == 0
+        and "nvidia-fabricmanager" in _first(L).remedy),
+    "vllm-production-stack-276-pod-shm-64mb-last-error.log": (
+        "/dev/shm of 64 MB in a pod, only in PyTorch's Last error inside markdown backticks",
+        lambda L, D: _first(L).family == "shm-full" and L.version == "2.21.5" and L.nccl_lines == 0
+        and "emptyDir" in _first(L).remedy),
     # -- shapes and false alarms ---------------------------------------------------------------------
     "nccl-1637-rtx5090-single-host-network-socket.log": (
         "single host with 'Using network Socket': no sockets-between-hosts claim",

@@ -364,10 +364,11 @@ _INFO_BODY = re.compile(rb"NCCL INFO ([^\n]*)")
 _ORDERED_INFO = re.compile(rb"(?:Bootstrap|comm 0x|ncclCommInitRank|NET/IB ?: Using|NET/Socket : Using|NET : Using|"
                            rb"NCCL_[A-Z0-9_]+ set|NCCL version|Using network|[\w/.\-]{1,200}\.(?:cc|cu|c|h|cpp):\d+ -> )")
 #: markers of lines outside NCCL's own format that report a failure (framework wrappers, CUDA OOM)
-_ANCHORS = (b"Watchdog caught", b"Last error", b"NCCL error", b"out of memory", b"OutOfMemoryError",
-            b"ncclRemoteError", b"NCCL failure", b"RCCL version", b"fi_getinfo", b"last completed NCCL work")
-#: what is searched in a block: "rror" covers the four error markers, one scan instead of four
-_FINDS = (b"rror", b"Watchdog caught", b"out of memory", b"CCL failure", b"RCCL version", b"fi_getinfo",
+_ANCHORS = (b"Watchdog caught", b"Last error", b"NCCL error", b"NCCL failure", b"CUDA failure", b"Cuda failure common",
+            b"out of memory", b"OutOfMemoryError", b"ncclRemoteError", b"RCCL version", b"fi_getinfo",
+            b"last completed NCCL work")
+#: what is searched in a block: "rror" covers the four error markers and "failure " nccl-tests' three, one scan each
+_FINDS = (b"rror", b"Watchdog caught", b"out of memory", b"failure ", b"RCCL version", b"fi_getinfo",
           b"last completed NCCL work")
 #: NCCL 2.2-era lines: "host:pid:tid [0] INFO ...", "... [0] include/socket.h:360 WARN ...", and (NCCL_DEBUG=WARN
 #: without the prefix) "include/socket.h:344 WARN ..."
@@ -865,7 +866,7 @@ class _Reader:
             elif anchor == b"ncclRemoteError":
                 self.event("framework", _torch_message(text), line, "remote-error", None,
                            f"rank {rank}" if rank else None, None, _time(text), None)
-            elif anchor in (b"NCCL error", b"NCCL failure"):
+            elif anchor in (b"NCCL error", b"NCCL failure", b"CUDA failure", b"Cuda failure common"):
                 if "NCCL WARN" in text or "NCCL INFO" in text:
                     continue
                 self.version(text, None)
@@ -879,7 +880,7 @@ class _Reader:
 
         if self.pending_last_error is None:
             return
-        text = _strip_rank_prefix(_decode(raw[:4096]).strip())
+        text = _strip_rank_prefix(_decode(raw[:4096]).strip()).rstrip("`*").rstrip()  # markdown around a paste
         if not text:
             return
         line, rank, time = self.pending_last_error
@@ -907,7 +908,8 @@ def _torch_rank(text: str) -> str | None:
 def _torch_message(text: str) -> str:
     """The message of a framework line without its glog/rank prefix."""
     for marker in ("Watchdog caught", "NCCL error", "torch.", "RuntimeError", "ncclRemoteError", "Test NCCL failure",
-                   "NCCL failure", "CUDA out of memory", "OutOfMemoryError"):
+                   "NCCL failure", "Test CUDA failure", "CUDA failure", "Cuda failure", "CUDA out of memory",
+                   "OutOfMemoryError"):
         i = text.find(marker)
         if i >= 0:
             return text[i:i + 400].strip()
