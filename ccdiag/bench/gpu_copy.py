@@ -14,6 +14,7 @@ import statistics
 from typing import TYPE_CHECKING, Any
 
 from ccdiag.bench import expected as exp
+from ccdiag.bench import gpu_self
 from ccdiag.bench.judge import judge, judge_against_peers
 from ccdiag.bench.localize import localize
 from ccdiag.bench.cupy_dist import install_hint, installed, why_unusable
@@ -25,7 +26,7 @@ from ccdiag.core.probenames import PROBE_NVML
 if TYPE_CHECKING:
     from ccdiag.topology.model import Topology
 
-ENGINE = "cupy-ce"
+ENGINE = gpu_self.ENGINE
 #: a GPU that copies this much faster from a remote NUMA node than from its own has its NUMA
 #: affinity misreported (or its memory misplaced)
 REMOTE_FASTER_BY = 1.15
@@ -71,6 +72,11 @@ D2H = register(CudaCopy("d2h", "device->host copy per GPU (pinned, own NUMA node
 P2P = register(CudaCopy("p2p", "GPU peer-to-peer matrix: write, read, bidirectional, latency (copy engine)",
                         min_gpus=2, budget_s=120.0, quick_budget_s=8.0))
 D2D = register(CudaCopy("d2d", "device-local copy per GPU (memory sanity line, judged against the node's peers)"))
+# one GPU's own memory and compute, measured by the same worker and judged by :mod:`.gpu_self`
+HBM = register(CudaCopy("hbm", "device memory per GPU (1 GiB device copy, reads + writes) against the board's "
+                               "published HBM bandwidth", budget_s=20.0, quick_budget_s=3.0))
+GEMM = register(CudaCopy("gemm", "dense FP16 GEMM per GPU for a few seconds against the SKU's published dense "
+                                 "tensor peak", budget_s=30.0, quick_budget_s=4.0))
 
 
 #: the benchmarks of one GPU's own memory and compute (:mod:`.gpu_self`), measured by the same engine
@@ -91,8 +97,6 @@ def worker_request(names: list[str], ctx: BenchContext) -> dict:
 
 def _measurement(line: dict, ctx: BenchContext) -> Measurement:
     if line.get("bench") in SELF_BENCHES:
-        from ccdiag.bench import gpu_self
-
         return gpu_self.measurement(line, ctx)
     samples = tuple(float(x) for x in line.get("samples_gbyte_s") or () if isinstance(x, (int, float)) and x > 0)
     m = Measurement(bench=str(line.get("bench")), src=str(line.get("src")), dst=str(line.get("dst")),
@@ -151,8 +155,6 @@ def results_from_run(names: list[str], ctx: BenchContext, run: Any, budget_s: fl
             judge_against_peers(ms, models)
         local = [m for m in ms if not m.extra.get("remote_numa") and m.error is None]
         if name in SELF_BENCHES:
-            from ccdiag.bench import gpu_self
-
             res.findings = gpu_self.findings(name, local, ctx.topology)
         else:
             res.findings = localize(name, local, ctx.topology)

@@ -18,19 +18,16 @@ import statistics
 from typing import TYPE_CHECKING, Any
 
 from ccdiag.bench import expected as exp
-from ccdiag.bench.gpu_copy import ENGINE, CudaCopy
 from ccdiag.bench.judge import judge
-from ccdiag.bench.registry import BenchContext, register
 from ccdiag.bench.result import Measurement
 from ccdiag.core.findings import FAIL, PASS, UNKNOWN, WARN, Component, Evidence, Finding
 
 if TYPE_CHECKING:
+    from ccdiag.bench.registry import BenchContext
     from ccdiag.topology.model import Topology
 
-HBM = register(CudaCopy("hbm", "device memory per GPU (1 GiB device copy, reads + writes) against the board's "
-                               "published HBM bandwidth", budget_s=20.0, quick_budget_s=3.0))
-GEMM = register(CudaCopy("gemm", "dense FP16 GEMM per GPU for a few seconds against the SKU's published dense "
-                                 "tensor peak", budget_s=30.0, quick_budget_s=4.0))
+#: the engine that measures them: the CuPy copy engine's worker (:mod:`.gpu_copy` registers both)
+ENGINE = "cupy-ce"
 
 #: what each benchmark measures, for the findings' words
 WHAT = {"hbm": ("device memory", "published HBM bandwidth", "GB/s"),

@@ -121,10 +121,3 @@ def register(bench: Benchmark) -> Benchmark:
         raise ValueError(f"benchmark {bench.name!r} registered twice")
     REGISTRY[bench.name] = bench
     return bench
-
-
-def load_all() -> dict[str, Benchmark]:
-    """Import the modules that register benchmarks (cheap: no engine is imported)."""
-    from ccdiag.bench import gpu_copy, gpu_self, ib_write  # noqa: F401 - registration side effect
-
-    return dict(REGISTRY)

@@ -10,7 +10,8 @@ from __future__ import annotations
 import time
 from typing import Iterable
 
-from ccdiag.bench.registry import BenchContext, load_all
+from ccdiag.bench.registry import BenchContext
+from ccdiag.bench.shipped import load_all
 from ccdiag.bench.result import ERROR, PARTIAL, RAN, SKIP, TIMEOUT, BenchResult
 from ccdiag.core.exitcodes import ExitCode
 from ccdiag.core.findings import FAIL, PASS, UNKNOWN, WARN

@@ -178,7 +178,8 @@ def bench_report(observed, results, code, replay, duration_s: float) -> dict:
 @click.option("--json", "as_json", is_flag=True, help="Print the list as JSON.")
 def list_command(replay, root, as_json):
     """Each benchmark, what it measures, and whether it can run here (and why not)."""
-    from ccdiag.bench.registry import BenchContext, load_all
+    from ccdiag.bench.registry import BenchContext
+    from ccdiag.bench.shipped import load_all
 
     host, observed = _observe(replay, root, deadline_s=20.0)
     ctx = BenchContext(host=host, topology=observed.topology, runs=observed.runs)

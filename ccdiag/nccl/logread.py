@@ -1052,12 +1052,6 @@ def read_nccl_logs(paths: Iterable[str], deadline: float | None = None) -> NcclL
     return _finish(r, ", ".join(files) if len(files) > 1 else files[0] if files else "<no file>")
 
 
-__all__ = ["DOCKER_BRIDGE", "Event", "LogError", "NcclLog", "compare", "log_files", "parse_nccl_log", "read_lines",
+__all__ = ["DOCKER_BRIDGE", "Event", "LogError", "NcclLog", "log_files", "parse_nccl_log", "read_lines",
            "read_nccl_log", "read_nccl_logs", "transport_label"]
 
-
-def compare(log: NcclLog, rec: object | None) -> list[str]:
-    """Each finding on the log as one line of text, failures first (:func:`ccdiag.nccl.diagnose.compare`)."""
-    from ccdiag.nccl.diagnose import compare as _compare
-
-    return _compare(log, rec)

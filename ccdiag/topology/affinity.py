@@ -8,18 +8,43 @@ recommender all need this answer; it lives here so they give the same one.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, Sequence
 
 from ccdiag.topology.levels import level_rank
 
-if TYPE_CHECKING:  # pragma: no cover
-    from ccdiag.topology.model import GpuNode, PathBandwidth, Topology
+
+# What these answers read of the model (ccdiag.topology.model, which asks them): Protocols keep the
+# import one-way, as topology/fastrows.py does.
+class GpuNode(Protocol):
+    @property
+    def label(self) -> str: ...
+    @property
+    def failed(self) -> str | None: ...
+
+
+class _Named(Protocol):
+    @property
+    def name(self) -> str: ...
+
+
+class PathBandwidth(Protocol):
+    @property
+    def gbyte_s(self) -> float | None: ...
+    @property
+    def bottleneck(self) -> _Named | None: ...
+
+
+class Topology(Protocol):
+    def links(self) -> Sequence[Any]: ...
+    def nics(self) -> Sequence[Any]: ...
+    def nearest_nics(self, gpu: str) -> list[tuple[str, str]]: ...
+    def expected_gpu_nic(self, gpu: str, nic: str, current: bool = False) -> Any: ...
 
 _GPU_STATE_WORDS = {"gpu_lost": "lost", "hung": "hung", "timeout": "hung", "reset_required": "reset required",
                     "unknown_error": "failed"}
 
 
-def gpu_state(gpu: "GpuNode") -> str:
+def gpu_state(gpu: GpuNode) -> str:
     """"ok", or what NVML said about a GPU it cannot use ("lost" for GPU_IS_LOST).
 
     A path that starts or ends at such a GPU moves no data, whatever its links could carry."""
@@ -28,7 +53,7 @@ def gpu_state(gpu: "GpuNode") -> str:
     return _GPU_STATE_WORDS.get(gpu.failed, "failed")
 
 
-def nic_states(topo: "Topology") -> dict[str, dict]:
+def nic_states(topo: Topology) -> dict[str, dict]:
     """Per RDMA NIC: ``state`` ("active" when a port is ACTIVE, "down" when port states were read
     and none is ACTIVE, "unknown" when none was read), ``usable`` (True / False / None) and the
     state of each port."""
@@ -50,7 +75,7 @@ def nic_states(topo: "Topology") -> dict[str, dict]:
     return out
 
 
-def limiting_link(cap: "PathBandwidth", cur: "PathBandwidth") -> str:
+def limiting_link(cap: PathBandwidth, cur: PathBandwidth) -> str:
     """The link that limits a path: the trained-down one when the path runs below capability."""
     if (cur.bottleneck is not None and cap.gbyte_s is not None and cur.gbyte_s is not None
             and cur.gbyte_s < cap.gbyte_s):
@@ -58,7 +83,7 @@ def limiting_link(cap: "PathBandwidth", cur: "PathBandwidth") -> str:
     return cap.bottleneck.name if cap.bottleneck else ""
 
 
-def gpu_affinity(topo: "Topology", gpu: "GpuNode", nstates: dict[str, dict] | None = None) -> dict:
+def gpu_affinity(topo: Topology, gpu: GpuNode, nstates: dict[str, dict] | None = None) -> dict:
     """One GPU's NIC affinity: the nearest NICs by level, and the NIC its traffic can use.
 
     ``nearest``/``level`` are the closest NICs whatever their state (what the PCIe tree says);
