@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from ccdiag.topology.model import Topology
 
 #: subcommands that are not benchmark names
-SUBCOMMANDS = ("list", "import", "allreduce", "pairs")
+SUBCOMMANDS = ("list", "import", "allreduce", "pairs", "locate")
 
 
 class BenchGroup(click.Group):
@@ -40,7 +40,7 @@ class BenchGroup(click.Group):
         return "run", self.commands["run"], args
 
     def format_usage(self, ctx, formatter):
-        formatter.write_usage("ccdiag bench", "[NAME...] [OPTIONS] | list | import FILE... | allreduce | pairs")
+        formatter.write_usage("ccdiag bench", "[NAME...] [OPTIONS] | list | import FILE... | allreduce | pairs | locate")
 
 
 @click.group(name="bench", cls=BenchGroup, invoke_without_command=True, epilog=epilog("bench"),
@@ -52,7 +52,8 @@ def group(ctx):
     NAMES: h2d, d2h, p2p, d2d, hbm, gemm, ib_write (default: all). Exit 0 ok, 1 a figure failed, 2 bad input,
     3 nothing could be measured here (each skip says why) or the budget ran out.
 
-    Across hosts, as MPI ranks under mpirun or srun: `ccdiag bench allreduce`, `ccdiag bench pairs`."""
+    Across hosts, as MPI ranks under mpirun or srun: `ccdiag bench allreduce`, `ccdiag bench pairs`,
+    `ccdiag bench locate`."""
     if ctx.invoked_subcommand is None:
         return ctx.invoke(run_command)
 
@@ -285,11 +286,13 @@ def _matrix_report(meta, results, code, duration_s):
 
 
 def _attach_mpi_commands() -> None:
-    """``allreduce`` and ``pairs`` run as MPI ranks; their module imports mpi4py only when run."""
+    """``allreduce``, ``pairs`` and ``locate`` run as MPI ranks; their modules import mpi4py only when run."""
+    from ccdiag.commands.bench_locate import locate
     from ccdiag.commands.bench_mpi import allreduce, pairs
 
     group.add_command(allreduce)
     group.add_command(pairs)
+    group.add_command(locate)
 
 
 _attach_mpi_commands()
