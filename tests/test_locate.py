@@ -69,14 +69,14 @@ def test_without_a_layout_the_same_fault_is_links_not_a_group():
     assert all((fab.leaf_of[a] == 6) != (fab.leaf_of[b] == 6) for a, b in out.slow_links)
 
 
-def test_slow_link_between_ring_neighbours_is_a_link_measured_slow_three_times():
+def test_slow_link_between_ring_neighbours_is_a_link_measured_slow_four_times():
     fab = leaf_spine(64, seed=2)
     a, b = fab.hosts[20], fab.hosts[21]  # neighbours in their leaf's ring
     fab.pair[frozenset((a, b))] = 0.2
     out = search(fab)
     assert out.slow_links == [(a, b)] and out.slow_hosts == []
     tests_of_pair = [e for e in out.log for t in e["tests"] if {a, b} == set(t["hosts"])]
-    assert len(tests_of_pair) == 2  # two retests after the screen
+    assert len(tests_of_pair) == 3  # three retests after the screen
     (f,) = findings(out, fab.hosts, 0.5)
     assert f.check == "cluster.link_slow" and f.details["a"] == a and f.details["b"] == b
 
@@ -175,3 +175,70 @@ def test_seeded_trial_at_scale_names_the_planted_host():
         fab.host_in[x] = fab.host_out[x] = 0.2
         out = search(fab)
         assert out.slow_hosts == [x] and not out.slow_links and out.tests <= 1024 // 4
+
+
+# -- the MPI side's pure parts, and the command's bad input ---------------------------------------
+def test_launcher_rank_read_before_mpi_starts():
+    from ccdiag.cluster.locate_mpi import launcher_rank
+
+    assert launcher_rank({"OMPI_COMM_WORLD_RANK": "3"}) == 3
+    assert launcher_rank({"SLURM_PROCID": "0", "PMI_RANK": "x"}) == 0
+    assert launcher_rank({}) is None
+
+
+class FakeComm:
+    rank = 7
+
+    def __init__(self):
+        self.calls = []
+
+    def Isend(self, buf, dest, tag):  # noqa: N802
+        self.calls.append(("send", dest, tag))
+
+    def Irecv(self, buf, source, tag):  # noqa: N802
+        self.calls.append(("recv", source, tag))
+
+
+def test_ring_view_maps_ring_positions_to_world_ranks_and_keeps_rounds_apart():
+    from ccdiag.cluster.locate_mpi import RingView
+
+    comm = FakeComm()
+    v = RingView(comm, [4, 7, 9], tag_offset=2048)
+    assert (v.rank, v.size) == (1, 3)
+    v.Isend(None, 2, 1000)
+    v.Irecv(None, 0, 1001)
+    assert comm.calls == [("send", 9, 3048), ("recv", 4, 3049)]
+
+
+def test_round_results_take_each_ring_at_its_slowest_member():
+    from ccdiag.cluster.locate_mpi import _results
+
+    hosts = ["a", "b", "c", "d"]
+    tests = [L.RingTest(("a", "b", "c"), "screen"), L.RingTest(("d",), "screen")]
+    objs = {0: {"ring": [0, 1, 2], "hops": {(2, 0): 1.0}, "busbw": 0.9, "wrong": 0},
+            1: {"ring": [0, 1, 2], "hops": {(0, 1): 2.0}, "busbw": 0.5, "wrong": 3},
+            2: None}
+    r, empty = _results(tests, objs, hosts)
+    assert r.hops_gbyte_s == {("c", "a"): 1.0, ("a", "b"): 2.0} and r.busbw_gbyte_s == 0.5 and r.wrong == 3
+    assert empty.hops_gbyte_s == {} and empty.busbw_gbyte_s is None
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--layout", "nvml", "--layout", "x.conf"], "--layout nvml reads NVML on every host"),
+    (["--size", "0"], "not a positive size"),
+    (["--layout", "MISSING"], "MISSING"),
+])
+def test_bad_options_exit_2_in_one_line(args, words):
+    from cli_runner import run
+
+    code, out, err = run("bench", "locate", *args)
+    assert code == 2 and words in err and len(err.strip().splitlines()) == 1, (code, out, err)
+
+
+def test_bad_layout_exits_2_naming_its_line(tmp_path):
+    from cli_runner import run
+
+    conf = tmp_path / "topology.conf"
+    conf.write_text("SwitchName=s0 Nodes=a,b\nSwitchName=s1 Nodes=c[9-1]\n")
+    code, out, err = run("bench", "locate", "--layout", str(conf))
+    assert code == 2 and f"{conf}:2: bad hostlist" in err and "Traceback" not in err

@@ -45,8 +45,9 @@ class Layout:
         order = list(seen)
         first_of_parent: dict[str, int] = {}
         for i, g in enumerate(order):
-            first_of_parent.setdefault(self.parent_of.get(g, g), i)
-        return sorted(order, key=lambda g: (first_of_parent[self.parent_of.get(g, g)], order.index(g)))
+            first_of_parent.setdefault(self.parent_of.get(g) or g, i)
+        pos = {g: i for i, g in enumerate(order)}
+        return sorted(order, key=lambda g: (first_of_parent[self.parent_of.get(g) or g], pos[g]))
 
     def place(self, hosts: list[str]) -> "Placement":
         """The run's ``hosts`` (as their ranks name them) in this layout's groups. A name matches

@@ -17,7 +17,7 @@ which tests cover which parts, so a few rings suffice:
 3. **Confirm**: before anything is named, each suspect is measured against known-good hosts (hosts
    with no slow pair), each test of its own: a host slow with two or more neighbours is measured with
    a good host from its own group, then, when slow again, with a second from another group; a slow
-   pair is measured again twice, then each of its hosts with a good host. A figure that was slow
+   pair is measured again three times, then each of its hosts with a good host. A figure that was slow
    once and fine again was noise (the better of two measurements is kept: noise only lowers a
    bandwidth). Of the pairs the rings across groups found slow, each group's two lowest are
    measured alone first; when both are fine, the group's other low figures were the screen's load.
@@ -26,7 +26,7 @@ which tests cover which parts, so a few rings suffice:
 4. **Verdict**: slow member vs slow pair by the project's one rule,
    :func:`ccdiag.core.outliers.classify_flags`, on every pair measured unloaded: a host slow with
    every peer it was measured with (and so with two good hosts) is a slow host; a slow pair whose
-   two hosts are fine elsewhere, slow all three times it was measured, is a slow link; slow links
+   two hosts are fine elsewhere, slow all four times it was measured, is a slow link; slow links
    that cross out of one group while no link inside it is slow are that group's uplinks.
 
 A figure is judged against the reference of its context, :func:`ccdiag.core.outliers.classify`'s on
@@ -54,7 +54,7 @@ DIRECT, LOADED = "direct", "loaded"
 #: a host is named slow only when it is slow with this many known-good hosts, one after the other
 CONFIRMATIONS = 2
 #: a link is named slow only when it is slow this many more times after the test that flagged it
-RETESTS = 2
+RETESTS = 3
 #: of the pairs the rings across found slow, how many per group are measured again alone first
 PER_GROUP = 2
 

@@ -39,10 +39,10 @@ RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID")
 
 def launcher_rank(env: dict | None = None) -> int | None:
     """This process's rank as the launcher set it (before MPI starts), or None."""
-    env = os.environ if env is None else env
+    where = dict(os.environ) if env is None else env
     for var in RANK_VARS:
         try:
-            return int(env[var])
+            return int(where[var])
         except (KeyError, ValueError):
             continue
     return None
@@ -128,7 +128,7 @@ def round_on_rank(comm, me: int | None, rings: list[list[int]], leaders: list[in
     mine = next((r for r in rings if me is not None and me in r), None)
     out: dict = {"hops": {}, "busbw": None, "wrong": 0, "ring": mine, "cut": 0}
     stage = "locate round"
-    if mine is None:
+    if mine is None or me is None:
         for _ in range(2 * runs + 1):
             barrier(comm, work, stage)
         return out
@@ -232,7 +232,7 @@ def measure(comm, ident: dict, work: Deadline, cfg: dict) -> dict:
                 else:
                     tests = search["locator"].next_round()
             msg = None
-            if comm.rank == 0 and tests:
+            if search is not None and tests:
                 idx = {h: i for i, h in enumerate(hosts)}
                 msg = {"rings": [[idx[h] for h in t.hosts] for t in tests], "runs": search["runs"],
                        "step_s": _step_s(work, search)}

@@ -139,7 +139,8 @@ class LocateReport:
             found = [Finding(check="cluster.pairs", status=UNKNOWN, component=Component(kind="node", name="all hosts"),
                              summary="no verdict: the search never started (see the faults below)")]
         else:
-            kind = (search.get("placement").kind if search.get("placement") is not None else "group")
+            placement = search.get("placement")
+            kind = placement.kind if placement is not None else "group"
             found = findings(out, hosts, self.cfg["margin"], kind)
             extra.update(hosts=hosts, search=out.to_json(), layout=self._layout_doc(search, hosts),
                          pairs=[{"a": a, "b": b, "gbyte_s": v} for (a, b), v in sorted(out.pair_gbyte_s.items())])
@@ -185,7 +186,7 @@ class LocateReport:
     def _layout_text(search: dict, hosts: list[str]) -> str:
         lay, pl = search.get("layout"), search.get("placement")
         groups = search.get("groups") or []
-        if pl is None:
+        if pl is None or lay is None:
             lines = [f"# no layout: {len(groups)} groups of consecutive ranks (⌈√N⌉ for {len(hosts)} hosts)"]
         else:
             lines = [f"# layout: {lay.fmt} from {', '.join(lay.sources)}: {len(pl.groups)} {pl.kind} groups, "
