@@ -242,3 +242,20 @@ def test_bad_layout_exits_2_naming_its_line(tmp_path):
     conf.write_text("SwitchName=s0 Nodes=a,b\nSwitchName=s1 Nodes=c[9-1]\n")
     code, out, err = run("bench", "locate", "--layout", str(conf))
     assert code == 2 and f"{conf}:2: bad hostlist" in err and "Traceback" not in err
+
+
+def test_nvml_layout_groups_by_domain_and_says_when_no_host_has_one():
+    from ccdiag.cluster.locate_mpi import _start_search
+
+    hosts = ["g1", "g2", "g3", "g4"]
+    cfg = {"layout": ["nvml"], "margin": 0.5, "runs": 3, "max_tests": None}
+    d = "9c6f5af3-53bf-49b5-a436-b66766c413c3"
+    plan = {"nvlink": {"g1": (f"{d}.1", None), "g2": (f"{d}.1", None), "g3": (f"{d}.2", None),
+                       "g4": (None, "no GPU registered with an NVLink fabric")}}
+    s = _start_search(hosts, plan, cfg)
+    assert s["placement"].kind == "NVLink domain" and s["placement"].unplaced == ("g4",)
+    assert s["groups"] == [["g1", "g2"], ["g3", "g4"]]  # a domain of one host joins the next group
+    none = {"nvlink": {h: (None, "the nvml probe read nothing (no NVIDIA driver)") for h in hosts}}
+    s = _start_search(hosts, none, cfg)
+    assert s["placement"] is None and s["groups"] == [["g1", "g2"], ["g3", "g4"]]
+    assert s["notes"] == ["no host has an NVLink domain id from NVML: the nvml probe read nothing (no NVIDIA driver)"]

@@ -126,7 +126,7 @@ def merge_small(groups: list[list[str]], parents: list[str | None] | None = None
                 continue
             same = [j for j, (_, q) in enumerate(items) if j != i and p is not None and q == p]
             j = same[0] if same else (i + 1 if i + 1 < len(items) else i - 1)
-            items[j] = (items[j][0] + g, items[j][1])
+            items[j] = ((g + items[j][0]) if j > i else (items[j][0] + g), items[j][1])  # hosts keep their order
             del items[i]
             changed = True
             break
