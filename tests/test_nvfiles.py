@@ -308,6 +308,43 @@ def test_dcgm_text_4x_layout():
     assert run.tests[0].results == {0: "pass", 1: "pass", 2: "pass", 3: "pass"}
 
 
+
+def _dcgm_row(name: str, info: str) -> str:
+    return f"| {name:25} | {info:46} |"
+
+
+def test_dcgm_text_reader_keeps_a_message_before_any_test_and_ends_a_message_at_a_status_row():
+    """SYNTHESIZED rows in DCGM 2.x's layout: a deployment "Error" before any test row is kept on a
+    test of its own (the software plugin); a message's 45-character pieces join until a status row,
+    which is the test's next result; metadata rows set the versions, a loose runtime error is kept."""
+    text = "\n".join([
+        "+---------------------------+------------------------------------------------+",
+        _dcgm_row("Diagnostic", "Result"),
+        "|-----  Metadata  ----------+------------------------------------------------|",
+        _dcgm_row("DCGM Version", "3.3.5"),
+        _dcgm_row("Driver Version Detected", "550.54.15"),
+        "|-----  Deployment  --------+------------------------------------------------|",
+        _dcgm_row("Error", "A" * 45),
+        _dcgm_row("", "B" * 10),
+        "|-----  Hardware  ----------+------------------------------------------------|",
+        _dcgm_row("GPU Memory", "Pass - GPUs: 1"),
+        _dcgm_row("Warning", "GPU 0 first piece of the message, forty-five "),
+        _dcgm_row("", "chars"),
+        _dcgm_row("", "Fail - GPU: 0"),
+        "Error: runtime error: the host engine went away",
+    ])
+    run = dcgmdiag.parse_text(text)
+    assert (run.dcgm_version, run.driver_version, run.runtime_error) == (
+        "3.3.5", "550.54.15", "Error: runtime error: the host engine went away")
+    deployment, memory = run.tests
+    assert (deployment.name, deployment.category, deployment.plugin) == (
+        "Deployment (no test named)", "Deployment", "software")
+    assert [(m.kind, m.text) for m in deployment.messages] == [("error", "A" * 45 + "B" * 10)]
+    assert (memory.name, memory.category, memory.results, memory.status) == (
+        "GPU Memory", "Hardware", {1: "pass", 0: "fail"}, "fail")
+    assert [(m.kind, m.gpu, m.text) for m in memory.messages] == [
+        ("warning", 0, "GPU 0 first piece of the message, forty-five chars")]
+
 @pytest.mark.parametrize("name, test, gpu, code", [
     ("dcgmi-j-4x-synthesized-pcie-replays-gpu1.json", "pcie", 1, "DCGM_FR_PCI_REPLAY_RATE"),
     ("dcgmi-j-3x-synthesized-targeted-power-gpu1.json", "Targeted Power", 1, "DCGM_FR_TARGET_POWER"),

@@ -189,75 +189,112 @@ def _cells(line: str) -> tuple[str, str, str] | None:
     return m.group("name").strip(), m.group("info").strip(), m.group("info") + " "
 
 
-def parse_text(text: str) -> DiagRun:
-    run = DiagRun("text")
-    category = None
-    test: DiagTest | None = None
-    pending: list[str] | None = None  # pieces of the message being read
-    pending_head: tuple[str, int | None] | None = None
-    in_meta = False
+class _TextReader:
+    """One pass over a ``dcgmi diag`` table: the category and test being read, and the message whose
+    45-character pieces are being gathered until a row that is not one of them ends it."""
 
-    def flush() -> None:
-        nonlocal pending, pending_head
-        if pending is not None and pending_head is not None and test is not None:
-            joined = "".join(p[:PIECE] for p in pending).strip()
+    def __init__(self) -> None:
+        self.run = DiagRun("text")
+        self.category: str | None = None
+        self.test: DiagTest | None = None
+        self.pending: list[str] | None = None  # pieces of the message being read
+        self.pending_head: tuple[str, int | None] | None = None  # its kind and GPU
+        self.in_meta = False
+
+    def flush(self) -> None:
+        """Ends the message being read: its pieces joined become one message of the current test."""
+        if self.pending is not None and self.pending_head is not None and self.test is not None:
+            joined = "".join(p[:PIECE] for p in self.pending).strip()
             if joined:
-                test.messages.append(_message(pending_head[0], joined, pending_head[1]))
-        pending, pending_head = None, None
+                self.test.messages.append(_message(self.pending_head[0], joined, self.pending_head[1]))
+        self.pending, self.pending_head = None, None
 
-    for line in text.splitlines():
+    def line(self, line: str) -> bool:
+        """Reads one line; False once the run holds :data:`MAX_TESTS` tests and a new one begins."""
         stripped = line.strip()
-        if not stripped or stripped.startswith("#ccdiag-"):
-            continue
-        cat = _CATEGORY.match(stripped)
-        if cat:
-            flush()
-            in_meta = cat.group("cat") == "Metadata"
-            category = None if in_meta else cat.group("cat")
-            continue
-        if stripped.startswith("+") and set(stripped) <= set("+-=|"):
-            flush()
-            continue
+        if not stripped or stripped.startswith("#ccdiag-") or self._rule(stripped):
+            return True
         cells = _cells(line)
         if cells is None:
-            if "runtime error" in stripped.lower() or stripped.lower().startswith("error:"):
-                run.runtime_error = run.runtime_error or stripped
-            continue
-        name, info, info_raw = cells
+            self._loose_line(stripped)
+            return True
+        return self._row(*cells)
+
+    def _rule(self, stripped: str) -> bool:
+        """A category rule (which starts a category, or the metadata block) or a plain rule: True."""
+        cat = _CATEGORY.match(stripped)
+        if cat:
+            self.flush()
+            self.in_meta = cat.group("cat") == "Metadata"
+            self.category = None if self.in_meta else cat.group("cat")
+            return True
+        if stripped.startswith("+") and set(stripped) <= set("+-=|"):
+            self.flush()
+            return True
+        return False
+
+    def _loose_line(self, stripped: str) -> None:
+        """A line outside the table: only a runtime error printed there is kept (the first one)."""
+        if "runtime error" in stripped.lower() or stripped.lower().startswith("error:"):
+            self.run.runtime_error = self.run.runtime_error or stripped
+
+    def _row(self, name: str, info: str, info_raw: str) -> bool:
         if name == "Diagnostic" and info == "Result":
-            continue
-        if in_meta or name in _META:
+            return True
+        if self.in_meta or name in _META:
             if name in _META:
-                setattr(run, _META[name], info or None)
-            continue
+                setattr(self.run, _META[name], info or None)
+            return True
         msg = _MESSAGE_NAME.match(name)
         if msg:
-            flush()
-            gpu = int(msg.group("id")) if msg.group("id") and (msg.group("entity") or "").upper() == "GPU" else None
-            pending, pending_head = [info_raw], (msg.group("kind").lower(), gpu)
-            if test is None:  # a deployment-level message before any test row (DCGM 2.x "Error")
-                test = DiagTest(f"{category or 'Deployment'} (no test named)", category,
-                                plugin="software" if (category or "Deployment") == "Deployment" else None)
-                run.tests.append(test)
-            continue
-        if not name:
-            if pending is not None and not _STATUS_NEW.match(info) and not _STATUS_OLD.match(info):
-                pending.append(info_raw)
-                continue
-            flush()
-            if test is not None:
-                _result_row(test, info)
-            continue
-        flush()
-        if len(run.tests) >= MAX_TESTS:
-            break
-        test = DiagTest(name, category)
+            self._message_head(msg, info_raw)
+        elif not name:
+            self._unnamed_row(info, info_raw)
+        else:
+            return self._test_row(name, info)
+        return True
+
+    def _message_head(self, msg: re.Match, info_raw: str) -> None:
+        """A ``Warning`` / ``Info`` / ``Error`` row: the first piece of a message of the current test."""
+        self.flush()
+        gpu = int(msg.group("id")) if msg.group("id") and (msg.group("entity") or "").upper() == "GPU" else None
+        self.pending, self.pending_head = [info_raw], (msg.group("kind").lower(), gpu)
+        if self.test is None:  # a deployment-level message before any test row (DCGM 2.x "Error")
+            category = self.category or "Deployment"
+            self.test = DiagTest(f"{category} (no test named)", self.category,
+                                 plugin="software" if category == "Deployment" else None)
+            self.run.tests.append(self.test)
+
+    def _unnamed_row(self, info: str, info_raw: str) -> None:
+        """A row with no name: the next piece of the message being read, else one more result row
+        (a GPU's status) of the current test."""
+        if self.pending is not None and not _STATUS_NEW.match(info) and not _STATUS_OLD.match(info):
+            self.pending.append(info_raw)
+            return
+        self.flush()
+        if self.test is not None:
+            _result_row(self.test, info)
+
+    def _test_row(self, name: str, info: str) -> bool:
+        """A named row: a new test and its overall result; False when the run is full."""
+        self.flush()
+        if len(self.run.tests) >= MAX_TESTS:
+            return False
+        self.test = DiagTest(name, self.category)
         entry = test_info(name)
-        test.plugin = entry["name"] if entry else None
-        run.tests.append(test)
-        _result_row(test, info, overall=True)
-    flush()
-    return run
+        self.test.plugin = entry["name"] if entry else None
+        self.run.tests.append(self.test)
+        _result_row(self.test, info, overall=True)
+        return True
+
+
+def parse_text(text: str) -> DiagRun:
+    reader = _TextReader()
+    for line in text.splitlines():
+        if not reader.line(line):
+            break
+    reader.flush()
+    return reader.run
 
 
 def _result_row(test: DiagTest, info: str, overall: bool = False) -> None:
@@ -308,35 +345,40 @@ def _json_gpu(result: dict) -> list[int]:
     return [int(p) for p in str(ids or "").replace(" ", "").split(",") if p.isdigit()]
 
 
+def _json_test(t: dict, category: str | None) -> DiagTest:
+    """One test of a JSON result: per GPU status and messages, then its 4.x ``test_summary``."""
+    test = DiagTest(str(t.get("name", "?")), category)
+    entry = test_info(test.name)
+    test.plugin = entry["name"] if entry else None
+    for result in t.get("results") or []:
+        if not isinstance(result, dict):
+            continue
+        gpus = _json_gpu(result)
+        status = _status(str(result.get("status", "")))
+        for g in gpus:
+            test.results[g] = status
+        one = gpus[0] if len(gpus) == 1 else None
+        test.messages += _json_messages(result, "warnings", "warning", one)
+        test.messages += _json_messages(result, "info", "info", one)
+    summary = t.get("test_summary")
+    if isinstance(summary, dict):
+        test.status = _status(str(summary.get("status", ""))) or None
+        seen = {m.text for m in test.messages}
+        test.messages += [m for m in _json_messages(summary, "warnings", "warning", None) if m.text not in seen]
+    return test
+
+
 def _json_tests(body: dict, run: DiagRun) -> None:
     for cat in body.get("test_categories") or []:
         if not isinstance(cat, dict):
             continue
         for t in cat.get("tests") or []:
-            if not isinstance(t, dict) or len(run.tests) >= MAX_TESTS:
-                continue
-            test = DiagTest(str(t.get("name", "?")), cat.get("category"))
-            entry = test_info(test.name)
-            test.plugin = entry["name"] if entry else None
-            for result in t.get("results") or []:
-                if not isinstance(result, dict):
-                    continue
-                gpus = _json_gpu(result)
-                status = _status(str(result.get("status", "")))
-                for g in gpus:
-                    test.results[g] = status
-                one = gpus[0] if len(gpus) == 1 else None
-                test.messages += _json_messages(result, "warnings", "warning", one)
-                test.messages += _json_messages(result, "info", "info", one)
-            summary = t.get("test_summary")
-            if isinstance(summary, dict):
-                test.status = _status(str(summary.get("status", ""))) or None
-                seen = {m.text for m in test.messages}
-                test.messages += [m for m in _json_messages(summary, "warnings", "warning", None) if m.text not in seen]
-            run.tests.append(test)
+            if isinstance(t, dict) and len(run.tests) < MAX_TESTS:
+                run.tests.append(_json_test(t, cat.get("category")))
 
 
-def parse_json(text: str) -> DiagRun:
+def _json_document(text: str) -> dict:
+    """The JSON object of a ``dcgmi diag -j`` output (text before it, such as a prompt, skipped)."""
     start = text.find("{")
     if start < 0:
         raise DcgmDiagError("no JSON object in this dcgmi diag -j output")
@@ -347,6 +389,22 @@ def parse_json(text: str) -> DiagRun:
                             f"{exc.msg}") from None
     if not isinstance(doc, dict):
         raise DcgmDiagError("dcgmi diag -j output: expected a JSON object")
+    return doc
+
+
+def _json_header(run: DiagRun, d: dict, body: dict) -> None:
+    """The run's runtime error and versions, the first one given across iterations kept."""
+    run.runtime_error = run.runtime_error or body.get("runtime_error")
+    run.dcgm_version = run.dcgm_version or body.get("version")
+    run.driver_version = run.driver_version or body.get("Driver Version Detected") or body.get("driver_version_detected")
+    meta = d.get("metadata")
+    if isinstance(meta, dict):
+        run.dcgm_version = run.dcgm_version or meta.get("version")
+        run.driver_version = run.driver_version or meta.get("Driver Version Detected")
+
+
+def parse_json(text: str) -> DiagRun:
+    doc = _json_document(text)
     run = DiagRun("json")
     docs = [it for it in doc.get("iterations") or [] if isinstance(it, dict)] or [doc]
     if "Overall Result" in doc:
@@ -355,13 +413,7 @@ def parse_json(text: str) -> DiagRun:
         body = d.get("DCGM Diagnostic") or d.get("DCGM GPU Diagnostic")
         if not isinstance(body, dict):
             continue
-        run.runtime_error = run.runtime_error or body.get("runtime_error")
-        run.dcgm_version = run.dcgm_version or body.get("version")
-        run.driver_version = run.driver_version or body.get("Driver Version Detected") or body.get("driver_version_detected")
-        meta = d.get("metadata")
-        if isinstance(meta, dict):
-            run.dcgm_version = run.dcgm_version or meta.get("version")
-            run.driver_version = run.driver_version or meta.get("Driver Version Detected")
+        _json_header(run, d, body)
         _json_tests(body, run)
     if not run.tests and run.runtime_error is None:
         raise DcgmDiagError("dcgmi diag -j output holds no test results (no \"DCGM Diagnostic\" or "
