@@ -426,6 +426,25 @@ def test_fabric_registration_error_status_fails():
     assert one(run(S.context(runs), "gpu.fabric_manager"), "fail").component.gpu == 5
 
 
+
+@pytest.mark.parametrize("service, registration, want", [
+    ("activating", "in_progress", [("warn", "nvidia-fabricmanager")]),
+    ("reloading", "not_started", [("warn", "nvidia-fabricmanager")]),
+    ("activating", "completed", [("warn", "node")]),  # registered though the service restarts here
+    ("failed", "completed", [("warn", "node")]),
+    (None, None, [("unknown", "node")]),  # nothing to judge the fabric by
+    (None, "completed", [("pass", "node")]),
+    ("active", "completed", [("pass", "node")]),
+])
+def test_fabric_manager_service_state_against_the_gpus_registration(service, registration, want):
+    """The service's state is judged with the GPUs' registration: starting warns, not active while
+    every GPU is registered warns on the node, unreadable with no GPU reporting is unknown."""
+    gpus = [S.h100(i, fabric_state=registration, fabric_status=None) for i in range(8)]
+    runs = S.healthy_runs(gpus=gpus, system=S.system_obs(fabric_manager=service))
+    node = [(f.status, f.component.name) for f in run(S.context(runs), "gpu.fabric_manager")
+            if f.component.kind != "gpu"]
+    assert node == want
+
 def test_no_nvswitch_skips_fabric_manager():
     gpus = [S.h100(i, nvlinks=(), fabric_state="not_supported", fabric_status=None) for i in range(2)]
     runs = S.healthy_runs(n=2, gpus=gpus, pcie=S.pcie_obs([S.bus_id(0), S.bus_id(1)], switches=()),

@@ -83,57 +83,48 @@ def _container_restricted(ctx: CheckContext) -> str | None:
     return None
 
 
-@check("gpu.count", needs=(PROBE_NVML,), uses=(PROBE_PCIE,))
-def check_count(ctx: CheckContext) -> list[Finding]:
-    """The GPUs NVML sees, the GPUs on the PCI bus and the policy's count must agree; a GPU can
-    drop out of the driver without any XID (seen in the field), and only PCI still shows it."""
-    cid = "gpu.count"
-    nvml, gated = nvml_gate(ctx, cid)
-    if gated:
-        return gated
-    out: list[Finding] = []
-    by_bdf = gpu_by_bdf(nvml)
-    pci = nvidia_pci_gpus(ctx)
-    restricted = _container_restricted(ctx)
-    if pci is not None and restricted is None:
-        pci_bdfs = {normalize_bdf(d.bdf): d for d in pci}
-        for bdf, dev in sorted(pci_bdfs.items()):
-            if bdf in by_bdf:
-                continue
-            ev = (Evidence("PCI device", f"{bdf} vendor {dev.vendor_id} device {dev.device_id}",
-                           f"/sys/bus/pci/devices/{bdf}"),
-                  Evidence("bound driver", dev.driver, f"/sys/bus/pci/devices/{bdf}/driver"),
-                  Evidence("NVML bus ids", sorted(by_bdf), "nvmlDeviceGetPciInfo"))
-            comp = Component("gpu", f"GPU at {bdf}", bdf=bdf)
-            if dev.driver not in (None, "nvidia"):
-                out.append(Finding(cid, WARN, comp,
-                                   f"NVIDIA GPU {bdf} is bound to {dev.driver}, not nvidia; NVML does not see it.",
-                                   evidence=ev, expected="bound to nvidia", expected_source="PCI enumeration",
-                                   remedy="Intended (e.g. vfio-pci passthrough)? Then ignore it. Otherwise bind it "
-                                          "to nvidia or reboot."))
-            else:
-                out.append(Finding(cid, FAIL, comp, f"PCI sees NVIDIA GPU {bdf} but NVML does not.",
-                                   evidence=ev, expected="every NVIDIA GPU on PCI visible to NVML",
-                                   expected_source="PCI enumeration",
-                                   remedy="Drain the node. Check the kernel log for 'fallen off the bus'/XID 79 and "
-                                          "for NVRM init errors on this address; reset the GPU or reboot; RMA if it "
-                                          "stays gone."))
-        for bdf, g in sorted(by_bdf.items()):
-            if bdf not in pci_bdfs:
-                out.append(Finding(cid, FAIL, gpu_component(g),
-                                   f"NVML reports GPU{g.index} at {bdf}, which PCI does not list.",
-                                   evidence=(Evidence("NVML bus id", bdf, f"nvmlDeviceGetPciInfo({g.index})"),
-                                             Evidence("NVIDIA GPUs on PCI", sorted(pci_bdfs), "/sys/bus/pci/devices")),
-                                   expected="NVML and PCI list the same GPUs", expected_source="PCI enumeration",
-                                   remedy="Re-run; if it persists, compare `lspci -d 10de:` with `nvidia-smi -L` "
-                                          "and reboot."))
+def _not_in_nvml(cid: str, bdf: str | None, dev: Any, by_bdf: dict) -> Finding:
+    """An NVIDIA GPU on the PCI bus that NVML does not list: bound to another driver (a warning:
+    often intended, as vfio-pci passthrough), else lost to the driver (a failure)."""
+    ev = (Evidence("PCI device", f"{bdf} vendor {dev.vendor_id} device {dev.device_id}",
+                   f"/sys/bus/pci/devices/{bdf}"),
+          Evidence("bound driver", dev.driver, f"/sys/bus/pci/devices/{bdf}/driver"),
+          Evidence("NVML bus ids", sorted(by_bdf), "nvmlDeviceGetPciInfo"))
+    comp = Component("gpu", f"GPU at {bdf}", bdf=bdf)
+    if dev.driver not in (None, "nvidia"):
+        return Finding(cid, WARN, comp,
+                       f"NVIDIA GPU {bdf} is bound to {dev.driver}, not nvidia; NVML does not see it.",
+                       evidence=ev, expected="bound to nvidia", expected_source="PCI enumeration",
+                       remedy="Intended (e.g. vfio-pci passthrough)? Then ignore it. Otherwise bind it "
+                              "to nvidia or reboot.")
+    return Finding(cid, FAIL, comp, f"PCI sees NVIDIA GPU {bdf} but NVML does not.",
+                   evidence=ev, expected="every NVIDIA GPU on PCI visible to NVML",
+                   expected_source="PCI enumeration",
+                   remedy="Drain the node. Check the kernel log for 'fallen off the bus'/XID 79 and "
+                          "for NVRM init errors on this address; reset the GPU or reboot; RMA if it "
+                          "stays gone.")
+
+
+def _nvml_against_pci(cid: str, pci: list, by_bdf: dict) -> list[Finding]:
+    """The GPUs PCI lists and NVML does not, then those NVML lists and PCI does not."""
+    pci_bdfs = {normalize_bdf(d.bdf): d for d in pci}
+    out = [_not_in_nvml(cid, bdf, dev, by_bdf) for bdf, dev in sorted(pci_bdfs.items()) if bdf not in by_bdf]
+    for bdf, g in sorted(by_bdf.items()):
+        if bdf not in pci_bdfs:
+            out.append(Finding(cid, FAIL, gpu_component(g),
+                               f"NVML reports GPU{g.index} at {bdf}, which PCI does not list.",
+                               evidence=(Evidence("NVML bus id", bdf, f"nvmlDeviceGetPciInfo({g.index})"),
+                                         Evidence("NVIDIA GPUs on PCI", sorted(pci_bdfs), "/sys/bus/pci/devices")),
+                               expected="NVML and PCI list the same GPUs", expected_source="PCI enumeration",
+                               remedy="Re-run; if it persists, compare `lspci -d 10de:` with `nvidia-smi -L` "
+                                      "and reboot."))
+    return out
+
+
+def _usable_count(ctx: CheckContext, cid: str, nvml: Any, pci: list | None) -> Finding | None:
+    """The GPUs a job can use (a lost GPU still counts in nvmlDeviceGetCount) against the policy's
+    count, or against all of them without one; None when nothing is short."""
     n = len(nvml.gpus)
-    if nvml.device_count is not None and nvml.device_count != n:
-        out.append(Finding(cid, FAIL, NODE,
-                           f"nvmlDeviceGetCount says {nvml.device_count} but only {n} GPU(s) could be opened.",
-                           evidence=(Evidence("device count", nvml.device_count, "nvmlDeviceGetCount()"),
-                                     Evidence("GPUs opened", n, "nvmlDeviceGetHandleByIndex")),
-                           remedy="Drain the node; a GPU that cannot be opened needs a reset or reboot."))
     expected = ctx.policy.expected_gpu_count
     failed = [g for g in sorted(nvml.gpus, key=lambda g: g.index) if g.failed]
     usable = n - len(failed)
@@ -144,29 +135,58 @@ def check_count(ctx: CheckContext) -> list[Finding]:
         short = usable < expected
         summary = (f"{usable} usable GPU(s)" + (f" ({failed_txt})" if failed else "") + f", policy expects {expected}."
                    if short else f"{n} GPU(s) visible, policy expects {expected}.")
-        out.append(Finding(cid, FAIL if short else WARN, NODE, summary, evidence=count_ev,
-                           expected=f"{expected} GPUs", expected_source=policy_source(ctx),
-                           remedy="Fewer: find the missing or failed GPU (findings above, kernel log) and drain. "
-                                  "More: the policy is for another node type."))
-    elif failed:
+        return Finding(cid, FAIL if short else WARN, NODE, summary, evidence=count_ev,
+                       expected=f"{expected} GPUs", expected_source=policy_source(ctx),
+                       remedy="Fewer: find the missing or failed GPU (findings above, kernel log) and drain. "
+                              "More: the policy is for another node type.")
+    if failed:
         # a lost GPU still counts in nvmlDeviceGetCount but is not a GPU a job can use
-        out.append(Finding(cid, FAIL, NODE, f"{usable} of {n} GPU(s) usable ({failed_txt}).", evidence=count_ev,
-                           expected=f"{n} usable GPUs",
-                           expected_source="PCI enumeration" if pci is not None else "nvmlDeviceGetCount()",
-                           remedy="See gpu.lost: drain the node, then reset or reboot."))
-    if not out:
-        seen: list[Evidence] = [Evidence("GPU count", n, "nvmlDeviceGetCount()")]
-        if pci is not None:
-            seen.append(Evidence("NVIDIA GPUs on PCI", len(pci), "/sys/bus/pci/devices"))
-        summary = f"{n} GPU(s) visible to NVML"
-        if restricted is not None:
-            summary += f" (container restricted to NVIDIA_VISIBLE_DEVICES={restricted}; PCI not compared)"
-        elif pci is not None:
-            summary += ", matching PCI"
-        out.append(Finding(cid, PASS, NODE, summary + ".", evidence=tuple(seen),
-                           expected=f"{expected} GPUs" if expected is not None else None,
-                           expected_source=policy_source(ctx) if expected is not None else None))
-    return out
+        return Finding(cid, FAIL, NODE, f"{usable} of {n} GPU(s) usable ({failed_txt}).", evidence=count_ev,
+                       expected=f"{n} usable GPUs",
+                       expected_source="PCI enumeration" if pci is not None else "nvmlDeviceGetCount()",
+                       remedy="See gpu.lost: drain the node, then reset or reboot.")
+    return None
+
+
+def _count_pass(ctx: CheckContext, cid: str, n: int, pci: list | None, restricted: str | None) -> Finding:
+    seen: list[Evidence] = [Evidence("GPU count", n, "nvmlDeviceGetCount()")]
+    if pci is not None:
+        seen.append(Evidence("NVIDIA GPUs on PCI", len(pci), "/sys/bus/pci/devices"))
+    summary = f"{n} GPU(s) visible to NVML"
+    if restricted is not None:
+        summary += f" (container restricted to NVIDIA_VISIBLE_DEVICES={restricted}; PCI not compared)"
+    elif pci is not None:
+        summary += ", matching PCI"
+    expected = ctx.policy.expected_gpu_count
+    return Finding(cid, PASS, NODE, summary + ".", evidence=tuple(seen),
+                   expected=f"{expected} GPUs" if expected is not None else None,
+                   expected_source=policy_source(ctx) if expected is not None else None)
+
+
+@check("gpu.count", needs=(PROBE_NVML,), uses=(PROBE_PCIE,))
+def check_count(ctx: CheckContext) -> list[Finding]:
+    """The GPUs NVML sees, the GPUs on the PCI bus and the policy's count must agree; a GPU can
+    drop out of the driver without any XID (seen in the field), and only PCI still shows it."""
+    cid = "gpu.count"
+    nvml, gated = nvml_gate(ctx, cid)
+    if gated:
+        return gated
+    out: list[Finding] = []
+    pci = nvidia_pci_gpus(ctx)
+    restricted = _container_restricted(ctx)
+    if pci is not None and restricted is None:
+        out += _nvml_against_pci(cid, pci, gpu_by_bdf(nvml))
+    n = len(nvml.gpus)
+    if nvml.device_count is not None and nvml.device_count != n:
+        out.append(Finding(cid, FAIL, NODE,
+                           f"nvmlDeviceGetCount says {nvml.device_count} but only {n} GPU(s) could be opened.",
+                           evidence=(Evidence("device count", nvml.device_count, "nvmlDeviceGetCount()"),
+                                     Evidence("GPUs opened", n, "nvmlDeviceGetHandleByIndex")),
+                           remedy="Drain the node; a GPU that cannot be opened needs a reset or reboot."))
+    usable = _usable_count(ctx, cid, nvml, pci)
+    if usable is not None:
+        out.append(usable)
+    return out or [_count_pass(ctx, cid, n, pci, restricted)]
 
 
 FAILED_STATES = {
@@ -661,6 +681,50 @@ def check_persistence(ctx: CheckContext) -> list[Finding]:
     return per_gpu(ctx, cid, judge)
 
 
+def _mig_mode(cid: str, g: Any) -> Finding:
+    """One GPU's MIG mode: a change pending a reset warns."""
+    src = f"nvmlDeviceGetMigMode({g.index})"
+    ev = (Evidence("current", g.mig_mode_current, src), Evidence("pending", g.mig_mode_pending, src))
+    if g.mig_mode_pending is not None and g.mig_mode_pending != g.mig_mode_current:
+        return Finding(cid, WARN, gpu_component(g),
+                       f"GPU{g.index}: MIG mode change to {'on' if g.mig_mode_pending else 'off'} is "
+                       "pending a GPU reset.",
+                       evidence=ev, expected="pending == current",
+                       remedy=f"Reset GPU{g.index} when idle (nvidia-smi -r -i {g.index}) or revert the change "
+                              f"(nvidia-smi -i {g.index} -mig {int(g.mig_mode_current)}).")
+    return Finding(cid, PASS, gpu_component(g), f"GPU{g.index}: MIG {'on' if g.mig_mode_current else 'off'}.",
+                   evidence=ev)
+
+
+def _mig_mixed(cid: str, nvml: Any, modes: dict[int, bool], out: list[Finding]) -> list[Finding]:
+    """``out`` with a node mixing MIG and full GPUs named: each GPU whose mode differs from most of
+    the node's (its pass dropped), or the node itself when neither mode has the majority."""
+    on = sorted(i for i, m in modes.items() if m)
+    off = sorted(i for i, m in modes.items() if not m)
+    odd = on if len(on) < len(off) else off if len(off) < len(on) else []
+    by_index = {g.index: g for g in nvml.gpus}
+    for i in odd:  # the GPUs whose mode differs from most of the node's: named one by one
+        mine = modes[i]
+        peers = len(off) if mine else len(on)
+        out = [f for f in out if f.component.gpu != i or f.status != PASS]
+        out.append(Finding(cid, WARN, gpu_component(by_index[i]),
+                           f"GPU{i}: MIG {'on' if mine else 'off'} while its {peers} peers have MIG "
+                           f"{'off' if mine else 'on'}.",
+                           evidence=(Evidence("current", mine, f"nvmlDeviceGetMigMode({i})"),
+                                     Evidence("peers' MIG mode", not mine, "nvmlDeviceGetMigMode")),
+                           expected=f"MIG {'off' if mine else 'on'}, as the other GPUs",
+                           remedy=f"Set GPU{i} like the others (nvidia-smi -i {i} -mig {int(not mine)}, then reset "
+                                  "it), unless the scheduler is set up for mixed MIG.",
+                           details={"mig": mine, "peers_mig": not mine}))
+    if not odd:
+        out.append(Finding(cid, WARN, NODE, f"MIG is on for GPU(s) {on} and off for GPU(s) {off}.",
+                           evidence=tuple(Evidence(f"GPU{i} MIG", m, f"nvmlDeviceGetMigMode({i})")
+                                          for i, m in sorted(modes.items())),
+                           expected="the same MIG mode on every GPU",
+                           remedy="Use one mode per node unless the scheduler is set up for mixed MIG."))
+    return out
+
+
 @check("gpu.mig", needs=(PROBE_NVML,))
 def check_mig(ctx: CheckContext) -> list[Finding]:
     """A pending MIG mode change applies only after a reset, and a node mixing MIG and full GPUs
@@ -672,51 +736,15 @@ def check_mig(ctx: CheckContext) -> list[Finding]:
     out: list[Finding] = []
     modes: dict[int, bool] = {}
     for g in sorted(nvml.gpus, key=lambda g: g.index):
-        src = f"nvmlDeviceGetMigMode({g.index})"
         if g.failed:
             out.append(not_read(cid, g, "MIG mode", ("nvmlDeviceGetMigMode",)))
-            continue
-        if g.mig_mode_current is None:
-            continue  # no MIG on this GPU
-        modes[g.index] = g.mig_mode_current
-        ev = (Evidence("current", g.mig_mode_current, src), Evidence("pending", g.mig_mode_pending, src))
-        if g.mig_mode_pending is not None and g.mig_mode_pending != g.mig_mode_current:
-            out.append(Finding(cid, WARN, gpu_component(g),
-                               f"GPU{g.index}: MIG mode change to {'on' if g.mig_mode_pending else 'off'} is "
-                               "pending a GPU reset.",
-                               evidence=ev, expected="pending == current",
-                               remedy=f"Reset GPU{g.index} when idle (nvidia-smi -r -i {g.index}) or revert the change "
-                                      f"(nvidia-smi -i {g.index} -mig {int(g.mig_mode_current)})."))
-        else:
-            out.append(Finding(cid, PASS, gpu_component(g),
-                               f"GPU{g.index}: MIG {'on' if g.mig_mode_current else 'off'}.",
-                               evidence=ev))
+        elif g.mig_mode_current is not None:  # None: no MIG on this GPU
+            modes[g.index] = g.mig_mode_current
+            out.append(_mig_mode(cid, g))
     if not modes:
         return out + [Finding(cid, SKIP, NODE, "No GPU on this node supports MIG.")]
     if len(set(modes.values())) > 1:
-        on = sorted(i for i, m in modes.items() if m)
-        off = sorted(i for i, m in modes.items() if not m)
-        odd = on if len(on) < len(off) else off if len(off) < len(on) else []
-        by_index = {g.index: g for g in nvml.gpus}
-        for i in odd:  # the GPUs whose mode differs from most of the node's: named one by one
-            mine = modes[i]
-            peers = len(off) if mine else len(on)
-            out = [f for f in out if f.component.gpu != i or f.status != PASS]
-            out.append(Finding(cid, WARN, gpu_component(by_index[i]),
-                               f"GPU{i}: MIG {'on' if mine else 'off'} while its {peers} peers have MIG "
-                               f"{'off' if mine else 'on'}.",
-                               evidence=(Evidence("current", mine, f"nvmlDeviceGetMigMode({i})"),
-                                         Evidence("peers' MIG mode", not mine, "nvmlDeviceGetMigMode")),
-                               expected=f"MIG {'off' if mine else 'on'}, as the other GPUs",
-                               remedy=f"Set GPU{i} like the others (nvidia-smi -i {i} -mig {int(not mine)}, then reset "
-                                      "it), unless the scheduler is set up for mixed MIG.",
-                               details={"mig": mine, "peers_mig": not mine}))
-        if not odd:
-            out.append(Finding(cid, WARN, NODE, f"MIG is on for GPU(s) {on} and off for GPU(s) {off}.",
-                               evidence=tuple(Evidence(f"GPU{i} MIG", m, f"nvmlDeviceGetMigMode({i})")
-                                              for i, m in sorted(modes.items())),
-                               expected="the same MIG mode on every GPU",
-                               remedy="Use one mode per node unless the scheduler is set up for mixed MIG."))
+        out = _mig_mixed(cid, nvml, modes, out)
     return out
 
 
@@ -796,6 +824,81 @@ FABRIC_STATUS_OK = ("success", "ok", "nvml_success")
 FM_STARTING = ("activating", "reloading")
 
 
+def _fabric_registration(cid: str, g: Any, ev_fm: Evidence) -> Finding | None:
+    """A failure for a GPU whose fabric registration has not completed, or completed with an error;
+    None when it completed cleanly."""
+    src = f"nvmlDeviceGetGpuFabricInfoV({g.index})"
+    ev = (Evidence("fabric state", g.fabric_state, src), Evidence("fabric status", g.fabric_status, src), ev_fm)
+    status_ok = g.fabric_status is None or g.fabric_status.strip().lower() in FABRIC_STATUS_OK
+    if g.fabric_state in FABRIC_OK and status_ok:
+        return None
+    if g.fabric_state in FABRIC_OK:
+        summary = f"GPU{g.index}: fabric registration completed with error '{g.fabric_status}'."
+    else:
+        summary = f"GPU{g.index}: fabric registration is '{g.fabric_state}'."
+    return Finding(cid, FAIL, gpu_component(g), summary, evidence=ev,
+                   expected="fabric state completed, status success",
+                   expected_source="NVSwitch present",
+                   remedy="Start or restart nvidia-fabricmanager (its version must equal the driver's) and "
+                          "check /var/log/fabricmanager.log; reboot if registration stays stuck.")
+
+
+def _fabric_states(ctx: CheckContext, cid: str, nvml: Any, ev_fm: Evidence) -> tuple[dict[int, str], list[Finding]]:
+    """GPU index -> fabric registration state, for the GPUs that report one (the later sample's, when
+    registration finished during the counter window), and a failure per GPU not registered."""
+    states: dict[int, str] = {}
+    out: list[Finding] = []
+    for g in sorted(nvml.gpus, key=lambda g: g.index):
+        later = _later_same_gpu(ctx, g)
+        if later is not None and later.fabric_state not in (None, "not_supported") and not later.failed:
+            g = later  # registration that finished during the window counts as finished
+        if g.fabric_state is None or g.fabric_state == "not_supported":
+            continue
+        states[g.index] = g.fabric_state
+        f = _fabric_registration(cid, g, ev_fm)
+        if f is not None:
+            out.append(f)
+    return states, out
+
+
+def _fabric_service(cid: str, fm: str | None, states: dict[int, str], ev_sw: Evidence,
+                    ev_fm: Evidence) -> Finding | None:
+    """The fabric manager service's state (``systemctl is-active``) against the GPUs' registration:
+    starting (warn), not active with GPUs not registered (fail), not active though every GPU is
+    registered (warn: likely a container), unreadable with nothing else to judge by (unknown)."""
+    completed = bool(states) and all(s in FABRIC_OK for s in states.values())
+    if fm in FM_STARTING and not completed:
+        return Finding(cid, WARN, node_component("nvidia-fabricmanager"),
+                       f"The fabric manager is '{fm}': the GPUs join the NVLink fabric once it has started.",
+                       evidence=(ev_sw, ev_fm), expected="active", expected_source="NVSwitch present",
+                       remedy="Check again in a minute; if it stays there, see `journalctl -u nvidia-fabricmanager` "
+                              "and /var/log/fabricmanager.log.")
+    if fm == "active":
+        return None
+    if fm is None:
+        # unreadable here (e.g. a container): every GPU registered, or those that are not are named
+        # by their own findings; only with no registration state at all is the fabric unjudged
+        if states:
+            return None
+        return Finding(cid, UNKNOWN, NODE, "NVSwitch present; the fabric manager's state could not be read "
+                       "and no GPU reports a fabric registration state (this driver or GPU does not report "
+                       "it).", evidence=(ev_sw, ev_fm),
+                       remedy="Check `systemctl status nvidia-fabricmanager` on the host.")
+    if completed:
+        return Finding(cid, WARN, NODE, f"Fabric manager service is '{fm}' here, yet every GPU reports fabric "
+                       "registration completed.", evidence=(ev_sw, ev_fm), expected="active",
+                       expected_source="NVSwitch present",
+                       remedy="If ccdiag runs in a container the service runs on the host; otherwise restart "
+                              "nvidia-fabricmanager before the GPUs are reset.")
+    return Finding(cid, FAIL, node_component("nvidia-fabricmanager"),
+                   f"NVSwitch present but the fabric manager is '{fm}': no GPU can join the NVLink "
+                   "fabric until it runs.",
+                   evidence=(ev_sw, ev_fm), expected="active", expected_source="NVSwitch present",
+                   remedy="systemctl enable --now nvidia-fabricmanager (same version as the driver); check "
+                          "/var/log/fabricmanager.log.",
+                   details={"root": "fabric_manager_down"})
+
+
 @check("gpu.fabric_manager", needs=(PROBE_NVML,), uses=(PROBE_SYSTEM, PROBE_PCIE))
 def check_fabric_manager(ctx: CheckContext) -> list[Finding]:
     """On NVSwitch systems the fabric manager must have registered every GPU with the fabric;
@@ -813,61 +916,12 @@ def check_fabric_manager(ctx: CheckContext) -> list[Finding]:
     sysobs = ctx.data(PROBE_SYSTEM)
     fm = sysobs.fabric_manager if sysobs is not None else None
     ev_fm = Evidence("nvidia-fabricmanager", fm, "systemctl is-active nvidia-fabricmanager")
-    out: list[Finding] = []
-    states = {}
-    for g in sorted(nvml.gpus, key=lambda g: g.index):
-        src = f"nvmlDeviceGetGpuFabricInfoV({g.index})"
-        later = _later_same_gpu(ctx, g)
-        if later is not None and later.fabric_state not in (None, "not_supported") and not later.failed:
-            g = later  # registration that finished during the window counts as finished
-        if g.fabric_state is None or g.fabric_state == "not_supported":
-            continue
-        states[g.index] = g.fabric_state
-        ev = (Evidence("fabric state", g.fabric_state, src), Evidence("fabric status", g.fabric_status, src), ev_fm)
-        status_ok = g.fabric_status is None or g.fabric_status.strip().lower() in FABRIC_STATUS_OK
-        if g.fabric_state in FABRIC_OK and status_ok:
-            continue
-        if g.fabric_state in FABRIC_OK:
-            summary = f"GPU{g.index}: fabric registration completed with error '{g.fabric_status}'."
-        else:
-            summary = f"GPU{g.index}: fabric registration is '{g.fabric_state}'."
-        out.append(Finding(cid, FAIL, gpu_component(g), summary, evidence=ev,
-                           expected="fabric state completed, status success",
-                           expected_source="NVSwitch present",
-                           remedy="Start or restart nvidia-fabricmanager (its version must equal the driver's) and "
-                                  "check /var/log/fabricmanager.log; reboot if registration stays stuck."))
-    completed = bool(states) and all(s in FABRIC_OK for s in states.values())
-    if fm in FM_STARTING and not completed:
-        out.append(Finding(cid, WARN, node_component("nvidia-fabricmanager"),
-                           f"The fabric manager is '{fm}': the GPUs join the NVLink fabric once it has started.",
-                           evidence=(ev_sw, ev_fm), expected="active", expected_source="NVSwitch present",
-                           remedy="Check again in a minute; if it stays there, see `journalctl -u nvidia-fabricmanager` "
-                                  "and /var/log/fabricmanager.log."))
-    elif fm != "active":
-        if fm is None and completed:
-            pass  # service state unreadable here (e.g. a container), but every GPU is registered
-        elif fm is None and states:
-            pass  # the GPUs that have not completed registration are named above; the service is not readable
-        elif fm is None:
-            out.append(Finding(cid, UNKNOWN, NODE, "NVSwitch present; the fabric manager's state could not be read "
-                               "and no GPU reports a fabric registration state (this driver or GPU does not report "
-                               "it).", evidence=(ev_sw, ev_fm),
-                               remedy="Check `systemctl status nvidia-fabricmanager` on the host."))
-        elif completed:
-            out.append(Finding(cid, WARN, NODE, f"Fabric manager service is '{fm}' here, yet every GPU reports fabric "
-                               "registration completed.", evidence=(ev_sw, ev_fm), expected="active",
-                               expected_source="NVSwitch present",
-                               remedy="If ccdiag runs in a container the service runs on the host; otherwise restart "
-                                      "nvidia-fabricmanager before the GPUs are reset."))
-        else:
-            out.append(Finding(cid, FAIL, node_component("nvidia-fabricmanager"),
-                               f"NVSwitch present but the fabric manager is '{fm}': no GPU can join the NVLink "
-                               "fabric until it runs.",
-                               evidence=(ev_sw, ev_fm), expected="active", expected_source="NVSwitch present",
-                               remedy="systemctl enable --now nvidia-fabricmanager (same version as the driver); check "
-                                      "/var/log/fabricmanager.log.",
-                               details={"root": "fabric_manager_down"}))
+    states, out = _fabric_states(ctx, cid, nvml, ev_fm)
+    service = _fabric_service(cid, fm, states, ev_sw, ev_fm)
+    if service is not None:
+        out.append(service)
     if not out:
+        completed = bool(states) and all(s in FABRIC_OK for s in states.values())
         out.append(Finding(cid, PASS, NODE, "NVSwitch present; fabric manager "
                            + (f"{fm}" if fm else "state not readable here") +
                            (f"; every GPU ({len(states)}) reports its fabric registration completed." if completed
