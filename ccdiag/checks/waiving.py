@@ -97,6 +97,49 @@ def _lapsed_finding(w: Waiver, matches: list[Finding], now: float, source: str |
         details={"waiver": w.to_json()})
 
 
+#: finding (by ``id``) -> the waiver that covers it and, for one waived with its root, the root's key
+_Hits = dict[int, tuple[Waiver, str | None]]
+
+
+def _named_hits(findings: list[Finding], in_force: list[Waiver]) -> _Hits:
+    """The problems a waiver in force names itself (rule 1): the first waiver that covers each."""
+    hit: _Hits = {}
+    for f in findings:
+        if f.status in PROBLEMS:
+            w = next((w for w in in_force if w.covers(f.check, f.component, f.subject)), None)
+            if w is not None:
+                hit[id(f)] = (w, None)
+    return hit
+
+
+def _waived_with_root(findings: list[Finding], hit: _Hits, roots: dict[str, tuple[Waiver, Finding]]) -> None:
+    """Adds to ``hit`` the problems that follow from a waived root on the same component (rule 2)."""
+    for f in findings:
+        root = roots.get(f.caused_by) if f.caused_by else None
+        if id(f) not in hit and root is not None and f.status in PROBLEMS and f.component.name == root[1].component.name:
+            hit[id(f)] = (root[0], f.caused_by)
+
+
+def _applied(f: Finding, hit: _Hits, roots: dict[str, tuple[Waiver, Finding]], now: float, warn_s: float) -> Finding:
+    """One finding after the waivers: waived (rules 1 and 2), a root of its own when it follows a
+    waived root on another component (rule 3), else unchanged (rule 4)."""
+    if id(f) in hit:
+        w, with_root = hit[id(f)]
+        return _waive(f, w, now, warn_s, with_root)
+    if f.caused_by in roots and f.status in PROBLEMS:
+        # another component: never hidden; a root of its own, saying what it follows from
+        return dataclasses.replace(f, caused_by=None, details={**f.details, "follows_waived": f.caused_by})
+    return f
+
+
+def _outcome(w: Waiver, findings: list[Finding], hit: _Hits, matches: list[Finding], ran: set[str], now: float,
+             warn_s: float) -> WaiverOutcome:
+    """What waiver ``w`` did: its state at ``now``, the findings it waived, how many it names."""
+    state = LAPSED if now >= w.lapses_at else LAPSING if w.lapses_at - now <= warn_s else IN_FORCE
+    keys = tuple(f.key for f in findings if id(f) in hit and hit[id(f)][0] is w)
+    return WaiverOutcome(w, state, keys, len(matches), w.check in ran, w.lapses_at - now)
+
+
 def apply_waivers(findings: list[Finding], waivers: Iterable[Waiver], now: float | None = None,
                   warn_s: float = 3 * 86400.0, only: Iterable[str] | None = None,
                   source: str | None = None, lapse_findings: bool = True) -> tuple[list[Finding], list[WaiverOutcome]]:
@@ -110,38 +153,18 @@ def apply_waivers(findings: list[Finding], waivers: Iterable[Waiver], now: float
         return findings, []
     now = time.time() if now is None else now
     prefixes = tuple(only) if only else None
-    in_force = [w for w in waivers if now < w.lapses_at]
-    hit: dict[int, tuple[Waiver, str | None]] = {}
-    for f in findings:
-        if f.status in PROBLEMS:
-            w = next((w for w in in_force if w.covers(f.check, f.component, f.subject)), None)
-            if w is not None:
-                hit[id(f)] = (w, None)
-    waived_keys = {f.key: (hit[id(f)][0], f) for f in findings if id(f) in hit}
-    for f in findings:
-        root = waived_keys.get(f.caused_by) if f.caused_by else None
-        if id(f) not in hit and root is not None and f.status in PROBLEMS and f.component.name == root[1].component.name:
-            hit[id(f)] = (root[0], f.caused_by)
-    out: list[Finding] = []
-    for f in findings:
-        if id(f) in hit:
-            w, with_root = hit[id(f)]
-            out.append(_waive(f, w, now, warn_s, with_root))
-        elif f.caused_by in waived_keys and f.status in PROBLEMS:
-            # another component: never hidden; a root of its own, saying what it follows from
-            out.append(dataclasses.replace(f, caused_by=None, details={**f.details, "follows_waived": f.caused_by}))
-        else:
-            out.append(f)
+    hit = _named_hits(findings, [w for w in waivers if now < w.lapses_at])
+    roots = {f.key: (hit[id(f)][0], f) for f in findings if id(f) in hit}
+    _waived_with_root(findings, hit, roots)
+    out = [_applied(f, hit, roots, now, warn_s) for f in findings]
     outcomes = []
     ran = {f.check for f in findings}
     for w in waivers:
         matches = [f for f in findings if w.covers(f.check, f.component, f.subject)]
-        lapsed = now >= w.lapses_at
-        state = LAPSED if lapsed else LAPSING if w.lapses_at - now <= warn_s else IN_FORCE
-        keys = tuple(f.key for f in findings if id(f) in hit and hit[id(f)][0] is w)
-        outcomes.append(WaiverOutcome(w, state, keys, len(matches), w.check in ran, w.lapses_at - now))
+        outcome = _outcome(w, findings, hit, matches, ran, now, warn_s)
+        outcomes.append(outcome)
         selected = prefixes is None or w.check.startswith(prefixes)
-        if lapsed and lapse_findings and selected:
+        if outcome.state == LAPSED and lapse_findings and selected:
             out.append(_lapsed_finding(w, matches, now, source))
     out.sort(key=Finding.sort_key)
     return out, outcomes
