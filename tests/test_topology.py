@@ -150,6 +150,27 @@ def test_peer_wired_pair_counts_direct_links():
     assert topo.current_path_bandwidth("GPU0", "GPU1").gbyte_s == 75.0
 
 
+
+@pytest.mark.parametrize("gpu1_links, far_end", [
+    ((("0000:11:00.0", "gpu"),), None),  # no NVSwitch on the node: the far end stays unknown
+    ((("0000:99:00.0", "switch"), ("0000:99:00.0", "switch")), "NVSwitch fabric"),
+])
+def test_an_active_nvlink_whose_far_end_is_unread_still_counts(gpu1_links, far_end):
+    """GPU0's two active links name no far end (NVML gave none) and a third is inactive: the active
+    ones count, toward the NVSwitch fabric when the node has one; the inactive one does not."""
+    t = Tree()
+    for bus in ("10", "20"):
+        t.end(t.rp(f"0000:{bus}:01.0", f"pci0000:{bus}", 0), f"0000:{int(bus) + 1}:00.0", "gpu", f"pci0000:{bus}", 0)
+    unread = tuple(NvLink(link=k, active=k < 2, version=4) for k in range(3))
+    to_gpu1 = tuple(NvLink(link=k, active=True, version=4, remote_bus_id=bdf, remote_device_type=kind)
+                    for k, (bdf, kind) in enumerate(gpu1_links))
+    nvml = NvmlObservation(gpus=(Gpu(index=0, bus_id="0000:11:00.0", nvlinks=unread),
+                                 Gpu(index=1, bus_id="0000:21:00.0", nvlinks=to_gpu1)))
+    topo = build_topology({"pcie": t.obs(), "nvml": nvml, "system": system({0: "0-7"})})
+    assert topo.expected_nvlinks("GPU0") == 2
+    gpu0 = [(lk.name, lk.max_desc) for lk in topo.links() if lk.kind == "nvlink" and lk.name.startswith("GPU0 ")]
+    assert gpu0 == ([] if far_end is None else [(f"GPU0 NVLink -> {far_end}", "2 x NVLink4")])
+
 def test_no_pcie_probe_gives_unknown_levels_but_keeps_nvlink():
     runs = hgx()
     runs["pcie"] = ProbeRun("pcie", "unavailable", 0.0, None, "no PCI bus")

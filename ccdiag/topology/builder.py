@@ -51,6 +51,14 @@ def _min(*vals: Any) -> Any:
     return min(known) if known else None
 
 
+def _count_nvlink(entry: list, link: Any) -> None:
+    """Counts one NVLink into its far end's ``[links, active links, first version seen]``."""
+    entry[0] += 1
+    entry[1] += 1 if link.active else 0
+    if entry[2] is None and link.version is not None:
+        entry[2] = link.version
+
+
 class Builder:
     """Assembles :class:`TopologyParts` step by step, then freezes them into a Topology."""
 
@@ -211,26 +219,15 @@ class Builder:
             self.t.have_nvml = True
             self.t.driver_version = getattr(self.nvml, "driver_version", None)
         pci_gpus = sorted(n for n, a in self.g.nodes(data=True) if a.get("kind") == "gpu")
-        by_bdf = {self.g.nodes[n]["bdf"]: n for n in pci_gpus}
-        matched: dict[int, str] = {}
+        by_bdf = {self.g.nodes[n]["bdf"]: n for n in pci_gpus}  # the PCI GPUs no NVML GPU has taken yet
+        matched: dict[int, str] = {}  # GPU index -> its graph node
         unmatched_nv = []
         for g in nv_gpus:
             bdf = normalize_bdf(g.bus_id)
             if bdf and bdf in by_bdf:
                 matched[g.index] = by_bdf.pop(bdf)
             elif bdf:
-                node = f"gpu:{bdf}"
-                if node in self.g:  # two NVML GPUs claim one bus id: the second gets a node of its own
-                    self._mismatch(f"GPU{g.index}", "gpu", f"NVML GPU{g.index} reports bus id {bdf}, which another "
-                                   "NVML GPU already has", "NVML nvmlDeviceGetPciInfo", "NVML nvmlDeviceGetPciInfo",
-                                   bdf=bdf)
-                    node = f"gpu:nvml{g.index}"
-                elif self.t.have_pcie:
-                    self._mismatch(f"GPU{g.index}", "gpu", f"NVML lists GPU{g.index} at {bdf}, but the PCI tree "
-                                   f"has no GPU there: its PCIe levels are unknown", "NVML nvmlDeviceGetPciInfo",
-                                   f"/sys/bus/pci/devices/{bdf}", bdf=bdf)
-                self.g.add_node(node, kind="gpu", label=bdf, bdf=bdf, numa=self._gpu_cpu_numa(g.numa_node))
-                matched[g.index] = node
+                matched[g.index] = self._gpu_off_tree(g, bdf)
             else:
                 unmatched_nv.append(g)
         # NVML GPUs without a bus id (lost before it was read) take the PCI GPUs left, in bus order
@@ -242,9 +239,31 @@ class Builder:
                 node = f"gpu:nvml{g.index}"
                 self.g.add_node(node, kind="gpu", label=node, bdf=None, numa=None)
                 matched[g.index] = node
+        self._number_pci_only(by_bdf, matched)
+        self._label_gpus(matched, nv_gpus)
+        self._relabel_links()
+
+    def _gpu_off_tree(self, g: Any, bdf: str) -> str:
+        """A node for an NVML GPU whose bus id the PCI tree has no GPU at (or another NVML GPU took),
+        with the disagreement recorded."""
+        node = f"gpu:{bdf}"
+        if node in self.g:  # two NVML GPUs claim one bus id: the second gets a node of its own
+            self._mismatch(f"GPU{g.index}", "gpu", f"NVML GPU{g.index} reports bus id {bdf}, which another "
+                           "NVML GPU already has", "NVML nvmlDeviceGetPciInfo", "NVML nvmlDeviceGetPciInfo",
+                           bdf=bdf)
+            node = f"gpu:nvml{g.index}"
+        elif self.t.have_pcie:
+            self._mismatch(f"GPU{g.index}", "gpu", f"NVML lists GPU{g.index} at {bdf}, but the PCI tree "
+                           f"has no GPU there: its PCIe levels are unknown", "NVML nvmlDeviceGetPciInfo",
+                           f"/sys/bus/pci/devices/{bdf}", bdf=bdf)
+        self.g.add_node(node, kind="gpu", label=bdf, bdf=bdf, numa=self._gpu_cpu_numa(g.numa_node))
+        return node
+
+    def _number_pci_only(self, by_bdf: dict[str, str], matched: dict[int, str]) -> None:
+        """GPUs PCI shows but NVML does not (or no NVML) take the lowest free indices, in bus order."""
         used = set(matched)
         nxt = 0
-        for bdf in sorted(by_bdf):  # GPUs PCI shows but NVML does not (or no NVML)
+        for bdf in sorted(by_bdf):
             while nxt in used:
                 nxt += 1
             matched[nxt] = by_bdf[bdf]
@@ -253,6 +272,9 @@ class Builder:
                 self.t.notes.append(f"GPU at {bdf} is on the PCI bus but not listed by NVML")
                 self.t.mismatches.append(Mismatch(f"GPU{nxt}", "gpu", f"GPU at {bdf} is on the PCI bus but not "
                                                   "listed by NVML", (f"/sys/bus/pci/devices/{bdf}", "NVML"), bdf))
+
+    def _label_gpus(self, matched: dict[int, str], nv_gpus: list) -> None:
+        """Each GPU's node labelled ``GPU<index>`` with what NVML says of it, as a :class:`GpuNode`."""
         nv_by_index = {g.index: g for g in nv_gpus}
         for index in sorted(matched):
             node = matched[index]
@@ -266,11 +288,10 @@ class Builder:
                          name=getattr(g, "name", None), failed=getattr(g, "failed", None), nvml=g is not None)
             self.t.gpus.append(GpuNode(label, index, attrs.get("bdf"), attrs.get("uuid"), numa,
                                         attrs.get("name"), attrs.get("failed"), node))
-        for g in self.t.gpus:
-            if g.failed:
-                self.t.notes.append(f"{g.label} ({g.bdf or 'bus id unknown'}) failed in NVML ({g.failed}): "
+        for gpu in self.t.gpus:
+            if gpu.failed:
+                self.t.notes.append(f"{gpu.label} ({gpu.bdf or 'bus id unknown'}) failed in NVML ({gpu.failed}): "
                                     "its NVLinks are unknown, so its levels are PCIe-only")
-        self._relabel_links()
 
     def _relabel_links(self) -> None:
         """PCIe links were named by BDF before the GPUs had labels; use the labels now."""
@@ -460,34 +481,44 @@ class Builder:
                 continue
             remotes = self.t.nv.setdefault(me, {})
             for l in g.nvlinks:
-                bdf = normalize_bdf(l.remote_bus_id)
-                if bdf is None and l.remote_device_type == "switch":
-                    remote = self._domain_node(g)
-                elif bdf is None:
-                    if l.active:  # an active link whose far end could not be read
-                        remote = "nvswitch-fabric" if self.t.nvswitches else "nvlink:unknown"
-                    else:
-                        continue
-                elif bdf in gpu_by_bdf:
-                    remote = gpu_by_bdf[bdf]
-                else:
-                    remote = self.node_of_bdf.get(bdf) or f"nvswitch:{bdf}"
-                    if remote not in self.t.nvswitches:
-                        if remote not in self.g:
-                            self.g.add_node(remote, kind="nvswitch", label=bdf, bdf=bdf)
-                            self.t.nvswitches.append(remote)
-                        elif self.g.nodes[remote].get("kind") == "nvswitch":
-                            self.t.nvswitches.append(remote)
-                entry = remotes.setdefault(remote, [0, 0, None])
-                entry[0] += 1
-                entry[1] += 1 if l.active else 0
-                if entry[2] is None and l.version is not None:
-                    entry[2] = l.version
+                remote = self._nvlink_remote(g, l, gpu_by_bdf)
+                if remote is not None:
+                    _count_nvlink(remotes.setdefault(remote, [0, 0, None]), l)
+        self._nvlink_edges()
+        self._nvlink_bundles()
+
+    def _nvlink_remote(self, g: Any, l: Any, gpu_by_bdf: dict[str, str]) -> str | None:
+        """The graph node at the far end of GPU ``g``'s NVLink ``l``: a GPU, an NVSwitch (added when
+        the PCI tree lacks it), the GPU's NVLink domain for a switch NVML cannot address, a stand-in
+        for an active link whose far end could not be read; None for an inactive link without one."""
+        bdf = normalize_bdf(l.remote_bus_id)
+        if bdf is None and l.remote_device_type == "switch":
+            return self._domain_node(g)
+        if bdf is None:
+            if not l.active:
+                return None
+            return "nvswitch-fabric" if self.t.nvswitches else "nvlink:unknown"
+        if bdf in gpu_by_bdf:
+            return gpu_by_bdf[bdf]
+        remote = self.node_of_bdf.get(bdf) or f"nvswitch:{bdf}"
+        if remote not in self.t.nvswitches:
+            if remote not in self.g:
+                self.g.add_node(remote, kind="nvswitch", label=bdf, bdf=bdf)
+                self.t.nvswitches.append(remote)
+            elif self.g.nodes[remote].get("kind") == "nvswitch":
+                self.t.nvswitches.append(remote)
+        return remote
+
+    def _nvlink_edges(self) -> None:
+        """One graph edge per GPU and far end, carrying its link count, active count and version."""
         for me, remotes in self.t.nv.items():
             for remote, (total, active, version) in remotes.items():
                 if remote in self.g:
                     self.g.add_edge(me, remote, kind="nvlink", links_total=total, links_active=active,
                                     version=version)
+
+    def _nvlink_bundles(self) -> None:
+        """Per GPU its NVLinks as one bundle, then one bundle per GPU peer it reaches directly."""
         for gpu in self.t.gpus:
             if gpu.node in self.t.nv:
                 bundles = [nvlink_bundle(self.g, self.t.nv, self.t.nvswitches, gpu.node)] + [
