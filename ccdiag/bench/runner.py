@@ -14,7 +14,7 @@ from ccdiag.bench.registry import BenchContext
 from ccdiag.bench.shipped import load_all
 from ccdiag.bench.result import ERROR, PARTIAL, RAN, SKIP, TIMEOUT, BenchResult
 from ccdiag.core.exitcodes import ExitCode
-from ccdiag.core.findings import FAIL, PASS, UNKNOWN, WARN
+from ccdiag.core.findings import FAIL, PASS, UNKNOWN, WARN, Finding
 
 #: the CuPy benchmarks in the order the engine measures them (the GEMM last: it heats the GPU)
 CUDA_ORDER = ("h2d", "d2h", "d2d", "p2p", "hbm", "gemm")
@@ -68,6 +68,29 @@ def run_benchmarks(names: Iterable[str], ctx: BenchContext, budget_s: float | No
     return [results[n] for n in order]
 
 
+def _findings_verdict(by_findings: list[BenchResult], strict: bool) -> ExitCode:
+    """Files judged by their findings alone (a pasted ``nvidia-smi -q`` or ``dcgmi diag``, which has
+    no figures): OK once one finding passed or warned, unless ``strict`` meets an unknown one."""
+    findings = [f for r in by_findings for f in r.findings]
+    judged = [f for f in findings if f.status in (PASS, WARN)]
+    if not judged or (strict and any(f.status == UNKNOWN for f in findings)):
+        return ExitCode.UNEVALUATED
+    return ExitCode.OK
+
+
+def _figures_verdict(results: list[BenchResult], findings: list[Finding], strict: bool) -> ExitCode:
+    """Benchmarks with figures: OK only when one measured, none ran out of time or failed to run,
+    and a figure was judged (with ``strict``, no finding unknown)."""
+    measured = [r for r in results if r.outcome in (RAN, PARTIAL, TIMEOUT) and r.measurements]
+    if not measured or any(r.outcome in (TIMEOUT, ERROR) for r in results):
+        return ExitCode.UNEVALUATED
+    if strict and any(f.status == UNKNOWN for f in findings):
+        return ExitCode.UNEVALUATED
+    if not judged_count(results):
+        return ExitCode.UNEVALUATED
+    return ExitCode.OK
+
+
 def exit_code(results: list[BenchResult], strict: bool = False) -> ExitCode:
     """1 when a finding fails (or warns with ``strict``); 3 when nothing could be measured, nothing
     measured could be judged (no figure held to an expected value or to its peers: never OK with
@@ -77,20 +100,10 @@ def exit_code(results: list[BenchResult], strict: bool = False) -> ExitCode:
         return ExitCode.FAIL
     # a pasted nvidia-smi -q or dcgmi diag is judged by its findings alone (it has no figures)
     by_findings = [r for r in results if r.params.get("judged_by_findings")]
-    results = [r for r in results if not r.params.get("judged_by_findings")]
-    if by_findings and not results:
-        judged = [f for r in by_findings for f in r.findings if f.status in (PASS, WARN)]
-        if not judged or (strict and any(f.status == UNKNOWN for r in by_findings for f in r.findings)):
-            return ExitCode.UNEVALUATED
-        return ExitCode.OK
-    measured = [r for r in results if r.outcome in (RAN, PARTIAL, TIMEOUT) and r.measurements]
-    if not measured or any(r.outcome in (TIMEOUT, ERROR) for r in results):
-        return ExitCode.UNEVALUATED
-    if strict and any(f.status == UNKNOWN for f in findings):
-        return ExitCode.UNEVALUATED
-    if not judged_count(results):
-        return ExitCode.UNEVALUATED
-    return ExitCode.OK
+    with_figures = [r for r in results if not r.params.get("judged_by_findings")]
+    if by_findings and not with_figures:
+        return _findings_verdict(by_findings, strict)
+    return _figures_verdict(with_figures, findings, strict)
 
 
 def judged_count(results: list[BenchResult]) -> int:

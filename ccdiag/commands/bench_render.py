@@ -71,38 +71,47 @@ def _figure_lines(m: Any, label_w: int, op_w: int, width: int) -> list[str]:
     return lines
 
 
-def result_lines(results: list[Any], exit_code: int, hostname: str | None, width: int = MAX_WIDTH) -> list[str]:
-    """The report's lines. Findings (summary, evidence, expectation, remedy) wrap within ``width``
-    columns the way ``ccdiag check`` wraps them; figure rows and GPU matrices are tables and stay
-    whole, since a wrapped row would no longer line up with its header. Every line comes escaped
-    for a terminal (it quotes what was read), once: findings before they are wrapped, the rest here."""
-    findings = [f for r in results for f in r.findings]
+def _verdict(results: list[Any], findings: list[Any], exit_code: int, hostname: str | None) -> str:
+    """The first line: the verdict, or that nothing could be measured when every benchmark skipped."""
     if results and all(r.outcome == "skip" for r in results):
-        lines = [f"NOT MEASURED: no benchmark can run here (node {hostname or 'unknown'}); the reasons follow"]
-    else:
-        lines = [verdict_line(findings, exit_code, hostname)]
-    for r in results:
-        head = f"{r.name:9} {r.outcome}"
-        if r.reason:
-            head += f": {r.reason}"
-        elif r.measurements:
-            head += f": {len(r.measurements)} figure(s) in {r.duration_s:.1f} s"
-        lines.append(head)
-        if r.params.get("read_as"):
-            lines += wrap_line(f"  read as {r.params['read_as']}", width)
-        if r.name == "p2p" or r.name.startswith("import:") and any(m.bench == "p2p" for m in r.measurements):
-            lines += matrix_lines([m for m in r.measurements if m.bench == "p2p"], width=width)
-        shown = list(r.measurements)
-        shown.sort(key=lambda m: (m.ratio if m.ratio is not None else 9.0))
-        label_w = min(28, max((len(m.label) for m in shown[:MAX_ROWS]), default=0))
-        op_w = max((len(m.op) for m in shown[:MAX_ROWS]), default=0)
-        for m in shown[:MAX_ROWS]:
-            lines += _figure_lines(m, label_w, op_w, width)
-        if len(shown) > MAX_ROWS:
-            lines.append(f"  ... {len(shown) - MAX_ROWS} more (--json lists every figure)")
-    from ccdiag.core.textfit import wrap_lines
+        return f"NOT MEASURED: no benchmark can run here (node {hostname or 'unknown'}); the reasons follow"
+    return verdict_line(findings, exit_code, hostname)
 
-    lines = wrap_lines([sanitize(line) for line in lines], width)  # head lines with a long reason
+
+def _bench_head(r: Any) -> str:
+    """``<name> <outcome>``: why it did not run, or how many figures it gave in how long."""
+    head = f"{r.name:9} {r.outcome}"
+    if r.reason:
+        head += f": {r.reason}"
+    elif r.measurements:
+        head += f": {len(r.measurements)} figure(s) in {r.duration_s:.1f} s"
+    return head
+
+
+def _figure_table(ms: list[Any], width: int) -> list[str]:
+    """The figures, worst against its expected value first, at most :data:`MAX_ROWS` of them."""
+    shown = sorted(ms, key=lambda m: (m.ratio if m.ratio is not None else 9.0))
+    label_w = min(28, max((len(m.label) for m in shown[:MAX_ROWS]), default=0))
+    op_w = max((len(m.op) for m in shown[:MAX_ROWS]), default=0)
+    lines = [line for m in shown[:MAX_ROWS] for line in _figure_lines(m, label_w, op_w, width)]
+    if len(shown) > MAX_ROWS:
+        lines.append(f"  ... {len(shown) - MAX_ROWS} more (--json lists every figure)")
+    return lines
+
+
+def _bench_lines(r: Any, width: int) -> list[str]:
+    """One benchmark: its head line, how its file was read, its GPU matrix (peer copies), its figures."""
+    lines = [_bench_head(r)]
+    if r.params.get("read_as"):
+        lines += wrap_line(f"  read as {r.params['read_as']}", width)
+    if r.name == "p2p" or r.name.startswith("import:") and any(m.bench == "p2p" for m in r.measurements):
+        lines += matrix_lines([m for m in r.measurements if m.bench == "p2p"], width=width)
+    return lines + _figure_table(list(r.measurements), width)
+
+
+def _finding_lines(findings: list[Any], width: int) -> list[str]:
+    """The problems, worst first, each in full; then one line per pass."""
+    lines: list[str] = []
     problems = sorted((f for f in findings if f.status != PASS), key=lambda f: STATUS_RANK.get(f.status, 9))
     if problems:
         lines.append("")
@@ -113,6 +122,21 @@ def result_lines(results: list[Any], exit_code: int, hostname: str | None, width
         lines.append("")
         lines += [part for f in passes for part in wrap_line(sanitize(f"PASS {f.check}: {f.summary}"), width)]
     return lines
+
+
+def result_lines(results: list[Any], exit_code: int, hostname: str | None, width: int = MAX_WIDTH) -> list[str]:
+    """The report's lines. Findings (summary, evidence, expectation, remedy) wrap within ``width``
+    columns the way ``ccdiag check`` wraps them; figure rows and GPU matrices are tables and stay
+    whole, since a wrapped row would no longer line up with its header. Every line comes escaped
+    for a terminal (it quotes what was read), once: findings before they are wrapped, the rest here."""
+    from ccdiag.core.textfit import wrap_lines
+
+    findings = [f for r in results for f in r.findings]
+    lines = [_verdict(results, findings, exit_code, hostname)]
+    for r in results:
+        lines += _bench_lines(r, width)
+    lines = wrap_lines([sanitize(line) for line in lines], width)  # head lines with a long reason
+    return lines + _finding_lines(findings, width)
 
 
 def print_results(results: list[Any], exit_code: int, hostname: str | None) -> None:
