@@ -143,3 +143,31 @@ def test_garbage_and_missing_files_are_usage_errors(tmp_path):
     assert code == 2 and "x.txt" in err
     code, _, err = run("bench", "import", str(tmp_path / "missing.txt"))
     assert code == 2
+
+
+def _pinned_h2d(gbyte_s: float, membind: int | None):
+    from ccdiag.bench.result import Measurement
+
+    m = Measurement("h2d", "host", "GPU0", gbyte_s=gbyte_s, status="pass", note="bwt.txt")
+    m.extra.update(membind=membind, memory="pinned")
+    return m
+
+
+@pytest.mark.parametrize("runs, gpu_numa, far", [
+    ([(12.2, 0), (3.8, 1)], None, [1]),  # two bindings in the file: the slow one is on the far node
+    ([(12.2, 0), (11.9, 1)], None, []),  # as fast on both nodes: nothing to name
+    ([(3.8, 1)], {"GPU0": 0}, [1]),  # one run, the snapshot says the GPU is on node 0
+    ([(12.2, 0)], {"GPU0": 0}, []),  # one run on the GPU's own node
+    ([(3.8, 1)], None, []),  # one run, the GPU's node unknown: not judged
+])
+def test_bandwidthtest_host_memory_on_the_far_numa_node(runs, gpu_numa, far):
+    """SYNTHESIZED runs of one pinned host-to-device copy (figures as in gearshifft#82's paste) under
+    numactl bindings: the runs whose memory is on the far node are named, and their notes say so."""
+    from ccdiag.bench.import_bwt import numa_findings
+
+    ms = [_pinned_h2d(g, node) for g, node in runs]
+    found = numa_findings(ms, "bwt.txt", gpu_numa)
+    assert [m.extra["membind"] for m in ms if "the GPU's node is" in (m.note or "")] == far
+    assert len(found) == (1 if far else 0)
+    if far:
+        assert found[0].component.gpu == 0 and "NUMA node 1" in found[0].summary and "on node 0" in found[0].summary

@@ -85,46 +85,64 @@ def measurements(parsed: Any, ex: Any, source: str, judge_one: Any) -> list[Meas
     return out
 
 
+def _gpu_of(m: Measurement) -> str:
+    """The GPU end of a host copy."""
+    return m.dst if m.bench == "h2d" else m.src
+
+
+def _far_runs(same: list[Measurement], fast: Measurement, own: int | None) -> list[Measurement]:
+    """The runs of one copy on one GPU whose host memory is on the far node: bound elsewhere than the
+    fastest run and :data:`NUMA_SLOWER` slower than it, or (with the GPU's node known) bound to
+    another node than the GPU's."""
+    slow = [x for x in same if (x.gbyte_s or 0.0) < NUMA_SLOWER * (fast.gbyte_s or 0.0)
+            and x.extra.get("membind") != fast.extra.get("membind") and x.extra.get("membind") is not None]
+    if own is not None:
+        slow += [x for x in same if x not in slow and x.extra.get("membind") not in (None, own)]
+    return slow
+
+
+def _numa_finding(bench: str, gpu: str, same: list[Measurement], fast: Measurement, slow: list[Measurement],
+                  node: int | None, own: int | None, source: str) -> Finding:
+    """The far-node finding of one copy on one GPU, naming its slowest run against its fastest."""
+    worst = min(slow, key=lambda x: x.gbyte_s or 0.0)
+    status = FAIL if any(x.status == FAIL for x in slow) else WARN
+    return Finding(
+        "bench.h2d.numa", status, Component("gpu", gpu, gpu=int(gpu[3:]) if gpu[3:].isdigit() else None),
+        f"{gpu} {bench} is {(worst.gbyte_s or 0) / (fast.gbyte_s or 1):.0%} as fast with host memory on NUMA node "
+        f"{worst.extra.get('membind')} ({worst.gbyte_s:.1f} GB/s) as on node {node} ({fast.gbyte_s:.1f} GB/s): the "
+        "copies cross the inter-socket link to reach the far node's memory",
+        evidence=tuple(Evidence(f"{x.bench} {x.label}, memory on node {x.extra.get('membind')}",
+                                f"{x.gbyte_s:.2f} GB/s", source) for x in sorted(same, key=lambda y: -(y.gbyte_s or 0))),
+        expected=f"host memory on the GPU's NUMA node ({node})",
+        expected_source="the same file's runs under other numactl bindings" if own is None else "snapshot: GPU NUMA node",
+        remedy=(f"Bind the process to the GPU's node: `numactl --cpunodebind={node} --membind={node} ...` (the "
+                "node is the GPU's CPU Affinity / NUMA Affinity in `nvidia-smi topo -m`); data loaders and "
+                "pinned buffers should be allocated there."))
+
+
 def numa_findings(ms: list[Measurement], source: str, gpu_numa: dict[str, int | None] | None = None) -> list[Finding]:
     """Runs of the same copy on the same GPU under different NUMA bindings: the slow one's memory is on
     the far node. With a snapshot (``gpu_numa``), a binding other than the GPU's node is named even in
-    one run."""
+    one run. The slow runs' notes say so."""
     out: list[Finding] = []
     host = [m for m in ms if m.bench in ("h2d", "d2h") and m.gbyte_s is not None and m.extra.get("memory") == "pinned"]
     seen: set[tuple[str, str]] = set()
     for m in host:
-        gpu = m.dst if m.bench == "h2d" else m.src
-        key = (m.bench, gpu)
+        key = (m.bench, _gpu_of(m))
         if key in seen:
             continue
-        same = [x for x in host if (x.bench, x.dst if x.bench == "h2d" else x.src) == key]
-        nodes = {x.extra.get("membind") for x in same}
-        fast = max(same, key=lambda x: x.gbyte_s or 0.0)
-        slow = [x for x in same if (x.gbyte_s or 0.0) < NUMA_SLOWER * (fast.gbyte_s or 0.0)
-                and x.extra.get("membind") != fast.extra.get("membind") and x.extra.get("membind") is not None]
-        own = (gpu_numa or {}).get(gpu)
-        if own is not None:
-            slow += [x for x in same if x not in slow and x.extra.get("membind") not in (None, own)]
-        if len(nodes) < 2 and own is None or not slow:
-            continue
         seen.add(key)
+        bench, gpu = key
+        same = [x for x in host if (x.bench, _gpu_of(x)) == key]
+        fast = max(same, key=lambda x: x.gbyte_s or 0.0)
+        own = (gpu_numa or {}).get(gpu)
+        slow = _far_runs(same, fast, own)
+        if len({x.extra.get("membind") for x in same}) < 2 and own is None or not slow:
+            continue
         node = own if own is not None else fast.extra.get("membind")
         for x in slow:
             x.note = (x.note or "") + f"; host memory on NUMA node {x.extra.get('membind')}, the GPU's node is {node}"
-        worst = min(slow, key=lambda x: x.gbyte_s or 0.0)
-        status = FAIL if any(x.status == FAIL for x in slow) else WARN
-        out.append(Finding(
-            "bench.h2d.numa", status, Component("gpu", gpu, gpu=int(gpu[3:]) if gpu[3:].isdigit() else None),
-            f"{gpu} {m.bench} is {(worst.gbyte_s or 0) / (fast.gbyte_s or 1):.0%} as fast with host memory on NUMA node "
-            f"{worst.extra.get('membind')} ({worst.gbyte_s:.1f} GB/s) as on node {node} ({fast.gbyte_s:.1f} GB/s): the "
-            "copies cross the inter-socket link to reach the far node's memory",
-            evidence=tuple(Evidence(f"{x.bench} {x.label}, memory on node {x.extra.get('membind')}",
-                                    f"{x.gbyte_s:.2f} GB/s", source) for x in sorted(same, key=lambda y: -(y.gbyte_s or 0))),
-            expected=f"host memory on the GPU's NUMA node ({node})",
-            expected_source="the same file's runs under other numactl bindings" if own is None else "snapshot: GPU NUMA node",
-            remedy=(f"Bind the process to the GPU's node: `numactl --cpunodebind={node} --membind={node} ...` (the "
-                    "node is the GPU's CPU Affinity / NUMA Affinity in `nvidia-smi topo -m`); data loaders and "
-                    "pinned buffers should be allocated there.")))
+        out.append(_numa_finding(bench, gpu, same, fast, slow, node, own, source))
     return out
 
 
