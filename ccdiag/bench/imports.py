@@ -356,6 +356,26 @@ def _p2p_access_only(parsed: Any, ex: Any, source: str, ms: list[Measurement]) -
 
 
 # -- perftest -------------------------------------------------------------------------------------
+def _perftest_bench(test: str | None) -> str:
+    """The benchmark a perftest run measures, by its test's name (``RDMA_Write BW Test``)."""
+    test = (test or "").lower()
+    return "ib_write" if "write" in test else "ib_read" if "read" in test else "ib_send" if "send" in test else "ib_bw"
+
+
+def _perftest_notes(m: Measurement, parsed: Any, row: Any, intervals: int) -> None:
+    """What the figure's note must say: both directions summed (``-b``), the unit assumed for JSON,
+    and a median of several intervals (``--run_infinitely``)."""
+    if parsed.bidirectional:
+        m.extra["bidir_total_gbyte_s"] = row.bw_average_gbyte_s
+        m.note = (m.note or "") + (f"; bidirectional (-b): {row.bw_average_gbyte_s:.2f} GB/s is both directions "
+                                   f"summed, {row.bw_average_gbyte_s / 2:.2f} GB/s each way")
+    if getattr(parsed, "bw_unit_assumed", False):
+        m.note = (m.note or "") + (f"; perftest's JSON does not record its unit: read as {parsed.bw_unit} "
+                                   "(give --perftest-unit Gb/sec for a run with --report_gbits)")
+    if intervals > 1:
+        m.note = (m.note or "") + f"; the median of {intervals} intervals at {row.size_bytes} bytes"
+
+
 def from_perftest(parsed: Any, ex: Any, policy: Any, source: str) -> list[Measurement]:
     if parsed.kind != "bw" or not parsed.bw_rows:
         return []
@@ -364,8 +384,7 @@ def from_perftest(parsed: Any, ex: Any, policy: Any, source: str) -> list[Measur
     row = at_largest[len(at_largest) // 2]  # --run_infinitely prints one row per interval: their median
     dev = parsed.device or "?"
     gpu = _gpu(parsed.cuda_device) if parsed.use_cuda and parsed.cuda_device is not None else None
-    test = (parsed.test or "").lower()
-    bench = "ib_write" if "write" in test else "ib_read" if "read" in test else "ib_send" if "send" in test else "ib_bw"
+    bench = _perftest_bench(parsed.test)
     # -b prints both directions summed: halved, and labelled per direction
     half = 2.0 if parsed.bidirectional else 1.0
     samples = tuple(x / half for x in (row.bw_average_gbyte_s, row.bw_peak_gbyte_s) if x)
@@ -374,15 +393,7 @@ def from_perftest(parsed: Any, ex: Any, policy: Any, source: str) -> list[Measur
                     engine=f"import:perftest {parsed.test or ''}".strip(),
                     gbyte_s=row.bw_average_gbyte_s / half, samples_gbyte_s=samples,
                     size_bytes=row.size_bytes, note=f"{source} ({parsed.role or 'side unknown'})")
-    if parsed.bidirectional:
-        m.extra["bidir_total_gbyte_s"] = row.bw_average_gbyte_s
-        m.note = (m.note or "") + (f"; bidirectional (-b): {row.bw_average_gbyte_s:.2f} GB/s is both directions "
-                                   f"summed, {row.bw_average_gbyte_s / 2:.2f} GB/s each way")
-    if getattr(parsed, "bw_unit_assumed", False):
-        m.note = (m.note or "") + (f"; perftest's JSON does not record its unit: read as {parsed.bw_unit} "
-                                   "(give --perftest-unit Gb/sec for a run with --report_gbits)")
-    if len(at_largest) > 1:
-        m.note = (m.note or "") + f"; the median of {len(at_largest)} intervals at {largest} bytes"
+    _perftest_notes(m, parsed, row, len(at_largest))
     if row.bw_min_gbyte_s is not None:
         m.extra["bw_min_gbyte_s"] = row.bw_min_gbyte_s / half
     return [_judge(m, ex.nic(gpu, dev), policy)] if m.gbyte_s is not None else []
@@ -466,20 +477,19 @@ def _busbw_unknown(m: Measurement, busbw: float, in_network: str | None) -> bool
     return True
 
 
-def _nccl_run(run: Any, ex: Any, policy: Any, source: str, transport: tuple[bool, str | None],
-              in_network: str | None) -> tuple[Measurement | None, list[Finding]]:
-    coll = (run.collective or "collective").replace("_perf", "")
-    findings = _wrong_findings(run, coll, source) + _not_one_job(run, coll, source)
-    rows = [r for r in run.rows if r.out_of_place is not None or r.in_place is not None]
-    if not rows:
-        return None, findings
-    row = max(rows, key=lambda r: r.size_bytes)
-    busbw = max(x.busbw_gbyte_s for x in (row.out_of_place, row.in_place) if x is not None)
+def _nccl_local_gpus(run: Any, ex: Any) -> list[str]:
+    """The GPUs of the run's first host (the node the figure is held to); the node's own GPUs when
+    the file names none."""
     hosts = sorted({d.host for d in run.devices}) or ["?"]
-    nodes = run.n_nodes or len(hosts)
     local = sorted({_gpu(d.device) for d in run.devices if d.host == hosts[0]}, key=lambda g: int(g[3:]))
     if not local and isinstance(ex, NodeExpect):
         local = [g.label for g in ex.t.gpus()]
+    return local
+
+
+def _nccl_measurement(run: Any, row: Any, busbw: float, nodes: int, coll: str, ex: Any, source: str,
+                      transport: tuple[bool, str | None]) -> Measurement:
+    """The run's figure: busbw at its largest size, its notes saying what the file left unsaid."""
     peer, why = transport
     m = Measurement("nccl", f"{run.n_ranks or len(run.devices) or '?'} ranks", f"{nodes} node(s)", op=coll,
                     direction="ring", engine="import:nccl-tests", gbyte_s=busbw, samples_gbyte_s=(busbw,),
@@ -492,41 +502,75 @@ def _nccl_run(run: Any, ex: Any, policy: Any, source: str, transport: tuple[bool
         m.note = (m.note or "") + "; results not validated (-c 0: #wrong printed N/A)"
     if not peer:
         m.note = (m.note or "") + "; " + _peer_reason(ex, why or "no peer access")
+    return m
+
+
+def _nccl_staged(m: Measurement, busbw: float, ex: Any, coll: str, why: str | None, source: str) -> Finding:
+    """A ring held to host-staged copies: the GPUs had no peer access, and why."""
+    assert m.expected is not None
+    reason = _peer_reason(ex, why or "the ring ran without peer access between the GPUs")
+    return Finding(
+        "bench.nccl.no_peer_access", WARN, Component("node", f"nccl-tests {coll}"),
+        f"{coll} busbw {busbw:.1f} GB/s is held to a ring staged through host memory: {reason}",
+        evidence=(Evidence("busbw (largest size)", f"{busbw:.1f} GB/s", source),),
+        expected=f"{m.expected.gbyte_s:.1f} GB/s per PCIe link", expected_source=m.expected.source,
+        remedy=("Expected on GeForce boards (no peer access over PCIe: NCCL uses SHM). Elsewhere check "
+                "`nvidia-smi topo -p2p r`, ACS and the IOMMU (`ccdiag check`), and NCCL_P2P_DISABLE."))
+
+
+def _nccl_verdict(m: Measurement, busbw: float, ex: Any, coll: str, local: list[str], nodes: int, why: str | None,
+                  source: str) -> Finding | None:
+    """The judged figure as a finding: a pass naming its bottleneck, or a slow ring with the known
+    causes of a slow link between these systems and how to find the slow link."""
+    e = m.expected
+    if e is None:  # not judged
+        return None
+    if m.status == "pass":
+        return Finding(
+            "bench.nccl", "pass", Component("node", f"nccl-tests {coll}"),
+            f"{coll} busbw {busbw:.1f} GB/s = {m.ratio:.0%} of the {e.gbyte_s:.1f} GB/s its bottleneck "
+            f"({e.bottleneck_desc or e.bottleneck}) carries ({_typical_words(m)})",
+            evidence=(Evidence("busbw (largest size)", f"{busbw:.1f} GB/s", source),),
+            expected=f"{e.gbyte_s:.1f} GB/s", expected_source=e.source)
+    if m.status not in ("warn", "fail"):
+        return None
+    known = ex.slow_causes(local) if isinstance(ex, FileTopology) and nodes > 1 else ()
+    remedy = ("Measure the links one by one: `ccdiag bench p2p` inside the node, `ccdiag bench pairs` "
+              "between nodes; check `ccdiag nccl --log` on an NCCL_DEBUG=INFO log of the run.")
+    if known:
+        remedy = ("Known causes of a slow link between these systems: "
+                  + "; ".join(f"({i}) {c}" for i, c in enumerate(known, 1)) + ". " + remedy)
+    return Finding(
+        "bench.nccl", m.status, Component("node", f"nccl-tests {coll}"),
+        f"{coll} busbw {busbw:.1f} GB/s at {m.size_bytes} bytes = {m.ratio:.0%} of the "
+        f"{e.gbyte_s:.1f} GB/s its bottleneck ({e.bottleneck}) carries (typical {m.typical})"
+        + (f"; {why}" if why else ""),
+        evidence=(Evidence("busbw (largest size)", f"{busbw:.1f} GB/s", source),),
+        expected=f"{e.gbyte_s:.1f} GB/s", expected_source=e.source, remedy=remedy)
+
+
+def _nccl_run(run: Any, ex: Any, policy: Any, source: str, transport: tuple[bool, str | None],
+              in_network: str | None) -> tuple[Measurement | None, list[Finding]]:
+    coll = (run.collective or "collective").replace("_perf", "")
+    findings = _wrong_findings(run, coll, source) + _not_one_job(run, coll, source)
+    rows = [r for r in run.rows if r.out_of_place is not None or r.in_place is not None]
+    if not rows:
+        return None, findings
+    row = max(rows, key=lambda r: r.size_bytes)
+    busbw = max(x.busbw_gbyte_s for x in (row.out_of_place, row.in_place) if x is not None)
+    nodes = run.n_nodes or len({d.host for d in run.devices} or {"?"})
+    local = _nccl_local_gpus(run, ex)
+    m = _nccl_measurement(run, row, busbw, nodes, coll, ex, source, transport)
+    peer, why = transport
     found = ex.ring(local, nodes, peer, figure=busbw)
     m.expected = found[0]
     if not _busbw_unknown(m, busbw, in_network):
         _judge(m, found, policy)
     if m.expected is not None and m.expected.kind == "staged":
-        reason = _peer_reason(ex, why or "the ring ran without peer access between the GPUs")
-        findings.append(Finding(
-            "bench.nccl.no_peer_access", WARN, Component("node", f"nccl-tests {coll}"),
-            f"{coll} busbw {busbw:.1f} GB/s is held to a ring staged through host memory: {reason}",
-            evidence=(Evidence("busbw (largest size)", f"{busbw:.1f} GB/s", source),),
-            expected=f"{m.expected.gbyte_s:.1f} GB/s per PCIe link", expected_source=m.expected.source,
-            remedy=("Expected on GeForce boards (no peer access over PCIe: NCCL uses SHM). Elsewhere check "
-                    "`nvidia-smi topo -p2p r`, ACS and the IOMMU (`ccdiag check`), and NCCL_P2P_DISABLE.")))
-    if m.status == "pass":
-        findings.append(Finding(
-            "bench.nccl", "pass", Component("node", f"nccl-tests {coll}"),
-            f"{coll} busbw {busbw:.1f} GB/s = {m.ratio:.0%} of the {m.expected.gbyte_s:.1f} GB/s its bottleneck "
-            f"({m.expected.bottleneck_desc or m.expected.bottleneck}) carries ({_typical_words(m)})",
-            evidence=(Evidence("busbw (largest size)", f"{busbw:.1f} GB/s", source),),
-            expected=f"{m.expected.gbyte_s:.1f} GB/s", expected_source=m.expected.source))
-    if m.status in ("warn", "fail"):
-        e = m.expected
-        known = ex.slow_causes(local) if isinstance(ex, FileTopology) and nodes > 1 else ()
-        remedy = ("Measure the links one by one: `ccdiag bench p2p` inside the node, `ccdiag bench pairs` "
-                  "between nodes; check `ccdiag nccl --log` on an NCCL_DEBUG=INFO log of the run.")
-        if known:
-            remedy = ("Known causes of a slow link between these systems: "
-                      + "; ".join(f"({i}) {c}" for i, c in enumerate(known, 1)) + ". " + remedy)
-        findings.append(Finding(
-            "bench.nccl", m.status, Component("node", f"nccl-tests {coll}"),
-            f"{coll} busbw {busbw:.1f} GB/s at {row.size_bytes} bytes = {m.ratio:.0%} of the "
-            f"{e.gbyte_s:.1f} GB/s its bottleneck ({e.bottleneck}) carries (typical {m.typical})"
-            + (f"; {why}" if why else ""),
-            evidence=(Evidence("busbw (largest size)", f"{busbw:.1f} GB/s", source),),
-            expected=f"{e.gbyte_s:.1f} GB/s", expected_source=e.source, remedy=remedy))
+        findings.append(_nccl_staged(m, busbw, ex, coll, why, source))
+    verdict = _nccl_verdict(m, busbw, ex, coll, local, nodes, why, source)
+    if verdict is not None:
+        findings.append(verdict)
     return m, findings
 
 
@@ -677,6 +721,27 @@ def _measure(kind: str, parsed: Any, text: str, ex: Any, topology: Any, policy: 
     return from_perftest(parsed, ex, policy, source), _perftest_findings(parsed, source)
 
 
+def _pci_ids(gpu_pci_ids: tuple[str, ...], text: str) -> tuple[str, ...]:
+    """The GPUs' PCI device ids, given (``2b85``, ``0x2b85``, ``10de:2b85`` or lspci's ``[10de:2b85]``:
+    the part after the vendor) or printed in the file as lspci -nn prints them."""
+    return tuple(sorted({p.strip().strip("[]").lower().rpartition(":")[2].removeprefix("0x") for p in gpu_pci_ids}
+                        | {m.group(1).lower() for m in PCI_ID_IN_TEXT.finditer(text[:1 << 20])}))
+
+
+def _localized(kind: str, res: BenchResult, ex: Any) -> list[Finding]:
+    """The slow component named: the RDMA rules for perftest, the localisation of each benchmark's
+    figures for the GPU tools (nccl-tests has its own findings)."""
+    real = ex.t if isinstance(ex, NodeExpect) else None
+    if kind == "perftest":
+        from ccdiag.bench.ib_write import findings as rdma_findings
+
+        return rdma_findings([m for m in res.measurements if m.expected is not None], real)
+    if kind == "nccl-tests":
+        return []
+    return [f for bench in sorted({m.bench for m in res.measurements})
+            for f in localize(bench, [m for m in res.measurements if m.bench == bench], real)]
+
+
 def import_file(text: str, topology: Any, policy: Any, source: str, perftest_unit: str | None = None,
                 node: NodeInfo | None = None, gpu_pci_ids: tuple[str, ...] = ()) -> BenchResult:
     """Parse one file (any supported tool) and judge it. Raises BenchParseError on a bad file.
@@ -691,10 +756,8 @@ def import_file(text: str, topology: Any, policy: Any, source: str, perftest_uni
         return supportfiles.judge_file(text, source, policy)
     kind, parsed = _parse(text, perftest_unit)
     names, hosts = _file_names(kind, parsed)
-    # "2b85", "0x2b85", "10de:2b85" or lspci's "[10de:2b85]": the device id is the part after the vendor
-    pci = tuple(sorted({p.strip().strip("[]").lower().rpartition(":")[2].removeprefix("0x") for p in gpu_pci_ids}
-                       | {m.group(1).lower() for m in PCI_ID_IN_TEXT.finditer(text[:1 << 20])}))
-    ex, note = choose(topology, names, hosts, node or NodeInfo(), gpu_file=kind != "perftest", pci_ids=pci)
+    ex, note = choose(topology, names, hosts, node or NodeInfo(), gpu_file=kind != "perftest",
+                      pci_ids=_pci_ids(gpu_pci_ids, text))
     res = BenchResult(f"import:{kind}", RAN, params={"file": source, "tool": kind})
     read_as = describe(getattr(parsed, "format_ids", ()))
     if read_as:
@@ -704,17 +767,9 @@ def import_file(text: str, topology: Any, policy: Any, source: str, perftest_uni
         res.params["judged_against"] = note
         if isinstance(ex, OtherNode):
             res.findings.append(_other_node(res, note))
-    if kind == "perftest":
-        from ccdiag.bench.ib_write import findings as rdma_findings
-
-        if not res.measurements:
-            res.reason = "latency test: reported, not judged (no expected latency in the topology)"
-        res.findings += rdma_findings([m for m in res.measurements if m.expected is not None],
-                                      ex.t if isinstance(ex, NodeExpect) else None)
-    elif kind != "nccl-tests":
-        real = ex.t if isinstance(ex, NodeExpect) else None
-        for bench in sorted({m.bench for m in res.measurements}):
-            res.findings += localize(bench, [m for m in res.measurements if m.bench == bench], real)
+    if kind == "perftest" and not res.measurements:
+        res.reason = "latency test: reported, not judged (no expected latency in the topology)"
+    res.findings += _localized(kind, res, ex)
     res.findings += filerules.apply(res.measurements, source)
     if not filerules.judged(res.measurements, res.findings) and not any(
             f.status in (WARN, FAIL) for f in res.findings):
