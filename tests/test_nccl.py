@@ -16,7 +16,8 @@ import pytest
 from ccdiag.run.checkrun import evaluate
 from ccdiag.host.door import ReplayHost
 from ccdiag.nccl.knobs import DEFAULT, INFO, REMOVE, SET
-from ccdiag.nccl.logread import LogError, compare, parse_nccl_log
+from ccdiag.nccl.diagnose import compare
+from ccdiag.nccl.logread import LogError, parse_nccl_log
 from ccdiag.nccl.recommend import recommend, recommend_from_matrix
 from ccdiag.probes.netdev import Address, NetInterface
 from ccdiag.probes.smi_topo import parse_topo_matrix

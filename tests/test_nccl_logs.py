@@ -13,7 +13,8 @@ import pathlib
 import pytest
 
 from ccdiag.nccl.diagnose import diagnose, host_count
-from ccdiag.nccl.logread import compare, read_nccl_log
+from ccdiag.nccl.diagnose import compare
+from ccdiag.nccl.logread import read_nccl_log
 
 LOGS = pathlib.Path(__file__).resolve().parent / "fixtures" / "nccl-logs"
 

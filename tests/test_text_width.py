@@ -110,6 +110,7 @@ def _commands(tmp) -> list[list[str]]:
         ["nccl", "--replay", DEGRADED, "--log", str(CORPUS / "nccl-log" / "net-ib-completion-error-status4-vendor-err-81-hang.txt")],
         ["compare", *reports], ["compare", reports[0], reports[1], reports[0]],
         ["snapshot", "--replay", DEGRADED, "--redact", "-o", str(tmp / "r.snap.tar.gz")],
+        ["health", "status", "--state-dir", str(tmp / "health")],
     ]
     for sub in ("nvbandwidth", "nccl-tests", "perftest"):
         for f in sorted((CORPUS / sub).glob("*.txt")):

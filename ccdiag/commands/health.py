@@ -15,6 +15,7 @@ import click
 
 from ccdiag.commands.examples import epilog
 from ccdiag.core.exitcodes import ExitCode
+from ccdiag.core.textfit import text_width, wrap
 
 _config_option = click.option("--config", "config_path", metavar="FILE", type=click.Path(dir_okay=False),
                               help="Health-loop settings (TOML; default /etc/ccdiag/health.toml when it exists).")
@@ -187,14 +188,18 @@ def status(config_path, state_dir, as_json):
         return int(ExitCode.OK)
     now = time.time()
     ok, why = st.valid_pass(now, None)
-    click.echo(f"state {cfg.state_path}" + (f" ({st.problem})" if st.problem else ""))
-    click.echo(f"pass valid: {'yes' if ok else 'no'}: {why}")
+    lines = [f"state {cfg.state_path}" + (f" ({st.problem})" if st.problem else ""),
+             f"pass valid: {'yes' if ok else 'no'}: {why}"]
     if st.last_run:
-        click.echo(f"last run: {st.last_run.get('outcome')}: {st.last_run.get('detail')}")
+        lines.append(f"last run: {st.last_run.get('outcome')}: {st.last_run.get('detail')}")
     for key, record in sorted(st.ladder.items()):
-        click.echo(f"ladder: {key}: {record.get('action')} ({len(record.get('steps') or [])} step(s))")
+        lines.append(f"ladder: {key}: {record.get('action')} ({len(record.get('steps') or [])} step(s))")
     if st.cap:
-        click.echo(f"drain cap: {'held' if st.cap.get('held') else 'not held'}; {st.cap.get('why', '')}".rstrip("; "))
+        lines.append(f"drain cap: {'held' if st.cap.get('held') else 'not held'}; {st.cap.get('why', '')}".rstrip("; "))
+    width = text_width()
+    for line in lines:  # a path longer than the line stands whole on a line of its own
+        for part in wrap(line, width, indent="    "):
+            click.echo(part)
     return int(ExitCode.OK)
 
 

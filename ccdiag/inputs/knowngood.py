@@ -202,29 +202,41 @@ def _string(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
+#: the width of the file's lines (what policy init writes reads in an 80-column editor)
+TOML_WIDTH = 80
+
+
+def _comment(text: str) -> list[str]:
+    from ccdiag.core.textfit import wrap
+
+    return wrap(text, TOML_WIDTH, indent="#   ", first="# ")
+
+
 def to_toml(sets: tuple[KnownGood, ...]) -> list[str]:
-    """``[[known_good]]`` tables as TOML lines (a value not read on the node is a comment)."""
+    """``[[known_good]]`` tables as TOML lines, each key's meaning in a comment above it (a value not
+    read on the node is itself a comment), every line within 80 columns but a long value."""
     lines: list[str] = []
     for k in sets:
-        lines += ["# The versions of this node class: check --policy names every node of its machine type",
-                  "# that differs (a warning; on_drift = \"fail\" fails it). Delete a key to stop holding",
-                  "# nodes to it.", "[[known_good]]"]
-        lines.append(f"machine_type = {_string(k.machine_type)}" if k.machine_type else
-                     "# machine_type = (not read on this node: the set holds for every node)")
+        lines += _comment("The versions of this node class: check --policy names every node of its machine type "
+                          "that differs (a warning; on_drift = \"fail\" fails it). Delete a key to stop holding "
+                          "nodes to it.")
+        lines.append("[[known_good]]")
+        lines += ([f"machine_type = {_string(k.machine_type)}"] if k.machine_type else
+                  _comment("machine_type = (not read on this node: the set holds for every node)"))
         lines.append(f"on_drift = {_string(k.on_drift)}")
         tables = []
         for key, what in KEYS.items():
             value = k.values.get(key)
             if value is None:
-                lines.append(f"# {key} = (not read on this node: {what})")
+                lines += _comment(f"{key} = (not read on this node: {what})")
             elif key in TABLE_KEYS:
                 tables.append((key, what, value))
             elif key in LIST_KEYS:
-                lines.append(f"{key} = [{', '.join(_string(v) for v in value)}]  # {what}")
+                lines += _comment(what) + [f"{key} = [{', '.join(_string(v) for v in value)}]"]
             else:
-                lines.append(f"{key} = {_string(value)}  # {what}")
+                lines += _comment(what) + [f"{key} = {_string(value)}"]
         for key, what, value in tables:
-            lines.append(f"[known_good.{key}]  # {what}")
+            lines += _comment(what) + [f"[known_good.{key}]"]
             lines += [f"{_key(sub)} = {_string(str(v))}" for sub, v in sorted(value.items())]
         lines.append("")
     return lines
