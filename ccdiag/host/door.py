@@ -34,7 +34,7 @@ from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 
 from ccdiag.host import inflight, procgroups
 from ccdiag.host.nvmlcall import DRIVER_MISSING, NOT_RECORDED, NvmlCallError, NvmlFacade
-from ccdiag.host.snapshot import SnapshotData, SnapshotError, base_meta
+from ccdiag.host.snapshot import SnapshotData, SnapshotError, base_meta, gc_paused
 
 #: environment variables a snapshot keeps (they steer NCCL and CUDA, and libfabric under NCCL's EFA
 #: plugin, whose ``FI_*`` settings and ``RDMAV_FORK_SAFE`` AWS requires; nothing else is recorded)
@@ -753,6 +753,10 @@ class ReplayHost(BaseHost):
     def __init__(self, snapshot: SnapshotData | str):
         super().__init__()
         self.snap = SnapshotData.load(snapshot) if isinstance(snapshot, str) else snapshot
+        with gc_paused():  # the indexes are large trees of new objects (see gc_paused)
+            self._index()
+
+    def _index(self) -> None:
         self.root = "/"
         # directory -> the names in it (a list, maybe with repeats; names interned: "vendor",
         # "device" ... repeat under every one of thousands of device directories)
@@ -774,9 +778,17 @@ class ReplayHost(BaseHost):
         self._cmd_index: dict[tuple, list[dict]] = {}
         for rec in self.snap.commands:
             self._cmd_index.setdefault(tuple(rec["argv"]), []).append(rec)
-        self._nvml_index: dict[str, list[dict]] = {}
+        # keyed by the call as a tuple (a list argument as a tuple too): a 256-GPU snapshot holds
+        # 373,000 calls, and a repr() of each took longer than the probes' reading of them
+        index: dict[tuple, list[dict]] = {}
         for rec in self.snap.nvml:
-            self._nvml_index.setdefault(repr(list(rec["call"])), []).append(rec)
+            key = _call_key(rec["call"])
+            found = index.get(key)
+            if found is None:
+                index[key] = [rec]
+            else:
+                found.append(rec)
+        self._nvml_index = index
         partial = self.snap.meta.get(PARTIAL_RECORD_META)
         #: what a read this record lacks is (see :meth:`_absent`)
         self._partial: str | None = str(partial) if partial else None
@@ -793,6 +805,8 @@ class ReplayHost(BaseHost):
         return str(table[probe]) if isinstance(table, dict) and table.get(probe) else None
 
     def _latest(self, records: list[dict]) -> dict | None:
+        if len(records) == 1 and self.epoch >= int(records[0].get("epoch", 0)):
+            return records[0]  # the usual case: a call recorded once
         best = None
         for rec in records:
             e = int(rec.get("epoch", 0))
@@ -893,9 +907,9 @@ class ReplayHost(BaseHost):
         return result
 
     def nvml(self, fn: str, *args: Any) -> Any:
-        rec = self._latest(self._nvml_index.get(repr([fn, *args]), []))
+        rec = self._latest(self._nvml_index.get(_call_key((fn, *args)), []))
         if rec is None:
-            init = self._latest(self._nvml_index.get(repr(["nvmlInit"]), []))
+            init = self._latest(self._nvml_index.get(("nvmlInit",), []))
             if init is not None and "error" in init:
                 raise NvmlCallError(fn, args, init["error"], init.get("code"), init.get("message", ""))
             raise NvmlCallError(fn, args, NOT_RECORDED, None,
@@ -963,11 +977,32 @@ class ReplayHost(BaseHost):
     def release_files(self) -> None:
         """Let go of the recorded file tree once every probe has read it: on a node with thousands
         of devices it is the largest thing a check holds, and judging and the report need it no
-        more. Reads after this answer "not in snapshot"; metadata, environment, commands, NVML
-        calls, kernel log and interfaces stay."""
-        self.snap = dataclasses.replace(self.snap, files={0: {}}, links={}, dirs=set(), listings={}, statvfs={})
+        more. Reads after this answer "not in snapshot", and so do NVML calls (a probe abandoned
+        at its deadline would otherwise go on answering hundreds of thousands of them from the
+        recording, taking the processor from the judging and the report); metadata, environment,
+        commands, kernel log and interfaces stay."""
+        self.snap = dataclasses.replace(self.snap, files={0: {}}, links={}, dirs=set(), listings={}, statvfs={},
+                                        nvml=[])
         self._children = {}
         self._resolved = {}
+        self._nvml_index = {}
+
+
+def _call_key(call: Sequence[Any]) -> tuple:
+    """A recorded NVML call (function name and arguments) as a dictionary key; list arguments
+    (field ids) as tuples."""
+    key = tuple(call)
+    try:
+        hash(key)
+        return key
+    except TypeError:
+        pass
+    key = tuple(tuple(a) if isinstance(a, list) else a for a in call)
+    try:
+        hash(key)
+        return key
+    except TypeError:  # nested lists or objects: only a hand-made snapshot holds these
+        return ("<repr>", repr(list(call)))
 
 
 def open_host(replay: str | None = None, root: str = "/", record: bool = False) -> Host:
