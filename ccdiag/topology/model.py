@@ -220,6 +220,7 @@ class Topology:
         # switches: asked four times per GPU pair by the report (32,640 pairs at 256 GPUs)
         self._bundles: dict[tuple[str, str | None], Link | None] = {}
         self._switch_active: dict[str, int] = {}
+        self._domains: dict[str, frozenset] = {}
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name in self.__dict__ or not name.startswith("_") and name not in (
@@ -366,9 +367,14 @@ class Topology:
 
     def _switch_domains(self, gpu: str) -> frozenset:
         """The NVLink domains a GPU's active switch links reach: a placeholder switch node carries
-        its fabric clique; switches NVML addresses, and the unreadable far end, are this node's."""
-        return frozenset(self.graph.nodes[r].get("domain", "node") if r in self.graph else "node"
-                         for r, v in self.nv.get(gpu, {}).items() if v[1] and self.is_switch(r))
+        its fabric clique; switches NVML addresses, and the unreadable far end, are this node's.
+        Kept per GPU (the graph does not change once built): every GPU pair asks twice."""
+        found = self._domains.get(gpu)
+        if found is None:
+            found = self._domains[gpu] = frozenset(
+                self.graph.nodes[r].get("domain", "node") if r in self.graph else "node"
+                for r, v in self.nv.get(gpu, {}).items() if v[1] and self.is_switch(r))
+        return found
 
     def _active_to_switches(self, gpu: str) -> int:
         n = self._switch_active.get(gpu)
