@@ -65,9 +65,13 @@ SLOW_TESTS: dict[str, tuple[str, ...]] = {
         "test_degraded_sample_fails_with_failures_first", "test_healthy_sample_passes",
         "test_json_report_is_one_valid_document", "test_strict_turns_warnings_into_failure",
     ),
+    "test_deadline_guard.py": (
+        "test_a_report_that_cannot_be_built_in_time_still_carries_the_verdict_and_every_finding",
+        "test_a_snapshot_that_loads_past_the_deadline_gives_one_unknown_document",
+    ),
     "test_check_deadline.py": (
         "test_a_failure_found_before_the_deadline_still_fails",
-        "test_cli_live_on_this_machine_gives_a_verdict_not_a_traceback", "test_cli_timeout_3_with_hung_driver",
+        "test_cli_live_on_this_machine_gives_a_verdict_not_a_traceback", "test_cli_timeout_5_with_hung_driver",
         "test_garbage_replay_is_a_one_line_input_error", "test_hung_command_and_nvml_call_are_named_and_bounded",
         "test_missing_replay_file_is_an_input_error", "test_real_probes_against_hung_nvml_finish_in_time",
     ),

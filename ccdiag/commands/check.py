@@ -29,40 +29,22 @@ import click
 from ccdiag.commands.examples import epilog
 from ccdiag.run.checkrun import DEFAULT_DEADLINE_S, DEFAULT_WINDOW_S, close_host, evaluate
 from ccdiag.commands.snapshot import default_name
-from ccdiag.commands.common import bug_report_option, host_options, make_host, try_write_report
+from ccdiag.commands.common import bug_report_option, host_options, make_host
 from ccdiag.core.errors import InputError
 from ccdiag.core.exitcodes import ExitCode
 from ccdiag.host.door import HostReadError, RecordingHost
 from ccdiag.inputs.envfile import load_env_file
 from ccdiag.inputs.policy import load_policy
+from ccdiag.report.fallback import json_document, no_verdict, verdict_text, without_large_sections
+from ccdiag.run.checkrun import QUICK_BENCH_S
+from ccdiag.run.deadline import NoGuard, arm, process_started_at
+from ccdiag.run.stages import Budget, report_reserve_s
 
 
 
 #: above this many GPUs and NICs, check's JSON carries the GPU rows of the all-pairs level matrix
 #: only (3,000 NICs make 9 million cells); ``ccdiag topo --json`` always has the whole matrix
 CHECK_MATRIX_MAX_ENDS = 512
-#: seconds of --timeout kept for building and writing the report after the evaluation, at most
-#: REPORT_RESERVE_SHARE of it (a short --timeout must still leave the probes most of their time)
-REPORT_RESERVE_S = 2.0
-REPORT_RESERVE_SHARE = 0.1
-#: a node's report grows with its PCI functions (each one's links, AER counters, findings): the
-#: reserve is at least this per function (a 3,000-NIC node has 6,216: about 1.5 s of report building
-#: on a loaded 2-core machine, bench/bench_scale.py), at most REPORT_RESERVE_MAX_SHARE of --timeout
-REPORT_S_PER_PCI_FUNCTION = 0.0005
-REPORT_RESERVE_MAX_SHARE = 0.3
-
-
-def evaluation_budget(timeout: float, started: float, reporting: bool, pci_functions: int = 0) -> float:
-    """What is left of ``timeout`` for the evaluation: less what opening the host or snapshot
-    took, and less the report's reserve when a report is to be written (larger for a node with
-    many PCI functions; never below 1 s)."""
-    reserve = 0.0
-    if reporting:
-        reserve = max(min(REPORT_RESERVE_S, REPORT_RESERVE_SHARE * timeout),
-                      min(REPORT_S_PER_PCI_FUNCTION * pci_functions, REPORT_RESERVE_MAX_SHARE * timeout))
-    left = timeout - (time.monotonic() - started) - reserve
-    return max(1.0, min(timeout, left))
-
 
 def _save_failure_snapshot(host: RecordingHost, result, directory: str, env: dict | None,
                            env_source: str | None) -> str:
@@ -135,7 +117,12 @@ def _save_failure_snapshot(host: RecordingHost, result, directory: str, env: dic
 def command(replay, root, policy_file, env_file, timeout, window, as_json, output, strict, snapshot_dir, only,
             textfile_dir, quiet, load_links, gpu, bench, reuse_state=None, bug_report=None):
     """Judge this node (or a snapshot) and exit 0 ok, 1 failed, 2 bad input, 3 could not evaluate."""
-    started = time.monotonic()
+    # --timeout bounds the whole run from the process's start: start-up, opening the host or
+    # snapshot, the evaluation, the report; at the deadline the guard writes what is ready
+    started = process_started_at()
+    guard = arm(started + timeout, on_fire=kill_children)
+    guard.set_fallback(*no_verdict("opening the snapshot" if replay or bug_report else "reading the node", timeout,
+                                   as_json, replayed_from=replay or bug_report), "the deadline came before a verdict")
     policy = load_policy(policy_file) if policy_file else None
     _refuse_unknown_waived_checks(policy)
     env = load_env_file(env_file) if env_file else None
@@ -155,13 +142,15 @@ def command(replay, root, policy_file, env_file, timeout, window, as_json, outpu
     # a bug report is read within a third of --timeout; probing and judging it get the rest
     host = make_host(replay, root, record=record, bug_report=bug_report, deadline=started + timeout / 3)
     replay = replay or bug_report
-    # --timeout bounds the whole run: what reading the snapshot took, and the report still to write
+    guard.set_fallback(*no_verdict("probing and judging", timeout, as_json, replayed_from=replay),
+                       "the deadline came before a verdict")
     reporting = any((as_json, output, textfile_dir))
-    timeout = evaluation_budget(timeout, started, reporting, _pci_functions(host) if reporting else 0)
+    budget = Budget.plan(timeout, bench_s=QUICK_BENCH_S if bench else 0.0, start=started, began=time.monotonic(),
+                         report_s=report_reserve_s(timeout, _pci_functions(host)) if reporting else 0.0)
     result = None
     snap_path = None
     try:
-        result = _judge(host, policy, env, env_source, timeout=timeout, window=window, strict=strict, only=only,
+        result = _judge(host, policy, env, env_source, budget=budget, window=window, strict=strict, only=only,
                         load_links=load_links and not replay, bench=bench)
         if record and result.exit_code == ExitCode.FAIL:
             assert isinstance(host, RecordingHost)
@@ -176,14 +165,17 @@ def command(replay, root, policy_file, env_file, timeout, window, as_json, outpu
     selection = None
     if spelling is not None:
         result, selection = _select_gpu(result, spelling)
-    doc = _report(result, replay, snap_path, selection) if (as_json or output) else None
-    if doc is not None and reused is not None:
-        doc["reused_pass"] = reused.to_json()
-    unwritten = try_write_report(doc, output) if output else None
+    _fallback_with_verdict(guard, result, replay, snap_path, selection, as_json, strict)
+    text = None
+    if as_json or output:
+        doc = _report(result, replay, snap_path, selection)
+        if reused is not None:
+            doc["reused_pass"] = reused.to_json()
+        text = json_document(doc)
+    unwritten = _try_write_text(text, output) if output else None
+    guard.claim()
     if as_json:
-        from ccdiag.core.output import emit_json
-
-        emit_json(doc)
+        _emit(text)
     else:
         from ccdiag.report.render import print_result
 
@@ -201,6 +193,13 @@ def command(replay, root, policy_file, env_file, timeout, window, as_json, outpu
         click.echo(f"ccdiag: {unwritten} (the verdict is on stdout)", err=True)
     sys.stdout.flush()
     return int(result.exit_code)
+
+
+def kill_children() -> None:
+    """Before the guard ends the process: no command a probe started outlives it."""
+    from ccdiag.host import procgroups
+
+    procgroups.kill_all(closing=True)
 
 
 def _reused_pass(state: str, policy_file: str | None, env_file: str | None, strict: bool):
@@ -233,15 +232,9 @@ def _refuse_unknown_prefixes(only) -> None:
                          f"(checks: {', '.join(sorted(names)) or 'none installed'})")
 
 
-def _judge(host, policy, env, env_source, *, timeout, window, strict, only, load_links, bench):
+def _judge(host, policy, env, env_source, *, budget, window, strict, only, load_links, bench):
     """The evaluation, with ``--bench quick``'s benchmarks in their own share of the deadline."""
-    budget = None
-    if bench:
-        from ccdiag.run.checkrun import QUICK_BENCH_S
-        from ccdiag.run.stages import Budget
-
-        budget = Budget.plan(timeout, bench_s=QUICK_BENCH_S)
-    result = evaluate(host, policy, window_s=window, deadline_s=timeout, env=env, env_source=env_source,
+    result = evaluate(host, policy, window_s=window, deadline_s=budget.deadline_s, env=env, env_source=env_source,
                       strict=strict, only=only or None, load_links=load_links, budget=budget,
                       release_files=not bench)
     if bench:
@@ -278,10 +271,8 @@ def _select_gpu(result, spelling):
     return dataclasses.replace(result, findings=kept, exit_code=int(code)), selection
 
 
-def _report(result, replay: str | None, snap_path: str | None, selection: dict | None = None) -> dict:
-    """The ``kind: check`` JSON report."""
-    from ccdiag.report.document import build_report
-
+def _extra(result, snap_path: str | None, selection: dict | None) -> dict:
+    """The check report's own sections (policy, waivers, the GPU selected, the failure snapshot, benchmarks)."""
     extra = {"policy": _policy_section(result.policy), "waivers": [o.to_json() for o in result.waivers]}
     if selection is not None:
         extra["selection"] = {k: v for k, v in selection.items() if k != "gpu_node"}
@@ -289,10 +280,60 @@ def _report(result, replay: str | None, snap_path: str | None, selection: dict |
         extra["failure_snapshot"] = snap_path
     if result.bench:
         extra["bench"] = [b.to_json() for b in result.bench]
+    return extra
+
+
+def _report(result, replay: str | None, snap_path: str | None, selection: dict | None = None,
+            large: bool = True) -> dict:
+    """The ``kind: check`` JSON report (without its large sections unless ``large``)."""
+    from ccdiag.report.document import build_report, summarise_pairs
+
+    extra = _extra(result, snap_path, selection)
+    if not large:
+        return build_report("check", result.meta, findings=result.findings, exit_code=result.exit_code,
+                            run_info=result.run_info(replay), extra=extra)
     topology = result.topology.to_json(max_matrix_ends=CHECK_MATRIX_MAX_ENDS) if result.topology else None
+    topology = summarise_pairs(topology) if topology else None
     return build_report("check", result.meta, runs=result.runs, topology=topology,
                         findings=result.findings, exit_code=result.exit_code,
                         run_info=result.run_info(replay), extra=extra)
+
+
+def _fallback_with_verdict(guard, result, replay: str | None, snap_path: str | None, selection: dict | None,
+                           as_json: bool, strict: bool) -> None:
+    """Once the verdict is known, the guard's fallback carries it: the report without its large
+    sections (every finding kept), or the quiet terminal verdict."""
+    if isinstance(guard, NoGuard):
+        return
+    if as_json:
+        core = without_large_sections(_report(result, replay, snap_path, selection, large=False))
+        guard.set_fallback(json_document(core), result.exit_code,
+                           "the deadline came before the report's topology and probe data were written: "
+                           "the report carries the verdict and every finding")
+    else:
+        guard.set_fallback(verdict_text(result.findings, result.exit_code, result.hostname, result.timed_out,
+                                        strict), result.exit_code, "the deadline came before the whole verdict was printed")
+
+
+def _try_write_text(text: str, output: str) -> str | None:
+    """Write the report's text to ``output`` atomically; why it could not be, or None."""
+    from ccdiag.core.output import write_atomic
+
+    try:
+        write_atomic(output, text)
+    except OSError as exc:
+        return f"cannot write report {output}: {exc.strerror or exc}"
+    return None
+
+
+def _emit(text: str) -> None:
+    from ccdiag.core.output import silence_stdout
+
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        silence_stdout()
 
 
 def _policy_section(policy) -> dict:

@@ -23,7 +23,7 @@ from ccdiag.probes.registry import ProbeRun
 if TYPE_CHECKING:
     from ccdiag.topology.model import Topology
 
-SCHEMA_VERSION = "1.6.0"
+SCHEMA_VERSION = "1.7.0"
 
 
 def host_section(meta: dict) -> dict:
@@ -87,10 +87,72 @@ def build_report(kind: str, meta: dict, runs: dict[str, ProbeRun] | None = None,
     return report
 
 
-def dumps(report: dict) -> str:
-    from ccdiag.core.output import json_text
+#: above this many GPU pairs (64 GPUs), a check report counts the pairs that share the node's most
+#: common level and figures instead of listing each (``expected_summary``); 256 GPUs have 32,640
+#: pairs, 9 MB of a report. ``ccdiag topo --json`` lists every pair.
+CHECK_P2P_MAX_PAIRS = 2016
+_P2P_GROUP_KEYS = ("level", "gbyte_s", "current_gbyte_s", "usable", "blocked_by")
 
-    return json_text(report).rstrip("\n")
+
+def summarise_pairs(topology: dict, max_pairs: int | None = None) -> dict:
+    """``topology`` (its JSON) with the ``p2p`` entries of ``expected`` grouped when there are more
+    than ``max_pairs``: the largest groups of identical values (level, capability, current figure,
+    usable, blocked by) become ``expected_summary`` counts, largest first, until what stays
+    listed fits ``max_pairs`` (default :data:`CHECK_P2P_MAX_PAIRS`). The odd pairs (a degraded
+    link, a lost GPU's) stay listed whole."""
+    max_pairs = CHECK_P2P_MAX_PAIRS if max_pairs is None else max_pairs
+    expected = topology.get("expected") or []
+    pairs = [e for e in expected if e.get("kind") == "p2p"]
+    if len(pairs) <= max_pairs:
+        return topology
+    groups: dict[tuple, list[dict]] = {}
+    for e in pairs:
+        groups.setdefault(tuple(e.get(k) for k in _P2P_GROUP_KEYS), []).append(e)
+    listed = len(pairs)
+    summarised: set[tuple] = set()
+    for key, members in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+        if listed <= max_pairs:
+            break
+        summarised.add(key)
+        listed -= len(members)
+    summary = []
+    for key, members in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+        if key in summarised:
+            first = members[0]
+            summary.append({"kind": "p2p", "pairs": len(members), **dict(zip(_P2P_GROUP_KEYS, key)),
+                            "example": {"a": first.get("a"), "b": first.get("b")}})
+    kept = [e for e in expected
+            if e.get("kind") != "p2p" or tuple(e.get(k) for k in _P2P_GROUP_KEYS) not in summarised]
+    return {**topology, "expected": kept, "expected_summary": summary}
+
+
+#: lists longer than this are serialised in slices of it (see :func:`dumps`)
+_SLICE = 1000
+
+
+def dumps(report: dict) -> str:
+    """``report`` as :func:`ccdiag.core.output.json_text` writes it (without its last newline),
+    the same text to the byte; a large report is serialised piece by piece (each top-level
+    section, each probe, lists in slices): one ``json.dumps`` of a report of tens of MB holds the
+    interpreter for a second under load, during which the deadline guard
+    (:mod:`ccdiag.run.deadline`) could not act."""
+    from ccdiag.core.output import PRETTY_MAX_BYTES, json_text
+
+    text = _compact(report, 0)
+    if len(text) <= PRETTY_MAX_BYTES:
+        return json_text(report).rstrip("\n")
+    return text
+
+
+def _compact(value: Any, depth: int) -> str:
+    """``json.dumps(value, sort_keys=True, default=str)``, in pieces down to ``depth`` 2."""
+    if depth < 2 and type(value) is dict and all(type(k) is str for k in value):
+        return "{" + ", ".join(f"{json.dumps(k)}: {_compact(v, depth + 1)}" for k, v in sorted(value.items())) + "}"
+    if type(value) is list and len(value) > _SLICE:
+        parts = (json.dumps(value[i:i + _SLICE], sort_keys=True, default=str)[1:-1]
+                 for i in range(0, len(value), _SLICE))
+        return "[" + ", ".join(parts) + "]"
+    return json.dumps(value, sort_keys=True, default=str)
 
 
 def load_schema() -> dict:

@@ -51,25 +51,36 @@ class StageTimeout(Exception):
 class Budget:
     """Absolute ends (``time.monotonic()`` values) of each stage of one run.
 
-    ``probe_end`` <= ``judge_end`` <= ``bench_end`` == ``deadline``. Build with :meth:`plan`."""
+    ``start`` <= ``began`` <= ``probe_end`` <= ``judge_end`` <= ``bench_end`` == ``deadline`` -
+    ``report_s``. ``start`` is when the deadline began to count (for a command, the process's
+    start), ``began`` when the evaluation did (after start-up and opening the host or snapshot);
+    ``report_s`` is kept after the evaluation for building and writing the report. Build with
+    :meth:`plan`."""
 
     start: float
     deadline: float
     probe_end: float
     judge_end: float
     bench_end: float
+    began: float = 0.0
+    report_s: float = 0.0
 
     @classmethod
-    def plan(cls, deadline_s: float, bench_s: float = 0.0, start: float | None = None) -> "Budget":
-        """Split ``deadline_s`` from ``start`` (now): benchmarks get ``bench_s`` at the end, judging
-        its reserve before that, probing the rest. A deadline too short for every share gives the
-        judge its reserve first, then the probes, then the benchmarks."""
+    def plan(cls, deadline_s: float, bench_s: float = 0.0, start: float | None = None, *,
+             began: float | None = None, report_s: float = 0.0) -> "Budget":
+        """Split ``deadline_s`` from ``start`` (now): what ``began`` (now, or ``start``) leaves,
+        less ``report_s`` for the report, goes to the evaluation; of that, benchmarks get ``bench_s``
+        at the end, judging its reserve before that, probing the rest. A deadline too short for
+        every share gives the judge its reserve first, then the probes, then the benchmarks."""
         start = time.monotonic() if start is None else start
+        began = start if began is None else max(start, began)
         total = max(0.0, float(deadline_s))
-        reserve = min(total, max(JUDGE_MIN_S, min(JUDGE_MAX_S, JUDGE_SHARE * total)))
-        bench = min(max(0.0, float(bench_s)), max(0.0, total - reserve) / 2)
-        probe = max(0.0, total - reserve - bench)
-        return cls(start, start + total, start + probe, start + probe + reserve, start + total)
+        report = max(0.0, float(report_s))
+        avail = max(0.0, total - (began - start) - report)
+        reserve = min(avail, max(JUDGE_MIN_S, min(JUDGE_MAX_S, JUDGE_SHARE * avail)))
+        bench = min(max(0.0, float(bench_s)), max(0.0, avail - reserve) / 2)
+        probe = max(0.0, avail - reserve - bench)
+        return cls(start, start + total, began + probe, began + probe + reserve, began + avail, began, report)
 
     def left(self, end: float) -> float:
         """Seconds from now until ``end`` (0 when passed)."""
@@ -80,9 +91,31 @@ class Budget:
         return self.deadline - self.start
 
     def to_json(self) -> dict:
-        return {"deadline_s": round(self.deadline_s, 3), "probe_s": round(self.probe_end - self.start, 3),
-                "judge_reserve_s": round(self.judge_end - self.probe_end, 3),
-                "bench_s": round(self.bench_end - self.judge_end, 3)}
+        began = max(self.began, self.start)
+        out = {"deadline_s": round(self.deadline_s, 3), "probe_s": round(self.probe_end - began, 3),
+               "judge_reserve_s": round(self.judge_end - self.probe_end, 3),
+               "bench_s": round(self.bench_end - self.judge_end, 3)}
+        if began > self.start or self.report_s:
+            out.update(load_s=round(began - self.start, 3), report_reserve_s=round(self.report_s, 3))
+        return out
+
+
+#: the report's reserve: REPORT_RESERVE_S, at most REPORT_RESERVE_SHARE of the deadline (a short
+#: deadline must still leave the probes most of their time)
+REPORT_RESERVE_S = 2.0
+REPORT_RESERVE_SHARE = 0.1
+#: a node's report grows with its PCI functions (each one's links, AER counters, findings): the
+#: reserve is at least this per function (a 3,000-NIC node has 6,216: about 1.5 s of report building
+#: on a loaded 2-core machine, bench/bench_scale.py), at most REPORT_RESERVE_MAX_SHARE of the deadline
+REPORT_S_PER_PCI_FUNCTION = 0.0005
+REPORT_RESERVE_MAX_SHARE = 0.3
+
+
+def report_reserve_s(deadline_s: float, pci_functions: int = 0) -> float:
+    """Seconds of ``deadline_s`` kept after the evaluation for building and writing a report on a
+    node with ``pci_functions`` PCI functions."""
+    return max(min(REPORT_RESERVE_S, REPORT_RESERVE_SHARE * deadline_s),
+               min(REPORT_S_PER_PCI_FUNCTION * pci_functions, REPORT_RESERVE_MAX_SHARE * deadline_s))
 
 
 def run_stage(name: str, func: Callable[[], Any], end: float, grace_s: float = GRACE_S) -> Any:
@@ -108,4 +141,5 @@ def run_stage(name: str, func: Callable[[], Any], end: float, grace_s: float = G
     return box["value"]
 
 
-__all__ = ["Budget", "StageError", "StageTimeout", "run_stage", "JUDGE_SHARE", "JUDGE_MIN_S", "JUDGE_MAX_S"]
+__all__ = ["Budget", "StageError", "StageTimeout", "run_stage", "report_reserve_s", "JUDGE_SHARE", "JUDGE_MIN_S",
+           "JUDGE_MAX_S"]
