@@ -1,7 +1,8 @@
 """check's deadline covers the whole run, start-up and writing included: when it comes first, stdout
 carries one whole document (or the quiet verdict lines) prepared beforehand, never half of one,
-and the exit code says whether a verdict was reached. The slow steps are synthesized: a child
-process whose snapshot reading, or whose report building, sleeps past the deadline."""
+and the exit code says whether a verdict was reached. The watcher is tried over a stand-in
+child (``sleep``); the slow steps of a real run are synthesized: a child process whose snapshot
+reading, or whose report building, sleeps past the deadline."""
 
 from __future__ import annotations
 
@@ -18,50 +19,88 @@ import exporter_cases as C
 from ccdiag.core.findings import FAIL, UNKNOWN, Component, Finding
 from ccdiag.report.document import validate
 from ccdiag.report.fallback import no_verdict, verdict_text, without_large_sections
-from ccdiag.run.deadline import NoGuard, OutputGuard, arm, process_started_at
+from ccdiag.run.deadline import GuardClient, NoGuard, arm, process_started_at, watch
 
 
-def _guard(deadline_in_s: float) -> tuple[OutputGuard, int, list[int]]:
-    r, w = os.pipe()
-    exits: list[int] = []
-    guard = OutputGuard(time.monotonic() + deadline_in_s, fd=w, exit=exits.append, lead_s=0.0)
-    return guard, r, exits
+class _Setup:
+    """A watcher in a thread over a stand-in child (``sleep``), and the command's side of it."""
+
+    def __init__(self, deadline_in_s: float, child: tuple[str, ...] = ("sleep", "60")):
+        self.child = subprocess.Popen(list(child))
+        up_r, up_w = os.pipe()
+        down_r, down_w = os.pipe()
+        self.out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        slots = (os.memfd_create("t1"), os.memfd_create("t2"))
+        self.client = GuardClient(up_w, down_r, slots)
+        self.up_w = up_w
+        self.exits: list[int] = []
+        self.thread = threading.Thread(target=watch, args=(self.child.pid, up_r, down_w, slots,
+                                                           time.monotonic() + deadline_in_s),
+                                       kwargs=dict(lead_s=0.0, out_fd=out_w, err_fd=err_w, exit=self.exits.append),
+                                       daemon=True)
+        self.thread.start()
+
+    def output(self) -> bytes:
+        os.set_blocking(self.out_r, False)
+        try:
+            return os.read(self.out_r, 1 << 20)
+        except BlockingIOError:
+            return b""
+
+    def child_gone(self) -> bool:
+        try:
+            os.kill(self.child.pid, 0)
+        except ProcessLookupError:
+            return True
+        return False
 
 
-def test_at_the_deadline_the_fallback_is_written_whole_and_the_command_writes_nothing():
-    guard, r, exits = _guard(0.05)
-    guard.set_fallback('{"a": 1}\n', 3, "no verdict")
-    guard.start()
-    guard._thread.join(2.0)  # the deadline has come
-    assert guard.claim() is False  # the command may not write: the guard has ended the process
-    assert exits == [3] and guard.fired
-    assert os.read(r, 100) == b'{"a": 1}\n'
+def test_at_the_deadline_the_child_is_killed_and_the_latest_fallback_written_whole():
+    w = _Setup(0.3)
+    w.client.set_fallback('{"a": 1}\n', 3, "no verdict")
+    w.client.set_fallback('{"verdict": "fail"}\n', 1, "verdict known")  # the latest one counts
+    w.thread.join(5.0)
+    assert w.exits == [1] and w.output() == b'{"verdict": "fail"}\n'
+    assert w.child_gone()  # nothing of the command writes after the fallback
 
 
-def test_a_command_that_claims_its_output_first_is_never_interrupted():
-    guard, r, exits = _guard(0.2)
-    guard.set_fallback("x\n", 3, "no verdict")
-    guard.start()
-    assert guard.claim() is True
-    guard._thread.join(1.0)
-    assert not guard._thread.is_alive() and exits == [] and not guard.fired
-    os.set_blocking(r, False)
-    with pytest.raises(BlockingIOError):
-        os.read(r, 10)
+def test_a_command_that_claims_its_output_is_never_interrupted_and_its_code_passed_on():
+    w = _Setup(0.2)
+    w.client.set_fallback("x\n", 3, "no verdict")
+    assert w.client.claim() is True
+    time.sleep(0.4)  # past the deadline: no longer watched
+    assert w.exits == [] and w.thread.is_alive()
+    os.close(w.up_w)  # the command ends
+    w.child.terminate()
+    w.thread.join(5.0)
+    assert w.exits == [128 + 15] and w.output() == b""
 
 
-def test_the_latest_fallback_is_the_one_written():
-    guard, r, exits = _guard(0.1)
-    guard.set_fallback("before\n", 3, "x")
-    guard.set_fallback("after the verdict\n", 1, "y")
-    guard.start()
-    guard._thread.join(2.0)
-    assert exits == [1] and os.read(r, 100) == b"after the verdict\n"
+def test_a_command_killed_before_it_claimed_its_output_leaves_the_fallback():
+    w = _Setup(30.0)
+    w.client.set_fallback("x\n", 3, "no verdict")
+    os.close(w.up_w)
+    w.child.kill()  # the OOM killer, say
+    w.thread.join(5.0)
+    assert w.exits == [3] and w.output() == b"x\n"
 
 
-def test_no_guard_where_stdout_is_captured():
-    # pytest captures stdout: a test process must never be ended by a guard
-    assert isinstance(arm(time.monotonic() + 0.01), NoGuard)
+def test_a_command_that_ends_on_its_own_keeps_its_exit_code_and_its_silence():
+    w = _Setup(30.0, child=("sh", "-c", "exit 2"))  # bad input: one line on stderr, exit 2
+    w.client.set_fallback("x\n", 3, "no verdict")
+    os.close(w.up_w)
+    w.thread.join(5.0)
+    assert w.exits == [2] and w.output() == b""
+
+
+def test_no_guard_where_stdout_is_captured(monkeypatch):
+    import io
+
+    monkeypatch.setattr(sys, "stdout", io.StringIO())
+    before = time.monotonic()
+    guard = arm(10.0)
+    assert isinstance(guard, NoGuard) and guard.started >= before  # counted from now, not the test run's start
 
 
 def test_the_process_start_is_before_now_and_not_long_ago():
@@ -138,12 +177,3 @@ def test_a_report_that_cannot_be_built_in_time_still_carries_the_verdict_and_eve
     whole = json.loads(out)
     assert code == 1 and len(doc["findings"]) == len(whole["findings"])  # every finding kept
     assert wall < 4.0 + 10.0
-
-
-def test_the_guard_runs_in_its_own_thread_and_never_blocks_the_command():
-    guard, _r, exits = _guard(60.0)
-    guard.start()
-    assert isinstance(guard._thread, threading.Thread) and guard._thread.daemon
-    guard.stop()
-    guard._thread.join(1.0)
-    assert not guard._thread.is_alive() and exits == []

@@ -37,7 +37,7 @@ from ccdiag.inputs.envfile import load_env_file
 from ccdiag.inputs.policy import load_policy
 from ccdiag.report.fallback import json_document, no_verdict, verdict_text, without_large_sections
 from ccdiag.run.checkrun import QUICK_BENCH_S
-from ccdiag.run.deadline import NoGuard, arm, process_started_at
+from ccdiag.run.deadline import NoGuard, arm
 from ccdiag.run.stages import Budget, report_reserve_s
 
 
@@ -119,8 +119,8 @@ def command(replay, root, policy_file, env_file, timeout, window, as_json, outpu
     """Judge this node (or a snapshot) and exit 0 ok, 1 failed, 2 bad input, 3 could not evaluate."""
     # --timeout bounds the whole run from the process's start: start-up, opening the host or
     # snapshot, the evaluation, the report; at the deadline the guard writes what is ready
-    started = process_started_at()
-    guard = arm(started + timeout, on_fire=kill_children)
+    guard = arm(timeout)
+    started = guard.started
     guard.set_fallback(*no_verdict("opening the snapshot" if replay or bug_report else "reading the node", timeout,
                                    as_json, replayed_from=replay or bug_report), "the deadline came before a verdict")
     policy = load_policy(policy_file) if policy_file else None
@@ -192,14 +192,8 @@ def command(replay, root, policy_file, env_file, timeout, window, as_json, outpu
     if unwritten:  # the verdict is printed and the exit code stays the node's
         click.echo(f"ccdiag: {unwritten} (the verdict is on stdout)", err=True)
     sys.stdout.flush()
+    guard.finish(int(result.exit_code))
     return int(result.exit_code)
-
-
-def kill_children() -> None:
-    """Before the guard ends the process: no command a probe started outlives it."""
-    from ccdiag.host import procgroups
-
-    procgroups.kill_all(closing=True)
 
 
 def _reused_pass(state: str, policy_file: str | None, env_file: str | None, strict: bool):

@@ -7,32 +7,50 @@ probes and the judging, but not what comes before and after them: the interprete
 opening a snapshot, building and writing the report. On a node with thousands of devices each
 of those can take seconds under contention. So:
 
-* the deadline counts from the moment the process started (:func:`process_started_at`), not
-  from the moment the command's code began: start-up and imports are part of the run;
-* an :class:`OutputGuard` holds a prepared fallback (one valid JSON document, or one line of
-  text) and, if the deadline comes before the command began writing its own output, writes the
-  fallback and ends the process with the fallback's exit code (3, no verdict; 1 when a failure
-  was already found, which a deadline never hides). Output is claimed once: the command's own
-  or the fallback, never both, never half of either.
+* the deadline counts from the moment the process started (:func:`process_started_at`): start-up
+  and imports are part of the run;
+* the guard holds a prepared fallback (one valid JSON document, or the quiet verdict lines) and,
+  if the deadline comes before the command began writing its own output, writes the fallback and
+  ends with the fallback's exit code (3, no verdict; 1 when a failure was already found, which a
+  deadline never hides). Output is claimed once: the command's own or the fallback, never both,
+  never half of either.
 
-The guard watches from a thread of its own and needs the interpreter lock to act, so it can be
-late by the longest stretch of C code that holds the lock (parsing or serialising one large JSON
-member); :data:`GUARD_LEAD_S` is how much before the deadline it acts. It arms only where stdout
-is this process's file descriptor 1: a caller that captured stdout (a library user, a test
-runner) keeps the command's ordinary behaviour.
+How: a thread in the same process cannot act on time. While the command parses or serialises a
+large JSON member in C it holds the interpreter lock, and on a machine loaded five times over
+one such call lasts seconds. So the guard is a process: :func:`arm` forks, the child carries on
+with the command, and the parent (the process the caller started and waits for) only watches.
+The child leaves each fallback in a shared anonymous file and says so in a short message; before
+writing its own output it asks the parent, which agrees unless the deadline has come. At the
+deadline the parent kills the child (SIGKILL: nothing of it can write afterwards; the commands
+it started die with it, ``PR_SET_PDEATHSIG``), copies the last fallback to stdout and exits with
+its code. Otherwise it exits with the child's exit status. Signals sent to the parent (SIGTERM
+from Slurm or systemd) are passed on to the child, and the child dies with the parent. A child
+that dies without claiming its output (killed by the OOM killer, say) also leaves the fallback.
+
+The guard arms only where stdout is this process's file descriptor 1: a caller that captured
+stdout (a library user, a test runner) keeps the command's ordinary behaviour (:class:`NoGuard`).
 """
 
 from __future__ import annotations
 
 import os
+import select
+import signal
+import struct
 import sys
-import threading
 import time
 from typing import Callable
 
-#: the guard acts this long before the deadline (see the module docstring): ending the process
-#: and its parent reading the exit status take some time too
-GUARD_LEAD_S = 0.3
+#: the guard acts this long before the deadline: ending the child, copying the fallback and the
+#: caller reading the exit status take a little time too
+GUARD_LEAD_S = 0.2
+#: signals the watching parent passes on to the child
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+
+# messages from the child: kind, exit code, slot, length of the fallback in its slot, length of `why`
+_FRAME = struct.Struct("!cBBQI")
+_FALLBACK, _CLAIM = b"F", b"C"
+_YES = b"Y"
 
 
 def process_started_at() -> float:
@@ -61,96 +79,13 @@ def stdout_is_fd1() -> bool:
         return False
 
 
-class OutputGuard:
-    """Writes a prepared fallback and ends the process at ``deadline`` (a ``time.monotonic()``
-    value) unless the command claimed its output first (:meth:`claim`).
-
-    ``exit`` ends the process (``os._exit``: nothing left to run can delay it); a test passes its
-    own and then sees :meth:`claim` return False."""
-
-    def __init__(self, deadline: float, *, fd: int = 1, exit: Callable[[int], None] = os._exit,
-                 lead_s: float = GUARD_LEAD_S, on_fire: Callable[[], None] | None = None):
-        self.deadline = deadline
-        self._fd = fd
-        self._exit = exit
-        self._lead_s = lead_s
-        self._on_fire = on_fire
-        self._fallback = b""
-        self._code = 3
-        self._why = ""
-        self._lock = threading.Lock()
-        self._claimed = False
-        self._fired = False
-        self._stop = threading.Event()
-        self._gone = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    @property
-    def fired(self) -> bool:
-        return self._fired
-
-    def set_fallback(self, text: str, code: int, why: str) -> None:
-        """What to write at the deadline (``text``, ending in a newline), the exit code, and the
-        one line said on stderr (``why``: what the deadline interrupted)."""
-        data = text.encode("utf-8", "replace")
-        with self._lock:
-            self._fallback, self._code, self._why = data, int(code), why
-
-    def start(self) -> "OutputGuard":
-        self._thread = threading.Thread(target=self._watch, name="ccdiag-deadline", daemon=True)
-        self._thread.start()
-        return self
-
-    def claim(self) -> bool:
-        """The command is about to write its output: True when it may (the guard stands down);
-        when the guard has already written the fallback, waits for the process to end (False
-        only where ``exit`` returned, in a test)."""
-        with self._lock:
-            if not self._fired:
-                self._claimed = True
-                self._stop.set()
-                return True
-        self._gone.wait()
-        return False
-
-    def stop(self) -> None:
-        """Stand down without writing (the command wrote nothing to stdout, or failed)."""
-        with self._lock:
-            self._claimed = True
-        self._stop.set()
-
-    def _watch(self) -> None:
-        fire_at = self.deadline - self._lead_s
-        while not self._stop.is_set():
-            left = fire_at - time.monotonic()
-            if left <= 0:
-                break
-            self._stop.wait(left)
-        with self._lock:
-            if self._claimed or self._stop.is_set():
-                return
-            self._fired = True
-            data, code, why = self._fallback, self._code, self._why
-        try:
-            if self._on_fire is not None:
-                self._on_fire()
-            view = memoryview(data)
-            while view:
-                view = view[os.write(self._fd, view):]
-            if why:
-                os.write(2, f"ccdiag: {why}\n".encode("utf-8", "replace"))
-        except OSError:
-            pass  # the reader went away: the exit code still says it
-        try:
-            self._exit(code)
-        finally:
-            self._gone.set()
-
-
 class NoGuard:
-    """The guard's interface where none is armed (stdout captured): the command writes as ever."""
+    """The guard's interface where none is armed (stdout captured): the command writes as ever,
+    and its deadline counts from when it began (a library caller's or a test runner's process
+    started long before)."""
 
-    fired = False
+    def __init__(self, started: float | None = None):
+        self.started = time.monotonic() if started is None else started
 
     def set_fallback(self, text: str, code: int, why: str) -> None:
         pass
@@ -158,16 +93,228 @@ class NoGuard:
     def claim(self) -> bool:
         return True
 
-    def stop(self) -> None:
+    def finish(self, code: int) -> None:
         pass
 
 
-def arm(deadline: float, on_fire: Callable[[], None] | None = None) -> OutputGuard | NoGuard:
-    """A started :class:`OutputGuard` for ``deadline`` when stdout is file descriptor 1, else
-    :class:`NoGuard`."""
-    if not stdout_is_fd1():
+class GuardClient:
+    """The command's side (the child): leaves fallbacks for the watcher and claims the output."""
+
+    def __init__(self, messages_fd: int, answers_fd: int, slots: tuple[int, int], started: float = 0.0):
+        self._out, self._in, self._slots = messages_fd, answers_fd, slots
+        self.started = started
+        self._next = 0
+        self._claimed = False
+
+    def set_fallback(self, text: str, code: int, why: str) -> None:
+        """What the watcher writes if the deadline comes now: ``text`` (ending in a newline), the
+        exit code, and the line said on stderr (what the deadline interrupted)."""
+        if self._claimed:
+            return
+        data = text.encode("utf-8", "replace")
+        note = why.encode("utf-8", "replace")[:4096]
+        slot = self._next  # never the slot the watcher may be reading: the other one was told last
+        fd = self._slots[slot]
+        os.ftruncate(fd, 0)
+        _write_all(fd, data, pwrite=True)
+        _write_all(self._out, _FRAME.pack(_FALLBACK, int(code) & 0xFF, slot, len(data), len(note)) + note)
+        self._next = 1 - slot
+
+    def claim(self) -> bool:
+        """Ask to write the command's own output; the answer comes unless the deadline has come, in
+        which case the watcher ends this process instead."""
+        _write_all(self._out, _FRAME.pack(_CLAIM, 0, 0, 0, 0))
+        answer = os.read(self._in, 1)
+        self._claimed = answer == _YES
+        return self._claimed
+
+    def finish(self, code: int) -> None:
+        """The output is written: end now with ``code`` (the watcher passes it on), without
+        taking apart a heap of hundreds of MB object by object first."""
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code)
+
+
+def _write_all(fd: int, data: bytes, pwrite: bool = False) -> None:
+    view, offset = memoryview(data), 0
+    while offset < len(data):
+        n = os.pwrite(fd, view[offset:], offset) if pwrite else os.write(fd, view[offset:])
+        offset += n
+
+
+def watch(child: int, messages_fd: int, answers_fd: int, slots: tuple[int, int], deadline: float, *,
+          lead_s: float = GUARD_LEAD_S, out_fd: int = 1, err_fd: int = 2,
+          exit: Callable[[int], None] = os._exit) -> None:
+    """The watcher's loop (the parent): until the child claims its output, exits, or the deadline
+    (less ``lead_s``) comes; then ``exit`` with the child's status or the fallback's code."""
+    told = _Told(answers_fd)
+    while True:
+        timeout = None if told.claimed else max(0.0, deadline - lead_s - time.monotonic())
+        ready, _, _ = select.select([messages_fd], [], [], timeout)
+        if not ready:  # the deadline: nothing of the child writes after this
+            _stop(child)
+            _drain(messages_fd, told)  # a fallback told just now is the latest
+            _write_fallback(told.fallback, slots, out_fd, err_fd)
+            exit(told.fallback[0] if told.fallback else 3)
+            return
+        chunk = os.read(messages_fd, 65536)
+        if chunk:
+            told.feed(chunk)
+            continue
+        # the child is gone (or closed its end: it is ending)
+        status = _reap(child)
+        if told.claimed or told.fallback is None or os.WIFEXITED(status):
+            exit(_exit_code(status))  # its output, or it ended on its own (bad input, an error): its word
+            return
+        _write_fallback(told.fallback, slots, out_fd, err_fd)  # killed before it wrote: the fallback
+        exit(told.fallback[0])
+        return
+
+
+class _Told:
+    """What the child said so far: its latest fallback (code, slot, length, why), and whether it
+    claimed its output (answered at once)."""
+
+    def __init__(self, answers_fd: int):
+        self.answers_fd = answers_fd
+        self.fallback: tuple[int, int, int, bytes] | None = None
+        self.claimed = False
+        self._pending = b""
+
+    def feed(self, chunk: bytes) -> None:
+        self._pending += chunk
+        while len(self._pending) >= _FRAME.size:
+            kind, code, slot, length, note_len = _FRAME.unpack_from(self._pending)
+            if len(self._pending) < _FRAME.size + note_len:
+                break
+            note = self._pending[_FRAME.size:_FRAME.size + note_len]
+            self._pending = self._pending[_FRAME.size + note_len:]
+            if kind == _FALLBACK:
+                self.fallback = (code, slot, length, note)
+            elif kind == _CLAIM and not self.claimed:
+                self.claimed = True
+                try:
+                    os.write(self.answers_fd, _YES)
+                except OSError:
+                    pass
+
+
+def _drain(messages_fd: int, told: _Told) -> None:
+    """Whatever the (dead) child had sent and was not read yet."""
+    os.set_blocking(messages_fd, False)
+    while True:
+        try:
+            chunk = os.read(messages_fd, 65536)
+        except (BlockingIOError, OSError):
+            return
+        if not chunk:
+            return
+        told.feed(chunk)
+
+
+def _stop(child: int) -> None:
+    try:
+        os.kill(child, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    _reap(child)
+
+
+def _reap(child: int) -> int:
+    while True:
+        try:
+            return os.waitpid(child, 0)[1]
+        except ChildProcessError:
+            return 0
+        except InterruptedError:  # pragma: no cover - PEP 475 retries
+            continue
+
+
+def _exit_code(status: int) -> int:
+    if os.WIFEXITED(status):
+        return os.WEXITSTATUS(status)
+    if os.WIFSIGNALED(status):
+        return 128 + os.WTERMSIG(status)
+    return 3
+
+
+def _write_fallback(fallback: tuple[int, int, int, bytes] | None, slots: tuple[int, int], out_fd: int,
+                    err_fd: int) -> None:
+    try:
+        if fallback is None:
+            os.write(err_fd, b"ccdiag: the deadline came before anything could be said\n")
+            return
+        _code, slot, length, why = fallback
+        data = os.pread(slots[slot], length, 0)
+        _write_all(out_fd, data)
+        if why:
+            os.write(err_fd, b"ccdiag: " + why + b"\n")
+    except OSError:
+        pass  # the reader went away: the exit code still says it
+
+
+def arm(timeout_s: float) -> GuardClient | NoGuard:
+    """Fork the watcher for a deadline ``timeout_s`` after this process started, where stdout is
+    file descriptor 1, and return the command's side of it (``started``: when the deadline began
+    to count); :class:`NoGuard`, counting from now, elsewhere or where the process cannot fork.
+    In the parent this never returns: it watches, then exits."""
+    if not stdout_is_fd1() or not hasattr(os, "fork"):
         return NoGuard()
-    return OutputGuard(deadline, on_fire=on_fire).start()
+    started = process_started_at()
+    try:
+        slots = (_anonymous_file(), _anonymous_file())
+        up_r, up_w = os.pipe()
+        down_r, down_w = os.pipe()
+    except OSError:
+        return NoGuard()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    from ccdiag.host import procgroups
+
+    die_with_parent = procgroups.die_with_parent()
+    try:
+        child = os.fork()
+    except OSError:
+        return NoGuard()
+    if child == 0:
+        os.close(up_r)
+        os.close(down_w)
+        if die_with_parent is not None:
+            die_with_parent()
+        return GuardClient(up_w, down_r, slots, started)
+    os.close(up_w)
+    os.close(down_r)
+    for sig in FORWARDED:
+        try:
+            signal.signal(sig, lambda signum, _frame, pid=child: _forward(pid, signum))
+        except (OSError, ValueError):
+            pass
+    try:
+        watch(child, up_r, down_w, slots, started + timeout_s)
+    finally:
+        os._exit(3)  # never back into the command: its work is the child's
 
 
-__all__ = ["GUARD_LEAD_S", "NoGuard", "OutputGuard", "arm", "process_started_at", "stdout_is_fd1"]
+def _forward(child: int, signum: int) -> None:
+    try:
+        os.kill(child, signum)
+    except ProcessLookupError:
+        pass
+
+
+def _anonymous_file() -> int:
+    """A file without a name both processes share (a fallback can be tens of MB)."""
+    if hasattr(os, "memfd_create"):
+        return os.memfd_create("ccdiag-fallback", os.MFD_CLOEXEC)
+    import tempfile
+
+    fh = tempfile.TemporaryFile()
+    return os.dup(fh.fileno())
+
+
+__all__ = ["FORWARDED", "GUARD_LEAD_S", "GuardClient", "NoGuard", "arm", "process_started_at",
+           "stdout_is_fd1", "watch"]
