@@ -52,6 +52,10 @@ Calls made, in order (``i``/``j`` GPU indices, ``k`` an NVLink index):
 
 So an 8-GPU H100 node costs 8 x (28 + 18 x 8 + 1 + 1) + 56 x 5 = 1 672 calls, each a few
 microseconds in the driver; a GPU that stops answering costs one facade deadline, not one per call.
+On a live host each run of calls whose answers decide nothing about the next ones is told ahead
+(``_Reader.ahead``), so it crosses to the facade's worker thread in one hand-off, not one per call
+(about 45 hand-offs for 8 GPUs instead of 1,700); the calls, their order and the answers are those
+of the calls made one by one (tests/test_nvml_facade.py compares both).
 """
 
 from __future__ import annotations
@@ -530,12 +534,24 @@ class _Reader:
 
     def __init__(self, host: Any, stop_on_gpu_failure: bool = True):
         self.host = host
+        # bound once (the facade's own call on a live host): a collection makes about 1,700 calls
+        caller = getattr(host, "nvml_caller", None)
+        self._nvml = caller() if caller is not None else host.nvml
         self.errors: list[ReadError] = []
         self.stop_on_gpu_failure = stop_on_gpu_failure
 
+    def ahead(self, groups: list[list[tuple[str, tuple]]], **how: Any) -> None:
+        """Tell a live host the calls about to be made, in the order they will be made, so it makes
+        them in one hand-off (:meth:`ccdiag.host.nvmlcall.NvmlFacade.prefetch`; a replay has no
+        need). Only calls made unconditionally are told: what is read, and every answer, stays
+        exactly what the calls one by one give."""
+        prefetch = getattr(self.host, "nvml_prefetch", None)
+        if prefetch is not None:
+            prefetch(groups, **how)
+
     def raw(self, fn: str, *args: Any) -> tuple[Any, NvmlCallError | None]:
         try:
-            return self.host.nvml(fn, *args), None
+            return self._nvml(fn, *args), None
         except NvmlCallError as exc:
             return _MISSING, exc
 
@@ -549,11 +565,19 @@ class _Reader:
         self.errors.append(ReadError(call_name(fn, args), cls, exc.message))
 
     def get(self, fn: str, *args: Any, parse: Callable[[Any], Any] | None = None) -> Any:
-        value, exc = self.raw(fn, *args)
-        if exc is not None:
+        # raw() and parse() written out: this is the probe's hot path
+        try:
+            value = self._nvml(fn, *args)
+        except NvmlCallError as exc:
             self.note(fn, args, exc)
             return None
-        return self.parse(fn, args, value, parse)
+        if parse is None:
+            return value
+        try:
+            return parse(value)
+        except (ParseError, KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError) as exc:
+            self.errors.append(ReadError(call_name(fn, args), "parse", f"unexpected value: {exc}"))
+            return None
 
     def parse(self, fn: str, args: tuple, value: Any, parse: Callable[[Any], Any] | None) -> Any:
         if parse is None:
@@ -575,6 +599,14 @@ def _remote_bdf(info: Any) -> str | None:
             return None  # an all-zero structure: no far end
     bdf = parse_pci_bus_id(info)
     return None if is_placeholder_bdf(bdf) else bdf
+
+
+#: what :func:`_read_link` asks of link k, in its order (after the link's state)
+def _link_calls(i: int, k: int) -> list[tuple[str, tuple]]:
+    return [("nvmlDeviceGetNvLinkVersion", (i, k)), ("nvmlDeviceGetNvLinkRemotePciInfo", (i, k)),
+            ("nvmlDeviceGetNvLinkRemoteDeviceType", (i, k))] + [
+        ("nvmlDeviceGetNvLinkErrorCounter", (i, k, c)) for c in (NVLINK_ERROR_DL_CRC_FLIT, NVLINK_ERROR_DL_CRC_DATA,
+                                                                  NVLINK_ERROR_DL_REPLAY, NVLINK_ERROR_DL_RECOVERY)]
 
 
 def _read_link(r: _Reader, i: int, k: int, active: bool | None) -> NvLink:
@@ -677,7 +709,35 @@ def _mig_remapped_rows(r: "_Reader", i: int) -> tuple[tuple[int, int, bool, bool
     return (tuple(totals) if slots else None), tuple(slots)  # type: ignore[return-value]
 
 
+# What is told ahead (_Reader.ahead) runs from one call whose answer decides what is asked next
+# to the next such call; each list below is one such run, in the order the parts ask.
+
+
+def _identity_to_retired_pages(i: int) -> list[tuple[str, tuple]]:
+    """_read_identity's calls, then _read_ecc's up to the first retired-pages call."""
+    return [(fn, (i,)) for fn in ("nvmlDeviceGetUUID", "nvmlDeviceGetName", "nvmlDeviceGetSerial",
+                                  "nvmlDeviceGetPciInfo_v3", "nvmlDeviceGetNumaNodeId", "nvmlDeviceGetMemoryInfo",
+                                  "nvmlDeviceGetPersistenceMode", "nvmlDeviceGetMigMode",
+                                  "nvmlDeviceGetEccMode", "nvmlDeviceGetSramEccErrorStatus")] + [
+        ("nvmlDeviceGetTotalEccErrors", (i, e, c)) for e, c in _ECC_COUNTERS] + [
+        ("nvmlDeviceGetRetiredPages", (i, PAGE_RETIREMENT_MULTIPLE_SBE))]
+
+
+def _temperature_to_fabric(i: int) -> list[tuple[str, tuple]]:
+    """After the clocks-event reasons: the temperatures, power, clocks and PCIe of
+    _read_power_pcie, then _read_fabric's first call."""
+    return [("nvmlDeviceGetTemperature", (i, TEMPERATURE_GPU))] + [
+        ("nvmlDeviceGetTemperatureThreshold", (i, kind)) for _f, kind in _THRESHOLDS] + [
+        ("nvmlDeviceGetPowerUsage", (i,)), ("nvmlDeviceGetEnforcedPowerLimit", (i,)),
+        ("nvmlDeviceGetMaxClockInfo", (i, CLOCK_SM)), ("nvmlDeviceGetApplicationsClock", (i, CLOCK_SM))] + [
+        (fn, (i,)) for fn in ("nvmlDeviceGetCurrPcieLinkGeneration", "nvmlDeviceGetMaxPcieLinkGeneration",
+                              "nvmlDeviceGetGpuMaxPcieLinkGeneration", "nvmlDeviceGetCurrPcieLinkWidth",
+                              "nvmlDeviceGetMaxPcieLinkWidth", "nvmlDeviceGetPcieReplayCounter",
+                              "nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGpuFabricInfoV")]
+
+
 def _read_identity(r: _Reader, i: int, f: dict) -> None:
+    r.ahead([_identity_to_retired_pages(i)])
     f["uuid"] = r.get("nvmlDeviceGetUUID", i, parse=_text)
     f["name"] = r.get("nvmlDeviceGetName", i, parse=_text)
     f["serial"] = r.get("nvmlDeviceGetSerial", i, parse=_text)
@@ -697,6 +757,11 @@ def _read_identity(r: _Reader, i: int, f: dict) -> None:
         f["vbios_version"] = r.parse("nvmlDeviceGetVbiosVersion", (i,), value, _text)
     elif exc.error_class != NOT_RECORDED:  # absent from snapshots recorded before it was read
         r.note("nvmlDeviceGetVbiosVersion", (i,), exc)
+
+
+#: (error type, counter type) of the four ECC totals, in the order they are read
+_ECC_COUNTERS = ((MEMORY_ERROR_CORRECTED, VOLATILE_ECC), (MEMORY_ERROR_UNCORRECTED, VOLATILE_ECC),
+                 (MEMORY_ERROR_CORRECTED, AGGREGATE_ECC), (MEMORY_ERROR_UNCORRECTED, AGGREGATE_ECC))
 
 
 def parse_sram_status(v: Any) -> tuple[bool, int, int]:
@@ -724,8 +789,14 @@ def _read_ecc(r: _Reader, i: int, f: dict) -> None:
     # page retirement is pre-Ampere; Ampere and later remap rows instead and say not supported
     value, exc = r.raw("nvmlDeviceGetRetiredPages", i, PAGE_RETIREMENT_MULTIPLE_SBE)
     if exc is not None:
-        r.note("nvmlDeviceGetRetiredPages", (i, PAGE_RETIREMENT_MULTIPLE_SBE), exc)
-    else:
+        r.note("nvmlDeviceGetRetiredPages", (i, PAGE_RETIREMENT_MULTIPLE_SBE), exc)  # a lost GPU ends here
+    # told ahead: the rest of the retired pages (only when that answered), the remapped rows, and
+    # the clocks-event reasons (_read_clocks_and_thermal) unless MIG instances may be read between
+    r.ahead([([("nvmlDeviceGetRetiredPages", (i, PAGE_RETIREMENT_DBE)),
+               ("nvmlDeviceGetRetiredPagesPendingStatus", (i,))] if exc is None else [])
+             + [("nvmlDeviceGetRemappedRows", (i,))]
+             + ([] if f.get("mig_mode_current") else [("nvmlDeviceGetCurrentClocksEventReasons", (i,))])])
+    if exc is None:
         f["retired_pages_sbe"] = r.parse("nvmlDeviceGetRetiredPages", (i, 0), value, lambda v: len(list(v)))
         f["retired_pages_dbe"] = r.get("nvmlDeviceGetRetiredPages", i, PAGE_RETIREMENT_DBE,
                                        parse=lambda v: len(list(v)))
@@ -741,6 +812,10 @@ def _read_ecc(r: _Reader, i: int, f: dict) -> None:
          f["remapped_rows_pending"], f["remapped_rows_failure"]) = rows
 
 
+_THRESHOLDS = (("temp_slowdown_c", TEMP_THRESHOLD_SLOWDOWN), ("temp_shutdown_c", TEMP_THRESHOLD_SHUTDOWN),
+               ("temp_gpu_max_c", TEMP_THRESHOLD_GPU_MAX), ("temp_mem_max_c", TEMP_THRESHOLD_MEM_MAX))
+
+
 def _read_clocks_and_thermal(r: _Reader, i: int, f: dict) -> None:
     value, exc = r.raw("nvmlDeviceGetCurrentClocksEventReasons", i)
     if exc is not None and exc.error_class in NOT_APPLICABLE_CLASSES:
@@ -754,10 +829,10 @@ def _read_clocks_and_thermal(r: _Reader, i: int, f: dict) -> None:
         mask &= CLOCK_EVENT_MASK_64  # an unsigned long long: -1 is 0xffffffffffffffff
         f["clock_event_reasons"] = mask
         f["clock_event_names"] = clock_event_names(mask)
+    r.ahead([_temperature_to_fabric(i)])
     temp = r.get("nvmlDeviceGetTemperature", i, TEMPERATURE_GPU, parse=_int)
     f["temperature_c"] = float(temp) if temp is not None else None
-    for field, kind in (("temp_slowdown_c", TEMP_THRESHOLD_SLOWDOWN), ("temp_shutdown_c", TEMP_THRESHOLD_SHUTDOWN),
-                        ("temp_gpu_max_c", TEMP_THRESHOLD_GPU_MAX), ("temp_mem_max_c", TEMP_THRESHOLD_MEM_MAX)):
+    for field, kind in _THRESHOLDS:
         value, exc = r.raw("nvmlDeviceGetTemperatureThreshold", i, kind)
         if exc is None:
             limit = r.parse("nvmlDeviceGetTemperatureThreshold", (i, kind), value, _int)
@@ -806,6 +881,13 @@ def _read_fabric(r: _Reader, i: int, f: dict) -> None:
 
 
 def _read_memory_temperature(r: _Reader, i: int, f: dict) -> None:
+    # told ahead: this field, the recovery action's (_read_recovery_action), then the NVLink walk
+    # (_read_nvlinks), each link's state gating its group: the walk ends at the first state NVML
+    # does not answer
+    r.ahead([[("nvmlDeviceGetFieldValues", (i, [FI_DEV_MEMORY_TEMP])),
+              ("nvmlDeviceGetFieldValues", (i, [FI_DEV_GET_GPU_RECOVERY_ACTION]))],
+             *[[("nvmlDeviceGetNvLinkState", (i, k)), *_link_calls(i, k)] for k in range(NVLINK_MAX_LINKS)]],
+            gated=1)
     mem_temp, exc = r.raw("nvmlDeviceGetFieldValues", i, [FI_DEV_MEMORY_TEMP])
     if exc is None:
         mt = r.parse("nvmlDeviceGetFieldValues", (i, [FI_DEV_MEMORY_TEMP]), mem_temp, parse_field_values)
@@ -855,6 +937,9 @@ def _read_gpu(host: Any, i: int) -> Gpu:
 def _read_p2p(host: Any, indices: list[int], errors: list[ReadError]) -> list[P2PStatus]:
     out = []
     r = _Reader(host, stop_on_gpu_failure=False)
+    # every pair told ahead; a pair that stops answering ends its own caps only, as below
+    r.ahead([[("nvmlDeviceGetP2PStatus", (a, b, cap)) for _n, cap in P2P_CAPS] for a in indices for b in indices
+             if b != a], stop_on_failure=False)
     for a in indices:
         for b in indices:
             if a == b:
@@ -883,6 +968,8 @@ def _unavailable(exc: NvmlCallError) -> None:
 def collect(host) -> NvmlObservation:
     """Read everything listed in the module docstring. Raises ProbeUnavailable without a driver."""
     sysr = _Reader(host, stop_on_gpu_failure=False)
+    sysr.ahead([[("nvmlSystemGetDriverVersion", ()), ("nvmlSystemGetCudaDriverVersion_v2", ()),
+                 ("nvmlSystemGetNVMLVersion", ()), ("nvmlDeviceGetCount", ())]], stop_on_failure=False)
     value, exc = sysr.raw("nvmlSystemGetDriverVersion")
     driver = None
     if exc is not None:
@@ -906,4 +993,5 @@ def collect(host) -> NvmlObservation:
     gpus = [_read_gpu(host, i) for i in range(count or 0)]
     errors = list(sysr.errors)
     p2p = _read_p2p(host, [g.index for g in gpus if g.failed is None], errors)
+    sysr.ahead([])  # nothing told ahead outlives this collection (a later one reads afresh)
     return NvmlObservation(driver, cuda, nvml_version, count, tuple(gpus), tuple(p2p), tuple(errors))

@@ -320,3 +320,124 @@ def test_a_mig_instance_is_addressed_by_its_gpu_and_slot():
     assert f.call("nvmlDeviceGetRemappedRows", "1:mig2") == [0, 1, True, False]
     assert [c for c in b.calls if c[0] == "nvmlDeviceGetMigDeviceHandleByIndex"] == \
         [("nvmlDeviceGetMigDeviceHandleByIndex", 1, 2)]
+
+
+# -- batches (prefetch): one hand-off for many calls, the same answers and the same deadlines -------
+class RecordedBinding:
+    """pynvml answering what synthesized records say (an error as its NVML code), logging each call."""
+
+    def __init__(self, records: list[dict]):
+        self.answers = {(r["call"][0], repr(list(r["call"][1:]))): r for r in records if r.get("epoch", 0) == 0}
+        self.calls: list[tuple] = []
+
+    def nvmlInit(self):
+        self.calls.append(("nvmlInit",))
+
+    def nvmlShutdown(self):
+        pass
+
+    def nvmlDeviceGetHandleByIndex(self, index):
+        self.calls.append(("nvmlDeviceGetHandleByIndex", index))
+        return Handle(index)
+
+    def __getattr__(self, fn):
+        if not fn.startswith("nvml"):
+            raise AttributeError(fn)
+
+        def stub(*args):
+            plain = [a.index if isinstance(a, Handle) else a for a in args]
+            self.calls.append((fn, *[tuple(a) if isinstance(a, list) else a for a in plain]))
+            rec = self.answers.get((fn, repr(plain)))
+            if rec is None:
+                raise FakeNVMLError(3)
+            if "error" in rec:
+                raise FakeNVMLError(rec.get("code") or 999)
+            return rec["ok"]
+
+        return stub
+
+
+def _scenarios():
+    import dataclasses
+
+    from synth.nvml import err, h100_node
+
+    lost = h100_node(4)
+    lost[2] = dataclasses.replace(lost[2], overrides={"nvmlDeviceGetSerial": err(nvmlcall.GPU_LOST)})
+    late_loss = h100_node(3)
+    late_loss[1] = dataclasses.replace(late_loss[1], overrides={("nvmlDeviceGetNvLinkErrorCounter", 5, 0):
+                                                                err(nvmlcall.GPU_LOST)})
+    return {
+        "healthy": h100_node(4),
+        "gpu lost on its third call": lost,
+        "gpu lost inside its NVLink walk": late_loss,
+        "link 3 state unknown": h100_node(2, overrides={("nvmlDeviceGetNvLinkState", 3): err(nvmlcall.NO_PERMISSION)}),
+        "old driver": h100_node(2, overrides={"nvmlDeviceGetCurrentClocksEventReasons": err(nvmlcall.NOT_SUPPORTED, code=13),
+                                              "nvmlDeviceGetGpuFabricInfoV": err(nvmlcall.NOT_SUPPORTED, code=13)}),
+        "pre-Ampere retired pages": h100_node(2, retired_pages=(2, 1), retired_pages_pending=True, remapped_rows=None),
+        "MIG instances": h100_node(1, mig_mode=(True, True), mig_remapped_rows={0: (1, 0, False, False)}),
+        "not permitted": h100_node(2, overrides={"nvmlDeviceGetSerial": err(nvmlcall.NO_PERMISSION),
+                                                 "nvmlDeviceGetPowerUsage": err(nvmlcall.NO_PERMISSION)}),
+        "a value of the wrong shape": h100_node(1, overrides={"nvmlDeviceGetTemperature": "hot"}),
+    }
+
+
+@pytest.mark.parametrize("name", list(_scenarios()))
+def test_calls_told_ahead_give_the_same_reading_from_the_same_calls(name):
+    """The probe tells the facade what it will ask; the observation, and every call the driver sees
+    (in order), are those of the calls made one by one."""
+    from synth.nvml import nvml_records
+
+    records = nvml_records(_scenarios()[name])
+    batched, one_by_one = RecordedBinding(records), RecordedBinding(records)
+    fast = LiveHost(nvml_binding=batched, nvml_call_timeout=5.0)
+    slow = LiveHost(nvml_binding=one_by_one, nvml_call_timeout=5.0)
+    slow.nvml_prefetch = None  # the probe then asks one call at a time
+    try:
+        assert probe.collect(fast) == probe.collect(slow)
+    finally:
+        fast.close()
+        slow.close()
+    assert batched.calls == one_by_one.calls
+    assert len(batched.calls) > 50
+
+
+def test_a_call_that_hangs_inside_a_batch_is_hung_in_time_and_nothing_after_it_is_called():
+    b = FakeBinding(count=3, hang_gpu=1, hang_fn="nvmlDeviceGetName")
+    f = facade(b)
+    start = time.monotonic()
+    f.prefetch([[("nvmlDeviceGetUUID", (1,)), ("nvmlDeviceGetName", (1,)), ("nvmlDeviceGetTemperature", (1, 0))]])
+    assert time.monotonic() - start < TIMEOUT + SLACK
+    assert f.call("nvmlDeviceGetUUID", 1).endswith("1")  # answered before the hang: kept
+    with pytest.raises(NvmlCallError) as info:
+        f.call("nvmlDeviceGetName", 1)
+    assert info.value.error_class == nvmlcall.HUNG and "no answer within" in info.value.message
+    with pytest.raises(NvmlCallError) as info:
+        f.call("nvmlDeviceGetTemperature", 1, 0)
+    assert info.value.error_class == nvmlcall.HUNG and "not called again" in info.value.message
+    assert ("nvmlDeviceGetTemperature", 1, 0) not in b.calls
+    assert f.call("nvmlDeviceGetTemperature", 2, 0) == 42  # another GPU, on a fresh worker
+
+
+def test_a_handle_lookup_that_hangs_inside_a_batch_is_the_first_calls_answer():
+    f = facade(FakeBinding(count=3, hang_gpu=0, hang_fn="nvmlDeviceGetHandleByIndex"))
+    f.prefetch([[("nvmlDeviceGetUUID", (0,)), ("nvmlDeviceGetName", (0,))]])
+    with pytest.raises(NvmlCallError) as info:
+        f.call("nvmlDeviceGetUUID", 0)
+    assert info.value.error_class == nvmlcall.HUNG and info.value.fn == "nvmlDeviceGetHandleByIndex"
+    assert f.call("nvmlDeviceGetUUID", 1).endswith("1")
+
+
+def test_a_gate_that_errs_ends_the_batch_and_an_answer_is_given_once():
+    b = FakeBinding(count=2, errors={"nvmlDeviceGetTemperature": 3})  # the gate: not supported
+    f = facade(b)
+    f.prefetch([[("nvmlDeviceGetName", (0,))], [("nvmlDeviceGetTemperature", (0, 0)), ("nvmlDeviceGetUUID", (0,))],
+                [("nvmlDeviceGetTemperature", (0, 1))]], gated=1)
+    assert [c for c in b.calls if c[0] != "nvmlDeviceGetHandleByIndex"] == [
+        ("nvmlInit",), ("nvmlDeviceGetName", 0), ("nvmlDeviceGetTemperature", 0, 0)]
+    assert f.call("nvmlDeviceGetName", 0) == "NVIDIA H100 80GB HBM3"
+    with pytest.raises(NvmlCallError) as info:
+        f.call("nvmlDeviceGetTemperature", 0, 0)
+    assert info.value.error_class == nvmlcall.NOT_SUPPORTED
+    f.call("nvmlDeviceGetName", 0)  # asked again: called again, not the kept answer
+    assert [c[0] for c in b.calls].count("nvmlDeviceGetName") == 2

@@ -462,6 +462,21 @@ class LiveHost(BaseHost):
             raise NvmlCallError(fn, args, DRIVER_MISSING, None, f"NVML is not used for a tree under {self.root}")
         return self._nvml.call(fn, *args)
 
+    def nvml_caller(self) -> Callable[..., Any]:
+        """What :meth:`nvml` calls, for a caller making many calls: the facade's own ``call``
+        where nothing is added on top of it (a recording host records each call, so it keeps its
+        own :meth:`nvml`)."""
+        if self._nvml is not None and type(self).nvml is LiveHost.nvml:
+            return self._nvml.call
+        return self.nvml
+
+    def nvml_prefetch(self, groups: Sequence[Sequence[tuple[str, tuple]]], **how: Any) -> None:
+        """Make these NVML calls now, in one hand-off to the facade's worker, for the calls that
+        follow to be answered at once (:meth:`ccdiag.host.nvmlcall.NvmlFacade.prefetch`); a
+        recording still records each call as it is asked."""
+        if self._nvml is not None:
+            self._nvml.prefetch(groups, **how)
+
     def nvml_init(self) -> None:
         """Initialise NVML now (raises :class:`NvmlCallError` with the reason it is unusable)."""
         self.nvml("nvmlSystemGetDriverVersion")

@@ -7,7 +7,8 @@ Why a facade rather than calling ``pynvml`` from the probes:
   (``gpu_lost``, ``unknown_error``, ``timeout``, ``hung``). :func:`classify` does that mapping once.
 * **Deadlines.** A wedged driver can block an NVML call for minutes. Each call runs on a worker
   thread and is abandoned after its deadline; the GPU it addressed is then marked hung and later
-  calls for it fail at once, while other GPUs are still read on a fresh worker.
+  calls for it fail at once, while other GPUs are still read on a fresh worker. Calls told ahead
+  (:meth:`NvmlFacade.prefetch`) cross to the worker as one batch, each still under its own deadline.
 * **Replayable.** Calls are named by ``(function, *args)`` where GPUs are given by *index*, never by
   handle, and results are plain JSON (ctypes structures become dicts), so the same call can be
   recorded into a snapshot and answered again from it.
@@ -17,7 +18,8 @@ from __future__ import annotations
 
 import ctypes
 import threading
-from typing import Any, Callable
+import time
+from typing import Any, Callable, Sequence
 
 from ccdiag.host import inflight
 
@@ -212,6 +214,63 @@ class _Worker:
         self._go.release()
         return self._done.acquire(timeout=timeout), box
 
+    def submit_watched(self, fn: Callable[[], Any], progress: "_Progress", timeout: float) -> tuple[bool, dict]:
+        """Run a job of several calls: it may take as long as it keeps finishing calls, but no
+        one call more than ``timeout`` from its start (``progress.started``, set by the job)."""
+        box: dict = {}
+        self._job, self._box = fn, box
+        self._go.release()
+        wait = timeout
+        while True:
+            if self._done.acquire(timeout=wait):
+                return True, box
+            left = progress.started + timeout - time.monotonic()
+            if left <= 0:
+                return False, box
+            wait = left
+
+
+class _Progress:
+    """Where a batch is: the call it is in and that call's start (``time.monotonic()``), and
+    whether its caller has given up on it (an abandoned worker that wakes up must not go on
+    calling NVML)."""
+
+    __slots__ = ("started", "cancelled", "fn", "args", "charge")
+
+    def __init__(self) -> None:
+        self.started = time.monotonic()
+        self.cancelled = False
+        self.fn: str = ""
+        self.args: tuple = ()
+        self.charge: tuple[str, tuple] | None = None  # while a handle is looked up: the call that needs it
+
+
+class _Batch:
+    """What a thread waiting on a batch announces: the call the worker is in."""
+
+    __slots__ = ("progress",)
+
+    def __init__(self, progress: _Progress):
+        self.progress = progress
+
+    def __str__(self) -> str:
+        p = self.progress
+        return f"NVML call {call_name(p.fn, p.args)}" if p.fn else "NVML calls (a batch)"
+
+
+#: result types that are already plain JSON (no conversion needed)
+_PLAIN = frozenset({int, str, float, bool, type(None)})
+
+
+def call_key(fn: str, args: tuple) -> tuple:
+    """``(fn, args)`` as a dictionary key (list arguments, the field ids, as tuples)."""
+    key = (fn, args)
+    try:
+        hash(key)
+        return key
+    except TypeError:
+        return (fn, tuple(tuple(a) if isinstance(a, list) else a for a in args))
+
 
 class NvmlFacade:
     """Live NVML behind deadlines. ``binding`` is the ``pynvml`` module (or a test double of it).
@@ -233,6 +292,8 @@ class NvmlFacade:
         self._hung_devices: set[int] = set()
         self._hung_global = False
         self._running: tuple[str, tuple] | None = None  # the call the worker is in now, for what waiters announce
+        # answers of the last batch (prefetch), by call_key, each given out once
+        self._ready: dict[tuple, tuple[Any, NvmlCallError | None]] = {}
 
     # -- plumbing -----------------------------------------------------------------
     def _load_binding(self) -> Any:
@@ -315,7 +376,18 @@ class NvmlFacade:
     # -- the API -------------------------------------------------------------------
     def call(self, fn: str, *args: Any) -> Any:
         """``fn(*args)`` through the worker, its result as plain JSON values; raises :class:`NvmlCallError`.
-        While it runs (or waits for a hung call before it) the call is announced in :mod:`ccdiag.host.inflight`."""
+        While it runs (or waits for a hung call before it) the call is announced in :mod:`ccdiag.host.inflight`.
+        A call the last :meth:`prefetch` made is answered from there, once."""
+        ready = self._ready
+        if ready:
+            try:
+                hit = ready.pop((fn, args), None)
+            except TypeError:  # a list argument (field ids)
+                hit = ready.pop(call_key(fn, args), None)
+            if hit is not None:
+                if hit[1] is not None:
+                    raise hit[1]
+                return hit[0]
         inflight.enter(_Waiting(self, fn, args))
         try:
             return self._call(fn, *args)
@@ -327,38 +399,209 @@ class NvmlFacade:
             if self._hung_global:
                 raise NvmlCallError(fn, args, HUNG, None, "an earlier NVML call hung; NVML not called again")
             self._ensure_init()
-            binding = self._binding
-            func = getattr(binding, fn, None)
-            if func is None:
-                raise NvmlCallError(fn, args, NOT_SUPPORTED, 13, f"{fn} is not in this nvidia-ml-py")
-            device_positions = _DEVICE_ARGS.get(fn, (0,) if fn.startswith("nvmlDevice") and args else ())
-            # a MIG instance is named "<gpu>:mig<slot>"; hangs are charged to its GPU
-            devices = [_parent_index(args[i]) for i in device_positions if i < len(args)]
-            for dev in devices:
-                if dev in self._hung_devices:
-                    raise NvmlCallError(fn, args, HUNG, None, f"GPU {dev} stopped answering earlier; not called again")
-            real_args = list(args)
-            for pos in device_positions:
-                if pos < len(real_args):
-                    real_args[pos] = self._device_handle(real_args[pos])
-            out: Any = None
-            struct_name = _OUT_STRUCTS.get(fn)
-            if struct_name is not None and len(args) == 1:
-                struct_cls = getattr(binding, struct_name, None)
-                if struct_cls is None:
-                    raise NvmlCallError(fn, args, NOT_SUPPORTED, 13, f"{struct_name} is not in this nvidia-ml-py")
-                out = _new_out_struct(binding, struct_cls)
+            thunk, device = self._prepare(fn, args)
+            value = self._run(fn, args, thunk, self.call_timeout, device)
+            return jsonify(value)
 
-            def thunk() -> Any:
-                if out is None:
-                    return func(*real_args)
+    def _prepare(self, fn: str, args: tuple, handle_of: Callable[[Any], Any] | None = None
+                 ) -> tuple[Callable[[], Any], int | None]:
+        """The call as a thunk for the worker (GPU indices replaced by handles, from ``handle_of``,
+        by default looked up through the worker; an output structure made where the binding wants
+        one) and the GPU a hang is charged to; raises :class:`NvmlCallError` for what needs no call
+        (a hung GPU, a function the binding lacks, a handle NVML refused)."""
+        handle_of = handle_of or self._device_handle
+        binding = self._binding
+        func = getattr(binding, fn, None)
+        if func is None:
+            raise NvmlCallError(fn, args, NOT_SUPPORTED, 13, f"{fn} is not in this nvidia-ml-py")
+        device_positions = _DEVICE_ARGS.get(fn, (0,) if fn.startswith("nvmlDevice") and args else ())
+        # a MIG instance is named "<gpu>:mig<slot>"; hangs are charged to its GPU
+        devices = [_parent_index(args[i]) for i in device_positions if i < len(args)]
+        real_args = list(args)
+        for dev in devices:
+            if dev in self._hung_devices:
+                raise NvmlCallError(fn, args, HUNG, None, f"GPU {dev} stopped answering earlier; not called again")
+        for pos in device_positions:
+            if pos < len(real_args):
+                real_args[pos] = handle_of(real_args[pos])
+        struct_name = _OUT_STRUCTS.get(fn)
+        if struct_name is not None and len(args) == 1:
+            struct_cls = getattr(binding, struct_name, None)
+            if struct_cls is None:
+                raise NvmlCallError(fn, args, NOT_SUPPORTED, 13, f"{struct_name} is not in this nvidia-ml-py")
+            out = _new_out_struct(binding, struct_cls)
+
+            def filled() -> Any:
                 # the C function takes a pointer to the caller's structure and fills it; the
                 # binding hands its argument through unchanged, so it must be a pointer already
                 func(*real_args, ctypes.byref(out))
                 return out
 
-            value = self._run(fn, args, thunk, self.call_timeout, devices[0] if devices else None)
-            return jsonify(value)
+            return filled, (devices[0] if devices else None)
+        if not real_args:
+            return func, (devices[0] if devices else None)
+        return (lambda: func(*real_args)), (devices[0] if devices else None)
+
+    def _error(self, fn: str, args: tuple, exc: BaseException) -> NvmlCallError:
+        """What the binding raised, as the error class of its NVML return code."""
+        if isinstance(exc, NvmlCallError):
+            return exc
+        code = getattr(exc, "value", None)
+        if code is None:
+            return NvmlCallError(fn, args, OTHER, None, f"{type(exc).__name__}: {exc}")
+        return NvmlCallError(fn, args, classify(code), int(code), str(exc))
+
+    def prefetch(self, groups: Sequence[Sequence[tuple[str, tuple]]], *, gated: bool | int = False,
+                 stop_on_failure: bool = True) -> None:
+        """Make the calls of ``groups`` (each ``(function, args)``) on the worker in one hand-off, in
+        order, and keep their answers for :meth:`call` to give out (once each) until the next
+        prefetch.
+
+        Why: a hand-off between threads per call was most of what a collection cost beyond the
+        calls themselves, and under load each one waits for the scheduler
+        (bench/bench_nvml_cost.py). The deadline stays per call: the batch may run as long as it
+        keeps finishing calls, but a call (or a GPU handle lookup) that does not answer within
+        ``call_timeout`` is abandoned with its worker, its GPU is marked hung, and the call gets
+        ``hung``, as unbatched. The batch never calls past what the caller would have called: an
+        answer of a failed-GPU class ends its group (and, with ``stop_on_failure``, the batch);
+        ``gated`` (True, or the index of the first such group) makes the first call of each group
+        its gate (an NVLink's state): a gate that errs ends the batch. Calls the batch did not make
+        are made one by one when asked."""
+        with self._lock:
+            self._ready = {}
+            if self._hung_global:
+                return
+            try:
+                self._ensure_init()
+            except NvmlCallError:
+                return  # each call raises it when made
+            # MIG instances' handles (rare) are looked up first, through the worker as ever; a GPU's
+            # own handle is looked up inside the batch, when its first call needs it
+            refused: dict[Any, NvmlCallError] = {}
+            for group in groups:
+                for _fn, args in group:
+                    spec = args[0] if args else None
+                    if isinstance(spec, str) and ":mig" in spec and spec not in refused:
+                        try:
+                            self._device_handle(spec)
+                        except NvmlCallError as exc:
+                            refused[spec] = exc
+            first_gated = (0 if gated is True else len(groups)) if isinstance(gated, bool) else int(gated)
+            self._run_batch(groups, refused, first_gated, stop_on_failure)
+
+    def _run_batch(self, groups: Sequence[Sequence[tuple[str, tuple]]], refused: dict, first_gated: int,
+                   stop_on_failure: bool) -> None:
+        ready: dict[tuple, tuple[Any, NvmlCallError | None]] = {}
+        progress = _Progress()
+        binding, handles, hung = self._binding, self._handles, self._hung_devices
+        # per function: (binding function, GPU argument positions, whether it takes an output structure)
+        known: dict[str, tuple[Any, tuple[int, ...], bool]] = {}
+
+        def handle_of(spec: Any) -> Any:
+            """A GPU's handle, looked up here (on the worker) the first time; a MIG instance's from
+            the lookups made before the batch."""
+            if isinstance(spec, str) and ":mig" in spec:
+                if spec in refused:  # the lookup's own answer, for the first call that needed it
+                    raise refused.pop(spec)
+                try:
+                    parent, slot = spec.split(":mig", 1)
+                    return self._mig_handles[(int(parent), int(slot))]
+                except (KeyError, ValueError):
+                    raise NvmlCallError("nvmlDeviceGetMigDeviceHandleByIndex", (spec,), OTHER, None,
+                                        "no handle for this MIG instance") from None
+            found = handles.get(spec)
+            if found is not None:
+                return found
+            # a hang here is the answer of the call that needed the handle (progress.charge)
+            progress.charge = (progress.fn, progress.args)
+            progress.fn, progress.args = "nvmlDeviceGetHandleByIndex", (spec,)
+            progress.started = time.monotonic()
+            try:
+                found = binding.nvmlDeviceGetHandleByIndex(spec)
+            except BaseException as exc:  # noqa: BLE001 - the call's answer, as unbatched
+                raise self._error("nvmlDeviceGetHandleByIndex", (spec,), exc) from None
+            finally:
+                progress.fn, progress.args = progress.charge
+                progress.charge = None
+            if not progress.cancelled:
+                handles[spec] = found
+            return found
+
+        def job() -> None:
+            monotonic = time.monotonic
+            for g, group in enumerate(groups):
+                for n, (fn, args) in enumerate(group):
+                    if progress.cancelled:
+                        return
+                    progress.fn, progress.args = fn, args
+                    err: NvmlCallError | None = None
+                    try:
+                        info = known.get(fn)
+                        if info is None:
+                            info = known[fn] = (getattr(binding, fn, None),
+                                                _DEVICE_ARGS.get(fn, (0,) if fn.startswith("nvmlDevice") else ()),
+                                                fn in _OUT_STRUCTS)
+                        func, positions, has_struct = info
+                        real: tuple | None = args
+                        if func is None or has_struct:
+                            real = None
+                        elif args:
+                            # GPU indices as handles, for the usual call (a GPU named by index, not hung)
+                            listed = list(args)
+                            for pos in positions:
+                                if pos < len(args):
+                                    index = args[pos]
+                                    if type(index) is not int or index in hung:
+                                        real = None
+                                        break
+                                    handle = handles.get(index)
+                                    listed[pos] = handle if handle is not None else handle_of(index)
+                            else:
+                                real = tuple(listed)
+                        progress.started = monotonic()
+                        value = func(*real) if real is not None else self._prepare(fn, args, handle_of)[0]()
+                        if type(value) not in _PLAIN:
+                            value = jsonify(value)
+                    except NvmlCallError as exc:  # answered without a call, or a handle refused
+                        value, err = None, exc
+                    except BaseException as exc:  # noqa: BLE001 - filed as the call's answer
+                        value, err = None, self._error(fn, args, exc)
+                    if progress.cancelled:
+                        return
+                    try:
+                        ready[(fn, args)] = (value, err)
+                    except TypeError:  # a list argument (field ids)
+                        ready[call_key(fn, args)] = (value, err)
+                    if err is None:
+                        continue
+                    if n == 0 and g >= first_gated:
+                        return  # the gate (an NVLink's state) erred: the walk ends here
+                    if err.error_class in GPU_FAILED_CLASSES:
+                        if stop_on_failure:
+                            return
+                        break
+
+        if self._worker is None:
+            self._worker = _Worker()
+        inflight.enter(_Batch(progress))
+        try:
+            finished, box = self._worker.submit_watched(job, progress, self.call_timeout)
+        finally:
+            inflight.leave()
+        if not finished:
+            progress.cancelled = True
+            self._worker = None
+            fn, args = progress.fn, progress.args
+            devices = [_parent_index(args[i]) for i in _DEVICE_ARGS.get(fn, (0,) if fn.startswith("nvmlDevice") else ())
+                       if i < len(args)]
+            if not devices:
+                self._hung_global = True
+            else:
+                self._hung_devices.add(devices[0])
+            # the call that was waiting gets it (a GPU's handle lookup hung: the call that needed it)
+            ready[call_key(*(progress.charge or (fn, args)))] = (None, NvmlCallError(
+                fn, args, HUNG, None, f"no answer within {self.call_timeout:g}s (driver hung?)"))
+        self._ready = ready
 
     def shutdown(self) -> None:
         with self._lock:
