@@ -22,6 +22,12 @@ What aiohttp leaves to its user is built here, on top:
   back-off (:mod:`.authgate`): wrong-password work never takes the capacity a cached client needs.
   A client backing off gets its 429 after up to :data:`TARPIT_MAX_S`, without holding a request
   slot, so a closed-loop flood runs at the pace of its back-off instead of the server's.
+* **Refusals and pipelining floods**: a request aiohttp's parser refuses (random bytes, a header
+  field over its bound) is answered 400 after :data:`REFUSAL_DELAY_S`, its connection paused, as
+  Go's server lingers: a client sending garbage in a closed loop then runs at that pace, not at the
+  server's. The requests of a connection that pipelines are served one after another, at most
+  :data:`PIPELINED_PER_S` a second across all such connections, waiting without a request slot
+  (every answer is the whole exposition, hundreds of KB; Prometheus never pipelines, a flood does).
 * **Liveness**: the loop stamps :attr:`MetricsServer.beat` every :data:`BEAT_S` while its listener
   is serving; the daemon feeds systemd's watchdog only while that stamp is fresh (:meth:`alive`).
 
@@ -40,6 +46,7 @@ import collections
 import logging
 import resource
 import socket
+import sys
 import threading
 import time
 from typing import Any, Callable
@@ -72,9 +79,19 @@ FD_RESERVE = 64
 SWEEP_S = 0.25
 BEAT_S = 0.25
 #: the longest a client backing off from wrong passwords waits for its 429
-TARPIT_MAX_S = 2.0
+TARPIT_MAX_S = 5.0
+#: the interpreter's thread switch interval while the server runs (see serve_forever)
+SWITCH_INTERVAL_S = 0.001
 #: the listen backlog: a burst of scrapers (several Prometheus replicas, a federation) queues
 BACKLOG = 128
+#: a request the parser refuses (random bytes, a header over its bound) is answered 400 after this
+#: long, its connection paused meanwhile (as Go's server lingers before it closes): a client
+#: sending garbage in a closed loop runs at this pace instead of the server's
+REFUSAL_DELAY_S = 0.5
+#: the requests of a connection that pipelines (sends a request before the answer to the one
+#: before) are served at most this many a second across all such connections, one after another;
+#: Prometheus never pipelines, a flood does, and each answer is the whole exposition (hundreds of KB)
+PIPELINED_PER_S = 20.0
 
 LANDING = b"""<!doctype html><html><head><title>ccdiag exporter</title></head><body>
 <h1>ccdiag exporter</h1><p><a href="/metrics">Metrics</a> &middot; <a href="/-/healthy">Health</a></p>
@@ -116,6 +133,10 @@ class _Connection(RequestHandler):
         self.deadline = 0.0
         self.in_progress = 0
         self.fresh = True  # no byte since acceptance or since the last response
+        self.answered = 0  # requests answered on this connection
+        self.data_at = 0.0  # when bytes last arrived
+        self.answered_at = 0.0  # when the last request's answer was made
+        self.pipelining = False  # seen sending a request before the answer to the one before
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.deadline = time.monotonic() + self.ccdiag.header_timeout_s
@@ -123,6 +144,7 @@ class _Connection(RequestHandler):
         super().connection_made(transport)
 
     def data_received(self, data: bytes) -> None:
+        self.data_at = time.monotonic()
         if data and self.fresh and not self.in_progress:
             self.fresh = False
             self.deadline = min(self.deadline, time.monotonic() + self.ccdiag.header_timeout_s)
@@ -134,7 +156,34 @@ class _Connection(RequestHandler):
 
     def responded(self) -> None:
         self.fresh = True
-        self.deadline = time.monotonic() + self.ccdiag.idle_timeout_s
+        self.answered += 1
+        self.answered_at = now = time.monotonic()
+        self.deadline = now + self.ccdiag.idle_timeout_s
+
+    def pipelines(self) -> bool:
+        """Whether this connection pipelines: a request is queued behind the one about to be
+        served, or this one arrived before the previous one was answered (no byte came since)."""
+        if not self.pipelining:
+            queued = getattr(self, "_messages", None)  # aiohttp's queue of parsed requests
+            self.pipelining = bool(queued) or (self.answered > 0 and self.data_at <= self.answered_at)
+        return self.pipelining
+
+    def _make_error_handler(self, err_info: Any) -> Callable[[web.BaseRequest], Any]:
+        """aiohttp's 400 for a request its parser refused, given after :data:`REFUSAL_DELAY_S` with
+        the connection paused (the refusal costs the server nothing meanwhile)."""
+        answer = super()._make_error_handler(err_info)
+        delay = self.ccdiag.refusal_delay_s
+
+        async def late(request: web.BaseRequest) -> web.StreamResponse:
+            self.ccdiag.stats["refused"] += 1
+            if delay > 0:
+                transport = self.transport
+                if transport is not None:
+                    transport.pause_reading()
+                await asyncio.sleep(delay)
+            return await answer(request)
+
+        return late
 
 
 class _Manager(web.Server):
@@ -161,13 +210,17 @@ class MetricsServer:
                  health: Callable[[], tuple[bool, str]], ready: Callable[[], bool], metrics_path: str = "/metrics",
                  max_requests: int = DEFAULT_MAX_REQUESTS, max_connections: int | None = None,
                  header_timeout_s: float = HEADER_TIMEOUT_S, idle_timeout_s: float = CONNECTION_TIMEOUT_S,
-                 gate: PasswordGate | None = None):
+                 gate: PasswordGate | None = None, refusal_delay_s: float = REFUSAL_DELAY_S,
+                 pipelined_per_s: float = PIPELINED_PER_S):
         family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
         self.metrics_path = metrics_path
         self.collector, self.web, self.health, self.ready = collector, web, health, ready
         self.max_requests = max(1, int(max_requests))
         self.max_connections = max_connections or default_max_connections()
         self.header_timeout_s, self.idle_timeout_s = header_timeout_s, idle_timeout_s
+        self.refusal_delay_s = refusal_delay_s
+        self.pipelined_interval_s = 1.0 / pipelined_per_s if pipelined_per_s > 0 else 0.0
+        self._pipelined_turn: asyncio.Lock | None = None  # made in the loop (_main)
         self.gate = gate or PasswordGate()
         self.socket = socket.socket(family, socket.SOCK_STREAM)
         try:
@@ -196,6 +249,11 @@ class MetricsServer:
         """Run the loop in this thread until :meth:`shutdown` (``poll_interval`` is not used:
         kept for callers of the earlier server)."""
         self._thread = threading.current_thread()
+        # the loop shares the interpreter with the collection thread (judging, rendering a cycle:
+        # tenths of a second of Python): it waits for the interpreter lock at most this long each
+        # time, instead of the default 5 ms, several times per request
+        if sys.getswitchinterval() > SWITCH_INTERVAL_S:
+            sys.setswitchinterval(SWITCH_INTERVAL_S)
         loop = asyncio.new_event_loop()
         self._loop = loop
         main = loop.create_task(self._main())
@@ -216,10 +274,14 @@ class MetricsServer:
 
     async def _main(self) -> None:
         self._stopping = asyncio.Event()
+        self._pipelined_turn = asyncio.Lock()
         if self._stop_requested:
             return
+        # handler_cancellation: a client that goes away ends its handler (a request waiting its
+        # pipelined turn, a refusal's delay, a back-off) instead of leaving it to run for nobody
         manager = _Manager(self, self._handle, access_log=None, keepalive_timeout=self.idle_timeout_s,
-                           max_line_size=MAX_LINE_BYTES, max_field_size=MAX_FIELD_BYTES, max_headers=MAX_HEADERS)
+                           max_line_size=MAX_LINE_BYTES, max_field_size=MAX_FIELD_BYTES, max_headers=MAX_HEADERS,
+                           handler_cancellation=True)
         listener, ctx = await self._listen(manager)
         try:
             while not (self._stopping.is_set() or self._stop_requested):
@@ -238,6 +300,8 @@ class MetricsServer:
                     pass
         finally:
             listener.close()
+            for conn in [c for c in self._conns if not c.in_progress]:  # idle, refused, waiting its turn
+                conn.force_close()
             await manager.shutdown(1.0)
             for conn in list(self._conns):
                 conn.force_close()
@@ -275,6 +339,14 @@ class MetricsServer:
     async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
         conn = request.protocol
         counted = isinstance(conn, _Connection)
+        if counted and self.pipelined_interval_s and conn.pipelines():
+            # paced, one after another, before it takes a request slot: a flood of pipelined
+            # requests waits its turn without holding what a scraper's fresh connection needs (a
+            # connection that goes away leaves the queue)
+            self.stats["pipelined_paced"] += 1
+            assert self._pipelined_turn is not None
+            async with self._pipelined_turn:
+                await asyncio.sleep(self.pipelined_interval_s)
         if counted:
             conn.in_progress += 1
         self._active += 1

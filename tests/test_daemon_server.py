@@ -274,3 +274,31 @@ def test_check_never_imports_the_http_library():
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "ccdiag.run.checkrun" in out.stderr
     assert "aiohttp" not in out.stderr
+
+
+def test_a_refused_request_waits_paused_while_scrapes_are_answered(serve):
+    """Garbage is answered 400 only after the refusal delay (the connection paused), as Go's server
+    lingers: a client sending it in a closed loop runs at that pace; scrapes are not held up."""
+    srv = serve(refusal_delay_s=30.0)
+    s = connect(srv)
+    s.sendall(b"\x16\x03\x01garbage that is no request\r\n\r\n")
+    s.settimeout(0.3)
+    with pytest.raises(socket.timeout):
+        s.recv(64)  # not answered at once
+    assert get(srv.url) == 200
+    assert srv.stats["refused"] == 1
+    s.close()
+    quick = serve(refusal_delay_s=0.0)
+    q = connect(quick)
+    q.sendall(b"\x16\x03\x01garbage\r\n\r\n")
+    assert q.recv(64).startswith(b"HTTP/1.")
+
+
+def test_a_pipelining_connection_waits_its_turn_and_a_fresh_scrape_does_not(serve):
+    srv = serve(pipelined_per_s=0.2)  # one pipelined answer every 5 s
+    s = connect(srv)
+    s.sendall(b"GET /-/healthy HTTP/1.1\r\nHost: x\r\n\r\n" * 3)
+    wait_for(lambda: srv.stats["pipelined_paced"] >= 1)
+    assert get(srv.url) == 200  # a scraper's fresh connection is never paced
+    assert srv.stats["pipelined_paced"] >= 1 and srv.pending >= 0
+    s.close()
