@@ -56,6 +56,8 @@ ENV: dict[str, str] = {
     "NCCL_SOCKET_IFNAME": KEEP, "NCCL_SOCKET_NTHREADS": KEEP, "NCCL_TOPO_FILE": SYSTEM_PATH,
     "NCCL_TOPO_DUMP_FILE": SYSTEM_PATH, "NCCL_TUNER_CONFIG_PATH": SYSTEM_PATH, "NCCL_TUNER_PLUGIN": KEEP,
     "NCCL_CONF_FILE": SYSTEM_PATH, "NCCL_COLLNET_ENABLE": KEEP, "NCCL_CUMEM_ENABLE": KEEP,
+    # a provider's profile refers to its plugin's directory as ${NCCL_LIB_DIR} (the advice expands it)
+    "NCCL_LIB_DIR": SYSTEM_PATH,
     "NCCL_SHIMNET_GUEST_CONFIG_CHECKER_CONFIG_FILE": SYSTEM_PATH,
     # Google's GPUDirect-TCPX(O) plugins (ccdiag/nccl/platforms.py reads them by these names)
     "NCCL_FASTRAK_CTRL_DEV": KEEP, "NCCL_FASTRAK_ENABLE_CONTROL_CHANNEL": KEEP,
@@ -77,6 +79,13 @@ ENV: dict[str, str] = {
 #: NCCL's debugging variables (ccdiag/nccl/debugvars.py) are kept by name too, each value as read:
 #: naming one found set is a check of its own
 ENV_FROM_DEBUGVARS = KEEP
+#: every setting the platform table (ccdiag/data/nccl_platforms.json) documents, requires, calls
+#: harmful or has a plugin set is kept by name too, each value as read: the advice judges it against
+#: the table, so a new platform's settings join this list with the table
+ENV_FROM_PLATFORMS = KEEP
+#: variables kept by prefix: the platform is identified by any variable of its plugin's own
+#: (ccdiag/nccl/platforms.py); a name listed in :data:`ENV` keeps its own rule
+ENV_PREFIXES: dict[str, str] = {"NCCL_FASTRAK_": KEEP, "NCCL_GPUDIRECTTCPX_": KEEP}
 
 #: /etc/nccl.conf: NCCL reads the names of :data:`ENV` from it; comments and other lines are dropped
 NCCL_CONF = "/etc/nccl.conf"
@@ -120,9 +129,28 @@ def env_rule(name: str) -> str | None:
 
     if any(name == var for var, _since, _removed in DEBUGGING_VARS):
         return ENV_FROM_DEBUGVARS
+    if name in _platform_settings():
+        return ENV_FROM_PLATFORMS
+    for prefix, rule in ENV_PREFIXES.items():
+        if name.startswith(prefix):
+            return rule
     return None
 
 
-__all__ = ["CONFIG_FILES", "DMI", "DMI_DIR", "ENV", "HOSTPORT", "KEEP", "NCCL_CONF", "NVML_DROPPED", "NVML_FIELDS",
+_PLATFORM_SETTINGS: frozenset[str] | None = None
+
+
+def _platform_settings() -> frozenset[str]:
+    """Every variable the platform table names (documented, harmful, set by a plugin)."""
+    global _PLATFORM_SETTINGS
+    if _PLATFORM_SETTINGS is None:
+        from ccdiag.nccl import platforms
+
+        _PLATFORM_SETTINGS = frozenset(name for p in platforms.table()
+                                       for table in (p.settings, p.harmful, p.plugin_sets) for name in table)
+    return _PLATFORM_SETTINGS
+
+
+__all__ = ["CONFIG_FILES", "DMI", "DMI_DIR", "ENV", "ENV_PREFIXES", "HOSTPORT", "KEEP", "NCCL_CONF", "NVML_DROPPED", "NVML_FIELDS",
            "PROVIDER_CONSTANT", "PROVIDER_CONSTANTS", "PSEUDONYMISE", "RULES", "SYSTEM_DIRS", "SYSTEM_PATH",
            "COMMANDS_DROPPED", "env_rule"]

@@ -10,7 +10,9 @@ The same original always maps to the same pseudonym within one snapshot, so a re
 still diagnoses exactly like the original (GPU 3's UUID in NVML, in the kernel log and in a command
 output stay the same pseudonym; two ports with different GUIDs stay different). Pseudonyms come from
 ranges reserved for documentation (192.0.2.0/24, 2001:db8::/32) or locally administered MACs, so they
-can never be mistaken for a real machine.
+can never be mistaken for a real machine; an address in a subnet an interface names keeps its place
+in a pseudonym subnet of the same size in 198.18.0.0/15 (reserved for benchmarking), so rails that
+share a subnet still share one and rails in their own stay apart.
 """
 
 from __future__ import annotations
@@ -48,6 +50,35 @@ GPU_UUID = re.compile(r"\b(?:GPU|MIG)-[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{
 GID = re.compile(r"(?<![0-9a-fA-F:])(?:[0-9a-fA-F]{4}:){7}[0-9a-fA-F]{4}(?![0-9a-fA-F:])")
 
 _KEEP_V4 = {"0.0.0.0", "127.0.0.1", "255.255.255.255"}
+#: where subnets' pseudonyms are placed (see Redactor._subnet)
+_PSEUDO_SUBNETS = ipaddress.IPv4Network("198.18.0.0/15")
+
+
+def _looks_v4(value: str) -> bool:
+    try:
+        ipaddress.IPv4Address(value)
+    except ValueError:
+        return False
+    return True
+
+
+def _learn_networks(snap: SnapshotData) -> list[ipaddress.IPv4Network]:
+    """The IPv4 subnets the interfaces' addresses and netmasks name (/15 to /30; wider ones and
+    single hosts tell nothing a check reads)."""
+    nets = set()
+    for facts in snap.net.values():
+        addrs = facts.get("addrs") if isinstance(facts, dict) else None
+        for items in (addrs or {}).values():
+            for a in items if isinstance(items, list) else ():
+                if not isinstance(a, dict) or a.get("family") not in ("inet", 2, "AF_INET"):
+                    continue
+                try:
+                    net = ipaddress.IPv4Network(f"{a.get('address')}/{a.get('netmask')}", strict=False)
+                except (ValueError, TypeError):
+                    continue
+                if 15 <= net.prefixlen <= 30 and not (net.is_loopback or net.is_link_local):
+                    nets.add(net)
+    return sorted(nets, key=lambda n: (n.prefixlen, int(n.network_address)))
 
 #: a MAC written with dashes (PXE's ``BOOTIF=01-02-fc-..``: the first group is the ARP hardware type)
 DASHED_MAC = re.compile(r"(?<![0-9a-fA-F-])((?:[0-9a-fA-F]{2}-)?)((?:[0-9a-fA-F]{2}-){5}[0-9a-fA-F]{2})(?![0-9a-fA-F-])")
@@ -84,8 +115,14 @@ def kernel_cmdline_kept(cmdline: str) -> str:
 class Redactor:
     """Collects originals and hands out stable pseudonyms."""
 
-    def __init__(self, literals: list | None = None, reserved: set[str] | None = None) -> None:
+    def __init__(self, literals: list | None = None, reserved: set[str] | None = None,
+                 networks: list | None = None) -> None:
         self.maps: dict[str, dict[str, str]] = {}
+        #: the IPv4 subnets the node's interfaces name (most specific first): an address in one
+        #: keeps its place in a pseudonym subnet of the same size (see :meth:`ipv4`)
+        self.networks = sorted(networks or [], key=lambda n: -n.prefixlen)
+        self._subnets: dict[ipaddress.IPv4Network, ipaddress.IPv4Network | None] = {}
+        self._reserved_in_range: list[ipaddress.IPv4Address] | None = None
         #: (original, kind, pseudonym maker) for free-text identifiers such as host names
         self.literals = list(literals or [])
         #: values that must never be handed out as pseudonyms: the originals of this snapshot (a
@@ -114,7 +151,35 @@ class Redactor:
             return s  # "999.1.1.1" is not an address: leave it
         if s in _KEEP_V4 or ip.is_loopback or s.startswith("255.") or ip.is_link_local:
             return s
+        for net in self.networks:
+            if ip in net:
+                fake = self._subnet(net)
+                if fake is not None:
+                    return self._pseudo("ipv4", s, lambda _n: str(fake.network_address + (int(ip) - int(net.network_address))))
+                break
         return self._pseudo("ipv4", s, lambda n: f"192.0.2.{n % 254 + 1}" if n < 254 else f"198.51.100.{n % 254 + 1}")
+
+    def _subnet(self, net: ipaddress.IPv4Network) -> ipaddress.IPv4Network | None:
+        """The pseudonym of subnet ``net``: a block of its size in 198.18.0.0/15 (reserved for
+        benchmarking, RFC 2544: never a real host's), the next free one; None when none is left.
+
+        Why: a check judges whether two rails share a subnet (strict reverse-path filtering drops
+        the replies of rails that do). Addresses handed out one by one from a /24 would put every
+        rail in one subnet and turn a passing node into a failing one."""
+        if net in self._subnets:
+            return self._subnets[net]
+        found = None
+        taken = [n for n in self._subnets.values() if n is not None]
+        if self._reserved_in_range is None:  # originals that happen to lie in the range (rarely any)
+            self._reserved_in_range = [ipaddress.IPv4Address(v) for v in self.reserved
+                                       if _looks_v4(v) and ipaddress.IPv4Address(v) in _PSEUDO_SUBNETS]
+        for candidate in _PSEUDO_SUBNETS.subnets(new_prefix=net.prefixlen) if net.prefixlen >= 15 else ():
+            if any(candidate.overlaps(t) for t in taken) or any(a in candidate for a in self._reserved_in_range):
+                continue
+            found = candidate
+            break
+        self._subnets[net] = found
+        return found
 
     def mac(self, m: re.Match) -> str:
         s = m.group(0)
@@ -314,12 +379,13 @@ def redact_with_texts(snap: SnapshotData, texts: dict[str, str]) -> tuple[Snapsh
     (a JSON report, ``nvidia-smi -q`` of the same node): a serial or GPU UUID reads as one pseudonym
     in the snapshot and in every text, so the two still compare field by field. The redactor comes
     back too, for texts the same node writes later (``redactor.text(...)``: the same pseudonyms)."""
-    probe = Redactor(_learn_literals(snap))
+    nets = _learn_networks(snap)
+    probe = Redactor(_learn_literals(snap), networks=nets)
     _redact_into(snap, probe, Dropped())
     for text in texts.values():
         probe.text(text)
     originals = {orig for table in probe.maps.values() for orig in table}
-    r = Redactor(_learn_literals(snap), reserved=originals)
+    r = Redactor(_learn_literals(snap), reserved=originals, networks=nets)
     out = _redact_into(snap, r, Dropped())
     redacted = {name: r.text(text) for name, text in texts.items()}
     return out, redacted, {kind: len(table) for kind, table in r.maps.items()}, r
@@ -328,14 +394,18 @@ def redact_with_texts(snap: SnapshotData, texts: dict[str, str]) -> tuple[Snapsh
 def redact_with_report(snap: SnapshotData) -> tuple[SnapshotData, dict[str, int], Dropped]:
     """A redacted copy of ``snap``, the pseudonyms handed out per kind, and what was dropped."""
     # first pass: learn every original, so no pseudonym handed out equals a real value of this snapshot
-    probe = Redactor(_learn_literals(snap))
+    nets = _learn_networks(snap)
+    probe = Redactor(_learn_literals(snap), networks=nets)
     _redact_into(snap, probe, Dropped())
     originals = {orig for table in probe.maps.values() for orig in table}
-    r = Redactor(_learn_literals(snap), reserved=originals)
+    r = Redactor(_learn_literals(snap), reserved=originals, networks=nets)
     dropped = Dropped()
     out = _redact_into(snap, r, dropped)
     counts = {kind: len(table) for kind, table in r.maps.items()}
     return out, counts, dropped
+
+
+_PATH_REF = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?(?:/[^\s]*)?$")
 
 
 def _value(r: Redactor, name: str, value: str, rule: str) -> tuple[str | None, str]:
@@ -360,6 +430,11 @@ def _value(r: Redactor, name: str, value: str, rule: str) -> tuple[str | None, s
         return fake + (":" + port if port else ""), ""
     if rule == allowlist.SYSTEM_PATH:
         if value.startswith(allowlist.SYSTEM_DIRS) and ".." not in value:
+            return r.text(value), ""
+        # ``${NCCL_LIB_DIR}/tuner.textproto`` (a provider's profile): a path under a variable that
+        # is itself a system path where it is set names no person; that variable is judged on its own
+        ref = _PATH_REF.match(value)
+        if ref and ".." not in value and allowlist.env_rule(ref.group(1)) == allowlist.SYSTEM_PATH:
             return r.text(value), ""
         return (r._pseudo("path", value, lambda n: f"/redacted/path-{n}"),
                 "a path outside the system directories: replaced")
