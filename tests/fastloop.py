@@ -66,7 +66,7 @@ SLOW_TESTS: dict[str, tuple[str, ...]] = {
         "test_json_report_is_one_valid_document", "test_strict_turns_warnings_into_failure",
     ),
     "test_deadline_guard.py": (
-        "test_a_report_that_cannot_be_built_in_time_still_carries_the_verdict_and_every_finding",
+        "test_a_report_that_cannot_be_built_in_time_still_carries_the_verdict_and_every_problem",
         "test_a_snapshot_that_loads_past_the_deadline_gives_one_unknown_document",
     ),
     "test_check_deadline.py": (

@@ -18,7 +18,7 @@ import pytest
 import exporter_cases as C
 from ccdiag.core.findings import FAIL, UNKNOWN, Component, Finding
 from ccdiag.report.document import validate
-from ccdiag.report.fallback import no_verdict, verdict_text, without_large_sections
+from ccdiag.report.fallback import no_verdict, verdict_report, verdict_text
 from ccdiag.run.deadline import GuardClient, NoGuard, arm, process_started_at, watch
 
 
@@ -48,13 +48,6 @@ class _Setup:
         except BlockingIOError:
             return b""
 
-    def child_gone(self) -> bool:
-        try:
-            os.kill(self.child.pid, 0)
-        except ProcessLookupError:
-            return True
-        return False
-
 
 def test_at_the_deadline_the_child_is_killed_and_the_latest_fallback_written_whole():
     w = _Setup(0.3)
@@ -62,7 +55,7 @@ def test_at_the_deadline_the_child_is_killed_and_the_latest_fallback_written_who
     w.client.set_fallback('{"verdict": "fail"}\n', 1, "verdict known")  # the latest one counts
     w.thread.join(5.0)
     assert w.exits == [1] and w.output() == b'{"verdict": "fail"}\n'
-    assert w.child_gone()  # nothing of the command writes after the fallback
+    assert w.child.wait(5) == -9  # killed: nothing of the command writes after the fallback
 
 
 def test_a_command_that_claims_its_output_is_never_interrupted_and_its_code_passed_on():
@@ -116,11 +109,13 @@ def test_fallback_documents_validate_and_say_what_was_left_out():
     assert "opening the snapshot" in doc["findings"][0]["summary"] and doc["run"]["timed_out"] is True
     line, code = no_verdict("probing and judging", 10.0, False)
     assert code == 3 and line.startswith("UNKNOWN:") and "probing and judging" in line
-    report = {"schema_version": "1.5.0", "kind": "check", "tool": {}, "host": {}, "run": {"duration_s": 1.0},
-              "probes": {}, "topology": None, "findings": []}
-    cut = without_large_sections(report)
-    assert "probes" not in cut and "topology" not in cut and cut["run"]["omitted"]["sections"] == ["topology", "probes"]
+    passed = Finding("x.z", "pass", Component("gpu", "GPU1"), "synthesized pass")
     failed = Finding("x.y", FAIL, Component("gpu", "GPU0"), "synthesized failure")
+    cut = verdict_report([failed, passed], 1, {"hostname": "n"}, {"duration_s": 1.0}, {})
+    validate(cut)
+    assert [f["check"] for f in cut["findings"]] == ["x.y"]  # the problems, not the passes
+    assert cut["verdict"]["counts"]["pass"] == 1 and cut["verdict"]["counts"]["fail"] == 1
+    assert cut["run"]["omitted"]["sections"][:2] == ["topology", "probes"]
     assert verdict_text([failed], 1, "n", False, False).startswith("FAIL:")
 
 
@@ -163,17 +158,19 @@ def test_a_snapshot_that_loads_past_the_deadline_gives_one_unknown_document():
 
 
 @pytest.mark.skipif(not C.DEGRADED.exists(), reason="bundled samples missing")
-def test_a_report_that_cannot_be_built_in_time_still_carries_the_verdict_and_every_finding():
+def test_a_report_that_cannot_be_built_in_time_still_carries_the_verdict_and_every_problem():
     proc, wall = _child(_SLOW_REPORT, "check", "--replay", str(C.DEGRADED), "--json", "--timeout", "4")
     assert proc.returncode == 1, proc.stderr  # a failure found is still a failure
     doc = json.loads(proc.stdout)
     validate(doc)
     assert "topology" not in doc and "probes" not in doc
-    assert doc["run"]["omitted"]["sections"] == ["topology", "probes"]
+    assert doc["run"]["omitted"]["sections"][:2] == ["topology", "probes"]
     assert doc["verdict"]["status"] == FAIL and doc["verdict"]["exit_code"] == 1
     from cli_runner import run
 
     code, out, _ = run("check", "--replay", str(C.DEGRADED), "--json")
     whole = json.loads(out)
-    assert code == 1 and len(doc["findings"]) == len(whole["findings"])  # every finding kept
+    assert code == 1 and doc["verdict"]["counts"] == whole["verdict"]["counts"]  # the verdict counts every finding
+    problems = [(f["check"], f["status"]) for f in whole["findings"] if f["status"] in ("fail", "warn", "unknown")]
+    assert [(f["check"], f["status"]) for f in doc["findings"]] == problems  # every problem kept
     assert wall < 4.0 + 10.0

@@ -35,7 +35,7 @@ from ccdiag.core.exitcodes import ExitCode
 from ccdiag.host.door import HostReadError, RecordingHost
 from ccdiag.inputs.envfile import load_env_file
 from ccdiag.inputs.policy import load_policy
-from ccdiag.report.fallback import json_document, no_verdict, verdict_text, without_large_sections
+from ccdiag.report.fallback import json_document, no_verdict, verdict_report, verdict_text
 from ccdiag.run.checkrun import QUICK_BENCH_S
 from ccdiag.run.deadline import NoGuard, arm
 from ccdiag.run.stages import Budget, report_reserve_s
@@ -277,15 +277,11 @@ def _extra(result, snap_path: str | None, selection: dict | None) -> dict:
     return extra
 
 
-def _report(result, replay: str | None, snap_path: str | None, selection: dict | None = None,
-            large: bool = True) -> dict:
-    """The ``kind: check`` JSON report (without its large sections unless ``large``)."""
+def _report(result, replay: str | None, snap_path: str | None, selection: dict | None = None) -> dict:
+    """The ``kind: check`` JSON report."""
     from ccdiag.report.document import build_report, summarise_pairs
 
     extra = _extra(result, snap_path, selection)
-    if not large:
-        return build_report("check", result.meta, findings=result.findings, exit_code=result.exit_code,
-                            run_info=result.run_info(replay), extra=extra)
     topology = result.topology.to_json(max_matrix_ends=CHECK_MATRIX_MAX_ENDS) if result.topology else None
     topology = summarise_pairs(topology) if topology else None
     return build_report("check", result.meta, runs=result.runs, topology=topology,
@@ -295,15 +291,16 @@ def _report(result, replay: str | None, snap_path: str | None, selection: dict |
 
 def _fallback_with_verdict(guard, result, replay: str | None, snap_path: str | None, selection: dict | None,
                            as_json: bool, strict: bool) -> None:
-    """Once the verdict is known, the guard's fallback carries it: the report without its large
-    sections (every finding kept), or the quiet terminal verdict."""
+    """Once the verdict is known, the guard's fallback carries it: the verdict counted over every
+    finding with the problems listed (cheap on a node of any size), or the quiet terminal verdict."""
     if isinstance(guard, NoGuard):
         return
     if as_json:
-        core = without_large_sections(_report(result, replay, snap_path, selection, large=False))
+        core = verdict_report(result.findings, result.exit_code, result.meta, result.run_info(replay),
+                              _extra(result, snap_path, selection))
         guard.set_fallback(json_document(core), result.exit_code,
-                           "the deadline came before the report's topology and probe data were written: "
-                           "the report carries the verdict and every finding")
+                           "the deadline came before the whole report was written: the report carries the "
+                           "verdict and every problem found")
     else:
         guard.set_fallback(verdict_text(result.findings, result.exit_code, result.hostname, result.timed_out,
                                         strict), result.exit_code, "the deadline came before the whole verdict was printed")

@@ -7,8 +7,9 @@ prepared here, at each step of the run, so that acting costs nothing:
 * before the verdict (opening the snapshot, probing, judging): a report whose one finding,
   ``check.deadline`` (unknown), names the step the deadline interrupted; exit 3;
 * once the verdict is known but the report is not yet written (a node with thousands of devices
-  has a report of tens of MB): the report without its large sections (``topology``, ``probes``),
-  ``run.omitted`` naming them; the verdict's own exit code (a failure found stays a failure).
+  has a report of tens of MB): the verdict (counted over every finding) with the findings that are
+  problems, without the passing ones, the topology and the probe data (``run.omitted`` says so);
+  the verdict's own exit code (a failure found stays a failure).
 
 As text, the same in the terminal's quiet form: the verdict line and one line per problem.
 """
@@ -48,14 +49,24 @@ def no_verdict(step: str, deadline_s: float, as_json: bool, *, replayed_from: st
     return dumps(build_report("check", meta, findings=[finding], exit_code=code, run_info=run_info)) + "\n", code
 
 
-def without_large_sections(report: dict) -> dict:
-    """``report`` (a check report) without :data:`LARGE_SECTIONS`, saying so in ``run.omitted``."""
-    cut = {k: v for k, v in report.items() if k not in LARGE_SECTIONS}
-    cut["run"] = dict(report.get("run") or {}, omitted={
-        "sections": list(LARGE_SECTIONS),
-        "why": "the deadline came before they were written; the verdict and every finding are whole "
-               "(`ccdiag topo --json` and a longer --timeout give the rest)"})
-    return cut
+def verdict_report(findings: list[Finding], exit_code: int, meta: dict, run_info: dict, extra: dict) -> dict:
+    """The report of a known verdict, cheap to build on a node of any size: the verdict section
+    counted over every finding, the findings that are problems (fail, warn, unknown) listed, the
+    passing and skipped ones counted only; no topology, no probe data (``run.omitted`` says so)."""
+    from ccdiag.report.document import verdict_section
+
+    problems = [f for f in findings if f.status in _PROBLEMS]
+    report = build_report("check", meta, findings=problems, exit_code=exit_code, run_info=run_info, extra=extra)
+    report["verdict"] = verdict_section(findings, exit_code)
+    report["run"] = dict(report.get("run") or {}, omitted={
+        "sections": list(LARGE_SECTIONS) + ["findings that passed or were skipped"],
+        "why": f"the deadline came before the whole report was written; the verdict counts every finding, "
+               f"and the {len(problems)} problems are listed (`ccdiag topo --json` and a longer --timeout give "
+               f"the rest)"})
+    return report
+
+
+_PROBLEMS = ("fail", "warn", "unknown")
 
 
 def verdict_text(findings: list[Finding], exit_code: int, hostname: str | None, timed_out: bool,
@@ -70,5 +81,4 @@ def json_document(report: dict[str, Any]) -> str:
     return dumps(report) + "\n"
 
 
-__all__ = ["LARGE_SECTIONS", "deadline_finding", "json_document", "no_verdict", "verdict_text",
-           "without_large_sections"]
+__all__ = ["LARGE_SECTIONS", "deadline_finding", "json_document", "no_verdict", "verdict_report", "verdict_text"]

@@ -155,8 +155,11 @@ def watch(child: int, messages_fd: int, answers_fd: int, slots: tuple[int, int],
     while True:
         timeout = None if told.claimed else max(0.0, deadline - lead_s - time.monotonic())
         ready, _, _ = select.select([messages_fd], [], [], timeout)
-        if not ready:  # the deadline: nothing of the child writes after this
-            _stop(child)
+        if not ready:  # the deadline
+            # killed, not waited for: a child that did not claim its output never writes to stdout,
+            # and the kernel tearing down hundreds of MB of its memory must not delay the answer
+            _kill(child)
+            told.refusing = True  # a claim read from here on is never answered
             _drain(messages_fd, told)  # a fallback told just now is the latest
             _write_fallback(told.fallback, slots, out_fd, err_fd)
             exit(told.fallback[0] if told.fallback else 3)
@@ -183,6 +186,7 @@ class _Told:
         self.answers_fd = answers_fd
         self.fallback: tuple[int, int, int, bytes] | None = None
         self.claimed = False
+        self.refusing = False
         self._pending = b""
 
     def feed(self, chunk: bytes) -> None:
@@ -195,7 +199,7 @@ class _Told:
             self._pending = self._pending[_FRAME.size + note_len:]
             if kind == _FALLBACK:
                 self.fallback = (code, slot, length, note)
-            elif kind == _CLAIM and not self.claimed:
+            elif kind == _CLAIM and not self.claimed and not self.refusing:
                 self.claimed = True
                 try:
                     os.write(self.answers_fd, _YES)
@@ -216,12 +220,11 @@ def _drain(messages_fd: int, told: _Told) -> None:
         told.feed(chunk)
 
 
-def _stop(child: int) -> None:
+def _kill(child: int) -> None:
     try:
         os.kill(child, signal.SIGKILL)
     except ProcessLookupError:
         pass
-    _reap(child)
 
 
 def _reap(child: int) -> int:

@@ -6,6 +6,11 @@ the other probes already showed, and a node with a dead NIC would come back "cou
 (exit 3) instead of "failed" (exit 1). So the judging stage keeps a reserve the probes cannot
 touch, and a benchmark stage, when present, has its own share after judging.
 
+A command's deadline may begin before its evaluation (``check`` counts from the process's start:
+opening a snapshot of a large node takes seconds), and a report still has to be written after it:
+:meth:`Budget.plan` takes when the evaluation began and the report's reserve, and splits only
+what lies between (:func:`report_reserve_s` sizes the reserve by the node's PCI functions).
+
 Each stage ends at an absolute time. A stage that finishes early leaves its time to the stages
 after it, because their ends do not move. A stage that *raises* is a bug in ccdiag, not a slow
 node: :class:`StageError` carries the stage's name and the cause, and the command line turns it
