@@ -110,17 +110,19 @@ class Budget:
 REPORT_RESERVE_S = 2.0
 REPORT_RESERVE_SHARE = 0.1
 #: a node's report grows with its PCI functions (each one's links, AER counters, findings): the
-#: reserve is at least this per function (a 3,000-NIC node has 6,216: about 1.5 s of report building
-#: on a loaded 2-core machine, bench/bench_scale.py), at most REPORT_RESERVE_MAX_SHARE of the deadline
-REPORT_S_PER_PCI_FUNCTION = 0.0005
+#: reserve grows by this per function (a 3,000-NIC node has 6,216), at most REPORT_RESERVE_MAX_SHARE
+#: of the deadline. Only the verdict with its problems must fit (the deadline guard writes that
+#: when the whole report does not, ccdiag/report/fallback.py): a larger reserve would take the
+#: time from the probes, and a verdict with fewer probes read (bench/bench_scale.py --busy 4)
+REPORT_S_PER_PCI_FUNCTION = 0.0001
 REPORT_RESERVE_MAX_SHARE = 0.3
 
 
 def report_reserve_s(deadline_s: float, pci_functions: int = 0) -> float:
     """Seconds of ``deadline_s`` kept after the evaluation for building and writing a report on a
     node with ``pci_functions`` PCI functions."""
-    return max(min(REPORT_RESERVE_S, REPORT_RESERVE_SHARE * deadline_s),
-               min(REPORT_S_PER_PCI_FUNCTION * pci_functions, REPORT_RESERVE_MAX_SHARE * deadline_s))
+    return min(min(REPORT_RESERVE_S, REPORT_RESERVE_SHARE * deadline_s) + REPORT_S_PER_PCI_FUNCTION * pci_functions,
+               REPORT_RESERVE_MAX_SHARE * deadline_s)
 
 
 def run_stage(name: str, func: Callable[[], Any], end: float, grace_s: float = GRACE_S) -> Any:
