@@ -717,7 +717,7 @@ def _identity_to_retired_pages(i: int) -> list[tuple[str, tuple]]:
     """_read_identity's calls, then _read_ecc's up to the first retired-pages call."""
     return [(fn, (i,)) for fn in ("nvmlDeviceGetUUID", "nvmlDeviceGetName", "nvmlDeviceGetSerial",
                                   "nvmlDeviceGetPciInfo_v3", "nvmlDeviceGetNumaNodeId", "nvmlDeviceGetMemoryInfo",
-                                  "nvmlDeviceGetPersistenceMode", "nvmlDeviceGetMigMode",
+                                  "nvmlDeviceGetPersistenceMode", "nvmlDeviceGetMigMode", "nvmlDeviceGetVbiosVersion",
                                   "nvmlDeviceGetEccMode", "nvmlDeviceGetSramEccErrorStatus")] + [
         ("nvmlDeviceGetTotalEccErrors", (i, e, c)) for e, c in _ECC_COUNTERS] + [
         ("nvmlDeviceGetRetiredPages", (i, PAGE_RETIREMENT_MULTIPLE_SBE))]

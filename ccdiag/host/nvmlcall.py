@@ -471,10 +471,13 @@ class NvmlFacade:
             self._ready = {}
             if self._hung_global:
                 return
+            inflight.enter(_Waiting(self, "nvmlInit", ()))  # a hung nvmlInit is named, as unbatched
             try:
                 self._ensure_init()
             except NvmlCallError:
                 return  # each call raises it when made
+            finally:
+                inflight.leave()
             # MIG instances' handles (rare) are looked up first, through the worker as ever; a GPU's
             # own handle is looked up inside the batch, when its first call needs it
             refused: dict[Any, NvmlCallError] = {}
