@@ -11,7 +11,7 @@ import pathlib
 
 import pytest
 
-from tests.cli_runner import run
+from cli_runner import run
 
 HERE = pathlib.Path(__file__).parent
 FIX = HERE / "fixtures" / "nvfiles"

@@ -19,8 +19,8 @@ from ccdiag.host.door import NOT_RECORDED_KIND, HostReadError, ReplayHost
 from ccdiag.host.snapshot import SnapshotData
 from ccdiag.probes import kmsg, nvml, pcie
 from ccdiag.report.document import validate
-from tests.cli_runner import run
-from tests.synth import bugreport as synth
+from cli_runner import run
+from synth import bugreport as synth
 
 HERE = pathlib.Path(__file__).parent
 FIX = HERE / "fixtures" / "nvfiles"

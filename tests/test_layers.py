@@ -117,3 +117,15 @@ def test_every_package_of_the_source_tree_is_in_the_wheel():
              for p in (repo / "ccdiag").rglob("__init__.py") if "__pycache__" not in p.parts}
     found |= {"ccdiag.probes", "ccdiag.exporters"}
     assert found - listed == set()
+
+
+def test_tests_import_their_helpers_as_ci_runs_them():
+    """CI runs the suite from tests/ against a regular install, where the repository root is not on
+    sys.path: a helper imported as ``tests.cli_runner`` or ``tests.synth`` breaks collection there
+    even though it works from the root. Helpers are imported by their own names."""
+    import re
+    pattern = re.compile(r"^\s*(from tests(\.| import)|import tests\b)", re.MULTILINE)
+    tests = pathlib.Path(__file__).resolve().parent
+    offenders = [str(path.relative_to(tests)) for path in sorted(tests.rglob("*.py"))
+                 if "fixtures" not in path.parts and pattern.search(path.read_text(encoding="utf-8"))]
+    assert offenders == [], f"import helpers by their own names (cli_runner, synth): {offenders}"

@@ -66,7 +66,7 @@ def test_the_r510_prologue_and_file_sections_read_as_the_script_wrote_them():
 def test_r580_report_command_writes_several_commands_under_one_separator():
     """SYNTHESIZED, in the 580.126.09 script's layout: report_command's outputs follow each other
     under one separator; each becomes its own section."""
-    from tests.synth import bugreport as synth
+    from synth import bugreport as synth
 
     text = synth.report(synth.command_block(("/usr/bin/nvidia-smi --query", "\n==============NVSMI LOG=============="),
                                             ("/usr/bin/nvidia-smi nvlink --status", "GPU 0: X (UUID: GPU-1)"),
