@@ -12,15 +12,14 @@ import sys
 
 from ccdiag import __version__
 from ccdiag.cluster import hops as hopmod
+from ccdiag.cluster import verdict
 from ccdiag.cluster.runner import RankOutcome, run_ranks
-from ccdiag.core.exitcodes import ExitCode
 from ccdiag.core.findings import FAIL, SKIP, Finding
 
 
-def _verdict(findings: list[Finding], outcome: RankOutcome) -> int:
-    if outcome.missing or outcome.errors:
-        return int(ExitCode.UNEVALUATED)
-    return int(ExitCode.FAIL) if any(f.status == FAIL for f in findings) else int(ExitCode.OK)
+def _verdict(findings: list[Finding], outcome: RankOutcome, incomplete: bool = False) -> int:
+    """A failure decides, whatever else could not be evaluated (:mod:`ccdiag.cluster.verdict`)."""
+    return verdict.exit_code(findings, unevaluated=bool(outcome.missing or outcome.errors or incomplete))
 
 
 def _doc(kind: str, outcome: RankOutcome, findings: list[Finding], code: int, **extra) -> dict:

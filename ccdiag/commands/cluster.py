@@ -3,8 +3,9 @@
 Thin: options, then :mod:`ccdiag.cluster.gather` inside :func:`ccdiag.cluster.runner.run_ranks`
 (deadlines, silent ranks, Abort only after the report). Run it as ranks: ``mpirun -np N
 --map-by node ccdiag cluster check`` or ``srun --ntasks-per-node=1 ccdiag cluster check``.
-Exit: 0 every host passes and agrees, 1 a host fails or differs from the majority, 3 a rank did
-not answer (or a host could not be evaluated).
+Exit: 1 a host fails or differs from the majority (whatever else could not be evaluated), else 3 a
+rank did not answer or a host could not be evaluated, else 0 every host passes and agrees
+(:mod:`ccdiag.cluster.verdict`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import sys
 import click
 
 from ccdiag.commands.examples import epilog
-from ccdiag.core.exitcodes import ExitCode
 
 
 def _require_writable(path: str) -> None:
@@ -52,7 +52,7 @@ def group():
 def check(timeout, budget, replay, policy_file, reports_dir, as_json):
     """Every host's check, gathered on rank 0: which hosts fail and why, and what differs between them."""
     from ccdiag import __version__
-    from ccdiag.cluster import gather
+    from ccdiag.cluster import gather, verdict
     from ccdiag.cluster.runner import run_ranks
     from ccdiag.core.findings import FAIL, STATUS_RANK, WARN
     from ccdiag.report.document import findings_section
@@ -70,13 +70,11 @@ def check(timeout, budget, replay, policy_file, reports_dir, as_json):
             idents.setdefault(r, {"host": h})
         findings = gather.cluster_findings(summaries, outcome.missing, idents)
         findings.sort(key=lambda f: (STATUS_RANK.get(f.status, 9), f.check, f.component.name))
-        if outcome.missing or outcome.errors or any(f.status == "unknown" for f in findings):
-            code = int(ExitCode.UNEVALUATED)
-        elif any(f.status in (FAIL, WARN) for f in findings if f.check != "cluster.host_check") or \
-                any(f.status == FAIL for f in findings):
-            code = int(ExitCode.FAIL)
-        else:
-            code = int(ExitCode.OK)
+        # a failure decides, whatever else is UNKNOWN (a GPU-less host, a silent rank); a host that
+        # differs from the majority (WARN) fails the cluster too
+        code = verdict.exit_code(findings, unevaluated=bool(outcome.missing or outcome.errors),
+                                 failing=lambda f: f.status == FAIL or (f.status == WARN and
+                                                                        f.check != "cluster.host_check"))
         hosts = {s["host"]: {k: v for k, v in s.items() if k not in ("leader", "rank_hosts")}
                  for s in summaries.values() if s and s.get("leader")}
         doc = {"kind": "cluster.check", "tool": {"name": "ccdiag", "version": __version__},
@@ -88,8 +86,7 @@ def check(timeout, budget, replay, policy_file, reports_dir, as_json):
         else:
             bad = [f for f in findings if f.status != "pass"]
             n_ok = sum(1 for s in hosts.values() if s.get("exit_code") == 0)
-            word = {0: "OK", 1: "FAIL", 3: "UNKNOWN"}.get(code, "FAIL")
-            lines = [f"{word}: {len(hosts)} hosts checked over {outcome.size} ranks, {n_ok} pass, "
+            lines = [f"{verdict.word(code)}: {len(hosts)} hosts checked over {outcome.size} ranks, {n_ok} pass, "
                      f"{len(bad)} problem(s)"]
             for f in bad:
                 lines.append(f"  {f.status.upper():7} {f.check}: {f.summary}")

@@ -1,0 +1,71 @@
+"""Verdicts across hosts compose as ``ccdiag check``'s do: a failure decides, whatever else could
+not be evaluated (:mod:`ccdiag.cluster.verdict`), for ``cluster check``, ``bench allreduce``,
+``bench pairs`` and ``compare``."""
+
+from __future__ import annotations
+
+import pytest
+
+from ccdiag.cluster import verdict
+from ccdiag.cluster.benchrun import _verdict
+from ccdiag.cluster.runner import RankOutcome
+from ccdiag.core.findings import FAIL, PASS, SKIP, UNKNOWN, WARN, Component, Finding
+
+
+def _f(status: str, check: str = "cluster.x") -> Finding:
+    return Finding(check, status, Component("node", "h1"), status)
+
+
+#: (statuses, unevaluated, judged) -> exit code
+TABLE = [
+    ((), False, True, 0),
+    ((PASS,), False, True, 0),
+    ((PASS, SKIP), False, True, 0),
+    ((PASS, WARN), False, True, 0),
+    ((FAIL,), False, True, 1),
+    ((FAIL, UNKNOWN), False, True, 1),        # a host fails, another could not be evaluated
+    ((FAIL, PASS), True, True, 1),            # a failure and a silent rank
+    ((FAIL,), False, False, 1),               # a failure counts even where nothing else was judged
+    ((FAIL, UNKNOWN, UNKNOWN, WARN), True, False, 1),
+    ((UNKNOWN,), False, True, 3),
+    ((PASS, UNKNOWN), False, True, 3),
+    ((PASS,), True, True, 3),                 # a silent rank, nothing failed
+    ((PASS,), False, False, 3),               # nothing held to a reference
+    ((SKIP,), False, False, 3),
+    ((WARN, UNKNOWN), False, True, 3),
+]
+
+
+@pytest.mark.parametrize("statuses, unevaluated, judged, code", TABLE)
+def test_a_failure_decides_whatever_else_is_unknown(statuses, unevaluated, judged, code):
+    assert verdict.exit_code([_f(s) for s in statuses], unevaluated=unevaluated, judged=judged) == code
+
+
+def test_what_a_command_counts_as_failing_decides_too():
+    # cluster check: a host that differs from the majority (WARN) fails the cluster, beside UNKNOWNs
+    differs = _f(WARN, "cluster.consistency.mtu eth0")
+    rule = lambda f: f.status == FAIL or (f.status == WARN and f.check != "cluster.host_check")  # noqa: E731
+    assert verdict.exit_code([differs, _f(UNKNOWN, "cluster.host_check")], failing=rule) == 1
+    assert verdict.exit_code([_f(WARN, "cluster.host_check"), _f(UNKNOWN, "cluster.host_check")], failing=rule) == 3
+
+
+@pytest.mark.parametrize("missing, errors, statuses, code", [
+    ([], {}, (PASS,), 0),
+    ([2], {}, (PASS,), 3),
+    ([], {1: "RuntimeError: boom"}, (PASS,), 3),
+    ([2], {}, (FAIL,), 1),
+    ([], {1: "deadline passed"}, (FAIL, UNKNOWN), 1),
+])
+def test_the_benchmarks_across_hosts_compose_the_same_way(missing, errors, statuses, code):
+    out = RankOutcome(size=3, answers={0: {}, 1: {}}, missing=list(missing), errors=dict(errors))
+    assert _verdict([_f(s) for s in statuses], out) == code
+
+
+@pytest.mark.parametrize("failed, unreadable, unevaluated, code", [
+    (False, False, False, 0), (True, False, False, 1), (True, True, True, 1), (False, True, True, 2),
+    (False, False, True, 3),
+])
+def test_compare_puts_an_outlier_first_then_bad_input_then_unevaluated(failed, unreadable, unevaluated, code):
+    from ccdiag.commands.compare import _code
+
+    assert _code(failed, unreadable, unevaluated) == code
