@@ -20,13 +20,15 @@ from __future__ import annotations
 
 import heapq
 import json
+import math
 import os
 import random
-import statistics
+import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator
 
+from ccdiag.cluster import reportfields as rf
 from ccdiag.cluster.gather import facts_from_report
 
 KEEP_HOSTS = 50
@@ -80,21 +82,25 @@ def report_paths(inputs: Iterable[str]) -> Iterator[str]:
 
 def flatten(doc: dict) -> dict:
     """One report as flat comparable facts: the fleet facts of :mod:`gather`, the verdict, each
-    finding's status, and per-GPU numbers."""
+    finding's status, and per-GPU numbers; every field read by its type (a wrong-typed one is a
+    :class:`ccdiag.cluster.reportfields.FieldError` naming its path)."""
     out = dict(facts_from_report(doc))
-    verdict = doc.get("verdict") or {}
+    verdict = rf.obj(doc.get("verdict"), "verdict")
     if "status" in verdict:
-        out["verdict"] = verdict["status"]
-    for f in doc.get("findings") or []:
-        key = f.get("key") or f"{f.get('check')}|{(f.get('component') or {}).get('name')}"
-        out[f"finding {key}"] = f.get("status")
+        out["verdict"] = rf.text(verdict["status"], "verdict/status")
+    for i, f in enumerate(rf.objs(doc.get("findings"), "findings")):
+        comp = rf.obj(f.get("component"), f"findings/{i}/component")
+        key = rf.text(f.get("key"), f"findings/{i}/key") or \
+            f"{rf.text(f.get('check'), f'findings/{i}/check')}|{rf.text(comp.get('name'), f'findings/{i}/component/name')}"
+        out[f"finding {key}"] = rf.text(f.get("status"), f"findings/{i}/status")
     out.update(nccl_facts(doc))
-    gpus = (((doc.get("probes") or {}).get("nvml") or {}).get("data") or {}).get("gpus") or []
-    for g in gpus:
+    nvml = rf.obj(rf.obj(rf.obj(doc.get("probes"), "probes").get("nvml"), "probes/nvml").get("data"), "probes/nvml/data")
+    for i, g in enumerate(rf.objs(nvml.get("gpus"), "probes/nvml/data/gpus")):
+        index = rf.text(g.get("index"), f"probes/nvml/data/gpus/{i}/index")
         for name in GPU_NUMBERS:
-            v = g.get(name)
-            if isinstance(v, (int, float)) and not isinstance(v, bool):
-                out[f"gpu{g.get('index')} {name}"] = v
+            v = rf.number(g.get(name), f"probes/nvml/data/gpus/{i}/{name}")
+            if v is not None:
+                out[f"gpu{index} {name}"] = v
     return out
 
 
@@ -108,13 +114,13 @@ def nccl_facts(doc: dict) -> dict:
     settings = nccl.get("settings") if isinstance(nccl, dict) else None
     if not isinstance(settings, dict):
         return {}
-    out: dict = {f"nccl_setting {k}": str(v) for k, v in settings.items()}
+    out: dict = {f"nccl_setting {k}": rf.text(v, f"nccl/settings/{k}") for k, v in settings.items()}
     out["nccl_settings_set"] = ",".join(sorted(settings)) or "(none)"
     return out
 
 
 def host_of(doc: dict, path: str) -> str:
-    host = doc.get("host") or {}
+    host = doc.get("host") if isinstance(doc.get("host"), dict) else {}
     return str(host.get("rank_host") or host.get("hostname") or os.path.basename(path))
 
 
@@ -132,10 +138,18 @@ class KeyAgg:
     low: list = field(default_factory=list)   # max-heap by -value: the KEEP_HOSTS lowest
     high: list = field(default_factory=list)  # min-heap: the KEEP_HOSTS highest
     n_num: int = 0
+    out_of_range: list = field(default_factory=list)  # (literal, host) of numbers beyond a float
+    n_out_of_range: int = 0
 
     def add(self, value, host: str, rng: random.Random) -> None:
         self.n += 1
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if isinstance(value, rf.OutOfRange):
+            # beyond any float: never in a median, always named (the first KEEP_HOSTS of them)
+            self.n_out_of_range += 1
+            if len(self.out_of_range) < KEEP_HOSTS:
+                self.out_of_range.append((str(value), host))
+            return
+        if rf.is_number(value):
             self._add_num(float(value), host, rng)
             return
         v = json.dumps(value, sort_keys=True) if isinstance(value, (list, dict)) else str(value)
@@ -176,9 +190,24 @@ class KeyAgg:
         if self.n_num == 0:
             return None
         values = list(self.nums.elements()) if self.exact else self.reservoir
-        med = statistics.median(values)
-        mad = statistics.median(abs(v - med) for v in values)
+        med = _median(values)
+        mad = _median([_gap(v, med) for v in values])
         return med, mad
+
+
+def _median(values: list[float]) -> float:
+    """The median without overflow: two middle values near the float maximum are halved before
+    they are added (``statistics.median`` adds first, which makes an infinity, then NaNs)."""
+    xs = sorted(values)
+    mid = len(xs) // 2
+    return xs[mid] if len(xs) % 2 else xs[mid - 1] / 2 + xs[mid] / 2
+
+
+def _gap(x: float, y: float) -> float:
+    """|x - y|, at most the largest float (the difference of two huge values of opposite sign
+    would be an infinity)."""
+    d = abs(x - y)
+    return d if math.isfinite(d) else sys.float_info.max
 
 
 @dataclass
@@ -215,7 +244,16 @@ class Fleet:
                                 "count": cnt, "of": agg.n, "kind": "differs from the majority",
                                 "gating": gating(key)})
             out += _numeric_outliers(key, agg, z)
+            out += [{"key": key, "value": literal, "fleet": None, "hosts": [h], "count": 1, "of": agg.n,
+                     "kind": "a number beyond any float (a broken reading)", "gating": True}
+                    for literal, h in agg.out_of_range]
         return out
+
+    def without_gpu_data(self) -> list[str]:
+        """Hosts whose report has no NVML data (the probe failed, or no driver), up to
+        :data:`KEEP_TEXT_HOSTS`: nothing of their GPUs was compared, so they never pass silently."""
+        agg = self.keys.get("gpu_data")
+        return list(agg.text_hosts.get("missing", [])) if agg else []
 
 
 def _numeric_outliers(key: str, agg: KeyAgg, z: float) -> list[dict]:
@@ -226,19 +264,19 @@ def _numeric_outliers(key: str, agg: KeyAgg, z: float) -> list[dict]:
     if mm is None:
         return []
     med, mad = mm
-    scale = max(1.4826 * mad, tolerance(key, med))
+    scale = min(max(1.4826 * mad, tolerance(key, med)), sys.float_info.max)
     out = []
     seen = set()
     for x, h in sorted([(-nx, h) for nx, h in agg.low] + list(agg.high)):
         if (x, h) in seen or x == med:
             continue
         seen.add((x, h))
-        rz = abs(x - med) / scale if scale > 0 else float("inf")
+        rz = _gap(x, med) / scale if scale > 0 else math.inf
         if rz <= z:
             continue
         out.append({"key": key, "value": x, "fleet": med, "hosts": [h], "count": 1, "of": agg.n_num,
                     "kind": "far from the median", "gating": gating(key),
-                    "robust_z": None if rz == float("inf") else round(rz, 1)})
+                    "robust_z": round(rz, 1) if math.isfinite(rz) else None})
     return out
 
 
@@ -282,6 +320,22 @@ def _shallow_errors(doc: dict) -> str | None:
 
 
 def load(path: str) -> dict:
+    """One ``ccdiag check --json`` report whose every field compare reads has its type (see
+    :func:`read_report`); or ValueError naming the file and why not."""
+    return read_report(path)[0]
+
+
+def read_report(path: str) -> tuple[dict, dict]:
+    """One report and its flat facts (:func:`flatten`); ValueError naming the file when it is not
+    JSON, not a check report, not valid by the schema, or has a field of the wrong type."""
+    doc = _load_doc(path)
+    try:
+        return doc, flatten(doc)
+    except rf.FieldError as exc:  # valid by the schema's shallow check, a field of the wrong type
+        raise ValueError(f"{path}: not a usable ccdiag report: at {exc}") from None
+
+
+def _load_doc(path: str) -> dict:
     """One ``ccdiag check --json`` report, read through the bounded reader (a FIFO, a device or a
     file over :data:`MAX_REPORT_BYTES` is refused) and validated against the published schema; or
     ValueError saying, in one line naming the file, why it is not one."""
@@ -289,11 +343,11 @@ def load(path: str) -> dict:
 
     try:
         raw = read_user_bytes(path, "ccdiag JSON report", MAX_REPORT_BYTES)
-        doc = json.loads(raw.decode("utf-8"))
+        doc = rf.loads(raw.decode("utf-8"))
     except UserFileError as exc:
         raise ValueError(str(exc)) from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{path}: not JSON: {exc}") from None
+    except (UnicodeDecodeError, ValueError) as exc:  # JSONDecodeError, NaN/Infinity
+        raise ValueError(f"{path}: not JSON: {str(exc)[:200]}") from None
     except RecursionError:
         raise ValueError(f"{path}: not a ccdiag report: nested too deeply to be one") from None
     if not isinstance(doc, dict):
@@ -321,13 +375,9 @@ def scan(inputs: Iterable[str], also: Callable[[dict, str], None] | None = None)
     fleet = Fleet()
     for path in report_paths(inputs):
         try:
-            doc = load(path)
-            facts = flatten(doc)
+            doc, facts = read_report(path)
         except ValueError as exc:
             fleet.unreadable.append(str(exc))
-            continue
-        except (TypeError, AttributeError, KeyError) as exc:  # valid by the schema, still unusable
-            fleet.unreadable.append(f"{path}: not a usable ccdiag report: {type(exc).__name__}: {exc}")
             continue
         fleet.add_facts(facts, host_of(doc, path))
         if also is not None:

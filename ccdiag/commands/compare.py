@@ -2,9 +2,10 @@
 
 Thin: options, then :mod:`ccdiag.cluster.compare`. Reports are ``ccdiag check --json`` documents
 (files or directories of ``*.json``, e.g. ``ccdiag cluster check --reports-dir``), read one at a
-time. Exit: 0 nothing stands out (or two identical reports), 1 outliers, versions apart within a
-machine type (``--policy``: from its known-good set) or differences, 2 bad input (fewer than two
-readable reports, or an unreadable file: named, the rest still compared).
+time. Exit: 1 outliers, versions apart within a machine type (``--policy``: from its
+known-good set) or differences, whatever else is wrong; else 2 bad input (fewer than two
+readable reports, or an unreadable file: named, the rest still compared); else 3 a report without
+GPU data (its GPUs were not compared) or nothing the reports share; else 0 nothing stands out.
 """
 
 from __future__ import annotations
@@ -52,20 +53,32 @@ def command(reports, as_json, z, force_diff, limit, policy_file):
         raise InputError(f"need at least two readable reports, got {fleet.hosts}")
     outs = fleet.outliers(z)
     drifts = drift.drifts()
+    no_gpu = fleet.without_gpu_data()
+    code = _code(any(o.get("gating", True) for o in outs) or bool(drifts), bool(fleet.unreadable),
+                 not fleet.keys or bool(no_gpu))
     if as_json:
         _emit_json({"kind": "compare.fleet", "reports": fleet.hosts, "keys": len(fleet.keys), "z": z,
-                    "unreadable": fleet.unreadable, "outliers": outs, "hosts": _by_host(outs), "drift": drifts})
+                    "unreadable": fleet.unreadable, "outliers": outs, "hosts": _by_host(outs), "drift": drifts,
+                    "without_gpu_data": no_gpu, "exit_code": code})
     else:
         from ccdiag.cluster.drift import lines as drift_lines
 
-        sys.stdout.write("\n".join(_fitted(_fleet_lines(fleet, outs, limit) + drift_lines(drifts, limit))) + "\n")
+        sys.stdout.write("\n".join(_fitted(_fleet_lines(fleet, outs, limit, no_gpu) + drift_lines(drifts, limit)))
+                         + "\n")
     for u in fleet.unreadable:
         click.echo(f"ccdiag: left out: {u}", err=True)
-    if fleet.unreadable:
+    return code
+
+
+def _code(failed: bool, unreadable: bool, unevaluated: bool) -> int:
+    """An outlier decides (exit 1) whatever else is wrong, as in every command across hosts
+    (:mod:`ccdiag.cluster.verdict`); else an unreadable report is bad input (2, each named); else
+    a report whose GPUs were not compared (no NVML data) or nothing compared at all is 3."""
+    if failed:
+        return int(ExitCode.FAIL)
+    if unreadable:
         return int(ExitCode.USAGE)
-    if not fleet.keys:  # nothing the reports share was compared: never OK with nothing judged
-        return int(ExitCode.UNEVALUATED)
-    return int(ExitCode.FAIL if any(o.get("gating", True) for o in outs) or drifts else ExitCode.OK)
+    return int(ExitCode.UNEVALUATED if unevaluated else ExitCode.OK)
 
 
 def _known_good(policy_file: str | None) -> tuple:
@@ -84,7 +97,7 @@ def _by_host(outs: list[dict]) -> dict[str, int]:
     return dict(sorted(by_host.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
-def _fleet_lines(fleet, outs: list[dict], limit: int) -> list[str]:
+def _fleet_lines(fleet, outs: list[dict], limit: int, no_gpu: list[str]) -> list[str]:
     by_host = _by_host(outs)
     gating = [o for o in outs if o.get("gating", True)]
     lines = [f"{fleet.hosts} reports, {len(fleet.keys)} facts compared: {len(gating)} outlier(s), "
@@ -98,6 +111,9 @@ def _fleet_lines(fleet, outs: list[dict], limit: int) -> list[str]:
                      f"{o['fleet']!r} ({o['kind']}{extra}){note}")
     if len(outs) > limit:
         lines.append(f"  ... {len(outs) - limit} more (--limit, --json)")
+    if no_gpu:
+        lines.append(f"  no GPU data (NVML probe failed or no driver), GPUs not compared: {', '.join(no_gpu[:20])}"
+                     + (f" (+{len(no_gpu) - 20} more)" if len(no_gpu) > 20 else ""))
     lines += [f"  unreadable: {u}" for u in fleet.unreadable]
     return lines
 
@@ -116,15 +132,21 @@ def _diff(compare, paths: list[str], as_json: bool, limit: int) -> int:
     a, b = docs
     rows = compare.diff(a, b)
     ha, hb = compare.host_of(a, paths[0]), compare.host_of(b, paths[1])
+    # two reports that agree but hold no GPU data compared nothing of their GPUs: never OK
+    no_gpu = [h for h, d in ((ha, a), (hb, b)) if compare.flatten(d).get("gpu_data") == "missing"]
+    code = _code(bool(rows), False, bool(no_gpu))
     if as_json:
-        _emit_json({"kind": "compare.diff", "a": ha, "b": hb, "differences": rows})
+        _emit_json({"kind": "compare.diff", "a": ha, "b": hb, "differences": rows, "without_gpu_data": no_gpu,
+                    "exit_code": code})
     else:
         lines = [f"{len(rows)} difference(s) between {ha} (a) and {hb} (b)"]
         lines += [f"  {r['key']}: a={r['a']!r} b={r['b']!r}" for r in rows[:limit]]
         if len(rows) > limit:
             lines.append(f"  ... {len(rows) - limit} more (--limit, --json)")
+        if no_gpu:
+            lines.append(f"  no GPU data (NVML probe failed or no driver), GPUs not compared: {', '.join(no_gpu)}")
         sys.stdout.write("\n".join(_fitted(lines)) + "\n")
-    return int(ExitCode.FAIL if rows else ExitCode.OK)
+    return code
 
 
 def _fitted(lines: list[str]) -> list[str]:
