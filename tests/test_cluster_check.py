@@ -66,6 +66,56 @@ def test_facts_from_a_real_report(tmp_path):
     facts = gather.facts_from_report(json.loads(r.output))
     assert facts["pcie_link GPU3 <- 0000:5c:00.0"] == "Gen5 x8"
     assert facts["driver_version"] and facts["gpu_usable"] == 7
+    # the fabric's identity: each usable interface's MTU, each port's GID layout and IB subnet prefix
+    assert facts["mtu ib0"] == 4092 and facts["mtu eno1"] == 1500
+    assert facts["ib_gid_types mlx5_0/1"] == "0:IB/RoCE v1"
+    assert facts["ib_gid_prefix mlx5_0/1"] == "fe80:0000:0000:0000"
+    assert facts["gpu_data"] == "present"
+
+
+def test_a_host_whose_mtu_gid_layout_or_partition_differs_is_named():
+    """An MTU that differs drops large frames between the hosts (small messages still pass); a GID
+    layout that differs makes one NCCL_IB_GID_INDEX wrong there; another partition key puts the
+    port on another partition. Each is a failure naming the host and both values."""
+    base = {"mtu eth0": 9000, "ib_gid_types mlx5_0/1": "0:IB/RoCE v1,1:RoCE v2,2:IB/RoCE v1,3:RoCE v2",
+            "ib_pkeys mlx5_0/1": "0xffff", "gpu_data": "present"}
+    facts = {f"h{i}": dict(base) for i in range(4)}
+    facts["h1"]["mtu eth0"] = 1500
+    facts["h2"]["ib_gid_types mlx5_0/1"] = "0:IB/RoCE v1,1:RoCE v2"  # no IPv4 address on the RoCE netdev
+    facts["h3"]["ib_pkeys mlx5_0/1"] = "0x7fff"
+    fs = {(f.check, f.component.name): f for f in gather.consistency(facts)}
+    assert set(fs) == {("cluster.consistency.mtu eth0", "h1"), ("cluster.consistency.ib_gid_types mlx5_0/1", "h2"),
+                       ("cluster.consistency.ib_pkeys mlx5_0/1", "h3")}
+    assert all(f.status == "fail" for f in fs.values())
+    assert "1500" in fs[("cluster.consistency.mtu eth0", "h1")].summary
+    assert "9000" in fs[("cluster.consistency.mtu eth0", "h1")].summary
+
+
+def test_partition_keys_are_read_per_port_through_the_door(tmp_path):
+    """SYNTHESIZED tree in the kernel's sysfs format (Documentation/ABI/stable/sysfs-class-infiniband:
+    ports/<n>/pkeys/<index>, "0x0000" for an unused entry)."""
+    from ccdiag.cluster.pkeys import parse_pkey, pkey_facts
+    from ccdiag.host.door import LiveHost
+
+    base = tmp_path / "sys/class/infiniband/mlx5_0/ports/1/pkeys"
+    base.mkdir(parents=True)
+    for i, v in enumerate(["0xffff", "0x8001", "0x0000", "0x0000"]):
+        (base / str(i)).write_text(v + "\n")
+    (tmp_path / "sys/class/infiniband/mlx5_1/ports/1").mkdir(parents=True)  # no pkeys directory
+    assert pkey_facts(LiveHost(str(tmp_path))) == {"ib_pkeys mlx5_0/1": "0x8001,0xffff"}
+    assert parse_pkey("0x0000") is None and parse_pkey("garbage") is None and parse_pkey("0x7FFF") == "0x7fff"
+    assert pkey_facts(LiveHost(str(tmp_path / "nothing-here"))) == {}
+
+
+def test_wrong_typed_fields_of_a_report_are_named_by_their_path():
+    from ccdiag.cluster.reportfields import FieldError
+
+    doc = {"probes": {"infiniband": {"data": {"devices": [{"name": "mlx5_0", "ports": "1"}]}}}}
+    with pytest.raises(FieldError, match="devices/0/ports: not a list"):
+        gather.facts_from_report(doc)
+    with pytest.raises(FieldError, match="topology/links: not a list"):
+        gather.facts_from_report({"topology": {"links": {"a": 1}}})
+    assert gather.facts_from_report({"probes": {"nvml": {"data": None}}})["gpu_data"] == "missing"
 
 
 @pytest.mark.mpi

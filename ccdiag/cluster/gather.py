@@ -15,9 +15,10 @@ import os
 from collections import Counter
 
 from ccdiag import __version__
+from ccdiag.cluster import reportfields as rf
 from ccdiag.cluster.mpictx import Deadline, bcast_obj, gather_to_root
 from ccdiag.core.findings import FAIL, PASS, WARN, Component, Evidence, Finding
-from ccdiag.core.probenames import PROBE_INFINIBAND, PROBE_NVML
+from ccdiag.core.probenames import PROBE_INFINIBAND, PROBE_NETDEV, PROBE_NVML
 
 #: facts compared across hosts (by key prefix), and how bad a difference from the majority is
 FACT_SEVERITY = {
@@ -27,8 +28,17 @@ FACT_SEVERITY = {
     "gpu_count": FAIL,
     "gpu_usable": FAIL,
     "gpu_models": FAIL,
+    # a host whose NVML data is missing (no driver, a probe that failed) among hosts that have it
+    "gpu_data": FAIL,
     "ib_firmware": WARN,
     "ib_port_rate_gbit_s": FAIL,
+    # the fabric's identity: a different MTU drops large frames (size-dependent loss, RoCE
+    # failing while small messages pass), a different GID layout makes one NCCL_IB_GID_INDEX wrong
+    # on that host, another subnet prefix or partition key puts it on another fabric
+    "mtu": FAIL,
+    "ib_gid_types": FAIL,
+    "ib_gid_prefix": FAIL,
+    "ib_pkeys": FAIL,
     "pcie_link": WARN,
     "kernel": WARN,
 }
@@ -40,32 +50,83 @@ def severity(key: str) -> str:
 
 def facts_from_report(doc: dict) -> dict:
     """The facts a fleet should agree on, from one ``ccdiag check --json`` document, as flat
-    keys (``pcie_link GPU3 <- 0000:5c:00.0``, ``ib_port_rate_gbit_s mlx5_4/1``) so a difference
-    names the one link or port that differs."""
-    probes = doc.get("probes", {})
-    nvml = (probes.get(PROBE_NVML) or {}).get("data") or {}
-    gpus = nvml.get("gpus") or []
-    ib = ((probes.get(PROBE_INFINIBAND) or {}).get("data") or {}).get("devices") or []
-    topo = doc.get("topology") or {}
+    keys (``pcie_link GPU3 <- 0000:5c:00.0``, ``ib_port_rate_gbit_s mlx5_4/1``, ``mtu eth0``) so a
+    difference names the one link, port or interface that differs. Every field is read by its type
+    (:mod:`ccdiag.cluster.reportfields`): a wrong-typed one is a FieldError naming its path."""
+    probes = rf.obj(doc.get("probes"), "probes")
+    nvml_run = rf.obj(probes.get(PROBE_NVML), f"probes/{PROBE_NVML}")
+    nvml = rf.obj(nvml_run.get("data"), f"probes/{PROBE_NVML}/data")
+    gpus = rf.objs(nvml.get("gpus"), f"probes/{PROBE_NVML}/data/gpus")
+    topo = rf.obj(doc.get("topology"), "topology")
+    topo_gpus = topo.get("gpus")
     facts = {
-        "ccdiag_version": (doc.get("tool") or {}).get("version"),
-        "kernel": (doc.get("host") or {}).get("kernel"),
-        "driver_version": nvml.get("driver_version"),
-        "cuda_driver_version": nvml.get("cuda_driver_version"),
-        "gpu_count": len(topo["gpus"]) if isinstance(topo.get("gpus"), list) else nvml.get("device_count"),
+        "ccdiag_version": rf.text(rf.obj(doc.get("tool"), "tool").get("version"), "tool/version"),
+        "kernel": rf.text(rf.obj(doc.get("host"), "host").get("kernel"), "host/kernel"),
+        "driver_version": rf.text(nvml.get("driver_version"), "nvml/data/driver_version"),
+        "cuda_driver_version": rf.text(nvml.get("cuda_driver_version"), "nvml/data/cuda_driver_version"),
+        "gpu_count": (len(topo_gpus) if isinstance(topo_gpus, list)
+                      else rf.number(nvml.get("device_count"), "nvml/data/device_count")),
         "gpu_usable": sum(1 for g in gpus if not g.get("failed")) if gpus else None,
-        "gpu_models": ",".join(sorted({str(g.get("name")) for g in gpus if g.get("name")})) or None,
+        "gpu_models": ",".join(sorted({rf.text(g.get("name"), "nvml/data/gpus/name") or "" for g in gpus} - {""}))
+        or None,
+        "gpu_data": "present" if nvml_run.get("data") is not None else "missing",
     }
-    for d in ib:
-        if d.get("fw_ver"):
-            facts[f"ib_firmware {d.get('name')}"] = f"{d.get('hca_type')} {d.get('fw_ver')}"
-        for port in d.get("ports") or []:
-            if port.get("rate_gbit_s") is not None:
-                facts[f"ib_port_rate_gbit_s {d.get('name')}/{port.get('port')}"] = port.get("rate_gbit_s")
-    for link in topo.get("links") or []:
-        if link.get("kind") == "pcie" and link.get("current_desc"):
-            facts[f"pcie_link {link.get('name')}"] = link.get("current_desc")
+    facts.update(_ib_facts(probes))
+    facts.update(_mtu_facts(probes))
+    for i, link in enumerate(rf.objs(topo.get("links"), "topology/links")):
+        desc = rf.text(link.get("current_desc"), f"topology/links/{i}/current_desc")
+        if link.get("kind") == "pcie" and desc:
+            facts[f"pcie_link {rf.text(link.get('name'), f'topology/links/{i}/name')}"] = desc
     return {k: v for k, v in facts.items() if v is not None}
+
+
+def _ib_facts(probes: dict) -> dict:
+    """Per RDMA device: firmware; per port: rate, the type of each GID index (RoCE v1/v2: one
+    ``NCCL_IB_GID_INDEX`` for every host needs the same layout), the InfiniBand subnet prefix."""
+    base = f"probes/{PROBE_INFINIBAND}/data"
+    data = rf.obj(rf.obj(probes.get(PROBE_INFINIBAND), f"probes/{PROBE_INFINIBAND}").get("data"), base)
+    facts: dict = {}
+    for i, d in enumerate(rf.objs(data.get("devices"), f"{base}/devices")):
+        where = f"{base}/devices/{i}"
+        name = rf.text(d.get("name"), f"{where}/name")
+        fw = rf.text(d.get("fw_ver"), f"{where}/fw_ver")
+        if fw:
+            facts[f"ib_firmware {name}"] = f"{rf.text(d.get('hca_type'), f'{where}/hca_type')} {fw}"
+        for j, port in enumerate(rf.objs(d.get("ports"), f"{where}/ports")):
+            pw = f"{where}/ports/{j}"
+            label = f"{name}/{rf.text(port.get('port'), f'{pw}/port')}"
+            rate = rf.number(port.get("rate_gbit_s"), f"{pw}/rate_gbit_s")
+            if rate is not None:
+                facts[f"ib_port_rate_gbit_s {label}"] = rate
+            gids = rf.objs(port.get("gids"), f"{pw}/gids")
+            types = [f"{rf.text(g.get('index'), f'{pw}/gids/index')}:{rf.text(g.get('type'), f'{pw}/gids/type')}"
+                     for g in gids if g.get("type")]
+            if types:
+                facts[f"ib_gid_types {label}"] = ",".join(types)
+            first = next((rf.text(g.get("gid"), f"{pw}/gids/gid") for g in gids if g.get("index") == 0), None)
+            if first and rf.text(port.get("link_layer"), f"{pw}/link_layer") == "InfiniBand":
+                facts[f"ib_gid_prefix {label}"] = ":".join(first.split(":")[:4])
+    return facts
+
+
+def _mtu_facts(probes: dict) -> dict:
+    """The MTU of each interface that can carry traffic between hosts (up, a routable IPv4
+    address, not loopback or a container/bridge interface by the one usable-interface rule)."""
+    from ccdiag.nccl.netif import name_problem, routable
+
+    base = f"probes/{PROBE_NETDEV}/data"
+    data = rf.obj(rf.obj(probes.get(PROBE_NETDEV), f"probes/{PROBE_NETDEV}").get("data"), base)
+    facts: dict = {}
+    for i, iface in enumerate(rf.objs(data.get("interfaces"), f"{base}/interfaces")):
+        where = f"{base}/interfaces/{i}"
+        name = rf.text(iface.get("name"), f"{where}/name")
+        mtu = rf.number(iface.get("mtu"), f"{where}/mtu")
+        addrs = [rf.text(a.get("address"), f"{where}/addresses/address")
+                 for a in rf.objs(iface.get("addresses"), f"{where}/addresses") if a.get("family") == "inet"]
+        if name and mtu is not None and iface.get("up") is True and name_problem(name) is None \
+                and any(a and routable(a) for a in addrs):
+            facts[f"mtu {name}"] = mtu
+    return facts
 
 
 def check_body(comm, work: Deadline, ident: dict, replay: str | None, timeout_s: float, reports_dir: str | None,
@@ -113,6 +174,7 @@ def _make_host(path: str | None):
 
 def run_node_check(ident: dict, rank: int, replay: str | None, timeout_s: float, reports_dir: str | None,
                    policy_file: str | None) -> dict:
+    from ccdiag.cluster.pkeys import pkey_facts
     from ccdiag.run.checkrun import close_host, evaluate
     from ccdiag.core.errors import CcdiagError
     from ccdiag.report.document import build_report
@@ -134,6 +196,7 @@ def run_node_check(ident: dict, rank: int, replay: str | None, timeout_s: float,
     try:
         result = evaluate(host, policy, deadline_s=timeout_s, load_links=False)
         nccl, nccl_full = _nccl_settings(host, result)
+        pkeys = pkey_facts(host)
     finally:
         close_host(host, result=result)
     # the full recommendation rides in the host's own report only (``ccdiag compare`` reads its settings)
@@ -148,7 +211,7 @@ def run_node_check(ident: dict, rank: int, replay: str | None, timeout_s: float,
             **({"error": write_error, "exit_code": 2} if write_error else {}),
             "reason": doc.get("verdict", {}).get("reason"), "timed_out": bool(result.timed_out),
             "failures": [f"{f.check} {f.component.name}: {f.summary}" for f in fails[:20]],
-            "failure_count": len(fails), "facts": facts_from_report(doc), "nccl": nccl}
+            "failure_count": len(fails), "facts": {**facts_from_report(doc), **pkeys}, "nccl": nccl}
 
 
 def _nccl_settings(host, result) -> tuple[dict, dict | None]:
