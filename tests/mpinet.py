@@ -8,7 +8,10 @@ agent), so ``gethostname()`` in a rank says which "host" it runs on, as on a rea
 Every name carries a unique prefix (``ccdt`` + pid + a counter) and every address is in
 ``10.77.<k>.0/24`` (a second network, when asked for: ``10.78.<k>.0/24``) with ``<k>`` chosen from
 the pid, so concurrent runs on one machine never share
-a namespace, a link or a subnet; only addresses of the hosts made here receive traffic.
+a namespace, a link or a subnet; only addresses of the hosts made here receive traffic. Faults:
+``tc tbf`` (a slow host or link), an MTU apart (a host's interface, a host's bridge port), nftables
+in a host's namespace (random loss with ``numgen random``, drops by packet size), SIGSTOP/SIGCONT
+pulses on a rank (:func:`pulse`).
 :meth:`NetnsCluster.close` removes everything (namespaces, bridges, veths, ``/etc/hosts`` lines,
 processes it started) and is safe to call twice or after a half-finished set-up.
 """
@@ -23,6 +26,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 HOSTS_FILE = "/etc/hosts"
@@ -247,15 +251,55 @@ class NetnsCluster:
     def iface_down(self, i: int) -> None:
         _run("ip", "-n", self.hosts[i], "link", "set", "eth0", "down")
 
+    def jumbo(self, mtu: int = 9000) -> None:
+        """Every host's eth0, its bridge port and the bridge at ``mtu`` (a jumbo-frame fabric)."""
+        _run("ip", "link", "set", self.bridge, "mtu", str(mtu))
+        for host, veth in zip(self.hosts, self.veths):
+            _run("ip", "link", "set", veth, "mtu", str(mtu))
+            _run("ip", "-n", host, "link", "set", "eth0", "mtu", str(mtu))
+
+    def port_mtu(self, i: int, mtu: int) -> None:
+        """Host ``i``'s bridge port (its switch port) at ``mtu``, its own eth0 left as it is: the
+        classic black hole: frames larger than the port's MTU vanish in both directions (the bridge
+        drops them on the way out of the port, the veth on the way in), small ones pass, and both
+        hosts still advertise the larger MSS, so TCP never learns."""
+        _run("ip", "link", "set", self.veths[i], "mtu", str(mtu))
+
+    def set_mtu(self, i: int, mtu: int) -> None:
+        """Host ``i``'s own eth0 at ``mtu`` (one host configured apart from the rest)."""
+        _run("ip", "-n", self.hosts[i], "link", "set", "eth0", "mtu", str(mtu))
+
+    def nft(self, i: int, rules: str) -> None:
+        """Load an nftables ruleset into host ``i``'s namespace (a table of our own, replaced whole)."""
+        subprocess.run(["ip", "netns", "exec", self.hosts[i], "nft", "-f", "-"],
+                       input=f"table inet ccdt\ndelete table inet ccdt\ntable inet ccdt {{\n{rules}\n}}\n",
+                       check=True, capture_output=True, text=True, timeout=30)
+
+    def lose_into(self, i: int, per_mille: int) -> None:
+        """Drop ``per_mille`` of every 1000 packets host ``i`` receives from the test subnet, at random
+        (nftables ``numgen random``): loss TCP hides from a bandwidth figure."""
+        self.nft(i, "chain input { type filter hook input priority 0; policy accept;\n"
+                    f"ip saddr {self.subnet}.0/24 numgen random mod 1000 < {per_mille} drop\n}}")
+
+    def drop_larger_than(self, i: int, size_bytes: int) -> None:
+        """Host ``i`` drops every IP packet from the test subnet longer than ``size_bytes`` (a path that
+        black-holes large frames, by size alone)."""
+        self.nft(i, "chain input { type filter hook input priority 0; policy accept;\n"
+                    f"ip saddr {self.subnet}.0/24 ip length > {size_bytes} drop\n}}")
+
+
     # -- launching --------------------------------------------------------------------------------
     def mpirun_argv(self, np_: int | None = None, slots: int = 1, hosts: list[int] | None = None,
-                    hostfile: str | None = None) -> list[str]:
-        """mpirun with the namespace agent; ranks on ``hosts`` (default all) or from ``hostfile``."""
+                    hostfile: str | None = None, oob_net: int = 0) -> list[str]:
+        """mpirun with the namespace agent; ranks on ``hosts`` (default all) or from ``hostfile``.
+        ``oob_net=1`` keeps the launcher's own channel on the second network (``eth1``), so a fault
+        on eth0 hits the ranks' traffic and not the launcher's (as with a management network)."""
         idx = list(range(self.n)) if hosts is None else hosts
         where = ["--hostfile", hostfile] if hostfile else ["-H", ",".join(f"{self.hosts[i]}:{slots}" for i in idx)]
+        oob = f"{self.subnet2 if oob_net else self.subnet}.0/24"
         return ["mpirun", "--allow-run-as-root", "--oversubscribe", "--mca", "plm_rsh_agent", self.rsh,
                 "--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", "eth0",
-                "--mca", "oob_tcp_if_include", f"{self.subnet}.0/24", *where,
+                "--mca", "oob_tcp_if_include", oob, *where,
                 "-np", str(np_ or len(idx) * slots)]
 
     def start(self, argv: list[str], env: dict | None = None) -> subprocess.Popen:
@@ -311,6 +355,33 @@ class NetnsCluster:
             if pattern in cmd:
                 found.append(int(pid))
         return found
+
+
+
+def pulse(pids: list[int], stop_s: float, run_s: float, until: "threading.Event") -> None:
+    """Stop and continue ``pids`` (SIGSTOP for ``stop_s``, SIGCONT for ``run_s``) until ``until`` is
+    set, leaving them running: a rank held off the CPU a known fraction of the time, whatever the
+    machine's load."""
+    try:
+        while not until.is_set():
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGSTOP)
+                except ProcessLookupError:
+                    return
+            until.wait(stop_s)
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGCONT)
+                except ProcessLookupError:
+                    pass
+            until.wait(run_s)
+    finally:
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
 
 
 def python_argv(*args: str) -> list[str]:

@@ -8,7 +8,9 @@ import pathlib
 
 import pytest
 
-from ccdiag.cluster import hops, order, pairs, ring
+from ccdiag.cluster import hops, order, pairs, ring, tcpsteps
+from ccdiag.cluster import pairmatrix as pmx
+from ccdiag.cluster.judgement import View, judge
 
 IPERF3 = pathlib.Path(__file__).resolve().parent / "fixtures" / "corpus" / "iperf3"
 
@@ -41,12 +43,12 @@ def _matrix(n, fast=1.0, slow=None):
 def test_classify_slow_host_vs_slow_link():
     hosts = ["h0", "h1", "h2", "h3"]
     m = _matrix(4, slow={(0, 2): 0.006, (1, 2): 0.006, (3, 2): 0.006})
-    cls = pairs.classify(m, hosts, 0.5)
+    cls = pmx.classify(m, hosts, 0.5)
     assert cls["slow_hosts"] == ["h2"] and cls["slow_links"] == []
     m = _matrix(4, slow={(3, 1): 0.006})
-    cls = pairs.classify(m, hosts, 0.5)
+    cls = pmx.classify(m, hosts, 0.5)
     assert cls["slow_hosts"] == [] and [(x["a"], x["b"]) for x in cls["slow_links"]] == [("h1", "h3")]
-    f = pairs.findings(cls, hosts, "eth0", 0.5)
+    f = pmx.relative_findings(cls, hosts, "eth0", 0.5)
     assert f[0].check == "cluster.link_slow" and "h1" in f[0].summary and "h3" in f[0].summary
     assert "eth0" in f[0].summary
 
@@ -59,14 +61,14 @@ def test_classify_follows_the_shared_rule_where_every_pair_of_a_host_is_slow():
     m = _matrix(4, slow={(0, 2): 0.006, (1, 2): 0.006, (3, 2): 0.006})
     shared = outliers.classify({(hosts[a], hosts[b]): min(m[a][b], m[b][a]) for a in range(4)
                                 for b in range(a + 1, 4)}, fraction=0.5)
-    cls = pairs.classify(m, hosts, 0.5)
+    cls = pmx.classify(m, hosts, 0.5)
     assert cls["slow_hosts"] == list(shared.slow_members) == ["h2"]
     assert cls["reference_gbyte_s"] == shared.reference and cls["floor_gbyte_s"] == shared.floor
     # h0's only measured pair is slow: one pair names a link, not a host (the shared rule wants two)
     m = _matrix(4, slow={(0, 1): 0.006})
     for b in (2, 3):
         m[0][b] = m[b][0] = None
-    cls = pairs.classify(m, hosts, 0.5)
+    cls = pmx.classify(m, hosts, 0.5)
     assert cls["slow_hosts"] == [] and [(x["a"], x["b"]) for x in cls["slow_links"]] == [("h0", "h1")]
 
 
@@ -74,15 +76,21 @@ def test_classify_fewer_than_three_measured_hosts_is_unknown_not_pass():
     hosts = ["h0", "h1", "h2"]
     m = _matrix(3)
     m[0][2] = m[2][0] = m[1][2] = m[2][1] = None  # h2 never measured
-    cls = pairs.classify(m, hosts, 0.5)
+    cls = pmx.classify(m, hosts, 0.5)
     assert cls["reference_gbyte_s"] is None and cls["slow_hosts"] == [] and cls["slow_links"] == []
-    assert [f.status for f in pairs.findings(cls, hosts, "eth0", 0.5)] == ["unknown"]
+    assert [f.status for f in pmx.relative_findings(cls, hosts, "eth0", 0.5)] == ["unknown"]
+    # no reference, and the pairs of h2 neither measured nor failed: both said, never a PASS
+    assert sorted(f.check for f in judge(View(hosts, m, "eth0"), 0.5)[0] if f.status != "skip") == [
+        "cluster.pairs", "cluster.pairs_missing"]
+    assert {f.status for f in judge(View(hosts, m, "eth0"), 0.5)[0] if f.status != "skip"} == {"unknown"}
 
 
 def test_classify_healthy_is_one_pass():
-    cls = pairs.classify(_matrix(5), [f"h{i}" for i in range(5)], 0.5)
-    f = pairs.findings(cls, [f"h{i}" for i in range(5)], "eth0", 0.5)
-    assert [x.status for x in f] == ["pass"]
+    hosts = [f"h{i}" for i in range(5)]
+    f, _ = judge(View(hosts, _matrix(5), "eth0"), 0.5)
+    # relative judgement decides with no line rate known; a SKIP says the absolute check did not run
+    assert [(x.check, x.status) for x in f] == [("cluster.pairs", "pass"), ("cluster.link_capability", "skip")]
+    assert "within 50% of the fleet reference" in f[0].summary and "--line-rate-gbit-s" in f[1].remedy
 
 
 def test_ring_order_avoids_a_slow_link_exactly():
@@ -223,13 +231,13 @@ def test_pair_work_shrinks_to_its_share_of_the_budget():
     # a link at 5 % of that: smaller messages, never below the probe size
     size, warm, timed = pairs.plan_work(per_byte * 20, 64 * mb, 20, 3, 4.0)
     assert pairs.PROBE_BYTES <= size < 64 * mb and (warm + timed) * per_byte * 20 * size <= 4.0 + 1e-9
-    assert pairs.tcp_blocks(per_byte, 64 * mb, 20, 3, 100.0) == (3, 23)
-    assert pairs.tcp_blocks(per_byte, 64 * mb, 20, 3, 1.0) == (1, 2)
+    assert tcpsteps.plan_blocks(per_byte, 64 * mb, 20, 3, 100.0) == (3, 23)
+    assert tcpsteps.plan_blocks(per_byte, 64 * mb, 20, 3, 1.0) == (1, 2)
 
 
 def test_flagged_pairs_are_the_slow_link_and_every_pair_of_a_slow_host_packed_into_disjoint_rounds():
     """What the retest measures again: a pair below the margin (either direction), and every pair
-    of a host slow with everyone; nothing when fewer than three hosts can be compared."""
+    of a host slow with everyone; with two hosts, one direction far below the other."""
     hosts = ["h0", "h1", "h2", "h3", "h4"]
     into = {h: {s: 0.117 for s in hosts if s != h} for h in hosts}
     assert pairs.flagged_pairs(into, hosts, 0.5) == []
@@ -243,7 +251,9 @@ def test_flagged_pairs_are_the_slow_link_and_every_pair_of_a_slow_host_packed_in
     assert sorted(p for r in rounds for p in r) == sorted(flagged)
     assert all(len({m for p in r for m in p}) == 2 * len(r) for r in rounds)
     assert len(rounds) == 4  # h2 is in four pairs: four rounds, h1-h4 rides along in one of them
-    assert pairs.flagged_pairs({"h0": {"h1": 0.001}, "h1": {"h0": 0.1}}, ["h0", "h1"], 0.5) == []
+    # two hosts: one direction far below the other, measured at once over one path, is flagged too
+    assert pairs.flagged_pairs({"h0": {"h1": 0.001}, "h1": {"h0": 0.1}}, ["h0", "h1"], 0.5) == [(0, 1)]
+    assert pairs.flagged_pairs({"h0": {"h1": 0.09}, "h1": {"h0": 0.1}}, ["h0", "h1"], 0.5) == []
 
 
 def test_a_failed_tcp_transfer_flags_its_pair_for_a_retest_and_the_better_row_is_kept():
@@ -279,12 +289,12 @@ def test_the_report_lists_every_retested_direction_with_both_figures():
 
 
 def test_partial_matrix_classifies_what_was_measured_and_lists_the_rest():
-    from ccdiag.cluster.pairs_report import missing_pairs
+    missing_pairs = pmx.missing_pairs
 
     hosts = ["h0", "h1", "h2", "h3"]
     m = _matrix(4)
     m[2][3] = m[3][2] = None  # the last round never ran
-    cls = pairs.classify(m, hosts, 0.5)
+    cls = pmx.classify(m, hosts, 0.5)
     assert cls["slow_hosts"] == [] and cls["slow_links"] == []
     assert missing_pairs(m, hosts) == ["h2->h3", "h3->h2"]
 
@@ -300,8 +310,12 @@ def test_two_hosts_on_a_link_at_5_percent_of_line_rate_fail_by_capability():
     fs, named = capability.judge(m, cap, hosts, [], "eth0")
     assert [f.status for f in fs] == ["fail"] and named == {(0, 1)}
     assert "a <-> b" in fs[0].summary and "5%" in fs[0].summary
-    # the relative analysis cannot judge it: two hosts have no fleet, so it says UNKNOWN, never pass
-    assert [f.status for f in pairs.findings(pairs.classify(m, hosts, 0.5), hosts, "eth0", 0.5)] == ["unknown"]
+    # two hosts have no fleet, but both directions agree: the relative judgement finds nothing, and
+    # the one judgement says the absolute FAIL only (no PASS beside it)
+    assert [f.status for f in pmx.relative_findings(pmx.directions(m, hosts, 0.5), hosts, "eth0", 0.5)] == []
+    one, _ = judge(View(hosts, m, "eth0", cap=capability.path_capability(hosts, links, {"a": {"eth0": 1000},
+                                                                                        "b": {"eth0": 1000}})), 0.5)
+    assert [(f.check, f.status) for f in one] == [("cluster.link_capability", "fail")]
     # virtual interfaces report no rate: unknown, unless the user gives one
     cap = capability.path_capability(hosts, links, {})
     assert [f.status for f in capability.judge(m, cap, hosts, [], "eth0")[0]] == ["unknown"]
@@ -400,16 +414,20 @@ def test_iface_matrices_and_findings_name_the_interface():
     for r in results[2]["tcp_rows"]:
         if r["error"]:
             r["mbyte_s"] = None  # a failed transfer counts as 0.0
-    mats = pairs.iface_matrices(results, hosts)
+    mats = pmx.iface_matrices(results, hosts)
     assert [(m["net"], m["label"]) for m in mats] == [("10.0.0.0/24", "eth0"), ("10.1.0.0/24", "eth1")]
-    assert mats[1]["matrix_gbyte_s"][0][2] == 0.0 and mats[1]["matrix_gbyte_s"][1][2] == 0.006
-    cls0, f0 = pairs.iface_findings(mats[0], 0.5)
+    # a transfer that failed is no figure: it is a failed direction of its own
+    assert mats[1]["matrix_gbyte_s"][0][2] is None and mats[1]["matrix_gbyte_s"][1][2] == 0.006
+    assert list(mats[1]["failed"]) == [("h0", "h2")]
+    f0, cls0 = judge(View(mats[0]["hosts"], mats[0]["matrix_gbyte_s"], "eth0 (10.0.0.0/24)", prefix="cluster.iface"), 0.5)
     assert [f.check for f in f0] == ["cluster.iface_pairs"] and "eth0" in f0[0].summary
-    cls1, f1 = pairs.iface_findings(mats[1], 0.5)
+    f1, cls1 = judge(View(mats[1]["hosts"], mats[1]["matrix_gbyte_s"], "eth1 (10.1.0.0/24)", prefix="cluster.iface",
+                          failed=mats[1]["failed"]), 0.5)
     assert cls1["slow_hosts"] == ["h2"]
-    assert [f.check for f in f1] == ["cluster.iface_host_slow"]
-    assert f1[0].details["iface"] == "eth1" and "h2" in f1[0].summary and "eth1" in f1[0].summary
-    assert "timed out" in pairs.format_iface_rows(mats[1]["rows"])
+    assert sorted(f.check for f in f1) == ["cluster.iface_host_slow", "cluster.iface_transfer_failed"]
+    slow = next(f for f in f1 if f.check == "cluster.iface_host_slow")
+    assert "h2" in slow.summary and "eth1" in slow.summary
+    assert "timed out" in pmx.format_iface_rows(mats[1]["rows"])
 
 
 def test_ring_hops_between_two_hosts_are_held_to_the_senders_line_rate():

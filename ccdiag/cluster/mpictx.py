@@ -273,13 +273,15 @@ class Watchdog:
 
 
 def host_identity() -> dict:
-    """This rank's host name, its IPv4 interfaces (name -> [addresses]) to name links, and the line
+    """This rank's host name, its IPv4 interfaces (name -> [addresses]) to name links, their MTUs
+    (``mtus``: to name the host whose MTU differs when large transfers fail), and the line
     rate of each physical one (``speeds``: name -> Mbit/s) to hold figures to their path's
     capability. A virtual interface (veth, bridge, tunnel: no ``device`` in sysfs) reports a speed
     the kernel made up, so it has none here. ``provider``: the cloud it runs on (DMI), whose flow
     limit may bound a path below its line rate (:mod:`ccdiag.cluster.flowlimits`)."""
     ifaces: dict[str, list[str]] = {}
     speeds: dict[str, int] = {}
+    mtus: dict[str, int] = {}
     try:
         import psutil
 
@@ -288,6 +290,8 @@ def host_identity() -> dict:
             if v4 and name != "lo":
                 ifaces[name] = v4
         for name, st in psutil.net_if_stats().items():
+            if name in ifaces and st.mtu:
+                mtus[name] = int(st.mtu)
             if name in ifaces and st.speed and st.speed > 0 and os.path.exists(f"/sys/class/net/{name}/device"):
                 speeds[name] = int(st.speed)
     except Exception:  # noqa: BLE001 - a missing interface list only blurs the "interface" column
@@ -298,7 +302,7 @@ def host_identity() -> dict:
         provider = local_provider()
     except Exception:  # noqa: BLE001 - an unreadable identity only leaves the line rate unbounded
         provider = None
-    return {"host": socket.gethostname(), "ifaces": ifaces, "speeds": speeds, "pid": os.getpid(),
+    return {"host": socket.gethostname(), "ifaces": ifaces, "speeds": speeds, "mtus": mtus, "pid": os.getpid(),
             "provider": provider}
 
 
@@ -413,3 +417,39 @@ def bcast_obj(comm, obj: Any, deadline: Deadline, stage: str, tag: int = TAG_BCA
         if time.monotonic() >= deadline.end:
             raise DeadlineExpired(stage, [0], deadline.budget_s)
         time.sleep(0.0002 if spins < 1000 else 0.002)
+
+
+def exchange_obj(comm, peer: int, obj, deadline: Deadline, stage: str, tag: int):
+    """Send ``obj`` to ``peer`` and receive its object, both ending by ``deadline``.
+
+    Why not ``sendrecv``: it blocks without a deadline; a partner that died would hang this rank.
+    Probes (``improbe``) instead of a pickled ``irecv`` whose object cannot be read after a ``Test``.
+    A send still pending at the deadline is kept with its buffer (:func:`cancel_all`)."""
+    load_numpy()  # the same clear error as the rest of the run when the MPI extras are missing
+    sreq = comm.isend(obj, dest=peer, tag=tag)
+    spins = 0
+    while True:
+        msg = comm.improbe(source=peer, tag=tag)
+        if msg is not None:
+            got = msg.recv()
+            break
+        spins += 1
+        if time.monotonic() >= deadline.end:
+            cancel_all([sreq])
+            raise DeadlineExpired(stage, [peer], deadline.budget_s)
+        time.sleep(0.0002 if spins < 1000 else 0.002)
+    wait_one(sreq, peer, deadline, stage)
+    return got
+
+
+def soft_barrier(comm, deadline: Deadline, stage: str) -> bool:
+    """A barrier that gives up at ``deadline`` and says whether every rank came (MPI_Ibarrier,
+    polled). Why: rounds of pairs start together so each host's link carries one pair at a time,
+    but a rank that is gone, or whose link swallows MPI's messages, must not stop the rest from
+    measuring; a barrier not reached in time is left pending (a later one matches the next call)."""
+    req = comm.Ibarrier()
+    try:
+        wait_one(req, -1, deadline, stage, keep=comm)
+    except DeadlineExpired:
+        return False
+    return True

@@ -1,29 +1,24 @@
-"""Rank 0's report of ``ccdiag bench pairs``: the matrix (whole or partial), its findings, the ring
-order, the per-interface matrices.
+"""Rank 0's report of ``ccdiag bench pairs``: the matrices (whole or partial), their one judgement
+each, loss, the interface each pair used, the ring order.
 
-Why its own module: the report is printed in every case, also when the budget ran out or a rank
-went silent: then with the pairs that were measured, the ones missing and why, and exit 3. Findings
-come from three places and each slow link is named once: absolute (each figure against its path's
-line rate, :mod:`.capability`), relative (slow host vs slow link, :func:`.pairs.classify`), and
-per interface.
+Why its own module: the report is printed in every case, also when the budget ran out, a rank went
+silent or a transfer never completed: then with the pairs that were measured, the ones that failed
+(named as findings, never an empty cell under a PASS), the ones never measured and why. Each matrix
+is judged once (:mod:`.judgement`): MPI's, with the line rate when one is known, and one TCP matrix
+per subnet; the two over the same interface check each other before a link is accused. Loss comes
+from the counters each leader read around its pairs (:mod:`.loss`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ccdiag.cluster import capability
+from ccdiag.cluster import capability, cpuuse, loss, verdict
 from ccdiag.cluster import order as ordermod
-from ccdiag.cluster import pairs as pm
+from ccdiag.cluster import pairmatrix as pmx
 from ccdiag.cluster.flowlimits import flow_limit
-from ccdiag.core.exitcodes import ExitCode
+from ccdiag.cluster.judgement import View, judge
 from ccdiag.core.findings import FAIL, PASS, SKIP, UNKNOWN, WARN, Component, Finding
-
-
-def missing_pairs(m, hosts: list[str]) -> list[str]:
-    """``a->b`` for every ordered pair the matrix has no figure for."""
-    return [f"{hosts[i]}->{hosts[j]}" for i in range(len(hosts)) for j in range(len(hosts))
-            if i != j and m[i][j] is None]
 
 
 def retests(results: dict) -> list[dict]:
@@ -46,12 +41,39 @@ def format_retests(rows: list[dict]) -> str:
                      f"MB/s, again {mb(r['retest_gbyte_s'])} MB/s; the matrix keeps the better" for r in rows)
 
 
-def link_label(results: dict) -> str:
-    """One name for the links MPI's matrix went over, from what each leader found."""
-    names = sorted({v for res in results.values() if res and res.get("leader") for v in (res.get("links") or {}).values()})
+def used_ifaces(results: dict) -> dict[tuple[str, str], str]:
+    """``(a, b)`` -> the interface that carried most of MPI's bytes on ``a`` while it measured with
+    ``b`` (read from its counters), else the interface its kernel routes ``b``'s address through."""
+    out = {}
+    for res in results.values():
+        if not res or not res.get("leader"):
+            continue
+        for peer in set(res.get("links") or {}) | set(res.get("used_iface") or {}):
+            out[(res.get("host"), peer)] = (res.get("used_iface") or {}).get(peer) or (res.get("links") or {}).get(peer)
+    return out
+
+
+def link_label(used: dict[tuple[str, str], str]) -> str:
+    """One name for the links MPI's matrix went over."""
+    names = sorted({v for v in used.values() if v})
     if not names:
         return "unknown"
     return names[0] if len(names) == 1 else " | ".join(names)
+
+
+def format_used(used: dict[tuple[str, str], str], hosts: list[str]) -> str:
+    """The interface each pair used, per pair; one line when every pair used the same one."""
+    names = {v for v in used.values() if v}
+    if len(names) == 1:
+        return f"# interface used by every pair (bytes counted on each host): {names.pop()}"
+    idx = {h: i for i, h in enumerate(hosts)}
+    lines = ["# interface used per pair (bytes counted on each host; a / b: each end's)"]
+    for a in hosts:
+        for b in hosts:
+            if idx[a] < idx[b] and ((a, b) in used or (b, a) in used):
+                x, y = used.get((a, b)) or "?", used.get((b, a)) or "?"
+                lines.append(f"#   {a} <-> {b}: {x if x == y else f'{x} / {y}'}")
+    return "\n".join(lines)
 
 
 @dataclass
@@ -63,6 +85,7 @@ class PairsReport:
     only_ifaces: list[str] = field(default_factory=list)
     line_rate_gbit_s: float | None = None
     budget_s: float = 0.0
+    candidates: dict = field(default_factory=dict)
 
     def report(self, outcome) -> int:
         from ccdiag.cluster.benchrun import _doc, _emit, _fault_text
@@ -77,7 +100,8 @@ class PairsReport:
         if res0 and res0.get("matrix") is not None:
             found, extra, text = self._matrix_part(results, res0, outcome.idents())
         code = self._verdict(found, outcome, incomplete or extra.get("missing_pairs"))
-        text += [f"{f.status.upper()} {f.check}: {f.summary}" for f in found if f.status in (FAIL, UNKNOWN, SKIP)]
+        text += [f"{f.status.upper()} {f.check}: {f.summary}" for f in found if f.status in (FAIL, WARN, UNKNOWN, SKIP)]
+        text += [f"{f.status.upper()} {f.check}: {f.summary}" for f in found if f.status == PASS]
         text += [f"ccdiag: measuring stopped: {x}" for x in incomplete]
         ft = _fault_text(outcome)
         if ft:
@@ -88,13 +112,10 @@ class PairsReport:
 
     @staticmethod
     def _verdict(found: list[Finding], outcome, incomplete) -> int:
-        if any(f.status == FAIL for f in found):
-            return int(ExitCode.FAIL)
         # judged: MPI's matrix held to something (the per-interface matrices only add to it)
-        judged = any(f.status in (PASS, WARN) and not f.check.startswith("cluster.iface_") for f in found)
-        if outcome.missing or outcome.errors or incomplete or not judged:
-            return int(ExitCode.UNEVALUATED)
-        return int(ExitCode.OK)
+        judged = any(f.status in (PASS, WARN, FAIL) and not f.check.startswith("cluster.iface_") for f in found)
+        return verdict.exit_code(found, unevaluated=bool(outcome.missing or outcome.errors or incomplete),
+                                 judged=judged)
 
     def _matrix_part(self, results: dict, res0: dict, idents: dict) -> tuple[list[Finding], dict, list[str]]:
         hosts = res0["hosts"]
@@ -103,85 +124,151 @@ class PairsReport:
                         summary=f"every rank runs on one host ({', '.join(hosts)}): no pair of hosts to measure",
                         remedy="run one rank per host across hosts (mpirun --map-by ppr:1:node, srun --ntasks-per-node=1)")
             return [f], {"hosts": hosts}, []
-        matrix = pm.merge_matrix(results, hosts)
-        label = link_label(results)
-        found, cls = self._judge(matrix, hosts, label, results, idents)
-        missing = missing_pairs(matrix, hosts)
-        rec = ordermod.recommend(matrix, hosts, cls["slow_hosts"]) if not missing else None
+        matrix = pmx.merge_matrix(results, hosts)
+        failed = pmx.failed_directions(results, hosts)
+        used = used_ifaces(results)
+        label = link_label(used)
+        ident_of = {(idents.get(r) or {}).get("host"): idents.get(r) or {} for r in idents}
+        mpi = View(hosts=hosts, m=matrix, label=label, failed=failed, mtus=self._mtus(ident_of, hosts, label),
+                   retested={(r["src_host"], r["dst_host"]): (r["first_gbyte_s"], r["retest_gbyte_s"])
+                             for r in retests(results)},
+                   cpu=self._cpu(results))
+        mpi.cap, mpi.cap_note = self._capability(results, hosts, used, ident_of)
+        self.candidates = {res.get("host"): res.get("candidates", []) for res in results.values()
+                           if res and res.get("leader")}
+        tcp_views = [(mat, self._tcp_view(mat, ident_of)) for mat in pmx.iface_matrices(results, hosts)]
+        for _, view in tcp_views:
+            view.cpu = mpi.cpu  # a rank held off the CPU receives and sends slowly over TCP too
+        same = [v for mat, v in tcp_views if mat["label"] == label]  # the subnet MPI's interface is on
+        if len(same) == 1:
+            mpi.other, same[0].other = same[0], mpi
+        found, cls = judge(mpi, self.margin)
+        # a pair whose transfer never completed resent into the void: its failure says it, not loss
+        stuck = {frozenset(k) for k in failed}
+        found += loss.findings({k: v for k, v in self._per_pair_counters(results).items() if frozenset(k) not in stuck},
+                               hosts, label)
+        found += loss.rdma_findings({res.get("host"): res.get("run_counters") for res in results.values()
+                                     if res and res.get("leader")})
+        missing = pmx.missing_pairs(matrix, hosts, failed)
+        carried = [[(0.0 if v is None and i != j else v) for j, v in enumerate(row)] for i, row in enumerate(matrix)]
+        rec = ordermod.recommend(carried, hosts, cls["slow_hosts"]) if not missing else None
+        retest_rows = retests(results)
         extra = {"hosts": hosts, "iface": label, "size_bytes": self.size_bytes, "rounds": res0["rounds"],
                  "matrix_gbyte_s": matrix, "classification": cls, "ring_order": rec, "missing_pairs": missing,
+                 "failed_transfers": [dict(e, src_host=s, dst_host=d) for (s, d), e in sorted(failed.items())],
+                 "used_iface": [{"a": a, "b": b, "iface": v} for (a, b), v in sorted(used.items())],
                  "sizes_used_bytes": {res.get("host"): res.get("size_bytes") for res in results.values()
                                       if res and res.get("leader")},
-                 "retests": retests(results)}
-        text = [pm.format_matrix(matrix, hosts, label, self.size_bytes, len(res0["rounds"]))]
-        if extra["retests"]:
-            text.append(format_retests(extra["retests"]))
+                 "retests": retest_rows,
+                 "budget": self._budget_doc(results),
+                 "cpu": {h: dict(t, available_fraction=cpuuse.available_fraction(t)) for h, t in mpi.cpu.items()},
+                 "counters": {res.get("host"): {"pairs": res.get("counters"), "run": res.get("run_counters")}
+                              for res in results.values() if res and res.get("leader")}}
+        text = [pmx.format_matrix(matrix, hosts, label, self.size_bytes, len(res0["rounds"]), failed)]
+        text.append(format_used(used, hosts))
+        if retest_rows:
+            text.append(format_retests(retest_rows))
+        text.append(self._budget_text(extra["budget"]))
         if missing:
             text.append(f"# not measured (the run was cut short): {', '.join(missing)}")
-        found += self._ifaces(results, hosts, res0, extra, text)
+        found += self._ifaces(tcp_views, res0, extra, text)
         if rec is not None:
             text.append(ordermod.format_recommendation(rec))
             self._hostfiles(rec, res0, extra, text)
         return found, extra, text
 
-    def _judge(self, matrix, hosts: list[str], label: str, results: dict, idents: dict) -> tuple[list, dict]:
-        """Absolute findings, then relative ones for pairs not already named; and the classification."""
-        cls = pm.classify(matrix, hosts, self.margin)
-        links, speeds, limits = {}, {}, {}
-        for r, res in results.items():
-            if res and res.get("leader"):
-                links[res.get("host")] = res.get("links") or {}
-                speeds[res.get("host")] = (idents.get(r) or {}).get("speeds") or {}
-                limits[res.get("host")] = flow_limit((idents.get(r) or {}).get("provider"))
+    @staticmethod
+    def _mtus(ident_of: dict, hosts: list[str], iface: str) -> dict:
+        return {h: ((ident_of.get(h) or {}).get("mtus") or {}).get(iface) for h in hosts}
+
+    @staticmethod
+    def _cpu(results: dict) -> dict:
+        """Each host's rank's CPU tally over all its exchanges."""
+        out = {}
+        for res in results.values():
+            if not res or not res.get("leader") or not res.get("cpu"):
+                continue
+            total = cpuuse.CpuTally()
+            for t in res["cpu"].values():
+                if t:
+                    total.add(cpuuse.CpuTally(**t))
+            out[res.get("host")] = total.to_json()
+        return out
+
+    def _capability(self, results: dict, hosts: list[str], used: dict, ident_of: dict) -> tuple[list | None, str | None]:
+        links: dict = {}
+        speeds, limits = {}, {}
+        for (a, b), v in used.items():
+            links.setdefault(a, {})[b] = v
+        for h in hosts:
+            ident = ident_of.get(h) or {}
+            speeds[h] = ident.get("speeds") or {}
+            limits[h] = flow_limit(ident.get("provider"))
         cap = capability.path_capability(hosts, links, speeds, self.line_rate_gbit_s,
                                          {h: lim.gbit_s for h, lim in limits.items() if lim})
         line = capability.path_capability(hosts, links, speeds, self.line_rate_gbit_s)
         # a cloud's flow limit below some path's line rate is said in each finding it shapes
         note = next((lim.source for lim in limits.values() if lim), None) if cap != line else None
-        absolute, named = capability.judge(matrix, cap, hosts, cls["slow_hosts"], label, note)
-        rel = pm.findings(cls, hosts, label, self.margin)
-        idx = {h: i for i, h in enumerate(hosts)}
-        keep = []
-        for f in rel:
-            d = f.details
-            if f.check == "cluster.link_slow" and (min(idx[d["a"]], idx[d["b"]]), max(idx[d["a"]], idx[d["b"]])) in named:
-                continue  # the absolute finding names this link already
-            if (f.status in (PASS, UNKNOWN) and len(hosts) < 3) or (f.status == PASS and absolute):
-                continue  # two hosts have no fleet to compare with; an absolute finding speaks instead
-            keep.append(f)
-        if not absolute and len(hosts) < 3:
-            keep.append(Finding(check=capability.CHECK_ID, status=PASS if any(any(c) for c in cap) else UNKNOWN,
-                                component=Component(kind="node", name="all hosts", device=label),
-                                summary=("both directions within their path's line rate" if any(any(c) for c in cap)
-                                         else "two hosts and no known line rate: nothing to compare the figure with; "
-                                              "give --line-rate-gbit-s")))
-        elif not absolute:
-            keep.append(Finding(check=capability.CHECK_ID, status=PASS,
-                                component=Component(kind="node", name="all hosts", device=label),
-                                summary="every pair within its path's line rate"))
-        return absolute + keep, cls
+        return (cap if any(c for row in cap for c in row if c) else None), note
 
-    def _ifaces(self, results: dict, hosts: list[str], res0: dict, extra: dict, text: list[str]) -> list[Finding]:
+    @staticmethod
+    def _per_pair_counters(results: dict) -> dict:
+        return {(res.get("host"), peer): d for res in results.values() if res and res.get("leader")
+                for peer, d in (res.get("counters") or {}).items()}
+
+    @staticmethod
+    def _budget_doc(results: dict) -> dict:
+        """How the budget was shared: each round's share (the leaders' largest), the retest rounds
+        that ran, the rounds that started without every rank."""
+        leaders = [res for res in results.values() if res and res.get("leader")]
+        shares = [max(x) for x in zip(*[res.get("round_share_s") or [] for res in leaders])] if leaders else []
+        return {"round_share_s": shares, "retest_rounds": max((res.get("retest_rounds") or 0 for res in leaders), default=0),
+                "late_rounds": sorted({r for res in leaders for r in res.get("late_rounds") or []})}
+
+    @staticmethod
+    def _budget_text(b: dict) -> str:
+        shares = ", ".join(f"{s:.1f}" for s in b["round_share_s"])
+        line = (f"# budget: each round's share {shares} s (a transfer not done by the end of its pair's share failed); "
+                f"{b['retest_rounds']} retest round(s) in the last share")
+        if b["late_rounds"]:
+            line += f"; round(s) {', '.join(map(str, b['late_rounds']))} started without every rank"
+        return line
+
+    def _tcp_view(self, mat: dict, ident_of: dict) -> View:
+        retested = {}
+        for r in mat["rows"]:
+            if "retest_mbyte_s" in r:
+                first = r.get("first_mbyte_s")
+                first = 0.0 if first is None and r.get("first_error") else first
+                again = r.get("retest_mbyte_s")
+                retested[(r["src_host"], r["dst_host"])] = (None if first is None else first / 1000,
+                                                           None if again is None else again / 1000)
+        mtus = {h: ((ident_of.get(h) or {}).get("mtus") or {}).get(mat["ifaces"].get(h)) for h in mat["hosts"]}
+        return View(hosts=mat["hosts"], m=mat["matrix_gbyte_s"], label=f"{mat['label']} ({mat['net']})",
+                    prefix="cluster.iface", failed=mat["failed"], mtus=mtus, retested=retested, transport="TCP")
+
+    def _ifaces(self, tcp_views: list, res0: dict, extra: dict, text: list[str]) -> list[Finding]:
         found, nets = [], []
-        for mat in pm.iface_matrices(results, hosts):
-            icls, ifs = pm.iface_findings(mat, self.margin)
-            # two hosts on a subnet have no fleet to compare with: their "within the median" is no verdict
-            found += [f for f in ifs if not (f.status in (PASS, UNKNOWN) and len(mat["hosts"]) < 3)]
+        for mat, view in tcp_views:
+            ifs, icls = judge(view, self.margin)
+            for f in ifs:
+                # the interface by its name on the host named (it may differ between hosts), and the subnet
+                f.details.update(net=mat["net"], iface=mat["ifaces"].get(f.details.get("host"), mat["label"]))
+            found += ifs
             nets.append({"net": mat["net"], "iface": mat["label"], "hosts": mat["hosts"], "ifaces": mat["ifaces"],
                          "matrix_mbyte_s": [[None if v is None else round(v * 1000, 3) for v in row]
                                             for row in mat["matrix_gbyte_s"]],
                          "classification": icls,
                          "pairs": [{k: r.get(k) for k in ("src_host", "dst_host", "src_iface", "dst_iface",
                                                           "src_addr", "dst_addr", "bytes", "mbyte_s", "error",
-                                                          "first_mbyte_s", "retest_mbyte_s", "first_error")
-                                    if k in r} for r in mat["rows"]]})
-            text.append(pm.format_matrix(mat["matrix_gbyte_s"], mat["hosts"], f"{mat['label']} ({mat['net']}, TCP)",
-                                         self.size_bytes, len(res0["rounds"])))
-            failed = pm.format_iface_rows(mat["rows"])
+                                                          "small_ok", "share_s", "first_mbyte_s", "retest_mbyte_s",
+                                                          "first_error") if k in r} for r in mat["rows"]]})
+            text.append(pmx.format_matrix(mat["matrix_gbyte_s"], mat["hosts"], f"{mat['label']} ({mat['net']}, TCP)",
+                                          self.size_bytes, len(res0["rounds"]), mat["failed"]))
+            failed = pmx.format_iface_rows(mat["rows"])
             if failed:
                 text.append(failed)
-        cands = {res.get("host"): res.get("candidates", []) for res in results.values() if res.get("leader")}
-        extra["ifaces"] = {"only": self.only_ifaces, "candidates": cands, "networks": nets}
+        extra["ifaces"] = {"only": self.only_ifaces, "networks": nets, "candidates": self.candidates}
         if not nets:
             text.append("# no candidate interface shared a subnet between hosts: no per-interface matrix"
                         + (f" (--iface {', '.join(self.only_ifaces)})" if self.only_ifaces else ""))
