@@ -242,3 +242,22 @@ def test_failed_transfers_by_the_same_rule_as_slow_ones():
     found = transfers.findings(failed, measured, HOSTS, "eth0", prefix="cluster.iface")
     assert [f.check for f in found] == ["cluster.iface_transfer_failed"]
     assert transfers.explained_pairs(found) == {frozenset(("h0", "h1"))}
+
+
+def test_loss_on_a_host_already_named_slow_joins_that_finding():
+    """A shaper drops what exceeds its rate: the resent segments into a slowed host are how it is
+    slow, one finding, not a second one on a link of it."""
+    from ccdiag.cluster.pairs_report import fold_loss
+
+    m = _m(slow={(0, 2): 0.006, (1, 2): 0.006, (3, 2): 0.006})
+    found, _ = judge(View(HOSTS, m, "eth0"), 0.5)
+    per_pair = {(a, b): {"tcp": {"out_segs": 5000, "retrans_segs": 90 if (a, b) == ("h1", "h2") else 0}}
+                for a in HOSTS for b in HOSTS if a != b}
+    lost = loss.findings(per_pair, HOSTS, "eth0")
+    assert [f.check for f in lost] == ["cluster.link_loss"]
+    folded = fold_loss(found, lost)
+    fails = [f for f in folded if f.status == "fail"]
+    assert [f.check for f in fails] == ["cluster.host_slow"] and "TCP resent" in fails[0].summary
+    # loss on a host nothing else names stands on its own
+    assert [f.check for f in fold_loss(judge(View(HOSTS, _m(), "eth0"), 0.5)[0], lost) if f.status == "fail"] \
+        == ["cluster.link_loss"]

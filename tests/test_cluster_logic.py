@@ -194,12 +194,17 @@ def test_hops_inside_one_host_are_never_network_findings():
     rows = hops.hop_table(recs, idents, 4, lambda a, b: "shared memory")
     median, fs = hops.slow_hops(rows, 0.5)
     assert [f.status for f in fs] == ["skip"] and "shared memory" in fs[0].summary
-    # two hosts with two ranks each: both hops between hosts cross their one link, so the ring's median
-    # is that link; no relative verdict (the line rate judges it: capability.judge_hops)
+    # two hosts with two ranks each: both hops between hosts cross their one link at once, so each
+    # direction is held to the faster one (the line rate, where known, judges the link as a whole)
     idents = {r: {"host": "h0" if r < 2 else "h1", "rank": r} for r in range(4)}
     rows = hops.hop_table(recs, idents, 4, lambda a, b: "eth0")
     median, fs = hops.slow_hops(rows, 0.5)
-    assert [f.status for f in fs] == ["skip"] and "h0, h1" in fs[0].summary and "line rate" in fs[0].summary
+    assert sorted((f.details["src_rank"], f.status) for f in fs) == [(1, "fail"), (3, "pass")]
+    assert "1% of the other direction's" in next(f.summary for f in fs if f.status == "fail")
+    recs[2]["step0_s"] = 0.0025  # both directions alike: both pass
+    rows = hops.hop_table(recs, idents, 4, lambda a, b: "eth0")
+    assert [f.status for f in hops.slow_hops(rows, 0.5)[1]] == ["pass", "pass"]
+    recs[2]["step0_s"] = 0.2
     # three hosts (h0 twice): only the three hops between hosts are judged, the slow one fails
     idents = {r: {"host": ("h0", "h0", "h1", "h2")[r], "rank": r} for r in range(4)}
     rows = hops.hop_table(recs, idents, 4, lambda a, b: "eth0")

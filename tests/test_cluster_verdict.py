@@ -69,3 +69,26 @@ def test_compare_puts_an_outlier_first_then_bad_input_then_unevaluated(failed, u
     from ccdiag.commands.compare import _code
 
     assert _code(failed, unreadable, unevaluated) == code
+
+
+def _summary(host: str, code: int, facts: dict) -> dict:
+    return {"leader": True, "host": host, "exit_code": code, "facts": facts,
+            "nccl": {"settings": {"NCCL_SOCKET_IFNAME": "=eth0"}}, "reason": None if code == 0 else "why"}
+
+
+@pytest.mark.parametrize("codes, odd_mtu, missing, expected", [
+    ((0, 0, 0, 0), False, [], 0),
+    ((0, 1, 0, 0), False, [], 1),          # a host fails its own check
+    ((0, 1, 3, 0), False, [], 1),          # ... and another could not be evaluated: still 1
+    ((3, 3, 3, 3), True, [], 1),           # a GPU-less fleet (every host UNKNOWN) with an MTU apart: 1
+    ((3, 3, 3, 3), False, [], 3),          # the same fleet agreeing: nothing failed, 3
+    ((0, 0, 0), True, [3], 1),             # a silent rank beside a host whose MTU differs: 1
+    ((0, 0, 0), False, [3], 3),            # a silent rank alone: 3
+])
+def test_cluster_check_composes_host_verdicts_differences_and_silent_ranks(codes, odd_mtu, missing, expected):
+    from ccdiag.cluster import gather
+
+    summaries = {r: _summary(f"h{r}", c, {"mtu eth0": 9000 if (odd_mtu and r == 1) else 1500, "gpu_data": "missing"})
+                 for r, c in enumerate(codes)}
+    found = gather.cluster_findings(summaries, list(missing), {r: {"host": f"h{r}"} for r in range(4)})
+    assert gather.exit_code(found, bool(missing)) == expected, [(f.check, f.status) for f in found]

@@ -7,6 +7,7 @@ per-rank raw results become tables, findings, a ring order and an exit code.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 
@@ -14,7 +15,7 @@ from ccdiag import __version__
 from ccdiag.cluster import hops as hopmod
 from ccdiag.cluster import verdict
 from ccdiag.cluster.runner import RankOutcome, run_ranks
-from ccdiag.core.findings import FAIL, SKIP, Finding
+from ccdiag.core.findings import FAIL, PASS, SKIP, UNKNOWN, WARN, Component, Finding
 
 
 def _verdict(findings: list[Finding], outcome: RankOutcome, incomplete: bool = False) -> int:
@@ -43,52 +44,119 @@ def _fault_text(outcome: RankOutcome) -> str:
     return "\n".join(f"ccdiag: {ln}" for ln in lines)
 
 
-def _absolute_hops(trows: list[dict], relative: list[Finding], outcome: RankOutcome,
-                   line_rate_gbit_s: float | None) -> list[Finding]:
-    from ccdiag.cluster.capability import judge_hops
+def _hop_judgement(trows: list[dict], margin: float, outcome: RankOutcome,
+                   line_rate_gbit_s: float | None) -> tuple[float, list[Finding]]:
+    """One judgement of the ring's hops: relative (the ring's median; between two hosts, the other
+    direction) always, the line rate where one is known; a hop the line rate fails keeps that
+    finding alone (never a PASS beside it); with no rate known for a network hop, one SKIP says so."""
+    from ccdiag.cluster.capability import CHECK_ID, judge_hops
     from ccdiag.cluster.flowlimits import flow_limit
 
+    median, relative = hopmod.slow_hops(trows, margin)
     failed = {(f.details.get("src_rank"), f.details.get("dst_rank")) for f in relative if f.status == FAIL}
     rows = [dict(r, relative_fail=(r["src_rank"], r["dst_rank"]) in failed) for r in trows]
     speeds = {r: i.get("speeds") or {} for r, i in outcome.idents().items()}
     limits = {r: flow_limit(i.get("provider")) for r, i in outcome.idents().items()}
-    return judge_hops(rows, speeds, line_rate_gbit_s, limits)
+    absolute = judge_hops(rows, speeds, line_rate_gbit_s, limits)
+    named = {(f.details.get("src_rank"), f.details.get("dst_rank")) for f in absolute}
+    found = [f for f in relative if not (f.status == PASS and (f.details.get("src_rank"), f.details.get("dst_rank")) in named)]
+    net = [r for r in trows if r["src_host"] != r["dst_host"]]
+    unknown = [r for r in net if not ((speeds.get(r["src_rank"]) or {}).get(r["iface"]) or line_rate_gbit_s)]
+    if unknown:
+        found.append(Finding(
+            check=CHECK_ID, status=SKIP, component=Component(kind="node", name="all hosts"),
+            summary=(f"no line rate known for {len(unknown)} of {len(net)} network hop(s) (virtual interfaces report "
+                     f"none): they were judged against each other only"),
+            remedy="give --line-rate-gbit-s to also hold every hop to the line rate"))
+    return median, found + absolute
+
+
+def _hopcheck_findings(every: dict, outcome: RankOutcome, n: int) -> list[Finding]:
+    """The hops that did not carry the check's small and large messages (:mod:`.hopcheck`), as
+    findings on the hop or the host (:mod:`.transfers`)."""
+    from ccdiag.cluster import hopcheck, transfers
+
+    idents = outcome.idents()
+    hosts = {r: (i or {}).get("host", f"rank {r}") for r, i in idents.items()}
+    for r in range(n):
+        hosts.setdefault(r, f"rank {r}")
+    failed, ok = hopcheck.failed_hops(every, hosts, n)
+    order = list(dict.fromkeys(hosts[r] for r in range(n)))
+    links = {res.get("link_right") for res in outcome.results().values() if res} - {None}
+    label = links.pop() if len(links) == 1 else "the ring's links"
+    mtus = {(i or {}).get("host"): ((i or {}).get("mtus") or {}).get(label) for i in idents.values()}
+    found = transfers.findings(failed, ok, order, label, mtus)
+    return [dataclasses.replace(f, check=f.check.replace("cluster.transfer_failed", "cluster.ring_hop_failed"))
+            for f in found]
 
 
 def allreduce(sizes: list[int], iters: int, warmup: int, budget_s: float, as_json: bool,
               hostfile_out: str | None, margin: float, device: str, segment_bytes: int,
               line_rate_gbit_s: float | None = None) -> int:
+    from ccdiag.cluster import hopcheck
     from ccdiag.cluster.sweep import SweepConfig, format_table, hop_records, merge, run_sweep
 
     cfg = SweepConfig(sizes_bytes=sizes, iters=iters, warmup=warmup, device=device, segment_bytes=segment_bytes)
+    # what rank 0 has so far, for the watchdog's report of a run stuck in MPI_Allreduce
+    progress: dict = {}
 
     def body(comm, work, ident):
         from ccdiag.cluster.mpictx import right_neighbour_ident
         from ccdiag.cluster.route import link_to
 
         right = right_neighbour_ident(comm, ident, work)
-        res = run_sweep(comm, cfg, work, reserve_s=0.02 * budget_s)
-        # the link this rank's hop to the right really takes (its sender side), named here where
-        # the kernel's routes are
-        res["link_right"] = link_to(ident, right)
+        mine, every, go = hopcheck.run(comm, work)
+        progress.update(hopcheck=every, size=comm.size)
+        res: dict = {"hopcheck": mine, "link_right": link_to(ident, right)}
+        if not go:
+            res["skipped"] = "a hop of the ring did not carry the check's messages: the sweep would wait on it"
+            return res
+        progress["sweep"] = res
+        run_sweep(comm, cfg, work, reserve_s=0.02 * budget_s, out=res)
         return res
+
+    def partial() -> str:
+        """The watchdog's report: the hop check, and the sizes rank 0 finished, before the abort."""
+        sweep = progress.get("sweep") or {}
+        done = sorted(sweep.get("sizes") or {})
+        lines = [f"# the run did not finish within its budget of {budget_s:g} s; what rank 0 has:"]
+        every = progress.get("hopcheck")
+        if every is not None:
+            lines.append(f"# ring hop check: {len(every)} of {progress.get('size')} ranks answered, every hop carried "
+                         f"a {hopcheck.LARGE_BYTES}-byte message" if all(v.get('large_in') for v in every.values())
+                         else "# ring hop check: some hop did not carry its messages")
+        for size in done:
+            algos = sweep["sizes"][size]
+            cells = ", ".join(f"{a} {v['time_s'] * 1e6:.1f} us" for a, v in algos.items() if isinstance(v, dict))
+            lines.append(f"# {size} bytes done on rank 0: {cells}")
+        stuck = [s for s in cfg.sizes_bytes if s not in done]
+        if stuck:
+            lines.append(f"# stopped at {stuck[0]} bytes (a blocking MPI_Allreduce or a rank that stopped answering); "
+                         f"not measured: {', '.join(map(str, stuck))}")
+        return "\n".join(lines)
 
     def report(outcome: RankOutcome) -> int:
         results = outcome.results()
         n = outcome.size
-        rows = merge(results, n) if results else []
         findings: list[Finding] = []
+        every = progress.get("hopcheck") or {}
+        findings += _hopcheck_findings(every, outcome, n)
+        rows = merge(results, n) if results else []
         hop_doc = None
         hop_text = ""
         size, recs = hop_records(results)
         if recs and len(recs) == n and n > 1:
             links = {r: res.get("link_right") or "unknown" for r, res in results.items()}
             trows = hopmod.hop_table(recs, outcome.idents(), n, lambda s, d: links.get(s.get("rank"), "unknown"))
-            median, findings = hopmod.slow_hops(trows, margin)
-            findings += _absolute_hops(trows, findings, outcome, line_rate_gbit_s)
+            median, hop_findings = _hop_judgement(trows, margin, outcome, line_rate_gbit_s)
+            findings += hop_findings
             hop_doc = {"size_bytes": size, "median_gbyte_s": median, "margin": margin, "rows": trows}
             hop_text = hopmod.format_hops(trows, median, margin)
-        code = _verdict(findings, outcome)
+        stuck = _stuck_transfers(results, outcome, n)
+        findings += stuck
+        incomplete = [f"rank {r}: {res['incomplete']}" for r, res in sorted(results.items()) if res.get("incomplete")]
+        skipped_sweep = any(res.get("skipped") for res in results.values())
+        code = _verdict(findings, outcome, bool(incomplete) or skipped_sweep)
         skipped = sorted({s for d in results.values() for s in d.get("skipped_sizes", [])})
         notes = sorted({x for d in results.values() for x in d.get("notes", [])})
         if hostfile_out:
@@ -98,10 +166,14 @@ def allreduce(sizes: list[int], iters: int, warmup: int, budget_s: float, as_jso
             hosts = [idents[r].get("host", "?") for r in sorted(idents)]
             write_hostfiles(hostfile_out, hosts, note="current rank order (run `pairs` for a recommended order)")
         doc = _doc("bench.allreduce", outcome, findings, code, sizes=rows, hops=hop_doc,
-                   skipped_sizes=skipped, notes=notes,
+                   skipped_sizes=skipped, notes=notes, hopcheck={str(k): v for k, v in sorted(every.items())},
+                   incomplete=incomplete,
                    config={"iters": iters, "warmup": warmup, "budget_s": budget_s, "device": device,
-                           "segment_bytes": segment_bytes, "ranks": n})
+                           "segment_bytes": segment_bytes, "ranks": n,
+                           "hopcheck_share_s": hopcheck.share_s(budget_s)})
         text = [format_table(rows, n)] if rows else []
+        if skipped_sweep:
+            text.append("# the sweep was left out: a hop of the ring did not carry the check's messages (below)")
         if skipped:
             text.append(f"# sizes left out to stay within the budget of {budget_s:g} s: "
                         f"{', '.join(map(str, skipped))}")
@@ -109,12 +181,38 @@ def allreduce(sizes: list[int], iters: int, warmup: int, budget_s: float, as_jso
         if hop_text:
             text.append(hop_text)
         for f in findings:
-            if f.status in (FAIL, SKIP):
+            if f.status in (FAIL, WARN, UNKNOWN, SKIP):
                 text.append(f"{f.status.upper()} {f.check}: {f.summary}")
+        text += [f"ccdiag: measuring stopped: {x}" for x in incomplete]
         ft = _fault_text(outcome)
         if ft:
             text.append(ft)
         _emit(doc, as_json, "\n".join(text))
         return code
 
-    return run_ranks(budget_s, body, report)
+    return run_ranks(budget_s, body, report, on_expire=partial)
+
+
+def _stuck_transfers(results: dict, outcome: RankOutcome, n: int) -> list[Finding]:
+    """A ring transfer the sweep waited on past its size's share: the hop into the first rank of a
+    chain of waits (rank r waited on its left neighbour, which itself was not waiting), as a FAIL."""
+    idents = outcome.idents()
+    waiting = {r: res.get("waiting_on") or [] for r, res in results.items() if res.get("incomplete")}
+    out = []
+    for r, on in sorted(waiting.items()):
+        for src in on:
+            if src in waiting and r in waiting.get(src, []):
+                continue
+            if src in waiting and src != r:
+                continue  # the chain goes on: src waited too; its own wait is the one named
+            a = (idents.get(src) or {}).get("host", f"rank {src}")
+            b = (idents.get(r) or {}).get("host", f"rank {r}")
+            out.append(Finding(
+                check="cluster.ring_transfer_stuck", status=FAIL,
+                component=Component(kind="host_link", name=f"{a} -> {b}", peer=b),
+                summary=(f"rank {r} ({b}) waited on rank {src} ({a}) past its size's share of the budget: "
+                         f"{results[r]['incomplete']}"),
+                remedy=f"check the link from {a} to {b} and that rank {src} runs; `ccdiag bench pairs` names "
+                       f"a slow host or link",
+                details={"src_rank": src, "dst_rank": r, "src_host": a, "dst_host": b}))
+    return out

@@ -317,3 +317,17 @@ def cluster_findings(summaries: dict[int, dict], missing: list[int], idents: dic
                            component=Component(kind="node", name=f"rank {r}"),
                            summary=f"rank {r} ({host}) did not answer by the deadline: dead, hung or unreachable"))
     return out
+
+
+def failing(f: Finding) -> bool:
+    """What fails a cluster: a host that fails its own check, and a host that differs from the
+    majority (WARN on a fact); a host's own warnings stay its own."""
+    return f.status == FAIL or (f.status == WARN and f.check != "cluster.host_check")
+
+
+def exit_code(findings: list[Finding], unevaluated: bool) -> int:
+    """``cluster check``'s exit: a failure decides, whatever else is UNKNOWN (a GPU-less host, a
+    silent rank) (:mod:`ccdiag.cluster.verdict`)."""
+    from ccdiag.cluster import verdict
+
+    return verdict.exit_code(findings, unevaluated=unevaluated, failing=failing)

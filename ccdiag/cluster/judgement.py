@@ -93,6 +93,7 @@ def judge(v: View, margin: float) -> tuple[list[Finding], dict]:
         absolute, _ = capability.judge(m, v.cap, hosts, cls["slow_hosts"], v.label, v.cap_note)
         rel, absolute = _one_per_pair(rel, absolute, m, v.cap, hosts)
     rel = _cross_checked(v, rel, margin)
+    absolute = _cross_checked(v, absolute, margin)
     starved, kept = _starved(v, [rel, absolute, _unstable(v, cls)])
     rel, absolute, unstable = kept
     found = fails + starved + rel + absolute + unstable
@@ -190,7 +191,8 @@ def _figure(v: View, a: str, b: str) -> float | None:
 
 def _cross_checked(v: View, rel: list[Finding], margin: float) -> list[Finding]:
     """Slow links and hosts of this matrix that another matrix over the same interface carries at
-    rate (every pair in question at or above its own floor): unstable, not slow."""
+    rate (every pair in question at or above the other's floor, or above the line-rate fraction a
+    pair below its line rate was held to): unstable, not slow."""
     o = v.other
     if o is None:
         return rel
@@ -200,10 +202,13 @@ def _cross_checked(v: View, rel: list[Finding], margin: float) -> list[Finding]:
         return rel
     out = []
     for f in rel:
-        if f.status != FAIL:
+        if f.status not in (FAIL, WARN):
             out.append(f)
             continue
         d = f.details
+        # a pair held to its line rate is held to the same there; a relative finding to the other's floor
+        bar = capability.WARN_FRACTION * d["capability_gbyte_s"] if d.get("capability_gbyte_s") and \
+            f.check == capability.CHECK_ID else floor
         if "a" in d:
             pairs = [(d["a"], d["b"])]
         elif d.get("host"):
@@ -212,14 +217,14 @@ def _cross_checked(v: View, rel: list[Finding], margin: float) -> list[Finding]:
             out.append(f)
             continue
         figs = [_figure(o, a, b) for a, b in pairs]
-        if not figs or any(x is None or x < floor for x in figs):
+        if not figs or any(x is None or x < bar for x in figs):
             out.append(f)
             continue
         out.append(dataclasses.replace(
             f, check=pmx.check_id(v.prefix, "pair_unstable"), status=WARN,
             summary=(f"unstable, not slow: {f.summary}; but {o.transport} over the same interface ({o.label}) carried "
                      f"{', '.join(f'{a}<->{b} {x * 1000:.1f} MB/s' for (a, b), x in zip(pairs, figs))} "
-                     f"(at or above its floor {floor * 1000:.1f} MB/s) when measured"),
+                     f"(at or above {bar * 1000:.1f} MB/s) when measured"),
             remedy="measure again when the hosts are quiet; if it comes back, look at what differs between the "
                    "two transports (MPI's path and CPU use against plain TCP)",
             details=dict(d, unstable=True, other=o.label, other_gbyte_s=figs)))

@@ -76,6 +76,32 @@ def format_used(used: dict[tuple[str, str], str], hosts: list[str]) -> str:
     return "\n".join(lines)
 
 
+def fold_loss(found: list[Finding], lost: list[Finding]) -> list[Finding]:
+    """Loss on a host or pair already named slow is how it is slow (a shaper or policer drops what
+    exceeds its rate): it joins that finding's evidence instead of standing as a second one."""
+    import dataclasses
+
+    slow_hosts = {f.details.get("host"): i for i, f in enumerate(found)
+                  if f.status == FAIL and f.check in ("cluster.host_slow", "cluster.host_cpu_starved")}
+    slow_pairs = {frozenset((f.details["a"], f.details["b"])): i for i, f in enumerate(found)
+                  if f.status == FAIL and "a" in f.details and "b" in f.details}
+    out = list(found)
+    for f in lost:
+        d = f.details
+        members = {d.get("host")} if d.get("host") else {d.get("a"), d.get("b")}
+        at = next((slow_hosts[h] for h in members if h in slow_hosts), None)
+        if at is None and len(members) == 2:
+            at = slow_pairs.get(frozenset(members))
+        if at is None:
+            out.append(f)
+            continue
+        host = out[at]
+        out[at] = dataclasses.replace(host, summary=f"{host.summary}; and TCP resent segments on it ({f.summary})",
+                                      evidence=host.evidence + f.evidence,
+                                      details=dict(host.details, loss=f.details))
+    return out
+
+
 @dataclass
 class PairsReport:
     size_bytes: int
@@ -145,8 +171,9 @@ class PairsReport:
         found, cls = judge(mpi, self.margin)
         # a pair whose transfer never completed resent into the void: its failure says it, not loss
         stuck = {frozenset(k) for k in failed}
-        found += loss.findings({k: v for k, v in self._per_pair_counters(results).items() if frozenset(k) not in stuck},
-                               hosts, label)
+        lost = loss.findings({k: v for k, v in self._per_pair_counters(results).items() if frozenset(k) not in stuck},
+                             hosts, label)
+        found = fold_loss(found, lost)
         found += loss.rdma_findings({res.get("host"): res.get("run_counters") for res in results.values()
                                      if res and res.get("leader")})
         missing = pmx.missing_pairs(matrix, hosts, failed)

@@ -98,9 +98,11 @@ def reserve_for(budget_s: float) -> float:
 
 
 def run_ranks(budget_s: float, body: Callable, report: Callable[[RankOutcome], int],
-              label: str = "ccdiag") -> int:
+              label: str = "ccdiag", on_expire: Callable[[], str | None] | None = None) -> int:
     """Run ``body(comm, work_deadline, ident)`` on every rank, gather its result on rank 0, call
     ``report(outcome) -> exit code`` there (which prints), then end every rank without hanging.
+    ``on_expire``: on rank 0, the report of what it has, printed by the watchdog before it aborts a
+    run stuck in a call that takes no deadline.
 
     Returns the exit code on a rank that finalizes normally (rank 0: the report's; others 0);
     a run with a silent rank ends in ``comm.Abort`` after rank 0's report."""
@@ -126,6 +128,13 @@ def run_ranks(budget_s: float, body: Callable, report: Callable[[RankOutcome], i
         # a blocking call outlived the whole budget: name who is silent, then end the job
         try:
             if comm.rank == 0:
+                if on_expire is not None:
+                    try:
+                        text = on_expire()
+                    except Exception as exc:  # noqa: BLE001 - the abort below must still happen
+                        text = f"{label}: could not report what was measured: {type(exc).__name__}: {exc}"
+                    if text:
+                        print(text, flush=True)
                 silent = live.roll_call(min(2.0, reserve / 2))
                 print(f"{label}: the run did not finish within its budget of {budget_s:g} s; "
                       f"ranks that did not answer: {', '.join(map(str, silent)) or 'none (all alive but slow)'}",

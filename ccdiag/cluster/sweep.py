@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 
 from ccdiag.cluster import ring
-from ccdiag.cluster.mpictx import Deadline, agree, barrier, load_mpi, load_numpy
+from ccdiag.cluster.mpictx import Deadline, DeadlineExpired, agree, barrier, load_mpi, load_numpy
 
 ALGOS = ("ring", "halving-doubling", "MPI_Allreduce")
 HOP_RUNS = 5
@@ -74,9 +74,21 @@ def _time_loop(fn, iters: int) -> float:
     return (time.perf_counter() - t0) / max(1, iters)
 
 
-def run_sweep(comm, cfg: SweepConfig, deadline: Deadline, reserve_s: float, log=None) -> dict:
+def run_sweep(comm, cfg: SweepConfig, deadline: Deadline, reserve_s: float, log=None, out: dict | None = None) -> dict:
     """Run the sweep on this rank; returns this rank's raw results (rank 0 merges them with
-    :func:`merge`). Raises DeadlineExpired when a peer stops answering."""
+    :func:`merge`), filling ``out`` as it goes (so a watchdog can report what was done). Each size
+    gets its share of what is left (the sizes left share it evenly); a wait that outlives it ends the
+    sweep with what was measured and ``incomplete`` / ``waiting_on`` saying where it stopped."""
+    out = out if out is not None else {}
+    try:
+        return _run_sweep(comm, cfg, deadline, reserve_s, log, out)
+    except DeadlineExpired as exc:
+        out["incomplete"] = str(exc)
+        out["waiting_on"] = exc.waiting_on
+        return out
+
+
+def _run_sweep(comm, cfg: SweepConfig, deadline: Deadline, reserve_s: float, log, out: dict) -> dict:
     MPI = load_mpi()
     load_numpy()  # fails early, with its own message, where numpy is missing
     xp = _array_module(cfg.device)
@@ -90,15 +102,21 @@ def run_sweep(comm, cfg: SweepConfig, deadline: Deadline, reserve_s: float, log=
             algos.append("NCCL")
         else:
             notes.append(why)
-    out: dict = {"rank": r, "sizes": {}, "skipped_sizes": [], "notes": notes}
+    out.update({"rank": r, "sizes": {}, "skipped_sizes": [], "notes": notes})
     last_total_s = 0.0
     prev_size = 0
+    whole = deadline
     for size_index, size in enumerate(cfg.sizes_bytes):
+        # this size's share of what is left (less the reserve), in proportion to its bytes among the
+        # sizes left, the hop timing at the end weighing a quarter of the largest: every wait of the
+        # size ends by it
+        weight = size / (sum(cfg.sizes_bytes[size_index:]) + cfg.sizes_bytes[-1] / 4)
+        deadline = whole.sooner(max(0.0, whole.left_s() - reserve_s) * weight + reserve_s)
         # rank 0 predicts this size's time from the last one and stops the sweep when the budget
         # (less the reserve for the report) cannot hold it; every rank follows its word
         predicted = last_total_s * (size / prev_size) * 1.3 if prev_size else 0.0
-        go = 1.0 if deadline.left_s() - reserve_s > predicted else 0.0
-        go = agree(comm, go, deadline, f"sweep decision at {size} bytes")
+        go = 1.0 if whole.left_s() - reserve_s > predicted else 0.0
+        go = agree(comm, go, whole, f"sweep decision at {size} bytes")
         if not go:
             out["skipped_sizes"] = [s for s in cfg.sizes_bytes if s >= size]
             break
@@ -145,7 +163,8 @@ def run_sweep(comm, cfg: SweepConfig, deadline: Deadline, reserve_s: float, log=
             # iterations that fit this algorithm's share of what is left (agreed: every rank
             # must run the same number, or the collective never completes)
             probe_s = _time_loop(fn, 1)
-            slots_left = (len(algos) - algos.index(algo)) + 2 * len(algos) * (len(cfg.sizes_bytes) - 1 - size_index)
+            # (the size's own share, so the algorithms left of this size split it)
+            slots_left = len(algos) - algos.index(algo)
             share_s = max(0.0, deadline.left_s() - reserve_s) / max(1, slots_left)
             iters = int(agree(comm, float(min(cfg.iters, max(1, int(share_s / max(probe_s, 1e-6))))), deadline,
                               f"{algo} {size} bytes"))
@@ -158,7 +177,7 @@ def run_sweep(comm, cfg: SweepConfig, deadline: Deadline, reserve_s: float, log=
             log(f"size {size} bytes done in {last_total_s:.2f} s")
         buf = tmp = None  # drop the arrays before the next size allocates (the lambdas above name them)
     if out["sizes"]:
-        out["hops"] = _hop_timing(comm, xp, max(out["sizes"]), cfg, deadline)
+        out["hops"] = _hop_timing(comm, xp, max(out["sizes"]), cfg, whole)
     return out
 
 

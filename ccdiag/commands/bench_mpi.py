@@ -3,7 +3,9 @@
 Thin: options, then :mod:`ccdiag.cluster`; the ``ccdiag bench`` group holds these two commands
 (``ccdiag bench allreduce``, ``ccdiag bench pairs``). Every rank runs the same command;
 rank 0 prints the table (or with --json the one JSON document) and sets the exit code:
-0 ok, 1 a slow hop/host/link found, 2 bad options, 3 a rank did not answer or the budget ran out.
+1 a slow, lossy or unreachable hop/host/link or a transfer that never completed (whatever else could
+not be evaluated), else 3 a rank did not answer, the budget ran out or nothing was judged, else 0;
+2 bad options.
 """
 
 from __future__ import annotations
@@ -41,7 +43,8 @@ def _common(func):
                              "(SLURM_HOSTFILE for srun --distribution=arbitrary).")(func)
     func = click.option("--json", "as_json", is_flag=True, help="Rank 0 prints one JSON document.")(func)
     func = click.option("--budget", type=click.FloatRange(2, 3600), default=120, show_default=True, metavar="S",
-                        help="Wall-clock budget of the whole run; every wait ends by it.")(func)
+                        help="Wall-clock budget of the whole run, shared out: each round of pairs (or each size) "
+                             "gets its share, and a transfer not done within it is a finding.")(func)
     func = click.option("--warmup", type=click.IntRange(0, 1000), default=3, show_default=True)(func)
     func = click.option("--iters", type=click.IntRange(1, 100000), default=20, show_default=True)(func)
     func = click.option("-f", "--stepfactor", "factor", type=click.IntRange(2, 1024), default=2, show_default=True,

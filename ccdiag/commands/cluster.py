@@ -54,7 +54,7 @@ def check(timeout, budget, replay, policy_file, reports_dir, as_json):
     from ccdiag import __version__
     from ccdiag.cluster import gather, verdict
     from ccdiag.cluster.runner import run_ranks
-    from ccdiag.core.findings import FAIL, STATUS_RANK, WARN
+    from ccdiag.core.findings import STATUS_RANK
     from ccdiag.report.document import findings_section
 
     if reports_dir:
@@ -70,11 +70,7 @@ def check(timeout, budget, replay, policy_file, reports_dir, as_json):
             idents.setdefault(r, {"host": h})
         findings = gather.cluster_findings(summaries, outcome.missing, idents)
         findings.sort(key=lambda f: (STATUS_RANK.get(f.status, 9), f.check, f.component.name))
-        # a failure decides, whatever else is UNKNOWN (a GPU-less host, a silent rank); a host that
-        # differs from the majority (WARN) fails the cluster too
-        code = verdict.exit_code(findings, unevaluated=bool(outcome.missing or outcome.errors),
-                                 failing=lambda f: f.status == FAIL or (f.status == WARN and
-                                                                        f.check != "cluster.host_check"))
+        code = gather.exit_code(findings, bool(outcome.missing or outcome.errors))
         hosts = {s["host"]: {k: v for k, v in s.items() if k not in ("leader", "rank_hosts")}
                  for s in summaries.values() if s and s.get("leader")}
         doc = {"kind": "cluster.check", "tool": {"name": "ccdiag", "version": __version__},
