@@ -261,3 +261,27 @@ def test_loss_on_a_host_already_named_slow_joins_that_finding():
     # loss on a host nothing else names stands on its own
     assert [f.check for f in fold_loss(judge(View(HOSTS, _m(), "eth0"), 0.5)[0], lost) if f.status == "fail"] \
         == ["cluster.link_loss"]
+
+
+def test_the_ring_hop_check_names_the_hop_into_a_black_hole_and_the_host_both_of_whose_hops_failed():
+    """Rank 0's gather of the hop check (ccdiag.cluster.hopcheck): the receiver's word decides a hop;
+    when the receiver never answered (its answer queues behind the stuck transfer), the sender's."""
+    from ccdiag.cluster import hopcheck
+
+    hosts = {r: f"h{r}" for r in range(4)}
+    every = {r: {"small_in": True, "large_in": True, "small_out": True, "large_out": True, "share_s": 2.0}
+             for r in range(4)}
+    assert hopcheck.failed_hops(every, hosts, 4) == ({}, {("h3", "h0"), ("h0", "h1"), ("h1", "h2"), ("h2", "h3")})
+    every[2].update(large_in=False)  # into h2 large frames vanish
+    failed, ok = hopcheck.failed_hops(every, hosts, 4)
+    assert list(failed) == [("h1", "h2")] and failed[("h1", "h2")]["small_ok"] is True
+    found = transfers.findings(failed, ok, list(hosts.values()), "eth0", {"h0": 9000, "h1": 9000, "h2": 1500, "h3": 9000})
+    assert [f.check for f in found] == ["cluster.transfer_failed"] and "h2 1500" in found[0].remedy
+    del every[2]  # h2 never answered: its senders speak for it
+    every[1].update(large_out=False)
+    every[3]["small_in"] = every[3]["large_in"] = False
+    failed, ok = hopcheck.failed_hops(every, hosts, 4)
+    assert set(failed) == {("h1", "h2"), ("h2", "h3")} and not failed[("h1", "h2")]["receiver_reported"]
+    found = transfers.findings(failed, ok, list(hosts.values()), "eth0")
+    assert [(f.check, f.component.name) for f in found] == [("cluster.host_transfers_failed", "h2")]
+    assert hopcheck.share_s(100.0) == 7.5 and hopcheck.share_s(1.0) == 1.0

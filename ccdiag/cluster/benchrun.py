@@ -84,7 +84,8 @@ def _hopcheck_findings(every: dict, outcome: RankOutcome, n: int) -> list[Findin
     order = list(dict.fromkeys(hosts[r] for r in range(n)))
     links = {res.get("link_right") for res in outcome.results().values() if res} - {None}
     label = links.pop() if len(links) == 1 else "the ring's links"
-    mtus = {(i or {}).get("host"): ((i or {}).get("mtus") or {}).get(label) for i in idents.values()}
+    mtus: dict[str, int | None] = {str((i or {}).get("host")): ((i or {}).get("mtus") or {}).get(label)
+                                   for i in idents.values()}
     found = transfers.findings(failed, ok, order, label, mtus)
     return [dataclasses.replace(f, check=f.check.replace("cluster.transfer_failed", "cluster.ring_hop_failed"))
             for f in found]

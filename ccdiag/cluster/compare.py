@@ -120,7 +120,7 @@ def nccl_facts(doc: dict) -> dict:
 
 
 def host_of(doc: dict, path: str) -> str:
-    host = doc.get("host") if isinstance(doc.get("host"), dict) else {}
+    host: dict = doc["host"] if isinstance(doc.get("host"), dict) else {}
     return str(host.get("rank_host") or host.get("hostname") or os.path.basename(path))
 
 

@@ -87,7 +87,7 @@ def judge(v: View, margin: float) -> tuple[list[Finding], dict]:
     if len(hosts) < 2:
         return fails, cls
     rel = pmx.relative_findings(cls, hosts, v.label, margin, v.prefix)
-    has_cap = bool(v.cap) and any(c for row in v.cap for c in row if c)
+    has_cap = bool(v.cap) and any(c for row in v.cap or [] for c in row if c)
     absolute: list[Finding] = []
     if has_cap:
         absolute, _ = capability.judge(m, v.cap, hosts, cls["slow_hosts"], v.label, v.cap_note)
@@ -197,7 +197,7 @@ def _cross_checked(v: View, rel: list[Finding], margin: float) -> list[Finding]:
     if o is None:
         return rel
     ocls = classification(o, margin)
-    floor = ocls.get("floor_gbyte_s")
+    floor: float | None = ocls.get("floor_gbyte_s")
     if floor is None:
         return rel
     out = []
@@ -207,7 +207,7 @@ def _cross_checked(v: View, rel: list[Finding], margin: float) -> list[Finding]:
             continue
         d = f.details
         # a pair held to its line rate is held to the same there; a relative finding to the other's floor
-        bar = capability.WARN_FRACTION * d["capability_gbyte_s"] if d.get("capability_gbyte_s") and \
+        bar: float = capability.WARN_FRACTION * d["capability_gbyte_s"] if d.get("capability_gbyte_s") and \
             f.check == capability.CHECK_ID else floor
         if "a" in d:
             pairs = [(d["a"], d["b"])]
@@ -216,8 +216,9 @@ def _cross_checked(v: View, rel: list[Finding], margin: float) -> list[Finding]:
         else:
             out.append(f)
             continue
-        figs = [_figure(o, a, b) for a, b in pairs]
-        if not figs or any(x is None or x < bar for x in figs):
+        got = [_figure(o, a, b) for a, b in pairs]
+        figs = [x for x in got if x is not None]
+        if not figs or len(figs) < len(got) or any(x < bar for x in figs):
             out.append(f)
             continue
         out.append(dataclasses.replace(

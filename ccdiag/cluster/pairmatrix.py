@@ -47,7 +47,7 @@ def failed_directions(results: dict[int, dict], hosts: list[str]) -> dict[tuple[
     for res in results.values():
         if not res or not res.get("leader"):
             continue
-        me = res.get("host")
+        me = str(res.get("host"))
         for src, e in (res.get("failed_out") or {}).items():
             out.setdefault((me, src), dict(e))
         for src, e in (res.get("failed_into") or {}).items():

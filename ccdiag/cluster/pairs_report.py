@@ -44,12 +44,14 @@ def format_retests(rows: list[dict]) -> str:
 def used_ifaces(results: dict) -> dict[tuple[str, str], str]:
     """``(a, b)`` -> the interface that carried most of MPI's bytes on ``a`` while it measured with
     ``b`` (read from its counters), else the interface its kernel routes ``b``'s address through."""
-    out = {}
+    out: dict[tuple[str, str], str] = {}
     for res in results.values():
         if not res or not res.get("leader"):
             continue
         for peer in set(res.get("links") or {}) | set(res.get("used_iface") or {}):
-            out[(res.get("host"), peer)] = (res.get("used_iface") or {}).get(peer) or (res.get("links") or {}).get(peer)
+            name = (res.get("used_iface") or {}).get(peer) or (res.get("links") or {}).get(peer)
+            if name:
+                out[(str(res.get("host")), peer)] = name
     return out
 
 
