@@ -92,3 +92,21 @@ def test_cluster_check_composes_host_verdicts_differences_and_silent_ranks(codes
                  for r, c in enumerate(codes)}
     found = gather.cluster_findings(summaries, list(missing), {r: {"host": f"h{r}"} for r in range(4)})
     assert gather.exit_code(found, bool(missing)) == expected, [(f.check, f.status) for f in found]
+
+
+def test_a_sweep_stuck_on_a_transfer_names_the_pair_never_the_chain_of_waits():
+    """What four ranks reported when a path into h2 carried large frames only at a trickle: the
+    halving-doubling exchange between ranks 0 and 2 never completed; 1 and 3 waited behind them."""
+    from ccdiag.cluster.benchrun import _stuck_transfers
+
+    waits = {0: [2], 1: [0], 2: [0], 3: [2]}
+    results = {r: {"incomplete": f"deadline passed in halving-doubling waiting on rank {w[0]}", "waiting_on": w}
+               for r, w in waits.items()}
+    out = RankOutcome(size=4, answers={r: {"ident": {"host": f"h{r}"}, "result": results[r]} for r in range(4)})
+    found = _stuck_transfers(results, out, 4)
+    assert [(f.details["src_rank"], f.details["dst_rank"]) for f in found] == [(0, 2)]
+    assert "ranks 0 (h0) and 2 (h2) each waited on the other" in found[0].summary
+    assert _verdict(found, out, incomplete=True) == 1
+    # a plain chain: 1 waits on 0, which waited on nothing (it finished): the hop 0 -> 1
+    found = _stuck_transfers({1: {"incomplete": "deadline passed", "waiting_on": [0]}}, out, 4)
+    assert [(f.details["src_rank"], f.details["dst_rank"]) for f in found] == [(0, 1)]

@@ -195,25 +195,32 @@ def allreduce(sizes: list[int], iters: int, warmup: int, budget_s: float, as_jso
 
 
 def _stuck_transfers(results: dict, outcome: RankOutcome, n: int) -> list[Finding]:
-    """A ring transfer the sweep waited on past its size's share: the hop into the first rank of a
-    chain of waits (rank r waited on its left neighbour, which itself was not waiting), as a FAIL."""
+    """A transfer the sweep waited on past its size's share, as a FAIL: two ranks each waiting on
+    the other (their exchange never completed), once; or the end of a chain of waits (rank r waited
+    on a rank that was not waiting itself). A rank waiting on one that waits on a third is the
+    chain, not a fault of its own."""
     idents = outcome.idents()
     waiting = {r: res.get("waiting_on") or [] for r, res in results.items() if res.get("incomplete")}
     out = []
     for r, on in sorted(waiting.items()):
         for src in on:
-            if src in waiting and r in waiting.get(src, []):
-                continue
-            if src in waiting and src != r:
+            mutual = r in waiting.get(src, [])
+            if mutual and src < r:
+                continue  # named once, from the lower rank
+            if src in waiting and not mutual:
                 continue  # the chain goes on: src waited too; its own wait is the one named
-            a = (idents.get(src) or {}).get("host", f"rank {src}")
-            b = (idents.get(r) or {}).get("host", f"rank {r}")
+            lo, hi = (min(src, r), max(src, r)) if mutual else (src, r)
+            a = (idents.get(lo) or {}).get("host", f"rank {lo}")
+            b = (idents.get(hi) or {}).get("host", f"rank {hi}")
             out.append(Finding(
                 check="cluster.ring_transfer_stuck", status=FAIL,
                 component=Component(kind="host_link", name=f"{a} -> {b}", peer=b),
-                summary=(f"rank {r} ({b}) waited on rank {src} ({a}) past its size's share of the budget: "
+                summary=(f"ranks {lo} ({a}) and {hi} ({b}) each waited on the other past their size's share of "
+                         f"the budget: a transfer between them never completed ({results[r]['incomplete']})"
+                         if mutual else
+                         f"rank {hi} ({b}) waited on rank {lo} ({a}) past its size's share of the budget: "
                          f"{results[r]['incomplete']}"),
-                remedy=f"check the link from {a} to {b} and that rank {src} runs; `ccdiag bench pairs` names "
+                remedy=f"check the link between {a} and {b} and that both ranks run; `ccdiag bench pairs` names "
                        f"a slow host or link",
-                details={"src_rank": src, "dst_rank": r, "src_host": a, "dst_host": b}))
+                details={"src_rank": lo, "dst_rank": hi, "src_host": a, "dst_host": b, "mutual": mutual}))
     return out

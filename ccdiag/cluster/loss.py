@@ -10,9 +10,10 @@ The rule: a direction whose sender resent more than :data:`LOSS_FRACTION` of at 
 segments (0.0005 %) in a public 20-second iperf3 run on a 25 Gbit/s NIC (esnet/iperf#1088), at most
 773 of about a million a second (0.07 %) in a public 40 Gbit/s run the maintainers called fine
 (cilium/cilium#981), none or 0.01 % between this project's test hosts at 1 Gbit/s; a path dropping
-1 % of its packets resends about 0.9 % (measured between the test hosts with nftables dropping 1 %
-at random: SYNTHESIZED loss, real kernel counters). Half a percent sits between the two with room
-on both sides.
+1 % of its packets resends about 0.9 % of a one-way stream (measured between the test hosts with
+nftables dropping 1 % at random: SYNTHESIZED loss, real kernel counters), about half that when the
+sender also acknowledges its peer's data (both directions run at once, and ``OutSegs`` counts the
+acknowledgements too). 0.2 % sits between the two with room on both sides.
 
 Which host: the project's one rule for a slow member vs a slow pair
 (:func:`ccdiag.core.outliers.classify_flags`): a host in every lossy pair, while some pair without
@@ -29,7 +30,7 @@ from ccdiag.core import outliers
 from ccdiag.core.findings import FAIL, WARN, Component, Evidence, Finding
 
 #: a direction whose sender resent more than this fraction of its segments is lossy
-LOSS_FRACTION = 0.005
+LOSS_FRACTION = 0.002
 #: fewer segments sent than this in a pair say nothing of its loss rate
 MIN_SEGMENTS = 1000
 #: interface counters that say a packet was dropped or damaged
