@@ -108,7 +108,7 @@ def allreduce(sizes: list[int], iters: int, warmup: int, budget_s: float, as_jso
         right = right_neighbour_ident(comm, ident, work)
         mine, every, go = hopcheck.run(comm, work)
         progress.update(hopcheck=every, size=comm.size)
-        res: dict = {"hopcheck": mine, "link_right": link_to(ident, right)}
+        res: dict = {"hopcheck": mine, "link_right": link_to(ident, right), "right_host": right.get("host")}
         if not go:
             res["skipped"] = "a hop of the ring did not carry the check's messages: the sweep would wait on it"
             return res
@@ -199,7 +199,10 @@ def _stuck_transfers(results: dict, outcome: RankOutcome, n: int) -> list[Findin
     the other (their exchange never completed), once; or the end of a chain of waits (rank r waited
     on a rank that was not waiting itself). A rank waiting on one that waits on a third is the
     chain, not a fault of its own."""
-    idents = outcome.idents()
+    idents = {r: dict(i or {}) for r, i in outcome.idents().items()}
+    for r, res in results.items():  # a rank that never answered is still known to its left neighbour
+        if res.get("right_host") and "host" not in idents.get((r + 1) % n, {}):
+            idents[(r + 1) % n] = {"host": res["right_host"]}
     waiting = {r: res.get("waiting_on") or [] for r, res in results.items() if res.get("incomplete")}
     out = []
     for r, on in sorted(waiting.items()):
