@@ -110,3 +110,25 @@ def test_a_sweep_stuck_on_a_transfer_names_the_pair_never_the_chain_of_waits():
     # a plain chain: 1 waits on 0, which waited on nothing (it finished): the hop 0 -> 1
     found = _stuck_transfers({1: {"incomplete": "deadline passed", "waiting_on": [0]}}, out, 4)
     assert [(f.details["src_rank"], f.details["dst_rank"]) for f in found] == [(0, 1)]
+    # 0 done with the ring and waiting in the barrier after it (on no peer); 1 waits on 0, 2 on 1
+    res = {0: {"incomplete": "deadline passed in ring 1048576 bytes waiting on no peer", "waiting_on": []},
+           1: {"incomplete": "deadline passed in ring reduce-scatter waiting on rank 0", "waiting_on": [0]},
+           2: {"incomplete": "deadline passed in ring reduce-scatter waiting on rank 1", "waiting_on": [1]}}
+    found = _stuck_transfers(res, out, 4)
+    assert [(f.details["src_rank"], f.details["dst_rank"]) for f in found] == [(0, 1)]
+
+
+def test_a_ring_of_waits_names_the_hop_into_the_rank_left_behind():
+    """Seen with a black hole into h2 that let the hop check's messages through: every rank waits on
+    its left neighbour; rank 2 is still reducing while the others gather, so 1 -> 2 is stuck."""
+    from ccdiag.cluster.benchrun import _stuck_transfers
+
+    res = {0: {"incomplete": "deadline passed in ring allgather waiting on rank 3", "waiting_on": [3]},
+           1: {"incomplete": "deadline passed in ring allgather waiting on rank 0", "waiting_on": [0]},
+           2: {"incomplete": "deadline passed in ring reduce-scatter waiting on rank 1", "waiting_on": [1]},
+           3: {"incomplete": "deadline passed in ring allgather waiting on rank 2", "waiting_on": [2]}}
+    out = RankOutcome(size=4, answers={r: {"ident": {"host": f"h{r}"}, "result": res[r]} for r in range(4)})
+    found = _stuck_transfers(res, out, 4)
+    assert [(f.details["src_rank"], f.details["dst_rank"]) for f in found] == [(1, 2)]
+    res[0]["incomplete"] = res[0]["incomplete"].replace("allgather", "reduce-scatter")  # two behind: not told
+    assert _stuck_transfers(res, out, 4) == []

@@ -194,6 +194,27 @@ def allreduce(sizes: list[int], iters: int, warmup: int, budget_s: float, as_jso
     return run_ranks(budget_s, body, report, on_expire=partial)
 
 
+#: the phases of the ring, in order: a rank in an earlier one than the rest is behind them
+RING_PHASES = ("ring reduce-scatter", "ring send", "ring allgather")
+
+
+def _laggard(results: dict, waiting: dict[int, list[int]]) -> int | None:
+    """In a cycle of waits (every waiting rank waits on another waiting rank, none on each other),
+    the one rank in an earlier phase of the ring than all the others, if there is exactly one."""
+    if len(waiting) < 3 or any(not set(on) <= set(waiting) for on in waiting.values()):
+        return None
+    if any(r in waiting.get(src, []) for r, on in waiting.items() for src in on):
+        return None
+
+    def phase(r: int) -> int:
+        text = str(results[r].get("incomplete") or "")
+        return next((i for i, p in enumerate(RING_PHASES) if p in text), len(RING_PHASES))
+
+    first = min(phase(r) for r in waiting)
+    behind = [r for r in waiting if phase(r) == first]
+    return behind[0] if len(behind) == 1 and first < len(RING_PHASES) else None
+
+
 def _stuck_transfers(results: dict, outcome: RankOutcome, n: int) -> list[Finding]:
     """A transfer the sweep waited on past its size's share, as a FAIL: two ranks each waiting on
     the other (their exchange never completed), once; or the end of a chain of waits (rank r waited
@@ -203,8 +224,15 @@ def _stuck_transfers(results: dict, outcome: RankOutcome, n: int) -> list[Findin
     for r, res in results.items():  # a rank that never answered is still known to its left neighbour
         if res.get("right_host") and "host" not in idents.get((r + 1) % n, {}):
             idents[(r + 1) % n] = {"host": res["right_host"]}
-    waiting = {r: res.get("waiting_on") or [] for r, res in results.items() if res.get("incomplete")}
+    # a rank whose deadline passed in a barrier (waiting on no peer) had finished its transfers: it
+    # ends a chain of waits, it is not one
+    waiting = {r: res["waiting_on"] for r, res in results.items() if res.get("incomplete") and res.get("waiting_on")}
     out = []
+    lag = _laggard(results, waiting)
+    if lag is not None:
+        # every rank waits on another in a ring of waits: the one behind the others (still reducing
+        # while they gather) waits on the transfer that never came
+        waiting = {lag: waiting[lag]}
     for r, on in sorted(waiting.items()):
         for src in on:
             mutual = r in waiting.get(src, [])

@@ -83,7 +83,8 @@ def run(comm, work: Deadline) -> tuple[dict, dict | None, bool]:
                 took = min(took, again)
     mine.update(small_in=small_in, small_out=small_out, large_in=large_in, large_out=large_out,
                 large_in_gbyte_s=(LARGE_BYTES / took / 1e9) if took else None)
-    got = gather_to_root(comm, mine, work.sooner(each), TAG_GATHER)
+    # long enough for a rank that waited its whole share on a message that never came
+    got = gather_to_root(comm, mine, work.sooner(2 * each), TAG_GATHER)
     every = None
     go = False
     if comm.rank == 0:
@@ -128,13 +129,17 @@ def failed_hops(every: dict[int, dict], hosts: dict[int, str], n: int) -> tuple[
         if a == b:
             continue
         rx, tx = every.get(dst), every.get(src)
-        if rx is not None:
-            small, large = rx.get("small_in"), rx.get("large_in")
-        elif tx is not None:
-            small, large = tx.get("small_out"), tx.get("large_out")
-        else:
+        if rx is None:
+            # the receiver never reported (its answer did not come: held up by what it waited for);
+            # its sender's "sent" only says MPI took the data, not that it arrived
+            failed[(a, b)] = {"small_ok": None, "bytes": LARGE_BYTES, "share_s": (tx or {}).get("share_s"),
+                              "stage": "the receiver never reported its check", "src_rank": src, "dst_rank": dst,
+                              "receiver_reported": False}
             continue
-        share = (rx or tx or {}).get("share_s")
+        small, large = rx.get("small_in"), rx.get("large_in")
+        if tx is not None and not (tx.get("small_out") and tx.get("large_out")):
+            small, large = small and tx.get("small_out"), large and tx.get("large_out")
+        share = rx.get("share_s")
         if small and large and dst in crawl:
             x, ref = crawl[dst]
             failed[(a, b)] = {"small_ok": True, "bytes": LARGE_BYTES, "share_s": share, "src_rank": src, "dst_rank": dst,
