@@ -23,10 +23,6 @@ TAG_SMALL = 80000
 TAG_LARGE = 80001
 TAG_GATHER = 80004
 TAG_GO = 80005
-#: a hop whose large message arrived at less than this fraction of the ring's median hop (of the
-#: other direction, with two hosts) crawls: large frames pass only now and then (a leaky black
-#: hole: retransmitted, fragmented), and the sweep would wait on it as on one that never delivers
-CRAWL_BELOW = 0.1
 #: of the work's time, what the check may use at most (and at least :data:`MIN_SHARE_S`)
 SHARE = 0.15
 MIN_SHARE_S = 2.0
@@ -74,13 +70,7 @@ def run(comm, work: Deadline) -> tuple[dict, dict | None, bool]:
     large_in = large_out = False
     took = None
     if small_in and small_out:
-        # twice, the faster kept: a rank the scheduler held for a moment reads slow once, a hop that
-        # crawls reads slow both times
         large_in, large_out, took = _one(comm, left, right, LARGE_BYTES, TAG_LARGE, work.sooner(each), bufs)
-        if large_in and large_out:
-            again_in, again_out, again = _one(comm, left, right, LARGE_BYTES, TAG_LARGE + 2, work.sooner(each), bufs)
-            if again_in and again_out and again is not None and took is not None:
-                took = min(took, again)
     mine.update(small_in=small_in, small_out=small_out, large_in=large_in, large_out=large_out,
                 large_in_gbyte_s=(LARGE_BYTES / took / 1e9) if took else None)
     # long enough for a rank that waited its whole share on a message that never came
@@ -90,29 +80,12 @@ def run(comm, work: Deadline) -> tuple[dict, dict | None, bool]:
     if comm.rank == 0:
         assert got is not None
         every = {k: v for k, v in got.objs.items() if isinstance(v, dict)}
-        go = not got.missing and all(v.get("large_in") and v.get("large_out") for v in every.values()) \
-            and not crawling(every)
+        go = not got.missing and all(v.get("large_in") and v.get("large_out") for v in every.values())
     try:
         go = bool(bcast_obj(comm, go, work.sooner(each), "ring hop check", TAG_GO))
     except DeadlineExpired:
         go = False  # rank 0 could not tell every rank: none may start a ring some would not join
     return mine, every, go
-
-
-def crawling(every: dict[int, dict]) -> dict[int, tuple[float, float]]:
-    """Receiving rank -> (its large message's GB/s, the reference) for hops below
-    :data:`CRAWL_BELOW` of the median of the other hops' rates."""
-    import statistics
-
-    rates = {r: v["large_in_gbyte_s"] for r, v in every.items() if v.get("large_in_gbyte_s")}
-    out = {}
-    for r, x in rates.items():
-        others = [y for k, y in rates.items() if k != r]
-        if others:
-            ref = statistics.median(others)
-            if x < CRAWL_BELOW * ref:
-                out[r] = (x, ref)
-    return out
 
 
 def failed_hops(every: dict[int, dict], hosts: dict[int, str], n: int) -> tuple[dict, set]:
@@ -122,7 +95,6 @@ def failed_hops(every: dict[int, dict], hosts: dict[int, str], n: int) -> tuple[
     receiver never answered (its answer queues behind the transfer that is stuck), from its sender."""
     failed: dict = {}
     ok: set = set()
-    crawl = crawling(every)
     for dst in range(n):
         src = (dst - 1) % n
         a, b = hosts.get(src, f"rank {src}"), hosts.get(dst, f"rank {dst}")
@@ -140,12 +112,7 @@ def failed_hops(every: dict[int, dict], hosts: dict[int, str], n: int) -> tuple[
         if tx is not None and not (tx.get("small_out") and tx.get("large_out")):
             small, large = small and tx.get("small_out"), large and tx.get("large_out")
         share = rx.get("share_s")
-        if small and large and dst in crawl:
-            x, ref = crawl[dst]
-            failed[(a, b)] = {"small_ok": True, "bytes": LARGE_BYTES, "share_s": share, "src_rank": src, "dst_rank": dst,
-                              "stage": f"a {LARGE_BYTES}-byte message crawled in at {x * 1000:.1f} MB/s",
-                              "crawl_gbyte_s": x, "reference_gbyte_s": ref, "receiver_reported": True}
-        elif small and large:
+        if small and large:
             ok.add((a, b))
         else:
             failed[(a, b)] = {"small_ok": bool(small), "bytes": LARGE_BYTES if small else SMALL_BYTES,

@@ -10,8 +10,7 @@ transfer of its pair, in its direction, and this module says what that means:
 * by the same rule that tells a slow host from a slow link (:func:`ccdiag.core.outliers.classify_flags`):
   every pair of one host failed while other pairs did not -> the host; else each failed pair;
 * size-dependent (each pair first exchanges a small message, then a large one: the small one
-  arrived, the large one did not, in at least half the failed directions, or crawled in at a tenth of
-  the others' rate) -> likely an MTU or
+  arrived, the large one did not, in at least half the failed directions) -> likely an MTU or
   fragmentation fault, naming the host whose
   interface MTU differs from its peers' when one does, else the path (all MTUs agree: a device on
   the path has a smaller one);
@@ -53,13 +52,6 @@ def _words(entries: list[dict], iface: str, focus: list[str], mtus: dict[str, in
     """(what happened, what to do, size-dependent) for the failed directions ``entries``."""
     share = max((e.get("share_s") or 0.0) for e in entries)
     big = max((e.get("bytes") or 0) for e in entries)
-    crawl = [e for e in entries if e.get("crawl_gbyte_s")]
-    if crawl and len(crawl) == len(entries):
-        e = min(crawl, key=lambda x: x["crawl_gbyte_s"])
-        what = (f"{SMALL_BYTES}-byte messages arrive, {_size(big)} ones crawl in at {e['crawl_gbyte_s'] * 1000:.1f} MB/s "
-                f"against {e['reference_gbyte_s'] * 1000:.1f} MB/s on the other hops: size-dependent loss, likely an "
-                f"MTU or fragmentation fault (the large frames that get through are retransmitted or fragmented)")
-        return what, _mtu_hint(focus, mtus, iface), True
     known = [bool(e["small_ok"]) for e in entries if e.get("small_ok") is not None]
     if known and any(known) and sum(known) >= len(known) - sum(known):
         what = (f"{SMALL_BYTES}-byte messages arrive, {_size(big)} ones do not within {share:.1f} s: "
