@@ -68,9 +68,15 @@ def test_two_hosts_are_judged_by_their_two_directions_with_or_without_a_line_rat
     assert _statuses(found) == [("cluster.link_capability", "skip"), ("cluster.link_slow", "fail")]
     slow = next(f for f in found if f.status == "fail")
     assert "a->b 6.0 MB/s is 5% of b->a" in slow.summary and verdict.exit_code(found) == 1
+    # directions that agree with no line rate known: a link slow both ways would read the same
+    # (a one-way shaper slows the other way too), so never a PASS: UNKNOWN, exit 3
     found, _ = judge(View(hosts, [[None, 0.11], [0.117, None]], "eth0"), 0.5)
-    assert _statuses(found) == [("cluster.link_capability", "skip"), ("cluster.pairs", "pass")]
-    assert "both directions" in next(f.summary for f in found if f.status == "pass")
+    assert _statuses(found) == [("cluster.link_capability", "skip"), ("cluster.pairs", "unknown")]
+    assert "both directions" in found[-1].summary or "both directions" in found[0].summary
+    assert verdict.exit_code(found) == 3
+    # with the line rate known, the same figures pass
+    found, _ = judge(View(hosts, [[None, 0.11], [0.117, None]], "eth0", cap=_cap(1.0, hosts)), 0.5)
+    assert _statuses(found) == [("cluster.pairs", "pass")]
 
 
 def test_a_pair_read_slow_once_and_at_rate_once_is_unstable_not_slow():

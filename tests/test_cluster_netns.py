@@ -281,13 +281,18 @@ def test_two_hosts_over_a_link_at_5_percent_of_line_rate_fail_naming_it():
         # the hop into the shaped host; the one out of it may fail too (its acknowledgements queue
         # behind the incoming data on the shaped link)
         assert (0, 1) in {(f["details"]["src_rank"], f["details"]["dst_rank"]) for f in hop}
-        # the same link without a known line rate: the two directions, measured at once, judge it
-        # (exit 1, never 0, never 3), and a SKIP says the line rate was not held to
+        # the same link without a known line rate: the two directions, measured at once, judge it when
+        # they differ (exit 1); when the shaped direction's acknowledgements slowed the other one as
+        # much, nothing can tell the link from a healthy one: UNKNOWN (exit 3). Never exit 0; a SKIP
+        # says the line rate was not held to
         for cmd, args, check in (("pairs", PAIRS, "cluster.link_slow"), ("allreduce", SMALL, "cluster.ring_hop_slow")):
             rc, out, err, dt = c.run(c.mpirun_argv() + python_argv("bench", cmd, *args, "--budget", "40", "--json"), 90)
-            assert rc == 1, out[-3000:] + err[-2000:]
             doc = _json(out)
-            assert check in {f["check"] for f in doc["findings"] if f["status"] == "fail"}, doc["findings"]
+            brief = [(f["check"], f["status"], f["summary"]) for f in doc["findings"] if f["status"] != "pass"]
+            assert rc in (1, 3), (rc, brief, err[-2000:])
+            fails = {f["check"] for f in doc["findings"] if f["status"] == "fail"}
+            assert (rc == 1 and check in fails) or (rc == 3 and not fails and any(
+                f["status"] == "unknown" for f in doc["findings"])), brief
             assert any(f["status"] == "skip" and f["check"] == "cluster.link_capability" for f in doc["findings"])
     finally:
         c.close()

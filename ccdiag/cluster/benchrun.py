@@ -62,6 +62,14 @@ def _hop_judgement(trows: list[dict], margin: float, outcome: RankOutcome,
     found = [f for f in relative if not (f.status == PASS and (f.details.get("src_rank"), f.details.get("dst_rank")) in named)]
     net = [r for r in trows if r["src_host"] != r["dst_host"]]
     unknown = [r for r in net if not ((speeds.get(r["src_rank"]) or {}).get(r["iface"]) or line_rate_gbit_s)]
+    ends = {r["src_host"] for r in net} | {r["dst_host"] for r in net}
+    if len(ends) == 2 and unknown and not any(f.status == FAIL for f in found + absolute):
+        # two hosts, directions that agree, no line rate: a link slow both ways reads the same
+        found = [f for f in found if f.status != PASS] + [Finding(
+            check=hopmod.CHECK_ID, status=UNKNOWN, component=Component(kind="node", name=", ".join(sorted(ends))),
+            summary=(f"the two directions between {' and '.join(sorted(ends))} agree, but with two hosts and no line "
+                     f"rate known a link slow both ways reads the same (a one-way shaper slows the other way too)"),
+            remedy="give --line-rate-gbit-s, or run across three or more hosts")]
     if unknown:
         found.append(Finding(
             check=CHECK_ID, status=SKIP, component=Component(kind="node", name="all hosts"),

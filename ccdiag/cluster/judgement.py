@@ -19,7 +19,10 @@ said UNKNOWN on every healthy cluster. Here, in order:
 5. a host whose rank was held off the CPU while it measured (:mod:`.cpuuse`) is the finding, and the
    slow or unstable pairs it explains are folded under it (on every matrix);
 6. one PASS, only when nothing above failed, warned or was unknown, saying what it held the pairs to;
-   with no line rate known, a SKIP says the absolute check did not run and how to make it.
+   with no line rate known, a SKIP says the absolute check did not run and how to make it. Two hosts
+   whose directions agree, with no line rate known, are UNKNOWN, not a PASS: a one-way shaper slows
+   the other direction too (its acknowledgements queue behind the shaped data), so agreeing
+   directions do not show a healthy link.
 """
 
 from __future__ import annotations
@@ -262,6 +265,14 @@ def _pass(v: View, cls: dict, margin: float, has_cap: bool) -> Finding:
     if cls.get("rule") == "directions":
         what = (f"both directions of {v.hosts[0]} <-> {v.hosts[1]} over {v.label} within {margin:.0%} of each "
                 f"other ({v.m[0][1] * 1000:.1f} and {v.m[1][0] * 1000:.1f} MB/s)")
+        if not has_cap:
+            # two directions that agree say nothing of a link slow both ways (a shaper one way slows
+            # the other too: its acknowledgements queue behind the shaped data)
+            return Finding(check=pmx.check_id(v.prefix, "pairs"), status=UNKNOWN,
+                           component=Component(kind="node", name="all hosts", device=v.label),
+                           summary=f"{what}; with two hosts and no line rate known, a link slow both ways reads the same",
+                           remedy="give --line-rate-gbit-s, or measure three hosts or more",
+                           details={"reference_gbyte_s": ref, "line_rate_known": False})
     else:
         what = f"{every} of {n} hosts over {v.label} within {1 - margin:.0%} of the fleet reference {ref * 1000:.1f} MB/s"
     if has_cap:
