@@ -9,7 +9,7 @@ The rule: a direction whose sender resent more than :data:`LOSS_FRACTION` of at 
 :data:`MIN_SEGMENTS` segments is lossy. Healthy paths resend far less: 114 of about 22 million
 segments (0.0005 %) in a public 20-second iperf3 run on a 25 Gbit/s NIC (esnet/iperf#1088), at most
 773 of about a million a second (0.07 %) in a public 40 Gbit/s run the maintainers called fine
-(cilium/cilium#981), none or 0.01 % between this project's test hosts at 1 Gbit/s; a path dropping
+(cilium/cilium#981), at most 0.12 % between this project's test hosts at 1 Gbit/s; a path dropping
 1 % of its packets resends about 0.9 % of a one-way stream (measured between the test hosts with
 nftables dropping 1 % at random: SYNTHESIZED loss, real kernel counters), about half that when the
 sender also acknowledges its peer's data (both directions run at once, and ``OutSegs`` counts the
