@@ -51,10 +51,15 @@ def rates(per_pair: dict[tuple[str, str], dict]) -> dict[tuple[str, str], float]
     return {k: r for k, d in per_pair.items() if (r := loss_fraction((d or {}).get("tcp") or {})) is not None}
 
 
-def findings(per_pair: dict[tuple[str, str], dict], hosts: list[str], label: str) -> list[Finding]:
+def findings(per_pair: dict[tuple[str, str], dict], hosts: list[str], label: str,
+             again: dict[tuple[str, str], dict] | None = None) -> list[Finding]:
     """Lossy hosts and lossy pairs (see the module docstring). ``per_pair[(a, b)]``: what ``a``'s
-    counters moved while ``a`` measured with ``b`` (:func:`.netcounters.delta`)."""
+    counters moved while ``a`` measured with ``b`` (:func:`.netcounters.delta`); ``again``: the
+    same for the pairs measured a second time. A host lossy with every peer is named at once; a
+    single lossy pair only when its second measurement is lossy too (WARN when it was not, or was
+    not measured again: the tail of another pair's traffic resent in its window reads the same)."""
     r = rates(per_pair)
+    r2 = rates(again or {})
     if not r:
         return []
     idx = {h: i for i, h in enumerate(hosts)}
@@ -91,17 +96,22 @@ def findings(per_pair: dict[tuple[str, str], dict], hosts: list[str], label: str
                                                                           if h in (a, b)}}))
     for a, b in cls.slow_pairs:
         ab, ba = r.get((a, b)), r.get((b, a))
+        seen = [r2[k] for k in ((a, b), (b, a)) if k in r2]
+        confirmed = bool(seen) and max(seen) > LOSS_FRACTION
+        status = FAIL if confirmed else WARN
+        why = ("; measured again: lossy again" if confirmed else
+               "; measured again: not lossy (seen once)" if seen else "; not measured again (seen once)")
         out.append(Finding(
-            check="cluster.link_loss", status=FAIL,
+            check="cluster.link_loss", status=status,
             component=Component(kind="host_link", name=f"{a} <-> {b} ({label})", device=label, peer=b),
             summary=(f"link {a} <-> {b} over {label} loses packets: TCP resent "
                      f"{'-' if ab is None else f'{ab:.2%}'} of {a}'s segments to {b}, "
-                     f"{'-' if ba is None else f'{ba:.2%}'} of {b}'s to {a}"),
+                     f"{'-' if ba is None else f'{ba:.2%}'} of {b}'s to {a}{why}"),
             evidence=(Evidence(f"resent {a}->{b}", ab, "/proc/net/snmp of the sender"),
                       Evidence(f"resent {b}->{a}", ba, "/proc/net/snmp of the sender")),
             expected=f"<= {LOSS_FRACTION:.1%} of the segments resent", expected_source="ccdiag.cluster.loss.LOSS_FRACTION",
             remedy=f"check the path between {a} and {b}: the switch ports and uplinks between them, a policer",
-            details={"a": a, "b": b, "iface": label, "a_to_b": ab, "b_to_a": ba}))
+            details={"a": a, "b": b, "iface": label, "a_to_b": ab, "b_to_a": ba, "again": seen}))
     return out
 
 

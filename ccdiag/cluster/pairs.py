@@ -25,9 +25,10 @@ share and is reported, never the run):
 * the retests (pairs flagged slow on any matrix, measured again) share the last share; the report
   lists each retested direction with both figures.
 
-Beside the figures, each leader records what its kernel and NICs counted during each pair
-(:mod:`.netcounters`: TCP resent segments, interface drops and bytes, RDMA counters), the interface
-that really carried MPI's bytes, and how long its rank was on a CPU while it exchanged data
+Beside the figures, each leader records what its kernel and NICs counted during each pair's MPI
+exchange (:mod:`.netcounters`: TCP resent segments, interface drops and bytes, RDMA counters; the
+TCP steps' are kept apart, since they cross every subnet), the interface that really carried MPI's
+bytes, and how long its rank was on a CPU while it exchanged data
 (:mod:`.cpuuse`).
 """
 
@@ -35,7 +36,7 @@ from __future__ import annotations
 
 import time
 
-from ccdiag.cluster import netcounters, tcpsteps
+from ccdiag.cluster import loss, netcounters, tcpsteps
 from ccdiag.cluster.cpuuse import CpuTally
 from ccdiag.cluster.mpictx import (Deadline, DeadlineExpired, Outstanding, bcast_obj, exchange_obj, gather_to_root,
                                    load_numpy, soft_barrier, wait_one)
@@ -195,6 +196,7 @@ def _keep(out: dict, the_plan: dict, ident: dict, partner: int, rec: dict) -> No
         out["used_iface"][peer] = rec["used_iface"]
     out["cpu"][peer] = rec["cpu"]
     out["counters"][peer] = rec["counters"]
+    out.setdefault("tcp_steps_counters", {})[peer] = rec.get("tcp_steps_counters")
     if "tcp_rows" in rec:
         out["tcp_rows"] += rec["tcp_rows"]
 
@@ -238,8 +240,11 @@ def _measure_pair(comm, the_plan: dict, me: int, partner: int, bufs, work_req: t
     mid = netcounters.read_local()
     rec.update(_pair_exchange(comm, leaders[partner], bufs, size_bytes, iters, warmup, pair_dl, tag_round, stage))
     after = netcounters.read_local()
-    rec["used_iface"] = netcounters.busiest_iface(netcounters.delta(after, mid))
-    rec["counters"] = netcounters.delta(after, before)
+    # MPI's exchange alone, over the one interface that carried it (the TCP steps before it cross
+    # every subnet, and the host's counters cannot tell their resent segments apart)
+    rec["counters"] = netcounters.delta(after, mid)
+    rec["used_iface"] = netcounters.busiest_iface(rec["counters"])
+    rec["tcp_steps_counters"] = netcounters.delta(mid, before)
     return rec
 
 
@@ -307,6 +312,10 @@ def retest(comm, the_plan: dict, me: int | None, out: dict, bufs, work_req: tupl
     """Measure the flagged pairs once more, in rounds of disjoint pairs within the share of the
     budget kept for it, and keep each direction's better figure.
 
+    A pair whose sender resent more than :data:`ccdiag.cluster.loss.LOSS_FRACTION` is measured
+    again too, its counters kept apart (``retest_counters``): loss seen once, the tail of another
+    pair's traffic resent in this one's window, is not a lossy link.
+
     Why: on a node whose CPUs are shared (a loaded login-class node, a container on a busy host), a
     rank the scheduler leaves waiting for a few seconds makes one direction of one pair read half
     its rate; a slow link or host is slow every time it is measured. Noise only ever lowers a
@@ -322,15 +331,20 @@ def retest(comm, the_plan: dict, me: int | None, out: dict, bufs, work_req: tupl
     sub = work.sooner(max(1.0, work.left_s() / 3))
     tcp = [(r["net"], r["src_host"], r["mbyte_s"]) for r in out.get("tcp_rows", [])]
     failed_peers = sorted(set(out["failed_into"]) | set(out["failed_out"]))
-    got = gather_to_root(comm, (out["host"], out["into_gbyte_s"], tcp, failed_peers) if me is not None else None, sub,
-                         TAG_RETEST_GATHER)
+    lossy_peers = sorted(p for p, d in (out.get("counters") or {}).items()
+                         if (loss.loss_fraction((d or {}).get("tcp") or {}) or 0.0) > loss.LOSS_FRACTION)
+    got = gather_to_root(comm, (out["host"], out["into_gbyte_s"], tcp, failed_peers, lossy_peers)
+                         if me is not None else None, sub, TAG_RETEST_GATHER)
     plan_rounds: list = []
     if comm.rank == 0 and got is not None:
         answers = [o for o in got.objs.values() if o]
         into = {o[0]: o[1] for o in answers}
         tcp_into = {o[0]: o[2] for o in answers}
         stuck = {frozenset((o[0], p)) for o in answers for p in o[3]}
-        flagged = set(flagged_pairs(into, hosts, margin)) | set(flagged_iface_pairs(tcp_into, hosts, margin))
+        idx = {h: i for i, h in enumerate(hosts)}
+        lossy = {(min(idx[o[0]], idx[p]), max(idx[o[0]], idx[p])) for o in answers for p in o[4]
+                 if o[0] in idx and p in idx}
+        flagged = set(flagged_pairs(into, hosts, margin)) | set(flagged_iface_pairs(tcp_into, hosts, margin)) | lossy
         plan_rounds = disjoint_rounds(sorted(p for p in flagged if frozenset((hosts[p[0]], hosts[p[1]])) not in stuck))
     try:
         plan_rounds = bcast_obj(comm, plan_rounds, sub, "pairs retest plan", TAG_RETEST_PLAN) or []
@@ -360,7 +374,8 @@ def retest(comm, the_plan: dict, me: int | None, out: dict, bufs, work_req: tupl
             out["into_gbyte_s"][peer] = gbyte_s
             out["size_bytes"][peer] = rec["size_bytes"]
         _add_tally(out["cpu"], peer, rec["cpu"])
-        out["counters"][peer] = netcounters.add(out["counters"].get(peer) or {}, rec["counters"])
+        # kept apart from the first: loss seen once and not again is not a lossy link
+        out.setdefault("retest_counters", {})[peer] = rec["counters"]
 
 
 def _add_tally(cpu: dict, peer: str, more: dict) -> None:

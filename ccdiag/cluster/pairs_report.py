@@ -174,7 +174,7 @@ class PairsReport:
         # a pair whose transfer never completed resent into the void: its failure says it, not loss
         stuck = {frozenset(k) for k in failed}
         lost = loss.findings({k: v for k, v in self._per_pair_counters(results).items() if frozenset(k) not in stuck},
-                             hosts, label)
+                             hosts, label, self._per_pair_counters(results, "retest_counters"))
         found = fold_loss(found, lost)
         found += loss.rdma_findings({res.get("host"): res.get("run_counters") for res in results.values()
                                      if res and res.get("leader")})
@@ -191,7 +191,8 @@ class PairsReport:
                  "retests": retest_rows,
                  "budget": self._budget_doc(results),
                  "cpu": {h: dict(t, available_fraction=cpuuse.available_fraction(t)) for h, t in mpi.cpu.items()},
-                 "counters": {res.get("host"): {"pairs": res.get("counters"), "run": res.get("run_counters")}
+                 "counters": {res.get("host"): {"pairs": res.get("counters"), "run": res.get("run_counters"),
+                                                "tcp_steps": res.get("tcp_steps_counters")}
                               for res in results.values() if res and res.get("leader")}}
         text = [pmx.format_matrix(matrix, hosts, label, self.size_bytes, len(res0["rounds"]), failed)]
         text.append(format_used(used, hosts))
@@ -241,9 +242,9 @@ class PairsReport:
         return (cap if any(c for row in cap for c in row if c) else None), note
 
     @staticmethod
-    def _per_pair_counters(results: dict) -> dict:
+    def _per_pair_counters(results: dict, key: str = "counters") -> dict:
         return {(res.get("host"), peer): d for res in results.values() if res and res.get("leader")
-                for peer, d in (res.get("counters") or {}).items()}
+                for peer, d in (res.get(key) or {}).items()}
 
     @staticmethod
     def _budget_doc(results: dict) -> dict:
