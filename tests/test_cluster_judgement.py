@@ -297,3 +297,13 @@ def test_the_ring_hop_check_names_the_hop_into_a_black_hole_and_the_host_both_of
     found = transfers.findings(failed, ok, list(hosts.values()), "eth0")
     assert [(f.check, f.component.name) for f in found] == [("cluster.host_transfers_failed", "h2")]
     assert hopcheck.share_s(100.0) == 7.5 and hopcheck.share_s(1.0) == 1.0
+
+
+def test_resent_segments_the_receiver_reported_as_duplicates_are_not_loss():
+    """A retransmission timer or tail loss probe that fired early (a loaded host) resends a segment
+    that had arrived; the receiver says so with a D-SACK (TcpExt TCPDSACKRecvSegs)."""
+    assert loss.loss_fraction({"out_segs": 20000, "retrans_segs": 60, "dsack_recv_segs": 58}) == pytest.approx(0.0001)
+    assert loss.loss_fraction({"out_segs": 20000, "retrans_segs": 60}) == pytest.approx(0.003)
+    assert "dsack_recv_segs" in netcounters.tcp_counters(
+        (FIXTURES / "procnet" / "snmp-dev-machine.txt").read_text(),
+        (FIXTURES / "procnet" / "netstat-dev-machine.txt").read_text())

@@ -30,6 +30,10 @@ TCP_FIELDS = {
     ("TcpExt", "TCPLostRetransmit"): "lost_retransmit",
     ("TcpExt", "TCPTimeouts"): "timeouts",
     ("TcpExt", "TCPSynRetrans"): "syn_retrans",
+    # segments the receiver reported back as duplicates (D-SACK): resent, but never lost
+    ("TcpExt", "TCPDSACKRecvSegs"): "dsack_recv_segs",
+    ("TcpExt", "TCPLossProbes"): "loss_probes",
+    ("TcpExt", "TCPSpuriousRTOs"): "spurious_rtos",
 }
 #: /sys/class/net/<if>/statistics/<name>
 IFACE_FIELDS = ("rx_bytes", "tx_bytes", "rx_packets", "tx_packets", "rx_dropped", "tx_dropped", "rx_errors",
