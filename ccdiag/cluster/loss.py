@@ -62,7 +62,6 @@ def findings(per_pair: dict[tuple[str, str], dict], hosts: list[str], label: str
     single lossy pair only when its second measurement is lossy too (WARN when it was not, or was
     not measured again: the tail of another pair's traffic resent in its window reads the same)."""
     r = rates(per_pair)
-    r2 = rates(again or {})
     if not r:
         return []
     idx = {h: i for i, h in enumerate(hosts)}
@@ -75,47 +74,53 @@ def findings(per_pair: dict[tuple[str, str], dict], hosts: list[str], label: str
         k = key(a, b)
         flags[k] = flags.get(k, False) or v > LOSS_FRACTION
     cls = outliers.classify_flags(flags)
-    out = []
-    for h in cls.slow_members:
-        into = {a: v for (a, b), v in r.items() if b == h}
-        outof = {b: v for (a, b), v in r.items() if a == h}
-        bad_in = [a for a, v in into.items() if v > LOSS_FRACTION]
-        way = "into" if len(bad_in) >= sum(1 for v in outof.values() if v > LOSS_FRACTION) else "out of"
-        shown = into if way == "into" else outof
-        others = [v for (a, b), v in r.items() if h not in (a, b)]
-        drops = _iface_drops(per_pair, h)
-        out.append(Finding(
-            check="cluster.host_loss", status=FAIL, component=Component(kind="node", name=h, device=label),
-            summary=(f"host {h} loses packets {way} it over {label}: TCP resent "
-                     f"{', '.join(f'{p} {v:.2%}' for p, v in sorted(shown.items()))} of the segments "
-                     f"{'its peers sent to it' if way == 'into' else 'it sent to them'}, against at most "
-                     f"{max(others, default=0.0):.2%} between other hosts" + (f"; {drops}" if drops else "")),
-            evidence=tuple(Evidence(f"resent {a}->{b}", round(v, 6), "/proc/net/snmp Tcp RetransSegs / OutSegs of the sender")
-                           for (a, b), v in sorted(r.items()) if h in (a, b)),
-            expected=f"<= {LOSS_FRACTION:.1%} of the segments resent", expected_source="ccdiag.cluster.loss.LOSS_FRACTION",
-            remedy=(f"look at {h}'s link over {label}: its NIC's and switch port's error and drop counters "
-                    f"(`ethtool -S`, `ip -s link`), the cable or transceiver, a policer or firewall dropping packets"),
-            details={"host": h, "way": way, "iface": label, "fractions": {f"{a}->{b}": v for (a, b), v in r.items()
-                                                                          if h in (a, b)}}))
-    for a, b in cls.slow_pairs:
-        ab, ba = r.get((a, b)), r.get((b, a))
-        seen = [r2[k] for k in ((a, b), (b, a)) if k in r2]
-        confirmed = bool(seen) and max(seen) > LOSS_FRACTION
-        status = FAIL if confirmed else WARN
-        why = ("; measured again: lossy again" if confirmed else
-               "; measured again: not lossy (seen once)" if seen else "; not measured again (seen once)")
-        out.append(Finding(
-            check="cluster.link_loss", status=status,
-            component=Component(kind="host_link", name=f"{a} <-> {b} ({label})", device=label, peer=b),
-            summary=(f"link {a} <-> {b} over {label} loses packets: TCP resent "
-                     f"{'-' if ab is None else f'{ab:.2%}'} of {a}'s segments to {b}, "
-                     f"{'-' if ba is None else f'{ba:.2%}'} of {b}'s to {a}{why}"),
-            evidence=(Evidence(f"resent {a}->{b}", ab, "/proc/net/snmp of the sender"),
-                      Evidence(f"resent {b}->{a}", ba, "/proc/net/snmp of the sender")),
-            expected=f"<= {LOSS_FRACTION:.1%} of the segments resent", expected_source="ccdiag.cluster.loss.LOSS_FRACTION",
-            remedy=f"check the path between {a} and {b}: the switch ports and uplinks between them, a policer",
-            details={"a": a, "b": b, "iface": label, "a_to_b": ab, "b_to_a": ba, "again": seen}))
-    return out
+    r2 = rates(again or {})
+    return ([_host_finding(h, r, per_pair, label) for h in cls.slow_members]
+            + [_link_finding(a, b, r, r2, label) for a, b in cls.slow_pairs])
+
+
+def _host_finding(h: str, r: dict, per_pair: dict, label: str) -> Finding:
+    """A host lossy with every peer, and which way (its peers resend to it, or it to them)."""
+    into = {a: v for (a, b), v in r.items() if b == h}
+    outof = {b: v for (a, b), v in r.items() if a == h}
+    bad_in = sum(1 for v in into.values() if v > LOSS_FRACTION)
+    way = "into" if bad_in >= sum(1 for v in outof.values() if v > LOSS_FRACTION) else "out of"
+    shown = into if way == "into" else outof
+    others = [v for (a, b), v in r.items() if h not in (a, b)]
+    drops = _iface_drops(per_pair, h)
+    return Finding(
+        check="cluster.host_loss", status=FAIL, component=Component(kind="node", name=h, device=label),
+        summary=(f"host {h} loses packets {way} it over {label}: TCP resent "
+                 f"{', '.join(f'{p} {v:.2%}' for p, v in sorted(shown.items()))} of the segments "
+                 f"{'its peers sent to it' if way == 'into' else 'it sent to them'}, against at most "
+                 f"{max(others, default=0.0):.2%} between other hosts" + (f"; {drops}" if drops else "")),
+        evidence=tuple(Evidence(f"resent {a}->{b}", round(v, 6), "/proc/net/snmp Tcp RetransSegs / OutSegs of the sender")
+                       for (a, b), v in sorted(r.items()) if h in (a, b)),
+        expected=f"<= {LOSS_FRACTION:.1%} of the segments resent", expected_source="ccdiag.cluster.loss.LOSS_FRACTION",
+        remedy=(f"look at {h}'s link over {label}: its NIC's and switch port's error and drop counters "
+                f"(`ethtool -S`, `ip -s link`), the cable or transceiver, a policer or firewall dropping packets"),
+        details={"host": h, "way": way, "iface": label,
+                 "fractions": {f"{a}->{b}": v for (a, b), v in r.items() if h in (a, b)}})
+
+
+def _link_finding(a: str, b: str, r: dict, r2: dict, label: str) -> Finding:
+    """One lossy pair: FAIL when its second measurement is lossy too, else WARN (seen once)."""
+    ab, ba = r.get((a, b)), r.get((b, a))
+    seen = [r2[k] for k in ((a, b), (b, a)) if k in r2]
+    confirmed = bool(seen) and max(seen) > LOSS_FRACTION
+    why = ("; measured again: lossy again" if confirmed else
+           "; measured again: not lossy (seen once)" if seen else "; not measured again (seen once)")
+    return Finding(
+        check="cluster.link_loss", status=FAIL if confirmed else WARN,
+        component=Component(kind="host_link", name=f"{a} <-> {b} ({label})", device=label, peer=b),
+        summary=(f"link {a} <-> {b} over {label} loses packets: TCP resent "
+                 f"{'-' if ab is None else f'{ab:.2%}'} of {a}'s segments to {b}, "
+                 f"{'-' if ba is None else f'{ba:.2%}'} of {b}'s to {a}{why}"),
+        evidence=(Evidence(f"resent {a}->{b}", ab, "/proc/net/snmp of the sender"),
+                  Evidence(f"resent {b}->{a}", ba, "/proc/net/snmp of the sender")),
+        expected=f"<= {LOSS_FRACTION:.1%} of the segments resent", expected_source="ccdiag.cluster.loss.LOSS_FRACTION",
+        remedy=f"check the path between {a} and {b}: the switch ports and uplinks between them, a policer",
+        details={"a": a, "b": b, "iface": label, "a_to_b": ab, "b_to_a": ba, "again": seen})
 
 
 def _iface_drops(per_pair: dict, host: str) -> str:

@@ -337,15 +337,7 @@ def retest(comm, the_plan: dict, me: int | None, out: dict, bufs, work_req: tupl
                          if me is not None else None, sub, TAG_RETEST_GATHER)
     plan_rounds: list = []
     if comm.rank == 0 and got is not None:
-        answers = [o for o in got.objs.values() if o]
-        into = {o[0]: o[1] for o in answers}
-        tcp_into = {o[0]: o[2] for o in answers}
-        stuck = {frozenset((o[0], p)) for o in answers for p in o[3]}
-        idx = {h: i for i, h in enumerate(hosts)}
-        lossy = {(min(idx[o[0]], idx[p]), max(idx[o[0]], idx[p])) for o in answers for p in o[4]
-                 if o[0] in idx and p in idx}
-        flagged = set(flagged_pairs(into, hosts, margin)) | set(flagged_iface_pairs(tcp_into, hosts, margin)) | lossy
-        plan_rounds = disjoint_rounds(sorted(p for p in flagged if frozenset((hosts[p[0]], hosts[p[1]])) not in stuck))
+        plan_rounds = retest_plan([o for o in got.objs.values() if o], hosts, margin)
     try:
         plan_rounds = bcast_obj(comm, plan_rounds, sub, "pairs retest plan", TAG_RETEST_PLAN) or []
     except DeadlineExpired:
@@ -363,19 +355,37 @@ def retest(comm, the_plan: dict, me: int | None, out: dict, bufs, work_req: tupl
         if me is None or partner is None:
             continue
         rec = _measure_pair(comm, the_plan, me, partner, bufs, work_req, round_dl, base + k, stage, mine, work)
-        peer = hosts[partner]
-        if mine is not None:
-            keep_better_rows(out.setdefault("tcp_rows", []), rec.get("tcp_rows") or [])
-        first = out["into_gbyte_s"].get(peer)
-        gbyte_s = rec.get("gbyte_s")
-        out.setdefault("first_gbyte_s", {})[peer] = first
-        out.setdefault("retest_gbyte_s", {})[peer] = gbyte_s
-        if gbyte_s is not None and (first is None or gbyte_s > first):
-            out["into_gbyte_s"][peer] = gbyte_s
-            out["size_bytes"][peer] = rec["size_bytes"]
-        _add_tally(out["cpu"], peer, rec["cpu"])
-        # kept apart from the first: loss seen once and not again is not a lossy link
-        out.setdefault("retest_counters", {})[peer] = rec["counters"]
+        _keep_retest(out, hosts[partner], rec, mine is not None)
+
+
+def retest_plan(answers: list[tuple], hosts: list[str], margin: float) -> list[list[tuple[int, int]]]:
+    """Rank 0: from each leader's (host, figures into it, TCP rows, peers whose transfer stuck,
+    peers it resent too much to), the pairs to measure again, in rounds of disjoint pairs."""
+    into = {o[0]: o[1] for o in answers}
+    tcp_into = {o[0]: o[2] for o in answers}
+    stuck = {frozenset((o[0], p)) for o in answers for p in o[3]}
+    idx = {h: i for i, h in enumerate(hosts)}
+    lossy = {(min(idx[o[0]], idx[p]), max(idx[o[0]], idx[p])) for o in answers for p in o[4]
+             if o[0] in idx and p in idx}
+    flagged = set(flagged_pairs(into, hosts, margin)) | set(flagged_iface_pairs(tcp_into, hosts, margin)) | lossy
+    return disjoint_rounds(sorted(p for p in flagged if frozenset((hosts[p[0]], hosts[p[1]])) not in stuck))
+
+
+def _keep_retest(out: dict, peer: str, rec: dict, per_iface: bool) -> None:
+    """A retested pair's record into this leader's result: each direction's better figure, both
+    figures, the TCP rows' better figures, the CPU tally, the counters kept apart."""
+    if per_iface:
+        keep_better_rows(out.setdefault("tcp_rows", []), rec.get("tcp_rows") or [])
+    first = out["into_gbyte_s"].get(peer)
+    gbyte_s = rec.get("gbyte_s")
+    out.setdefault("first_gbyte_s", {})[peer] = first
+    out.setdefault("retest_gbyte_s", {})[peer] = gbyte_s
+    if gbyte_s is not None and (first is None or gbyte_s > first):
+        out["into_gbyte_s"][peer] = gbyte_s
+        out["size_bytes"][peer] = rec["size_bytes"]
+    _add_tally(out["cpu"], peer, rec["cpu"])
+    # kept apart from the first: loss seen once and not again is not a lossy link
+    out.setdefault("retest_counters", {})[peer] = rec["counters"]
 
 
 def _add_tally(cpu: dict, peer: str, more: dict) -> None:

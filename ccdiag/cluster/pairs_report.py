@@ -152,12 +152,34 @@ class PairsReport:
                         summary=f"every rank runs on one host ({', '.join(hosts)}): no pair of hosts to measure",
                         remedy="run one rank per host across hosts (mpirun --map-by ppr:1:node, srun --ntasks-per-node=1)")
             return [f], {"hosts": hosts}, []
-        matrix = pmx.merge_matrix(results, hosts)
-        failed = pmx.failed_directions(results, hosts)
         used = used_ifaces(results)
+        mpi, tcp_views = self._views(results, hosts, used, idents)
+        found, cls = judge(mpi, self.margin)
+        found = self._loss(found, results, hosts, mpi)
+        missing = pmx.missing_pairs(mpi.m, hosts, mpi.failed)
+        carried = [[(0.0 if v is None and i != j else v) for j, v in enumerate(row)] for i, row in enumerate(mpi.m)]
+        rec = ordermod.recommend(carried, hosts, cls["slow_hosts"]) if not missing else None
+        extra = self._extra(results, res0, mpi, cls, rec, missing, used)
+        text = [pmx.format_matrix(mpi.m, hosts, mpi.label, self.size_bytes, len(res0["rounds"]), mpi.failed),
+                format_used(used, hosts)]
+        if extra["retests"]:
+            text.append(format_retests(extra["retests"]))
+        text.append(self._budget_text(extra["budget"]))
+        if missing:
+            text.append(f"# not measured (the run was cut short): {', '.join(missing)}")
+        found += self._ifaces(tcp_views, res0, extra, text)
+        if rec is not None:
+            text.append(ordermod.format_recommendation(rec))
+            self._hostfiles(rec, res0, extra, text)
+        return found, extra, text
+
+    def _views(self, results: dict, hosts: list[str], used: dict, idents: dict) -> tuple[View, list]:
+        """MPI's matrix and each subnet's TCP matrix as views to judge; the two over the same
+        interface check each other."""
         label = link_label(used)
         ident_of = {(idents.get(r) or {}).get("host"): idents.get(r) or {} for r in idents}
-        mpi = View(hosts=hosts, m=matrix, label=label, failed=failed, mtus=self._mtus(ident_of, hosts, label),
+        mpi = View(hosts=hosts, m=pmx.merge_matrix(results, hosts), label=label,
+                   failed=pmx.failed_directions(results, hosts), mtus=self._mtus(ident_of, hosts, label),
                    retested={(r["src_host"], r["dst_host"]): (r["first_gbyte_s"], r["retest_gbyte_s"])
                              for r in retests(results)},
                    cpu=self._cpu(results))
@@ -170,42 +192,31 @@ class PairsReport:
         same = [v for mat, v in tcp_views if mat["label"] == label]  # the subnet MPI's interface is on
         if len(same) == 1:
             mpi.other, same[0].other = same[0], mpi
-        found, cls = judge(mpi, self.margin)
+        return mpi, tcp_views
+
+    def _loss(self, found: list[Finding], results: dict, hosts: list[str], mpi: View) -> list[Finding]:
+        """Loss from the counters of MPI's exchanges, folded into a slow host or link it explains,
+        and the RDMA ports' own loss counters."""
         # a pair whose transfer never completed resent into the void: its failure says it, not loss
-        stuck = {frozenset(k) for k in failed}
+        stuck = {frozenset(k) for k in mpi.failed}
         lost = loss.findings({k: v for k, v in self._per_pair_counters(results).items() if frozenset(k) not in stuck},
-                             hosts, label, self._per_pair_counters(results, "retest_counters"))
-        found = fold_loss(found, lost)
-        found += loss.rdma_findings({res.get("host"): res.get("run_counters") for res in results.values()
-                                     if res and res.get("leader")})
-        missing = pmx.missing_pairs(matrix, hosts, failed)
-        carried = [[(0.0 if v is None and i != j else v) for j, v in enumerate(row)] for i, row in enumerate(matrix)]
-        rec = ordermod.recommend(carried, hosts, cls["slow_hosts"]) if not missing else None
-        retest_rows = retests(results)
-        extra = {"hosts": hosts, "iface": label, "size_bytes": self.size_bytes, "rounds": res0["rounds"],
-                 "matrix_gbyte_s": matrix, "classification": cls, "ring_order": rec, "missing_pairs": missing,
-                 "failed_transfers": [dict(e, src_host=s, dst_host=d) for (s, d), e in sorted(failed.items())],
-                 "used_iface": [{"a": a, "b": b, "iface": v} for (a, b), v in sorted(used.items())],
-                 "sizes_used_bytes": {res.get("host"): res.get("size_bytes") for res in results.values()
-                                      if res and res.get("leader")},
-                 "retests": retest_rows,
-                 "budget": self._budget_doc(results),
-                 "cpu": {h: dict(t, available_fraction=cpuuse.available_fraction(t)) for h, t in mpi.cpu.items()},
-                 "counters": {res.get("host"): {"pairs": res.get("counters"), "run": res.get("run_counters"),
-                                                "tcp_steps": res.get("tcp_steps_counters")}
-                              for res in results.values() if res and res.get("leader")}}
-        text = [pmx.format_matrix(matrix, hosts, label, self.size_bytes, len(res0["rounds"]), failed)]
-        text.append(format_used(used, hosts))
-        if retest_rows:
-            text.append(format_retests(retest_rows))
-        text.append(self._budget_text(extra["budget"]))
-        if missing:
-            text.append(f"# not measured (the run was cut short): {', '.join(missing)}")
-        found += self._ifaces(tcp_views, res0, extra, text)
-        if rec is not None:
-            text.append(ordermod.format_recommendation(rec))
-            self._hostfiles(rec, res0, extra, text)
-        return found, extra, text
+                             hosts, mpi.label, self._per_pair_counters(results, "retest_counters"))
+        return fold_loss(found, lost) + loss.rdma_findings({res.get("host"): res.get("run_counters")
+                                                            for res in results.values() if res and res.get("leader")})
+
+    def _extra(self, results: dict, res0: dict, mpi: View, cls: dict, rec, missing: list, used: dict) -> dict:
+        """The JSON document's part for MPI's matrix and what was read beside it."""
+        leaders = [res for res in results.values() if res and res.get("leader")]
+        return {"hosts": mpi.hosts, "iface": mpi.label, "size_bytes": self.size_bytes, "rounds": res0["rounds"],
+                "matrix_gbyte_s": mpi.m, "classification": cls, "ring_order": rec, "missing_pairs": missing,
+                "failed_transfers": [dict(e, src_host=s, dst_host=d) for (s, d), e in sorted(mpi.failed.items())],
+                "used_iface": [{"a": a, "b": b, "iface": v} for (a, b), v in sorted(used.items())],
+                "sizes_used_bytes": {res.get("host"): res.get("size_bytes") for res in leaders},
+                "retests": retests(results),
+                "budget": self._budget_doc(results),
+                "cpu": {h: dict(t, available_fraction=cpuuse.available_fraction(t)) for h, t in mpi.cpu.items()},
+                "counters": {res.get("host"): {"pairs": res.get("counters"), "run": res.get("run_counters"),
+                                               "tcp_steps": res.get("tcp_steps_counters")} for res in leaders}}
 
     @staticmethod
     def _mtus(ident_of: dict, hosts: list[str], iface: str) -> dict:
