@@ -195,8 +195,9 @@ class CollectionProcess:
     def alive(self) -> bool:
         return self.pid is not None
 
-    def start(self) -> None:
-        """Fork the collection process (call before any other thread starts, see the module)."""
+    def start(self) -> socket.socket:
+        """Fork the collection process (call before any other thread starts, see the module); the
+        daemon's end of the conversation with it."""
         parent, child = socket.socketpair()
         arm = procgroups.die_with_parent()
         pid = os.fork()
@@ -213,15 +214,15 @@ class CollectionProcess:
                 os._exit(code)
         child.close()
         self.pid, self.sock = pid, parent
+        return parent
 
     def request(self, request: tuple, timeout_s: float) -> Any:
         """Send ``request`` and wait up to ``timeout_s`` for the answer. Raises
         :class:`CollectionDied` (after ending the process) when none comes."""
-        if self.sock is None:
-            self.start()
+        sock = self.sock if self.sock is not None else self.start()
         try:
-            _send(self.sock, request)
-            status, value = _recv(self.sock, time.monotonic() + timeout_s)
+            _send(sock, request)
+            status, value = _recv(sock, time.monotonic() + timeout_s)
         except Exception as exc:  # noqa: BLE001 - whatever it was, the conversation is out of step
             why = ("stopped answering" if isinstance(exc, TimeoutError)
                    else f"ended ({type(exc).__name__}: {exc})")

@@ -75,7 +75,7 @@ class CycleCollector:
 
     def _families(self, cycle: Cycle | None, total: int) -> list[Metric]:
         if cycle is None:
-            fams = []
+            fams: list[Metric] = []
             sp = S.BY_NAME["ccdiag_collection_cycles_total"]
             fams.append(CounterMetricFamily(sp.family_name, sp.help, value=0))
             return fams
@@ -93,14 +93,17 @@ class CycleCollector:
             cycle, total, static, static_gz = self._cycle, self._cycles_total, self._static, self._static_gz
         if static is None:
             static = generate_latest(StaticCollector(self._families(cycle, total)))
-        if compressed and static_gz is None:
-            static_gz = gzip.compress(static, compresslevel=6)
+        body = static
+        if compressed:
+            if static_gz is None:
+                static_gz = gzip.compress(static, compresslevel=6)
+            body = static_gz
         with self._lock:
             if self._cycle is cycle and self._cycles_total == total:
                 self._static = static
                 if static_gz is not None:
                     self._static_gz = static_gz
-        return cycle, (static_gz if compressed else static)
+        return cycle, body
 
     def _age_text(self, cycle: Cycle) -> bytes:
         return generate_latest(StaticCollector([M.age_family(cycle, self.clock())]))

@@ -217,7 +217,7 @@ def _runner(cfg: DaemonConfig, host: Host, policy: Policy, probes: list[str]) ->
     def go() -> CheckResult:
         if isinstance(host, ReplayHost):
             host.epoch = 0  # every cycle replays the snapshot from its first sample
-        env = None if not host.live else {}
+        env: dict[str, str] | None = None if not host.live else {}
         return evaluate(host, policy, 0.0, cfg.deadline_s, env,
                         None if env is None else "none (the daemon has no job environment)", probes=probes)
     return go
@@ -372,8 +372,8 @@ class Daemon:
             return result
         for name, run in bad.items():
             log.warning("probe %s failed: %s", name, run.error)
-        later = {n: r for n, r in (result.later or {}).items() if n not in bad} if result.later else result.later
-        return dataclasses.replace(result, runs={**result.runs, **bad}, later=later)
+        kept_later = {n: r for n, r in (result.later or {}).items() if n not in bad} if result.later else result.later
+        return dataclasses.replace(result, runs={**result.runs, **bad}, later=kept_later)
 
     def run_cycle(self) -> bool:
         """One evaluation, published for scrapes. Never raises.
@@ -442,11 +442,11 @@ class Daemon:
         return self.collector.cycle is not None
 
     # -- lifecycle ------------------------------------------------------------------------------
-    def start(self) -> None:
-        """Bind the endpoint and start the collection loop (returns at once)."""
+    def start(self) -> MetricsServer:
+        """Bind the endpoint and start the collection loop (returns at once, with the server)."""
         if self.isolate and not self._collection.alive:
             self._collection.start()  # before the server starts a thread
-        self.server = MetricsServer(parse_listen(self.config.listen), self.collector, lambda: self.web,
+        self.server = server = MetricsServer(parse_listen(self.config.listen), self.collector, lambda: self.web,
                                     self.health, self.ready, metrics_path=self.config.telemetry_path,
                                     max_requests=self.config.max_requests)
         self._server_thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.2},
@@ -454,6 +454,7 @@ class Daemon:
         self._server_thread.start()
         self._loop = threading.Thread(target=self._collect_loop, name="ccdiag-collect", daemon=True)
         self._loop.start()
+        return server
 
     def restart_collection(self) -> None:
         """End the collection process (killing what it runs) and fork a fresh one from this
@@ -485,7 +486,7 @@ class Daemon:
                     signal.SIGUSR1: lambda *_: self.request_cycle()}
         previous = {sig: signal.signal(sig, h) for sig, h in handlers.items()}
         try:
-            self.start()
+            server = self.start()
             if on_started is not None:
                 on_started()
             watchdog = sdnotify.watchdog_interval()
@@ -497,7 +498,7 @@ class Daemon:
                     self.reload()
                 if not announced and self.ready():
                     announced = True
-                    sdnotify.notify(f"READY=1\nSTATUS=serving {self.server.url}")
+                    sdnotify.notify(f"READY=1\nSTATUS=serving {server.url}")
                 if watchdog and self.health()[0]:
                     sdnotify.notify("WATCHDOG=1")
         finally:

@@ -58,7 +58,7 @@ class _Families:
     """Collects samples per declared metric and returns only the families that got samples."""
 
     def __init__(self) -> None:
-        self._fams: dict[str, Metric] = {}
+        self._fams: dict[str, CounterMetricFamily | GaugeMetricFamily] = {}
 
     def add(self, name: str, labels: Iterable[Any], value: Any) -> None:
         if value is None:
@@ -186,7 +186,7 @@ def _pci_numa(cycle: Cycle) -> dict[str, int]:
     """NUMA node of each PCI function by address, as sysfs says: NVML's own NUMA id is "N/A" on most
     x86 systems, while the PCI device's ``numa_node`` is what ``topo`` (and the kernel) use."""
     devices = getattr(cycle.data.get("pcie"), "devices", ()) or ()
-    return {normalize_bdf(d.bdf): d.numa_node for d in devices if d.bdf and d.numa_node is not None}
+    return {bdf: d.numa_node for d in devices if d.numa_node is not None and (bdf := normalize_bdf(d.bdf))}
 
 
 def _gpus(out: _Families, cycle: Cycle, nvml: Any) -> None:

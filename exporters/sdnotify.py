@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import socket
 import time
+from collections.abc import Mapping
 
 
 def notify(state: str, env: dict[str, str] | None = None) -> bool:
@@ -36,11 +37,11 @@ def monotonic_usec() -> int:
 
 def watchdog_interval(env: dict[str, str] | None = None) -> float | None:
     """Seconds between watchdog pings (half of ``WatchdogSec``), or None without a watchdog."""
-    env = env if env is not None else os.environ
-    usec = env.get("WATCHDOG_USEC")
+    environ: Mapping[str, str] = env if env is not None else os.environ
+    usec = environ.get("WATCHDOG_USEC")
     if not usec or not usec.isdigit():
         return None
-    pid = env.get("WATCHDOG_PID")
+    pid = environ.get("WATCHDOG_PID")
     if pid and pid.isdigit() and int(pid) != os.getpid():
         return None
     return int(usec) / 2e6

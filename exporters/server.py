@@ -337,9 +337,8 @@ class MetricsServer:
 
     # -- requests ------------------------------------------------------------------------------
     async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
-        conn = request.protocol
-        counted = isinstance(conn, _Connection)
-        if counted and self.pipelined_interval_s and conn.pipelines():
+        conn = request.protocol if isinstance(request.protocol, _Connection) else None
+        if conn is not None and self.pipelined_interval_s and conn.pipelines():
             # paced, one after another, before it takes a request slot: a flood of pipelined
             # requests waits its turn without holding what a scraper's fresh connection needs (a
             # connection that goes away leaves the queue)
@@ -347,7 +346,7 @@ class MetricsServer:
             assert self._pipelined_turn is not None
             async with self._pipelined_turn:
                 await asyncio.sleep(self.pipelined_interval_s)
-        if counted:
+        if conn is not None:
             conn.in_progress += 1
         self._active += 1
         active = True
@@ -368,7 +367,7 @@ class MetricsServer:
         finally:
             if active:
                 self._active -= 1
-            if counted:
+            if conn is not None:
                 conn.in_progress -= 1
                 conn.responded()
 

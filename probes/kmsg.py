@@ -174,9 +174,9 @@ def match_event(message: str, time_s: float | None, context: dict | None = None)
         m = _PORT_LINK.match(message)
         if m:
             state = m.group(4).upper()
-            kind = {"ACTIVE": "ib_link_up", "UP": "ib_link_up", "DOWN": "ib_link_down"}.get(state)
-            if kind:
-                return KernelEvent(kind, message, time_s, normalize_bdf(m.group(1)), None, m.group(2),
+            port_kind = {"ACTIVE": "ib_link_up", "UP": "ib_link_up", "DOWN": "ib_link_down"}.get(state)
+            if port_kind:
+                return KernelEvent(port_kind, message, time_s, normalize_bdf(m.group(1)), None, m.group(2),
                                    port=int(m.group(3)))
     m = _AER.match(message)
     low = m.group(2).lower() if m else ""

@@ -685,7 +685,9 @@ def _read_nvlink_throughput(r: _Reader, i: int, links: list[NvLink]) -> None:
             elif ret not in FIELD_NOT_APPLICABLE:
                 errors.append(ReadError(source, "field_error", f"{what}: {nvml_return_name(ret)}"))
         if values or errors:
-            links[n] = dataclasses.replace(link, **values, errors=link.errors + tuple(errors))
+            links[n] = dataclasses.replace(link, tx_bytes=values.get("tx_bytes", link.tx_bytes),
+                                           rx_bytes=values.get("rx_bytes", link.rx_bytes),
+                                           errors=link.errors + tuple(errors))
 
 
 def _mig_remapped_rows(r: "_Reader", i: int) -> tuple[tuple[int, int, bool, bool] | None, tuple[int, ...]]:

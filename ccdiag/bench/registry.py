@@ -31,7 +31,7 @@ class BenchContext:
     observations, the policy (thresholds), sizes, and one absolute deadline."""
 
     host: Any
-    topology: Topology
+    topology: Topology | None
     runs: dict
     policy: Any = None
     size_bytes: int | None = None

@@ -99,9 +99,10 @@ def _broken_install(exc: BaseException) -> str | None:
     """The message for running ccdiag from a source tree it was not installed from: Python finds
     the ``ccdiag/`` folder of the checkout, but ``probes/`` and ``exporters/`` become
     ``ccdiag.probes`` / ``ccdiag.exporters`` only through the package mapping of an install."""
-    while exc is not None and not isinstance(exc, ModuleNotFoundError):
-        exc = getattr(exc, "cause", None) or exc.__cause__
-    name = getattr(exc, "name", None) or ""
+    link: BaseException | None = exc
+    while link is not None and not isinstance(link, ModuleNotFoundError):
+        link = getattr(link, "cause", None) or link.__cause__
+    name = getattr(link, "name", None) or ""
     if any(name == m or name.startswith(m + ".") for m in _MAPPED):
         return (f"ccdiag is not installed here: {name} is missing (run ccdiag from an installed "
                 f"package: `pip install .` in the source tree, or `pip install -e .`)")
@@ -228,6 +229,7 @@ def _run(argv: list[str] | None) -> None:
             pass
         sys.exit(int(ExitCode.OK))
     except Exception as exc:  # noqa: BLE001 - never a traceback for the user
+        cause: BaseException
         if os.environ.get("CCDIAG_DEBUG"):
             raise
         broken = _broken_install(exc)

@@ -199,7 +199,7 @@ def _expected_rows(topo) -> list[list[str]]:
     counts: dict[tuple, int] = {}
     for key, _, _ in pairs:
         counts[key] = counts.get(key, 0) + 1
-    common = max(counts, key=counts.get) if counts else None
+    common = max(counts, key=lambda k: counts[k]) if counts else None
     if common is not None and counts[common] <= 3:
         common = None
     for key, name, neck in pairs:
@@ -366,9 +366,9 @@ def _from_smi(path: str, as_json: bool, output: str | None) -> int:
             return _show_p2p(p2p, path, as_json, output)
         raise InputError(f"{path}: not an nvidia-smi topo -m matrix: {exc}") from None
     rows = rows_for_table(m)
-    nic_aff = {}
+    nic_aff: dict[str, list[list[str]]] = {}
     for g in m.gpus():
-        levels = [(n, m.level(g, n)) for n in m.nics() if m.level(g, n)]
+        levels = [(n, lv) for n in m.nics() if (lv := m.level(g, n))]
         if levels:
             levels.sort(key=lambda p: level_rank(p[1]))
             best = level_rank(levels[0][1])

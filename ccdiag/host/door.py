@@ -30,7 +30,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, Iterable, Protocol, Sequence, runtime_checkable
 
 from ccdiag.host import inflight, procgroups
 from ccdiag.host.nvmlcall import DRIVER_MISSING, NOT_RECORDED, NvmlCallError, NvmlFacade
@@ -443,7 +443,8 @@ class LiveHost(BaseHost):
                 # unkillable (D state) or a grandchild holds the pipes: abandon it
                 for pipe in (proc.stdout, proc.stderr):
                     try:
-                        pipe.close()
+                        if pipe is not None:
+                            pipe.close()
                     except Exception:
                         pass
                 out, err = b"", b""
@@ -726,8 +727,8 @@ class RecordingHost(LiveHost):
             table[key] = as_record(got)
         return got
 
-    def read_kmsg(self, **kwargs: Any) -> list[str]:
-        return self._kept(self.snap.kmsg, self.epoch, functools.partial(super().read_kmsg, **kwargs),
+    def read_kmsg(self, max_records: int = 200000, max_seconds: float = 3.0) -> list[str]:
+        return self._kept(self.snap.kmsg, self.epoch, functools.partial(super().read_kmsg, max_records, max_seconds),
                           lambda lines: {"lines": lines})
 
     def net_interfaces(self) -> dict:
@@ -776,7 +777,7 @@ class ReplayHost(BaseHost):
         # directory -> the names in it (a list, maybe with repeats; names interned: "vendor",
         # "device" ... repeat under every one of thousands of device directories)
         children: dict[str, list[str]] = {}
-        groups = [self.snap.dirs, self.snap.links]
+        groups: list[Iterable[str]] = [self.snap.dirs, self.snap.links]
         groups += [(p for p, v in files.items() if not (isinstance(v, dict) and v.get("kind") == "missing"))
                    for files in self.snap.files.values()]
         intern = sys.intern

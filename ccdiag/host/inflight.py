@@ -13,7 +13,7 @@ import threading
 
 _lock = threading.Lock()
 #: thread ident -> the door operations it is inside, outermost first
-_doing: dict[int, list[str]] = {}
+_doing: dict[int, list[object]] = {}
 
 
 def enter(what: object) -> None:

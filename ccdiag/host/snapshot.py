@@ -440,7 +440,7 @@ def sweep_stale_temporaries(directory: str) -> list[str]:
 
     from ccdiag.core.output import TEMP_PREFIX, _host_token
 
-    removed = []
+    removed: list[str] = []
     mine = re.compile(re.escape(TEMP_PREFIX) + re.escape(_host_token()) + r"-(\d+)-")
     try:
         names = [n for n in os.listdir(directory) if n.startswith(TEMP_PREFIX)]

@@ -12,7 +12,8 @@ from typing import Any
 from ccdiag.core.errors import UserInputError
 
 try:
-    import tomllib as _toml
+    # the type check reads the code as Python 3.10 sees it, where the standard library has no tomllib
+    import tomllib as _toml  # type: ignore[import-not-found]
 except ModuleNotFoundError:  # pragma: no cover - Python 3.10 with tomli installed
     try:
         import tomli as _toml  # type: ignore[no-redef]

@@ -32,9 +32,10 @@ def host_section(meta: dict) -> dict:
     host = {k: meta.get(k) for k in keys if k in meta}
     read = meta.get("bug_report")
     if isinstance(read, dict):  # --bug-report: how much of the file the verdict stands on
-        host["bug_report"] = {k: read[k] for k in ("file", "kind", "complete", "bytes_read", "generator_version")
-                              if k in read}
-        host["bug_report"]["notes"] = [str(n) for n in read.get("notes") or []]
+        summary: dict[str, Any] = {k: read[k] for k in ("file", "kind", "complete", "bytes_read", "generator_version")
+                                   if k in read}
+        summary["notes"] = [str(n) for n in read.get("notes") or []]
+        host["bug_report"] = summary
     return host
 
 
@@ -64,10 +65,10 @@ def verdict_section(findings: list[Finding], exit_code: int) -> dict:
             "reason": drain_reason(findings), "action": node_action(findings)}
 
 
-def build_report(kind: str, meta: dict, runs: dict[str, ProbeRun] | None = None, topology: Topology | None = None,
+def build_report(kind: str, meta: dict, runs: dict[str, ProbeRun] | None = None, topology: Topology | dict[str, Any] | None = None,
                  findings: list[Finding] | None = None, exit_code: int | None = None,
                  run_info: dict | None = None, extra: dict | None = None) -> dict:
-    """Assemble a report. ``topology`` is anything with ``to_json()`` (or a dict)."""
+    """Assemble a report. ``topology`` is a :class:`Topology`, or its JSON already made (a dict)."""
     report: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "kind": kind,

@@ -143,6 +143,10 @@ class Redactor:
             table[original] = candidate
         return table[original]
 
+    def _literal(self, kind: str, word: str, make: Callable[[int], str]) -> Callable[[re.Match[str]], str]:
+        """A ``re.sub`` replacement that writes ``word``'s pseudonym wherever the word stands."""
+        return lambda _m: self._pseudo(kind, word, make)
+
     def ipv4(self, m: re.Match) -> str:
         s = m.group(0)
         try:
@@ -197,14 +201,14 @@ class Redactor:
         s = m.group(2).lower()
         # the same GUID as "a088:c203:00da:6342" elsewhere gets the same pseudonym
         grouped = ":".join(s[2 + i:6 + i] for i in range(0, 16, 4))
-        fake = self.guid(IB_GUID.match(grouped)).replace(":", "")
+        fake = self.guid(_shaped(IB_GUID, grouped)).replace(":", "")
         return m.group(1) + "0x" + fake
 
     def ipoib_hw(self, m: re.Match) -> str:
         """``00:00:10:87:fe:80:...:a0:88:c2:03:00:da:63:42``: the port GID inside is redacted as a GID."""
         gid_hex = (m.group(2) + m.group(3)).replace(":", "")
         gid = ":".join(gid_hex[i:i + 4] for i in range(0, 32, 4))
-        fake = self.gid(GID.match(gid)).replace(":", "")
+        fake = self.gid(_shaped(GID, gid)).replace(":", "")
         return m.group(1) + ":".join(fake[i:i + 2] for i in range(0, 32, 2))
 
     def ipv6(self, m: re.Match) -> str:
@@ -238,7 +242,7 @@ class Redactor:
             fake = ipaddress.IPv4Address(IPV4.sub(self.ipv4, str(v4)))
             return "0000:0000:0000:0000:0000:ffff:%04x:%04x" % (int(fake) >> 16, int(fake) & 0xFFFF)
         prefix = ":".join(groups[:4])
-        low = self.guid(IB_GUID.match(":".join(groups[4:])))
+        low = self.guid(_shaped(IB_GUID, ":".join(groups[4:])))
         if prefix.startswith("fe80"):
             return f"{prefix}:{low}"
         new_prefix = self._pseudo("gidprefix", prefix, lambda n: "2001:0db8:0000:%04x" % n)
@@ -246,15 +250,15 @@ class Redactor:
 
     def dashed_mac(self, m: re.Match) -> str:
         """``01-02-fc-aa-bb-cc-dd`` keeps its hardware-type prefix; the MAC gets the colon form's pseudonym."""
-        fake = self.mac(MAC.match(m.group(2).replace("-", ":")))
+        fake = self.mac(_shaped(MAC, m.group(2).replace("-", ":")))
         return m.group(1) + fake.replace(":", "-")
 
     def named_mac(self, m: re.Match) -> str:
-        return m.group(1) + self.mac(MAC.match(m.group(2)))
+        return m.group(1) + self.mac(_shaped(MAC, m.group(2)))
 
     def bare_mac(self, m: re.Match) -> str:
         s = m.group(1)
-        fake = self.mac(MAC.match(":".join(s[i:i + 2] for i in range(0, 12, 2))))
+        fake = self.mac(_shaped(MAC, ":".join(s[i:i + 2] for i in range(0, 12, 2))))
         return fake.replace(":", "")
 
     def machine_id(self, m: re.Match) -> str:
@@ -281,7 +285,7 @@ class Redactor:
             if word and word in s:
                 # whole words only: host "vm" must not turn "kvm" into "khost-1"
                 pattern = r"(?<![A-Za-z0-9_-])" + re.escape(word) + r"(?![A-Za-z0-9_-])"
-                s = re.sub(pattern, lambda _m, w=word, k=kind, mk=make: self._pseudo(k, w, mk), s)
+                s = re.sub(pattern, self._literal(kind, word, make), s)
         s = GPU_UUID.sub(lambda m: self._pseudo(
             "uuid", m.group(0), lambda n: "%s-00000000-0000-4000-8000-%012x" % (m.group(0)[:3], n)), s)
         s = IPOIB_HW.sub(self.ipoib_hw, s)
@@ -309,6 +313,19 @@ def _walk(obj: Any, fn: Callable[[str], str]) -> Any:
     return obj
 
 
+def _shaped(pattern: re.Pattern[str], s: str) -> re.Match[str]:
+    """``pattern`` matched at the start of ``s``, which the caller has just built in its shape."""
+    m = pattern.match(s)
+    if m is None:
+        raise ValueError(f"{s!r} is not in the shape of {pattern.pattern!r}")
+    return m
+
+
+def _serial_pseudonym(width: int) -> Callable[[int], str]:
+    """Pseudonyms ``S0001``... as wide as the serial number they stand for (at least five characters)."""
+    return lambda n: "S%0*d" % (max(width - 1, 4), n)
+
+
 def _learn_literals(snap: SnapshotData) -> list[tuple[str, str, Callable[[int], str]]]:
     """Host names and serial numbers are free text: learn them from where they are defined."""
     literals: list[tuple[str, str, Callable[[int], str]]] = []
@@ -333,7 +350,7 @@ def _learn_literals(snap: SnapshotData) -> list[tuple[str, str, Callable[[int], 
     for rec in snap.nvml:
         if rec.get("call", [None])[0] in ("nvmlDeviceGetSerial", "nvmlDeviceGetBoardPartNumber") and rec.get("ok"):
             serial = str(rec["ok"])
-            literals.append((serial, "serial", lambda n, w=len(serial): ("S%0*d" % (max(w - 1, 4), n))))
+            literals.append((serial, "serial", _serial_pseudonym(len(serial))))
     return literals
 
 
@@ -610,9 +627,9 @@ def _redact_into(snap: SnapshotData, r: Redactor, dropped: Dropped) -> SnapshotD
             rec["ok"] = _walk(rec["ok"], r.text)
         out.nvml.append(rec)
     kmsg = {k: _kmsg_used(v) for k, v in snap.kmsg.items()}
-    for k, v in kmsg.items():
-        if isinstance(v, dict) and v.get("redacted_lines"):
-            dropped.add("kernel-log lines", f"{v['redacted_lines']} of epoch {k}", "not read by any check")
+    for epoch, record in kmsg.items():
+        if isinstance(record, dict) and record.get("redacted_lines"):
+            dropped.add("kernel-log lines", f"{record['redacted_lines']} of epoch {epoch}", "not read by any check")
     out.kmsg = _walk(kmsg, lambda t: _kmsg_line(r, r.text(t)))
     out.net = _walk({k: v for k, v in snap.net.items()}, r.text)
     out.statvfs = dict(snap.statvfs)

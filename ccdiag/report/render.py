@@ -44,7 +44,7 @@ def verdict_line(findings: list[Finding], exit_code: int, hostname: str | None, 
     counted beside, so one NVSwitch down reads as one failure, not 33."""
     counts = Counter(f.status for f in findings if not f.caused_by or f.status in (PASS, SKIP))
     folded = sum(1 for f in findings if f.caused_by and f.status in (FAIL, WARN, UNKNOWN))
-    code = ExitCode(exit_code) if exit_code in iter(ExitCode) else ExitCode.INTERNAL
+    code = ExitCode(exit_code) if exit_code in {int(c) for c in ExitCode} else ExitCode.INTERNAL
     word = VERDICT_WORD.get(code, "ERROR")
     if code == ExitCode.OK and counts[WARN]:
         word = "WARN"

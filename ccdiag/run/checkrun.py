@@ -29,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from ccdiag.core.exitcodes import ExitCode
 from ccdiag.core.findings import FAIL, STATUSES, UNKNOWN, WARN, Component, Evidence, Finding, verdict_status
@@ -39,6 +39,9 @@ from ccdiag.run.observe import close_host as observe_close_host
 from ccdiag.inputs.policy import DEFAULT_POLICY, Policy
 from ccdiag.probes.registry import FAILED, NOT_RECORDED_PREFIX, TIMEOUT, ProbeRun
 from ccdiag.run.stages import Budget, StageTimeout, run_stage
+
+if TYPE_CHECKING:
+    from ccdiag.topology.model import Topology
 
 #: default bound on a whole evaluation, well inside Slurm's 60 s health-check/prolog budgets
 DEFAULT_DEADLINE_S = 30.0
@@ -58,7 +61,7 @@ class CheckResult:
 
     runs: dict[str, ProbeRun]
     later: dict[str, ProbeRun] | None
-    topology: Any
+    topology: Topology | None
     findings: list[Finding]
     exit_code: int
     timed_out: bool
@@ -106,7 +109,7 @@ class CheckResult:
 
     def run_info(self, replayed_from: str | None = None) -> dict:
         """The report's ``run`` section."""
-        info = {"replayed_from": replayed_from, "duration_s": round(self.duration_s, 4),
+        info: dict[str, Any] = {"replayed_from": replayed_from, "duration_s": round(self.duration_s, 4),
                 "deadline_s": self.deadline_s, "timed_out": self.timed_out, "window_s": self.window_s,
                 "strict": self.strict, "env_source": self.env_source}
         if self.budget is not None:
@@ -226,14 +229,13 @@ def _judge(obs: Observation, policy: Policy, env: dict[str, str], env_source: st
            only: Iterable[str] | None, budget: Budget, deadline_s: float) -> tuple[list[Finding], bool]:
     """The topology and the checks, on a worker bounded by the judging stage's end; returns the
     sorted findings (with one for each probe that timed out or broke) and whether time ran out."""
-    ctx_kwargs = dict(runs=obs.runs, later=obs.later, window_s=obs.window_s, policy=policy, env=env,
-                      env_source=env_source, now=now, meta=obs.meta)
-
     def judge() -> list[Finding]:
         from ccdiag.checks.causes import link_causes
         from ccdiag.checks import CheckContext, run_checks
 
-        return link_causes(list(run_checks(CheckContext(topology=obs.topology, **ctx_kwargs), only=only)))
+        ctx = CheckContext(topology=obs.topology, runs=obs.runs, later=obs.later, window_s=obs.window_s,
+                           policy=policy, env=env, env_source=env_source, now=now, meta=obs.meta)
+        return link_causes(list(run_checks(ctx, only=only)))
 
     timed_out = obs.timed_out
     findings: list[Finding]

@@ -39,6 +39,7 @@ import signal
 import struct
 import sys
 import time
+from types import FrameType
 from typing import Callable
 
 #: the guard acts this long before the deadline: ending the child, copying the fallback and the
@@ -293,13 +294,18 @@ def arm(timeout_s: float) -> GuardClient | NoGuard:
     os.close(down_r)
     for sig in FORWARDED:
         try:
-            signal.signal(sig, lambda signum, _frame, pid=child: _forward(pid, signum))
+            signal.signal(sig, _forwarder(child))
         except (OSError, ValueError):
             pass
     try:
         watch(child, up_r, down_w, slots, started + timeout_s)
     finally:
         os._exit(3)  # never back into the command: its work is the child's
+
+
+def _forwarder(child: int) -> Callable[[int, FrameType | None], None]:
+    """The signal handler that passes each signal it gets on to ``child``."""
+    return lambda signum, _frame: _forward(child, signum)
 
 
 def _forward(child: int, signum: int) -> None:
