@@ -6,8 +6,9 @@
 # directory links; TYPECHECK_TREE names another folder, as CI's run does) and runs mypy there with the
 # project's configuration.
 #
-#   bash scripts/typecheck.sh                 # the packages CI holds to no errors
-#   bash scripts/typecheck.sh -p ccdiag.checks
+#   bash scripts/typecheck.sh                 # the whole package (ccdiag, ccdiag.probes, ccdiag.exporters),
+#                                             # which CI holds to no errors
+#   bash scripts/typecheck.sh -p ccdiag.checks  # one room
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -21,7 +22,7 @@ ln -s "$ROOT/probes" "$TREE/ccdiag/probes"
 ln -s "$ROOT/exporters" "$TREE/ccdiag/exporters"
 MYPY=${MYPY:-mypy}
 if [ $# -eq 0 ]; then
-    set -- -p ccdiag.topology -p ccdiag.checks -p ccdiag.bench -p ccdiag.benchparse -p ccdiag.nccl -p ccdiag.cluster
+    set -- -p ccdiag
 fi
 cd "$TREE"
 exec $MYPY --config-file "$ROOT/pyproject.toml" --cache-dir "$PWD/.mypy_cache" "$@"
