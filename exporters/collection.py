@@ -24,10 +24,14 @@ import pickle
 import signal
 import socket
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from ccdiag.host import procgroups
 from ccdiag.exporters import isolation
+
+if TYPE_CHECKING:
+    from ccdiag.host.door import Host
+    from ccdiag.inputs.policy import Policy
 
 _HEADER = isolation._HEADER
 #: seconds the daemon gives the collection process beyond a cycle's own bound before giving up on it
@@ -67,15 +71,15 @@ def _recv(sock: socket.socket, deadline: float | None = None) -> Any:
 
 
 #: what a cycle's child runs: (config, host, policy, probes) -> a function of no arguments
-Runner = Callable[[Any, Any, Any, list], Callable[[], Any]]
+Runner = Callable[[Any, "Host", "Policy", list[str]], Callable[[], Any]]
 #: a host for a configuration, where the configuration names another one than the current
-HostOpener = Callable[[Any], Any]
+HostOpener = Callable[[Any], "Host"]
 
 
 class _Server:
     """The collection process's side (runs only in that process)."""
 
-    def __init__(self, sock: socket.socket, runner: Runner, open_host: HostOpener, host: Any):
+    def __init__(self, sock: socket.socket, runner: Runner, open_host: HostOpener, host: Host | None):
         self.sock = sock
         self.runner = runner
         self.open_host = open_host
@@ -89,7 +93,7 @@ class _Server:
         self.stuck = still
         return {p for j in still for p in j.probes}
 
-    def _host_for(self, cfg: Any) -> Any:
+    def _host_for(self, cfg: Any) -> Host:
         key = (getattr(cfg, "replay", None), getattr(cfg, "root", "/"))
         if self.host is None or (self.host_key is not None and key != self.host_key):
             old, self.host = self.host, self.open_host(cfg)
@@ -97,7 +101,7 @@ class _Server:
         self.host_key = key
         return self.host
 
-    def cycle(self, cfg: Any, policy: Any, groups: list[list[str]], budget_s: float) -> list[isolation.Job]:
+    def cycle(self, cfg: Any, policy: Policy, groups: list[list[str]], budget_s: float) -> list[isolation.Job]:
         host = self._host_for(cfg)
         self.jobs = [isolation.start(self.runner(cfg, host, policy, g), tuple(g)) for g in groups]
         try:
@@ -144,7 +148,7 @@ class _Server:
             isolation.reap(job, wait_s=0.5)
 
 
-def _close(host: Any) -> None:
+def _close(host: Host | None) -> None:
     close = getattr(host, "close", None)
     if close is not None:
         try:
@@ -164,7 +168,7 @@ def _die_with_parent() -> None:
         pass
 
 
-def _run_server(sock: socket.socket, runner: Runner, open_host: HostOpener, host: Any) -> None:
+def _run_server(sock: socket.socket, runner: Runner, open_host: HostOpener, host: Host | None) -> None:
     server = _Server(sock, runner, open_host, host)
 
     def on_term(signum, frame):
@@ -184,7 +188,7 @@ def _run_server(sock: socket.socket, runner: Runner, open_host: HostOpener, host
 class CollectionProcess:
     """The daemon's handle on its collection process."""
 
-    def __init__(self, runner: Runner, open_host: HostOpener, host: Any):
+    def __init__(self, runner: Runner, open_host: HostOpener, host: Host | None):
         self.runner = runner
         self.open_host = open_host
         self.host = host

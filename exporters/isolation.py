@@ -44,9 +44,13 @@ import struct
 import time
 import types
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from ccdiag.host import procgroups
+
+if TYPE_CHECKING:
+    from ccdiag.host.door import Host
+    from ccdiag.probes.registry import ProbeRun
 
 #: the most the parent reads from one child (a 64-GPU node's result is a few MB)
 MAX_MESSAGE_BYTES = 256 << 20
@@ -127,7 +131,7 @@ def _child(fd: int, fn: Callable[[], Any]) -> None:
     real_run_one = registry.run_one
     sent: set[str] = set()
 
-    def run_one(host: Any, name: str) -> Any:
+    def run_one(host: Host, name: str) -> ProbeRun:
         run = real_run_one(host, name)
         if name not in sent:  # the first sample; a second one (counters) comes with the result
             sent.add(name)

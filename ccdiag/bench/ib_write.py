@@ -352,7 +352,7 @@ def _error_lines(text: str) -> str:
     return "; ".join(lines[:3])[:400]
 
 
-def findings(ms: list[Measurement], topology: Topology) -> list[Finding]:
+def findings(ms: list[Measurement], topology: Topology | None) -> list[Finding]:
     """GPU figure against host figure per port: which side of the port is at fault."""
     out: list[Finding] = []
     by_port: dict[str, dict[str, Measurement]] = {}

@@ -29,7 +29,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Union
 
 from ccdiag.bench import expected as exp
 from ccdiag.bench import filerules, import_bwt
@@ -40,6 +40,10 @@ from ccdiag.bench.result import RAN, BenchResult, Expected, Measurement
 from ccdiag.core.findings import FAIL, UNKNOWN, WARN, Component, Evidence, Finding
 from ccdiag.benchparse.formats import describe
 from ccdiag.topology.catalogue import gpu_by_name, normalize_name
+
+if TYPE_CHECKING:
+    from ccdiag.inputs.policy import Policy
+    from ccdiag.topology.model import Topology
 
 __all__ = ["MatrixTopology", "NodeInfo", "import_file"]
 
@@ -52,6 +56,9 @@ IN_NETWORK = re.compile(r"NCCL_ALGO=[^\s]*(?:NVLS|Tree|CollNet)|NCCL_COLLNET_ENA
 #: NCCL transport lines: a channel "via SHM" between ranks of one node means no peer access
 _VIA = re.compile(r"\bvia (P2P|SHM|NET)\b")
 Why = "tuple[Expected | None, str | None]"
+#: what a file's figures may be held to: the node's topology (live or replayed), the levels of a
+#: pasted ``nvidia-smi topo -m`` (``--from-smi``), or nothing
+GivenTopology = Union["Topology", MatrixTopology, None]
 
 
 @dataclass(frozen=True)
@@ -65,7 +72,7 @@ class NodeInfo:
 class NodeExpect:
     """Expected values from a node's topology (the live node, or a snapshot)."""
 
-    def __init__(self, topology: Any):
+    def __init__(self, topology: Topology):
         self.t = topology
 
     def _why(self, *names: str) -> str:
@@ -113,7 +120,7 @@ def _short(host: str) -> str:
     return host.split(".")[0].lower()
 
 
-def _mismatch(topology: Any, names: dict[str, str], hosts: list[str], node: NodeInfo) -> str | None:
+def _mismatch(topology: Topology, names: dict[str, str], hosts: list[str], node: NodeInfo) -> str | None:
     """Why the file did not run on the node the topology describes, or None."""
     node_models = Counter(_model_key(g.name) for g in topology.gpus() if g.name)
     file_models = Counter(_model_key(n) for n in names.values())
@@ -128,7 +135,7 @@ def _mismatch(topology: Any, names: dict[str, str], hosts: list[str], node: Node
     return None
 
 
-def choose(topology: Any, names: dict[str, str], hosts: list[str], node: NodeInfo,
+def choose(topology: GivenTopology, names: dict[str, str], hosts: list[str], node: NodeInfo,
            gpu_file: bool = True, pci_ids: tuple[str, ...] = ()) -> tuple[Any, str | None]:
     """What the file's figures are held to, and a note saying so when it is not the node itself.
     ``pci_ids``: PCI device ids of the file's GPUs (given, or printed in the file), which name a GPU the
@@ -146,7 +153,7 @@ def choose(topology: Any, names: dict[str, str], hosts: list[str], node: NodeInf
     return FileTopology(names, pci_ids=pci_ids), f"{why}: expected values come from the hardware catalogue"
 
 
-def _judge(m: Measurement, ex: tuple[Expected | None, str | None], policy: Any) -> Measurement:
+def _judge(m: Measurement, ex: tuple[Expected | None, str | None], policy: Policy | None) -> Measurement:
     m.expected, why = ex
     if m.expected is None:
         m.status = UNKNOWN
@@ -195,7 +202,7 @@ def _nvb_cells(name: str, mat: Any) -> Iterable[tuple[str, str, float]]:
                 yield src, dst, float(val)
 
 
-def from_nvbandwidth(parsed: Any, ex: Any, policy: Any, source: str) -> list[Measurement]:
+def from_nvbandwidth(parsed: Any, ex: Any, policy: Policy | None, source: str) -> list[Measurement]:
     out = []
     for name, case in parsed.testcases.items():
         op = "read" if "read" in name else "write" if "write" in name else "copy"
@@ -260,7 +267,7 @@ def _nvb_waived(parsed: Any, ex: Any, source: str) -> list[Finding]:
 
 
 # -- p2pBandwidthLatencyTest --------------------------------------------------------------------
-def _cuda_to_label(parsed: Any, topology: Any) -> dict[int, str]:
+def _cuda_to_label(parsed: Any, topology: GivenTopology) -> dict[int, str]:
     """CUDA ordinal -> topology GPU label, by the PCI address the sample prints."""
     out = {}
     by_bdf = {}
@@ -278,7 +285,7 @@ def _cuda_to_label(parsed: Any, topology: Any) -> dict[int, str]:
     return out
 
 
-def _p2p_cell(parsed: Any, ex: Any, policy: Any, source: str, a: str, b: str, ij: tuple[int, int], val: float,
+def _p2p_cell(parsed: Any, ex: Any, policy: Policy | None, source: str, a: str, b: str, ij: tuple[int, int], val: float,
               direction: str, enabled: bool) -> Measurement:
     # the sample's bidirectional figure counts both directions: halved per direction
     v = val / 2 if direction == "bidir" else val
@@ -314,7 +321,7 @@ def _p2p_cell(parsed: Any, ex: Any, policy: Any, source: str, a: str, b: str, ij
     return _judge(m, ex.peer(a, b, peer), policy)
 
 
-def from_p2plat(parsed: Any, ex: Any, policy: Any, source: str, topology: Any = None) -> list[Measurement]:
+def from_p2plat(parsed: Any, ex: Any, policy: Policy | None, source: str, topology: GivenTopology = None) -> list[Measurement]:
     names = _cuda_to_label(parsed, topology)
     out: list[Measurement] = []
     local: list[Measurement] = []
@@ -376,7 +383,7 @@ def _perftest_notes(m: Measurement, parsed: Any, row: Any, intervals: int) -> No
         m.note = (m.note or "") + f"; the median of {intervals} intervals at {row.size_bytes} bytes"
 
 
-def from_perftest(parsed: Any, ex: Any, policy: Any, source: str) -> list[Measurement]:
+def from_perftest(parsed: Any, ex: Any, policy: Policy | None, source: str) -> list[Measurement]:
     if parsed.kind != "bw" or not parsed.bw_rows:
         return []
     largest = max(r.size_bytes for r in parsed.bw_rows)
@@ -549,7 +556,7 @@ def _nccl_verdict(m: Measurement, busbw: float, ex: Any, coll: str, local: list[
         expected=f"{e.gbyte_s:.1f} GB/s", expected_source=e.source, remedy=remedy)
 
 
-def _nccl_run(run: Any, ex: Any, policy: Any, source: str, transport: tuple[bool, str | None],
+def _nccl_run(run: Any, ex: Any, policy: Policy | None, source: str, transport: tuple[bool, str | None],
               in_network: str | None) -> tuple[Measurement | None, list[Finding]]:
     coll = (run.collective or "collective").replace("_perf", "")
     findings = _wrong_findings(run, coll, source) + _not_one_job(run, coll, source)
@@ -632,7 +639,7 @@ def _typical_words(m: Measurement) -> str:
     return f"typical {m.typical}"
 
 
-def nccl_findings(parsed: Any, text: str, ex: Any, policy: Any, source: str) -> tuple[list[Measurement], list[Finding]]:
+def nccl_findings(parsed: Any, text: str, ex: Any, policy: Policy | None, source: str) -> tuple[list[Measurement], list[Finding]]:
     hit = IN_NETWORK.search(text[:1 << 24])
     transport = _transport(text)
     ms: list[Measurement] = []
@@ -704,7 +711,7 @@ def _parse(text: str, perftest_unit: str | None) -> tuple[str, Any]:
     return kind, parse_perftest(text, perftest_unit) if kind == "perftest" else parse_any(text)
 
 
-def _measure(kind: str, parsed: Any, text: str, ex: Any, topology: Any, policy: Any,
+def _measure(kind: str, parsed: Any, text: str, ex: Any, topology: GivenTopology, policy: Policy | None,
              source: str) -> tuple[list[Measurement], list[Finding]]:
     if kind == "nccl-tests":
         return nccl_findings(parsed, text, ex, policy, source)
@@ -742,7 +749,7 @@ def _localized(kind: str, res: BenchResult, ex: Any) -> list[Finding]:
             for f in localize(bench, [m for m in res.measurements if m.bench == bench], real)]
 
 
-def import_file(text: str, topology: Any, policy: Any, source: str, perftest_unit: str | None = None,
+def import_file(text: str, topology: GivenTopology, policy: Policy | None, source: str, perftest_unit: str | None = None,
                 node: NodeInfo | None = None, gpu_pci_ids: tuple[str, ...] = ()) -> BenchResult:
     """Parse one file (any supported tool) and judge it. Raises BenchParseError on a bad file.
     ``topology``: the node's (live or replayed), a :class:`MatrixTopology` (``--from-smi``) or None;

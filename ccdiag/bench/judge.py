@@ -10,17 +10,20 @@ judged against the node's other GPUs of the same model.
 from __future__ import annotations
 
 import statistics
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from ccdiag.bench.result import Measurement
 from ccdiag.bench.thresholds import PEER_FAIL_BELOW, PEER_WARN_BELOW, fractions
 from ccdiag.core.findings import FAIL, PASS, UNKNOWN, WARN
 
+if TYPE_CHECKING:
+    from ccdiag.inputs.policy import Policy
+
 #: a figure above this fraction of its path's capability cannot have crossed that path
 ABOVE_CAPABILITY = 1.05
 
 
-def judge(m: Measurement, policy: Any = None, kind: str | None = None) -> Measurement:
+def judge(m: Measurement, policy: Policy | None = None, kind: str | None = None) -> Measurement:
     """Fill ``ratio``, ``ratio_current``, ``status``, ``typical`` from ``m.expected``; ``kind`` names
     other thresholds than the path's own (each direction of a bidirectional NVLink copy)."""
     e = m.expected

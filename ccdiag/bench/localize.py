@@ -22,11 +22,14 @@ its findings and what it left.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from ccdiag.bench.result import Measurement
 from ccdiag.core.findings import FAIL, PASS, WARN, Component, Evidence, Finding
 from ccdiag.core.outliers import classify_flags
+
+if TYPE_CHECKING:
+    from ccdiag.topology.model import Topology
 
 BAD = (FAIL, WARN)
 #: a figure within this fraction of the trained links' expectation is "explained" by them
@@ -53,7 +56,7 @@ def _evidence(ms: list[Measurement], limit: int = 8) -> tuple[Evidence, ...]:
     return tuple(out)
 
 
-def _link_component(topology: Any, name: str) -> Component:
+def _link_component(topology: Topology | None, name: str) -> Component:
     link = None
     if topology is not None:
         link = next((l for l in topology.links() if l.name == name), None)
@@ -100,7 +103,7 @@ class Scene:
     check: str
     judged: tuple[Measurement, ...]
     good: tuple[Measurement, ...]
-    topology: Any
+    topology: Topology | None
 
 
 Rule = Callable[[Scene, list[Measurement]], tuple[list[Finding], list[Measurement]]]
@@ -237,7 +240,7 @@ def _healthy(check: str, bench: str, judged: list[Measurement]) -> Finding:
                    expected_source=judged[0].threshold_source)
 
 
-def localize(bench: str, ms: list[Measurement], topology: Any = None) -> list[Finding]:
+def localize(bench: str, ms: list[Measurement], topology: Topology | None = None) -> list[Finding]:
     """Findings for one benchmark's judged measurements (see the module docstring)."""
     check = f"bench.{bench}"
     judged = [m for m in ms if m.gbyte_s is not None and m.status in (PASS, WARN, FAIL)]

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
     from ccdiag.bench.result import BenchResult
+    from ccdiag.host.door import Host
+    from ccdiag.inputs.policy import Policy
     from ccdiag.topology.model import Topology
 
 from ccdiag.core.probenames import PROBE_NVML
@@ -30,10 +32,10 @@ class BenchContext:
     """What a benchmark runs with: the host door, the topology (expected values), the probes'
     observations, the policy (thresholds), sizes, and one absolute deadline."""
 
-    host: Any
+    host: Host
     topology: Topology | None
     runs: dict
-    policy: Any = None
+    policy: Policy | None = None
     size_bytes: int | None = None
     iters: int | None = None
     quick: bool = False

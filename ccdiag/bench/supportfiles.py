@@ -19,7 +19,7 @@ measurements, as ``bench import`` shows every file it judged.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ccdiag.bench.result import RAN, BenchResult
 from ccdiag.core.findings import FAIL, PASS, UNKNOWN, WARN, Component, Evidence, Finding
@@ -28,6 +28,9 @@ from ccdiag.nvfiles import dcgmdiag
 from ccdiag.nvfiles import smifields as sf
 from ccdiag.nvfiles.smiq import SmiLog, looks_like_smi_q, normalize_smi_bus, parse_smi_q
 from ccdiag.nvfiles.smixml import looks_like_smi_xml, parse_smi_xml
+
+if TYPE_CHECKING:
+    from ccdiag.inputs.policy import Policy
 
 KIND_SMI = "nvidia-smi-q"
 KIND_DCGM = "dcgmi-diag"
@@ -87,7 +90,7 @@ def detect(text: str) -> str | None:
     return None
 
 
-def judge_file(text: str, source: str, policy: Any = None) -> BenchResult:
+def judge_file(text: str, source: str, policy: Policy | None = None) -> BenchResult:
     kind = detect(text)
     if kind == KIND_SMI:
         return judge_smi(text, source, policy)
@@ -125,7 +128,7 @@ def smi_snapshot(log: SmiLog, source: str) -> Any:
     return snap
 
 
-def judge_smi(text: str, source: str, policy: Any = None) -> BenchResult:
+def judge_smi(text: str, source: str, policy: Policy | None = None) -> BenchResult:
     from ccdiag.checks import CheckContext, run_checks
     from ccdiag.host.door import ReplayHost
     from ccdiag.probes.registry import run_probes

@@ -42,9 +42,12 @@ Every default can be overridden in the policy file (``bench_<kind>_warn_fraction
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ccdiag.core.findings import FAIL, PASS, UNKNOWN, WARN
+
+if TYPE_CHECKING:
+    from ccdiag.inputs.policy import Policy
 
 
 @dataclass(frozen=True)
@@ -111,7 +114,7 @@ def policy_key(kind: str, which: str) -> str:
     return f"bench_{kind}_{which}_fraction"
 
 
-def fractions(kind: str, policy: Any = None) -> Fractions:
+def fractions(kind: str, policy: Policy | None = None) -> Fractions:
     """The thresholds of ``kind``, with the policy's overrides applied (and named in the source)."""
     base = DEFAULTS[kind]
     if policy is None:

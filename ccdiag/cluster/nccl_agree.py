@@ -18,9 +18,13 @@ right, and the finding says so (``unknown`` / ``skip``), never ``pass``.
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from ccdiag.core.findings import FAIL, PASS, SKIP, UNKNOWN, WARN, Component, Evidence, Finding
+
+if TYPE_CHECKING:
+    from ccdiag.host.door import Host
+    from ccdiag.topology.model import Topology
 
 CHECK = "cluster.nccl_recommendation"
 #: settings whose difference means the node's rails differ (a job on it would use other NICs)
@@ -35,13 +39,13 @@ MEANING = {
 }
 
 
-def node_settings(host: Any, runs: Mapping[str, Any], topology: Any) -> dict:
+def node_settings(host: Host, runs: Mapping[str, Any], topology: Topology | None) -> dict:
     """``{"settings": {...}, "source": ...}``: the settings ``ccdiag nccl --format env`` would write for this
     host, from the probe runs and topology of its check; or ``{"error": why}`` when none can be computed."""
     return node_recommendation(host, runs, topology)[0]
 
 
-def node_recommendation(host: Any, runs: Mapping[str, Any], topology: Any) -> tuple[dict, dict | None]:
+def node_recommendation(host: Host, runs: Mapping[str, Any], topology: Topology | None) -> tuple[dict, dict | None]:
     """:func:`node_settings`'s answer, and the whole recommendation as ``ccdiag nccl --json`` gives it
     (each setting's reason and evidence; None when there is none). The first is small and travels to
     rank 0; the second goes only into the host's own report (``cluster check --reports-dir``)."""

@@ -19,7 +19,7 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     "nccl": frozenset({"probes", "topology"}),
     "checks": frozenset({"probes", "topology", "host", "nccl", "inputs"}),
     "benchparse": frozenset(),
-    "bench": frozenset({"host", "probes", "topology", "checks", "nccl", "benchparse", "nvfiles"}),
+    "bench": frozenset({"host", "probes", "topology", "inputs", "checks", "nccl", "benchparse", "nvfiles"}),
     "run": frozenset({"host", "probes", "topology", "checks", "nccl", "bench", "inputs"}),
     "report": frozenset({"probes", "topology", "checks", "nccl", "host", "bench"}),
     "cluster": frozenset({"host", "probes", "topology", "checks", "nccl", "bench", "run", "report", "inputs"}),

@@ -44,7 +44,7 @@ TOPO_FILE_PATH = "/etc/nccl/ccdiag-topology.xml"
 
 
 def recommend(topology: Topology, observations: Mapping[str, Any] | None = None, results: Mapping[str, Any] | None = None,
-              policy: Any = None, env: Mapping[str, str] | None = None,
+              env: Mapping[str, str] | None = None,
               env_source: str = "environment", env_unread: tuple[str, ...] = (),
               platform: str | None = None) -> Recommendation:
     """Settings for the node described by ``topology`` and the probe runs/observations it was built
