@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from ccdiag.host.door import HostReadError
+from ccdiag.host.door import Host, HostReadError
 from ccdiag.core.readings import ReadError
 
 #: a PCI function address as sysfs spells it: domain:bus:device.function
@@ -22,7 +22,7 @@ def read_error(exc: HostReadError) -> ReadError:
     return ReadError(exc.path, exc.kind, exc.message)
 
 
-def attr(host, path: str, errors: list[ReadError], optional: bool = True) -> str | None:
+def attr(host: Host, path: str, errors: list[ReadError], optional: bool = True) -> str | None:
     """Read one attribute; None when it cannot be read.
 
     ``optional`` attributes may simply not exist on this kernel or device (``hca_type`` on an
@@ -37,7 +37,7 @@ def attr(host, path: str, errors: list[ReadError], optional: bool = True) -> str
         return None
 
 
-def listing(host, path: str, errors: list[ReadError] | None = None) -> list[str] | None:
+def listing(host: Host, path: str, errors: list[ReadError] | None = None) -> list[str] | None:
     """Names in a directory, or None when it is absent (recorded when ``errors`` is given and the
     failure is more than absence)."""
     try:
@@ -48,7 +48,7 @@ def listing(host, path: str, errors: list[ReadError] | None = None) -> list[str]
         return None
 
 
-def link_basename(host, path: str) -> str | None:
+def link_basename(host: Host, path: str) -> str | None:
     """Last component of a symlink's target (``driver`` -> ``nvidia``), None when not a link."""
     try:
         target = host.read_link(path)

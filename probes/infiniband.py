@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ccdiag.host.door import HostReadError
+from ccdiag.host.door import Host, HostReadError
 from ccdiag.core.readings import ReadError
 from ccdiag.probes.registry import PROBE_INFINIBAND, ProbeUnavailable, probe
 from ccdiag.probes._sysfs import BDF_RE, MAX_DECIMAL_DIGITS, attr, decimal, listing, parse_int, read_error
@@ -130,7 +130,7 @@ def parse_hex_int(text: str | None) -> int | None:
 
 
 # -- reading -------------------------------------------------------------------------------------
-def _read_counters(host, directory: str, errors: list[ReadError], required: bool) -> dict[str, int] | None:
+def _read_counters(host: Host, directory: str, errors: list[ReadError], required: bool) -> dict[str, int] | None:
     names = listing(host, directory, errors)
     if names is None:
         if required:
@@ -153,7 +153,7 @@ def _read_counters(host, directory: str, errors: list[ReadError], required: bool
     return values
 
 
-def _read_gids(host, port_dir: str, errors: list[ReadError]) -> tuple[Gid, ...]:
+def _read_gids(host: Host, port_dir: str, errors: list[ReadError]) -> tuple[Gid, ...]:
     names = listing(host, f"{port_dir}/gids", errors)
     if not names:
         return ()
@@ -172,14 +172,14 @@ def _read_gids(host, port_dir: str, errors: list[ReadError]) -> tuple[Gid, ...]:
     return tuple(gids)
 
 
-def _attr_quiet(host, path: str) -> str | None:
+def _attr_quiet(host: Host, path: str) -> str | None:
     try:
         return host.read_attr(path)
     except HostReadError:
         return None
 
 
-def _read_port(host, dev_dir: str, name: str) -> IbPort:
+def _read_port(host: Host, dev_dir: str, name: str) -> IbPort:
     port_dir = f"{dev_dir}/ports/{name}"
     errors: list[ReadError] = []
     state_code, state = parse_state(attr(host, f"{port_dir}/state", errors, optional=False))
@@ -201,7 +201,7 @@ def _read_port(host, dev_dir: str, name: str) -> IbPort:
     )
 
 
-def _pci_bdf(host, dev_dir: str) -> str | None:
+def _pci_bdf(host: Host, dev_dir: str) -> str | None:
     try:
         real = host.realpath(f"{dev_dir}/device")
     except HostReadError:
@@ -212,7 +212,7 @@ def _pci_bdf(host, dev_dir: str) -> str | None:
     return name if BDF_RE.match(name) else None
 
 
-def _read_device(host, name: str) -> IbDevice:
+def _read_device(host: Host, name: str) -> IbDevice:
     dev_dir = f"{IB_CLASS}/{name}"
     errors: list[ReadError] = []
     ports: list[IbPort] = []
@@ -237,7 +237,7 @@ def _read_device(host, name: str) -> IbDevice:
 
 
 @probe(order=40, what="InfiniBand ports", counters=True)
-def collect(host) -> IbObservation:
+def collect(host: Host) -> IbObservation:
     """Every RDMA device and port the kernel knows."""
     try:
         names = host.list_dir(IB_CLASS)

@@ -31,7 +31,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ccdiag.host.door import HostReadError
+from ccdiag.host.door import Host, HostReadError
 from ccdiag.core.readings import ReadError, normalize_bdf
 from ccdiag.probes.registry import PROBE_KMSG, probe
 from ccdiag.probes._sysfs import read_error
@@ -229,7 +229,7 @@ def parse_uptime(text: str) -> float | None:
 
 
 # -- reading -----------------------------------------------------------------------------------------
-def _read_lines(host, errors: list[ReadError]) -> tuple[list[str] | None, str | None]:
+def _read_lines(host: Host, errors: list[ReadError]) -> tuple[list[str] | None, str | None]:
     try:
         return host.read_kmsg(), "/dev/kmsg"
     except HostReadError as exc:
@@ -243,7 +243,7 @@ def _read_lines(host, errors: list[ReadError]) -> tuple[list[str] | None, str | 
 
 
 @probe(order=60, what="kernel log (XIDs)", log=True)
-def collect(host) -> KmsgObservation:
+def collect(host: Host) -> KmsgObservation:
     """Events from the first kernel-log source that answers."""
     errors: list[ReadError] = []
     uptime = None

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ccdiag.host.door import HostReadError
+from ccdiag.host.door import Host, HostReadError
 from ccdiag.core.readings import ReadError
 from ccdiag.probes.registry import PROBE_NETDEV, ProbeUnavailable, probe
 from ccdiag.probes._sysfs import BDF_RE, attr, link_basename, listing, parse_int, read_error
@@ -88,7 +88,7 @@ def addresses_from_psutil(items: list[dict] | None) -> tuple[tuple[Address, ...]
 
 
 # -- reading -------------------------------------------------------------------------------------
-def _number(host, path: str, errors: list[ReadError], quiet_kinds: tuple[str, ...] = ("missing",)) -> int | None:
+def _number(host: Host, path: str, errors: list[ReadError], quiet_kinds: tuple[str, ...] = ("missing",)) -> int | None:
     """An integer attribute; a value that is not an integer is a parse error on that file."""
     try:
         text = host.read_attr(path)
@@ -102,13 +102,13 @@ def _number(host, path: str, errors: list[ReadError], quiet_kinds: tuple[str, ..
     return value
 
 
-def _speed(host, path: str, errors: list[ReadError]) -> int | None:
+def _speed(host: Host, path: str, errors: list[ReadError]) -> int | None:
     # EINVAL: link down or a virtual device without a speed; absence is normal too
     value = _number(host, path, errors, ("missing", "invalid"))
     return value if value is not None and value > 0 else None
 
 
-def _read_interface(host, name: str, facts: dict, in_sysfs: bool) -> NetInterface:
+def _read_interface(host: Host, name: str, facts: dict, in_sysfs: bool) -> NetInterface:
     errors: list[ReadError] = []
     addrs, psutil_mac = addresses_from_psutil(facts.get("addrs", {}).get(name))
     stats = facts.get("stats", {}).get(name) or {}
@@ -154,7 +154,7 @@ def _read_interface(host, name: str, facts: dict, in_sysfs: bool) -> NetInterfac
     )
 
 
-def _ecn(host, base: str, errors: list[ReadError]) -> dict[str, tuple[int, ...]] | None:
+def _ecn(host: Host, base: str, errors: list[ReadError]) -> dict[str, tuple[int, ...]] | None:
     """{"roce_np": (priorities with ECN on), "roce_rp": (...)} from mlx5's
     ``ecn/<roce_np|roce_rp>/enable/<priority>`` files (the notification point marks, the reaction
     point slows down); None when the driver has no such directory."""
@@ -177,7 +177,7 @@ def _ecn(host, base: str, errors: list[ReadError]) -> dict[str, tuple[int, ...]]
 BONDING_MASTERS = "bonding_masters"
 
 
-def _is_plain_file(host, path: str) -> bool:
+def _is_plain_file(host: Host, path: str) -> bool:
     """A file, not an interface's directory (or a link to one). A snapshot recorded before files
     here were told apart may not say what ``bonding_masters`` is: it is never an interface."""
     if host.exists(path):
@@ -186,7 +186,7 @@ def _is_plain_file(host, path: str) -> bool:
 
 
 @probe(order=50, what="network interfaces")
-def collect(host) -> NetdevObservation:
+def collect(host: Host) -> NetdevObservation:
     """Every interface psutil or /sys/class/net knows."""
     errors: list[ReadError] = []
     try:

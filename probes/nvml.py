@@ -62,7 +62,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from ccdiag.core.readings import ReadError, normalize_bdf
 from ccdiag.host.nvmlcall import (
@@ -75,6 +75,9 @@ from ccdiag.host.nvmlcall import (
     call_name,
 )
 from ccdiag.probes.registry import PROBE_NVML, ProbeUnavailable, probe
+
+if TYPE_CHECKING:
+    from ccdiag.host.door import Host
 
 NAME = PROBE_NVML
 TIMEOUT_S = 15.0
@@ -532,7 +535,7 @@ _MISSING = object()
 class _Reader:
     """Calls NVML for one scope (the system, one GPU, one link) and files what went wrong."""
 
-    def __init__(self, host: Any, stop_on_gpu_failure: bool = True):
+    def __init__(self, host: Host, stop_on_gpu_failure: bool = True):
         self.host = host
         # bound once (the facade's own call on a live host): a collection makes about 1,700 calls
         caller = getattr(host, "nvml_caller", None)
@@ -918,7 +921,7 @@ _GPU_PARTS = (_read_identity, _read_ecc, _read_clocks_and_thermal, _read_power_p
               _read_memory_temperature, _read_recovery_action)
 
 
-def _read_gpu(host: Any, i: int) -> Gpu:
+def _read_gpu(host: Host, i: int) -> Gpu:
     r = _Reader(host)
     f: dict[str, Any] = {"index": i}
     links: list[NvLink] = []
@@ -936,7 +939,7 @@ def _read_gpu(host: Any, i: int) -> Gpu:
     return Gpu(**f)
 
 
-def _read_p2p(host: Any, indices: list[int], errors: list[ReadError]) -> list[P2PStatus]:
+def _read_p2p(host: Host, indices: list[int], errors: list[ReadError]) -> list[P2PStatus]:
     out = []
     r = _Reader(host, stop_on_gpu_failure=False)
     # every pair told ahead; a pair that stops answering ends its own caps only, as below
@@ -967,7 +970,7 @@ def _unavailable(exc: NvmlCallError) -> None:
 
 
 @probe(order=30, what="GPU state from NVML", counters=True)
-def collect(host) -> NvmlObservation:
+def collect(host: Host) -> NvmlObservation:
     """Read everything listed in the module docstring. Raises ProbeUnavailable without a driver."""
     sysr = _Reader(host, stop_on_gpu_failure=False)
     sysr.ahead([[("nvmlSystemGetDriverVersion", ()), ("nvmlSystemGetCudaDriverVersion_v2", ()),

@@ -23,7 +23,7 @@ import re
 import struct
 from dataclasses import dataclass
 
-from ccdiag.host.door import HostReadError
+from ccdiag.host.door import Host, HostReadError
 from ccdiag.core.readings import ReadError
 from ccdiag.probes.registry import PROBE_PCIE, ProbeUnavailable, probe
 from ccdiag.probes._sysfs import BDF_RE, attr, link_basename, parse_int, read_error
@@ -193,7 +193,7 @@ def kind_of(vendor: str | None, class_code: str | None) -> str:
 
 
 # -- reading -------------------------------------------------------------------------------------
-def _read_device(host, bdf: str, real: str, root_complex: str | None, path: tuple[str, ...],
+def _read_device(host: Host, bdf: str, real: str, root_complex: str | None, path: tuple[str, ...],
                  kind: str | None) -> PcieDevice:
     errors: list[ReadError] = []
     vendor = attr(host, f"{real}/vendor", errors, optional=False)
@@ -230,7 +230,7 @@ def _read_device(host, bdf: str, real: str, root_complex: str | None, path: tupl
     )
 
 
-def _read_acs(host, real: str, errors: list[ReadError]) -> int | None:
+def _read_acs(host: Host, real: str, errors: list[ReadError]) -> int | None:
     source = f"{real}/config"
     try:
         config = host.read_bytes(source, 4096)
@@ -245,7 +245,7 @@ def _read_acs(host, real: str, errors: list[ReadError]) -> int | None:
     return parse_acs_ctrl(config)
 
 
-def _is_endpoint_of_interest(host, bdf: str, errors: list[ReadError]) -> bool:
+def _is_endpoint_of_interest(host: Host, bdf: str, errors: list[ReadError]) -> bool:
     base = f"{PCI_DEVICES}/{bdf}"
     vendor = attr(host, f"{base}/vendor", errors, optional=False)
     cls = attr(host, f"{base}/class", errors, optional=False)
@@ -256,7 +256,7 @@ def _is_endpoint_of_interest(host, bdf: str, errors: list[ReadError]) -> bool:
 
 
 @probe(order=20, what="PCIe links", counters=True)
-def collect(host) -> PcieObservation:
+def collect(host: Host) -> PcieObservation:
     """Every GPU, NIC and NVSwitch function and every bridge above them."""
     errors: list[ReadError] = []
     try:

@@ -29,7 +29,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ccdiag.host.door import HostReadError
+from ccdiag.host.door import Host, HostReadError
 from ccdiag.core.probenames import PROBE_PLATFORM
 from ccdiag.probes._sysfs import attr, listing, read_error
 from ccdiag.probes.registry import probe
@@ -151,17 +151,17 @@ def conf_value(text: str, name: str) -> str | None:
 
 
 # -- reading -------------------------------------------------------------------------------------
-def _dmi(host, errors: list[ReadError]) -> dict:
+def _dmi(host: Host, errors: list[ReadError]) -> dict:
     return {f: attr(host, f"{DMI}/{f}", errors) for f in DMI_FIELDS}
 
 
-def provider_of(host) -> str | None:
+def provider_of(host: Host) -> str | None:
     """The cloud a host runs on, from its DMI identity alone (what :func:`collect` reads first):
     for callers that need only that, such as the cross-host benchmarks' flow limits."""
     return classify(_dmi(host, []))[0]
 
 
-def _text(host, path: str, errors: list[ReadError], max_bytes: int = 64 << 10) -> str | None:
+def _text(host: Host, path: str, errors: list[ReadError], max_bytes: int = 64 << 10) -> str | None:
     try:
         return host.read_text(path, max_bytes)
     except HostReadError as exc:
@@ -170,7 +170,7 @@ def _text(host, path: str, errors: list[ReadError], max_bytes: int = 64 << 10) -
         return None
 
 
-def _plugins(host, errors: list[ReadError]) -> tuple[str, ...]:
+def _plugins(host: Host, errors: list[ReadError]) -> tuple[str, ...]:
     found = []
     for d in PLUGIN_DIRS:
         for name in listing(host, d, errors) or []:
@@ -179,7 +179,7 @@ def _plugins(host, errors: list[ReadError]) -> tuple[str, ...]:
     return tuple(sorted(set(found)))
 
 
-def _topo_files(host, env: dict, conf: str | None, errors: list[ReadError]) -> tuple[TopoFile, ...]:
+def _topo_files(host: Host, env: dict, conf: str | None, errors: list[ReadError]) -> tuple[TopoFile, ...]:
     named: dict[str, str] = {}
     if env.get("NCCL_TOPO_FILE"):
         named[env["NCCL_TOPO_FILE"]] = "NCCL_TOPO_FILE (environment)"
@@ -193,7 +193,7 @@ def _topo_files(host, env: dict, conf: str | None, errors: list[ReadError]) -> t
     return tuple(TopoFile(p, _text(host, p, errors, MAX_TOPO_BYTES), why) for p, why in sorted(named.items()))
 
 
-def _instance_type(host, provider: str | None, from_dmi: str | None) -> tuple[str | None, str, str | None]:
+def _instance_type(host: Host, provider: str | None, from_dmi: str | None) -> tuple[str | None, str, str | None]:
     """(instance type, where it came from, why unknown): DMI first; the metadata service only on a
     cloud DMI names whose type only that service gives."""
     if from_dmi:
@@ -211,7 +211,7 @@ def _instance_type(host, provider: str | None, from_dmi: str | None) -> tuple[st
 
 
 @probe(order=80, what="platform, container and NCCL network plugins")
-def collect(host) -> PlatformObservation:
+def collect(host: Host) -> PlatformObservation:
     errors: list[ReadError] = []
     dmi = _dmi(host, errors)
     provider, from_dmi = classify(dmi)

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 
 from ccdiag.core.readings import ReadError
-from ccdiag.host.door import NOT_RUN_UNDER_ROOT
+from ccdiag.host.door import NOT_RUN_UNDER_ROOT, Host
 from ccdiag.probes._smi_topo_parse import (
     EXTRA_COLUMNS, P2PMatrix, TopoMatrix, parse_topo_cpu_query, parse_topo_matrix, parse_topo_p2p,
 )
@@ -64,7 +64,7 @@ def _command_error(res, source: str) -> ReadError | None:
 
 
 @probe(order=70, what="nvidia-smi topology")
-def collect(host) -> SmiTopoObservation:
+def collect(host: Host) -> SmiTopoObservation:
     """Run ``nvidia-smi topo -m`` and ``topo -p2p r|w|n|a`` and parse them.
 
     After a command times out the rest are not run (recorded as ``skipped``): a wedged GPU makes

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ccdiag.host.door import NOT_RUN_UNDER_ROOT, HostReadError
+from ccdiag.host.door import NOT_RUN_UNDER_ROOT, Host, HostReadError
 from ccdiag.core.readings import ReadError
 from ccdiag.probes.registry import PROBE_SYSTEM, probe
 from ccdiag.probes._sysfs import attr, decimal, listing, read_error
@@ -226,7 +226,7 @@ def iommu_mode(cmdline: str | None, class_entries: list[str] | None, group_type:
 
 
 # -- reading -------------------------------------------------------------------------------------
-def _text(host, path: str, errors: list[ReadError], optional: bool = True) -> str | None:
+def _text(host: Host, path: str, errors: list[ReadError], optional: bool = True) -> str | None:
     try:
         return host.read_text(path)
     except HostReadError as exc:
@@ -235,7 +235,7 @@ def _text(host, path: str, errors: list[ReadError], optional: bool = True) -> st
         return None
 
 
-def _numa_nodes(host, errors: list[ReadError]) -> tuple[NumaNode, ...]:
+def _numa_nodes(host: Host, errors: list[ReadError]) -> tuple[NumaNode, ...]:
     base = "/sys/devices/system/node"
     nodes = []
     for name in listing(host, base, errors) or []:
@@ -245,7 +245,7 @@ def _numa_nodes(host, errors: list[ReadError]) -> tuple[NumaNode, ...]:
     return tuple(sorted(nodes, key=lambda n: n.node))
 
 
-def _cpu_count(host, errors: list[ReadError]) -> int | None:
+def _cpu_count(host: Host, errors: list[ReadError]) -> int | None:
     online = attr(host, "/sys/devices/system/cpu/online", errors)
     count = parse_cpulist(online)
     if online and count is None:
@@ -256,7 +256,7 @@ def _cpu_count(host, errors: list[ReadError]) -> int | None:
     return count
 
 
-def _fabric_manager(host, errors: list[ReadError], argv: tuple[str, ...] = FABRIC_MANAGER_ARGV) -> str | None:
+def _fabric_manager(host: Host, errors: list[ReadError], argv: tuple[str, ...] = FABRIC_MANAGER_ARGV) -> str | None:
     result = host.run(list(argv), timeout=5)
     if result.error is not None or result.timed_out:
         if result.error not in ("not found", NOT_RUN_UNDER_ROOT):  # no systemd (containers), a tree: unknown
@@ -267,7 +267,7 @@ def _fabric_manager(host, errors: list[ReadError], argv: tuple[str, ...] = FABRI
     return state[0].strip() if state and state[0].strip() else None
 
 
-def _iommu(host, cmdline: str | None, errors: list[ReadError]) -> str | None:
+def _iommu(host: Host, cmdline: str | None, errors: list[ReadError]) -> str | None:
     group_type = None
     groups = listing(host, "/sys/kernel/iommu_groups")
     if groups:
@@ -276,7 +276,7 @@ def _iommu(host, cmdline: str | None, errors: list[ReadError]) -> str | None:
     return iommu_mode(cmdline, listing(host, "/sys/class/iommu"), group_type)
 
 
-def _rdma_core(host, errors: list[ReadError]) -> tuple[int | None, str | None]:
+def _rdma_core(host: Host, errors: list[ReadError]) -> tuple[int | None, str | None]:
     """(rdma-core release, the libibverbs read) from where the distribution links libibverbs.so.1."""
     for path in LIBIBVERBS:
         try:
@@ -289,7 +289,7 @@ def _rdma_core(host, errors: list[ReadError]) -> tuple[int | None, str | None]:
     return None, None
 
 
-def _nccl(host, errors: list[ReadError]) -> tuple[str | None, str | None]:
+def _nccl(host: Host, errors: list[ReadError]) -> tuple[str | None, str | None]:
     """(NCCL release, the library link read) from where the distribution's NCCL package links it."""
     for path in LIBNCCL:
         try:
@@ -302,7 +302,7 @@ def _nccl(host, errors: list[ReadError]) -> tuple[str | None, str | None]:
     return None, None
 
 
-def _fabric_manager_version(host, state: str | None, errors: list[ReadError]) -> str | None:
+def _fabric_manager_version(host: Host, state: str | None, errors: list[ReadError]) -> str | None:
     if state != "active":
         return None  # asked only where the service runs: NVSwitch systems
     result = host.run(list(FABRIC_MANAGER_VERSION_ARGV), timeout=5)
@@ -313,7 +313,7 @@ def _fabric_manager_version(host, state: str | None, errors: list[ReadError]) ->
     return parse_fabric_manager_version(result.stdout + result.stderr)
 
 
-def _imex(host, errors: list[ReadError]) -> tuple[bool | None, tuple[str, ...] | None]:
+def _imex(host: Host, errors: list[ReadError]) -> tuple[bool | None, tuple[str, ...] | None]:
     """(the driver registered the IMEX channel device, the channel nodes that exist)."""
     devices = _text(host, "/proc/devices", errors)
     registered = None if devices is None else any(
@@ -325,7 +325,7 @@ def _imex(host, errors: list[ReadError]) -> tuple[bool | None, tuple[str, ...] |
 
 
 @probe(order=10, what="modules, fabric manager, limits")
-def collect(host) -> SystemObservation:
+def collect(host: Host) -> SystemObservation:
     """Facts about the node; every one may be None with the reason beside it."""
     errors: list[ReadError] = []
     try:
