@@ -62,6 +62,14 @@ def modules():
     return seen
 
 
+def from_module(node: ast.ImportFrom, path: pathlib.Path, name: str) -> str:
+    """The module a ``from X import ...`` in module ``name`` (at ``path``) reads, relative ones resolved."""
+    if not node.level:
+        return node.module or ""
+    base = name.split(".")[: -node.level] if not path.name == "__init__.py" else name.split(".")
+    return ".".join(base + ([node.module] if node.module else []))
+
+
 def imports_of(path: pathlib.Path, name: str) -> set[str]:
     tree = ast.parse(path.read_text())
     out = set()
@@ -69,11 +77,7 @@ def imports_of(path: pathlib.Path, name: str) -> set[str]:
         if isinstance(node, ast.Import):
             out.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = name.split(".")[: -node.level] if not path.name == "__init__.py" else name.split(".")
-                mod = ".".join(base + ([node.module] if node.module else []))
-            else:
-                mod = node.module or ""
+            mod = from_module(node, path, name)
             out.add(mod)
             out.update(f"{mod}.{a.name}" for a in node.names)
     return {m for m in out if m.startswith("ccdiag.")}
@@ -129,3 +133,50 @@ def test_tests_import_their_helpers_as_ci_runs_them():
     offenders = [str(path.relative_to(tests)) for path in sorted(tests.rglob("*.py"))
                  if "fixtures" not in path.parts and pattern.search(path.read_text(encoding="utf-8"))]
     assert offenders == [], f"import helpers by their own names (cli_runner, synth): {offenders}"
+
+
+def module_level_imports_of(path: pathlib.Path, name: str, mods) -> set[str]:
+    """The modules of ``mods`` that importing ``name`` imports at once: statements run at import time
+    (the module's body, class bodies, ``try``/``if``/``with`` blocks), not function bodies, nor the
+    ``if TYPE_CHECKING:`` branch. ``from package import submodule`` reads the submodule, not the
+    package's ``__init__``; ``from module import name`` reads the module."""
+    out: set[str] = set()
+
+    def visit(stmts):
+        for node in stmts:
+            if isinstance(node, ast.Import):
+                out.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                mod = from_module(node, path, name)
+                out.update(f"{mod}.{a.name}" if f"{mod}.{a.name}" in mods else mod for a in node.names)
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                continue
+            elif isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                visit(node.orelse)
+            else:
+                for attr in ("body", "orelse", "finalbody", "handlers", "cases"):
+                    visit(getattr(node, attr, None) or [])
+
+    visit(ast.parse(path.read_text()).body)
+    return {m for m in out if m in mods and m != name}
+
+
+def test_no_module_imports_itself_back():
+    """No import cycle among ccdiag's modules at import time: a cycle works or fails by which module
+    happens to be imported first, and leaves its names half-defined to the other. What two modules
+    both need goes into a lower module; an import hidden in a function to dodge a cycle is not the fix.
+    A parent package's ``__init__`` importing its children is no cycle (Python imports it first)."""
+    import networkx as nx
+
+    mods = modules()
+    graph = nx.DiGraph()
+    for name, path in mods.items():
+        graph.add_node(name)
+        graph.add_edges_from((name, target) for target in module_level_imports_of(path, name, mods))
+    assert len(graph) > 100 and graph.number_of_edges() > 100  # the walk found the package
+    cycles = []
+    for component in nx.strongly_connected_components(graph):
+        if len(component) > 1:
+            cycle = [a for a, _ in nx.find_cycle(graph.subgraph(component))]
+            cycles.append(" -> ".join([*cycle, cycle[0]]))
+    assert cycles == [], "import cycles: " + "; ".join(sorted(cycles))
