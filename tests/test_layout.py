@@ -12,7 +12,7 @@ import re
 import pytest
 
 from ccdiag.cluster import hostlist, layout as L
-from ccdiag.cluster import layout_ibnet, layout_k8s, layout_nvlink, layout_slurm
+from ccdiag.cluster import layout_ibnet, layout_k8s, layout_nvlink, layout_read, layout_slurm
 from ccdiag.core.errors import InputError
 
 LAYOUTS = pathlib.Path(__file__).parent / "fixtures" / "layouts"
@@ -204,13 +204,13 @@ def test_eks_describe_node_reads_the_nearest_network_node_layer():
 
 
 def test_aws_node_list_groups_by_layer_3_under_layer_2():
-    lay = L.read_layout([str(LAYOUTS / "k8s-nodes-aws-network-node-layers.SYNTHESIZED.json")])
+    lay = layout_read.read_layout([str(LAYOUTS / "k8s-nodes-aws-network-node-layers.SYNTHESIZED.json")])
     assert lay.fmt == "k8s-labels" and len(lay.groups()) == 4
     assert sorted(set(lay.parent_of.values())) == ["nn-39eb76bb31ed2a526", "nn-6ff5053c3a4d86db7"]
 
 
 def test_gb200_nodes_group_by_gpu_clique_and_say_who_has_none():
-    lay = L.read_layout([str(LAYOUTS / "k8s-nodes-gb200-gpu-clique.SYNTHESIZED.json")])
+    lay = layout_read.read_layout([str(LAYOUTS / "k8s-nodes-gb200-gpu-clique.SYNTHESIZED.json")])
     assert lay.group_kind.startswith("NVLink domain") and len(lay.groups()) == 2
     assert lay.group_of["gb200-n01"] == "9c6f5af3-53bf-49b5-a436-b66766c413c3.4026"
     assert "gb200-n07" not in lay.group_of and any("gb200-n07" in n for n in lay.notes)
@@ -231,12 +231,12 @@ def test_show_labels_table_and_yaml():
              "cloud.google.com/gce-topology-subblock=sb1\n"
              "g2     Ready    <none>   2d    v1.30.2   cloud.google.com/gce-topology-block=b1,"
              "cloud.google.com/gce-topology-subblock=sb2\n")
-    lay = L.read_layout([_write(table)])
+    lay = layout_read.read_layout([_write(table)])
     assert lay.group_of == {"g1": "sb1", "g2": "sb2"} and lay.parent_of == {"sb1": "b1", "sb2": "b1"}
     pytest.importorskip("yaml")
     y = ("apiVersion: v1\nkind: List\nitems:\n- metadata:\n    name: o1\n    labels:\n"
          "      oci.oraclecloud.com/host.rack_id: r7\n")
-    assert L.read_layout([_write(y)]).group_of == {"o1": "r7"}
+    assert layout_read.read_layout([_write(y)]).group_of == {"o1": "r7"}
 
 
 @pytest.mark.parametrize("content, words", [
@@ -249,7 +249,7 @@ def test_bad_kubernetes_input(content, words):
     if "YAML" in words:
         pytest.importorskip("yaml")
     with pytest.raises(InputError, match=re.escape(words)):
-        L.read_layout([_write(content)], "k8s")
+        layout_read.read_layout([_write(content)], "k8s")
 
 
 # -- NVLink domains from NVML ---------------------------------------------------------------------
@@ -264,7 +264,7 @@ def test_nvlink_domains_from_ccdiag_reports():
              _report("gb3", [{"fabric_clique_id": 32766, "fabric_cluster_uuid": c2}] * 3
                      + [{"fabric_clique_id": 1, "fabric_cluster_uuid": c2}]),
              _report("h100", [{"fabric_clique_id": None, "fabric_cluster_uuid": None}] * 8)]
-    lay = L.read_layout(paths)
+    lay = layout_read.read_layout(paths)
     assert lay.fmt == "nvlink-domains"
     assert lay.group_of == {"gb1": f"{c1}.4026", "gb2": f"{c1}.4026", "gb3": f"{c2}.32766"}
     assert any("gb3: GPUs in 2 NVLink domains" in n for n in lay.notes)
@@ -287,7 +287,7 @@ def test_nvlink_domain_from_a_snapshot_as_the_nvml_probe_reads_it(tmp_path):
         p = tmp_path / f"{host}.ccdiag"
         SnapshotData(nvml=nvml_records(gpus), meta={"hostname": host, "source": "synthesized"}).save(str(p))
         paths.append(str(p))
-    lay = L.read_layout(paths)
+    lay = layout_read.read_layout(paths)
     assert lay.group_of == {"gbA": "9c6f5af3-53bf-49b5-a436-b66766c413c3.4026",
                             "gbB": "9c6f5af3-53bf-49b5-a436-b66766c413c3.4026",
                             "gbC": "9c6f5af3-53bf-49b5-a436-b66766c413c3.7"}
@@ -295,9 +295,9 @@ def test_nvlink_domain_from_a_snapshot_as_the_nvml_probe_reads_it(tmp_path):
 
 def test_nvlink_reports_that_place_nobody_and_two_files_for_one_host():
     with pytest.raises(InputError, match="no host has an NVLink domain id"):
-        L.read_layout([_report("a", []), _report("b", [])])
+        layout_read.read_layout([_report("a", []), _report("b", [])])
     with pytest.raises(InputError, match="host a is named by two files"):
-        L.read_layout([_report("a", []), _report("a", [])])
+        layout_read.read_layout([_report("a", []), _report("a", [])])
     with pytest.raises(InputError, match="names no host"):
         layout_nvlink.from_report({"probes": {}}, "r.json")
 
@@ -311,14 +311,14 @@ def test_nvlink_reports_that_place_nobody_and_two_files_for_one_host():
     ("k8s-nodes-gb200-gpu-clique.SYNTHESIZED.json", "json"),
 ])
 def test_format_told_by_content(name, kind):
-    assert L.detect(text(name)) == kind
+    assert layout_read.detect(text(name)) == kind
 
 
 def test_unknown_file_says_what_is_read(tmp_path):
     with pytest.raises(InputError, match="not a layout this reads"):
-        L.read_layout([_write("hello\n")])
+        layout_read.read_layout([_write("hello\n")])
     with pytest.raises(InputError, match="only NVLink domain ids"):
-        L.read_layout([str(LAYOUTS / "topology-tree-slurm-man-example.conf")] * 2)
+        layout_read.read_layout([str(LAYOUTS / "topology-tree-slurm-man-example.conf")] * 2)
 
 
 def test_placement_matches_short_names_and_fqdns_and_keeps_the_rest():

@@ -6,7 +6,7 @@ uplinks, and a ring order that keeps neighbours on one leaf keeps a job's traffi
 The layout comes from what the site already has, one reader per format (each a module of its own):
 a Slurm ``topology.conf`` (:mod:`.layout_slurm`), Kubernetes node labels (:mod:`.layout_k8s`),
 ``ibnetdiscover`` output (:mod:`.layout_ibnet`), or the NVLink domain ids NVML gives a GB200's GPUs
-(:mod:`.layout_nvlink`). Without one, ⌈√N⌉ groups of consecutive ranks stand in (:func:`square_groups`).
+(:mod:`.layout_nvlink`); :mod:`.layout_read` tells them apart and calls the one a file needs. Without one, ⌈√N⌉ groups of consecutive ranks stand in (:func:`square_groups`).
 
 A reader returns a :class:`Layout`; :meth:`Layout.place` matches the run's host names to it (the
 names MPI ranks report are often short names or FQDNs of the layout's), and the placement gives
@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-
-from ccdiag.core.errors import InputError
 
 
 @dataclass(frozen=True)
@@ -183,82 +181,3 @@ def format_ring_order(rec: dict) -> str:
     if wo:
         lines.append(f"# without {', '.join(wo['left_out'])}: {' -> '.join(wo['order'])}")
     return "\n".join(lines)
-
-
-# -- reading --------------------------------------------------------------------------------------
-
-#: the formats ``--layout-format`` accepts; ``auto`` tells them apart by their content
-FORMATS = ("auto", "slurm", "k8s", "ibnetdiscover", "nvlink")
-
-
-def detect(text: str) -> str | None:
-    """The format of ``text`` by its first meaningful lines, or None."""
-    head = text.lstrip("\ufeff \t\r\n")[:4096]
-    if head.startswith(("{", "[")):
-        return "json"
-    for raw in head.splitlines()[:80]:
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            if "Topology file:" in line:
-                return "ibnetdiscover"
-            continue
-        low = line.lower()
-        if low.startswith(("switchname=", "blockname=", "blocksizes=", "ringname=")):
-            return "slurm"
-        if line.startswith(("Switch\t", "Ca\t", "Rt\t", "vendid=", "switchguid=", "caguid=", "sysimgguid=")):
-            return "ibnetdiscover"
-        if line.startswith(("Name:", "apiVersion:", "kind:", "items:")) or (
-                line.split()[:1] == ["NAME"] and "LABELS" in line.split()):
-            return "k8s"
-    return None
-
-
-def read_layout(paths: list[str], fmt: str = "auto") -> Layout:
-    """The layout in ``paths`` (one file, or one report/snapshot per host for NVLink domains)."""
-    from ccdiag.core.userfiles import read_user_text
-
-    if not paths:
-        raise InputError("--layout: no file given")
-    if fmt not in FORMATS:
-        raise InputError(f"--layout-format: {fmt!r} is not one of {', '.join(FORMATS)}")
-    from ccdiag.cluster.layout_nvlink import is_snapshot, read_files
-
-    if fmt == "nvlink" or (fmt == "auto" and all(is_snapshot(p) for p in paths)):
-        return read_files(paths)
-    if len(paths) > 1:
-        kinds = {detect(read_user_text(p, "layout file")) for p in paths}
-        if kinds == {"json"}:
-            return read_files(paths)
-        raise InputError(f"--layout: {len(paths)} files given; only NVLink domain ids (one ccdiag report or "
-                         f"snapshot per host) come in several files")
-    path = paths[0]
-    text = read_user_text(path, "layout file")
-    kind = fmt if fmt != "auto" else detect(text)
-    if kind == "json":
-        import json
-
-        try:
-            doc = json.loads(text)
-        except ValueError as exc:
-            raise InputError(f"{path}: not valid JSON: {exc}") from None
-        if isinstance(doc, dict) and ("items" in doc or doc.get("kind") in ("NodeList", "List", "Node")):
-            kind = "k8s"
-        else:
-            kind = "nvlink"
-    if kind == "slurm":
-        from ccdiag.cluster.layout_slurm import parse
-
-        return parse(text, path)
-    if kind == "ibnetdiscover":
-        from ccdiag.cluster.layout_ibnet import parse as parse_ib
-
-        return parse_ib(text, path)
-    if kind == "k8s":
-        from ccdiag.cluster.layout_k8s import parse as parse_k8s
-
-        return parse_k8s(text, path)
-    if kind == "nvlink":
-        return read_files(paths)
-    raise InputError(f"{path}: not a layout this reads (a Slurm topology.conf, kubectl nodes as JSON/YAML or "
-                     f"`kubectl describe nodes`, ibnetdiscover output, ccdiag reports or snapshots); "
-                     f"name the format with --layout-format")

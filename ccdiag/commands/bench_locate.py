@@ -54,7 +54,7 @@ def locate(layout, layout_format, size, runs, segment, max_tests, margin, budget
             raise InputError("--layout nvml reads NVML on every host; it takes no file beside it")
         rank = locate_mpi.launcher_rank()
         if rank in (None, 0):  # only rank 0 uses it: another host need not see the file
-            from ccdiag.cluster.layout import read_layout
+            from ccdiag.cluster.layout_read import read_layout
 
             layout_obj = read_layout(paths, layout_format)
     cfg = {"layout": paths, "layout_format": layout_format, "layout_obj": layout_obj, "size_bytes": size_bytes,
