@@ -65,10 +65,6 @@ class NetdevObservation:
 
 
 # -- parsers (pure) ------------------------------------------------------------------------------
-def parse_speed(text: str | None) -> int | None:
-    """Mb/s from sysfs ``speed``; None for -1 (unknown), 0 and garbage."""
-    value = parse_int(text)
-    return value if value is not None and value > 0 else None
 
 
 def addresses_from_psutil(items: list[dict] | None) -> tuple[tuple[Address, ...], str | None]:

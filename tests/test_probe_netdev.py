@@ -12,12 +12,6 @@ from ccdiag.host.snapshot import SnapshotData
 from synth import sysfs as synth
 
 
-@pytest.mark.parametrize("text, mbps", [("400000", 400000), ("100000", 100000), ("-1", None), ("0", None),
-                                        ("", None), ("abc", None), (None, None)])
-def test_parse_speed(text, mbps):
-    assert netdev.parse_speed(text) == mbps
-
-
 def test_addresses_from_psutil_splits_link_address():
     addrs, mac = netdev.addresses_from_psutil([
         {"family": "inet", "address": "10.0.0.2", "netmask": "255.255.255.0"},

@@ -121,9 +121,6 @@ class FileTopology:
                     "to name which")
         return f"{why}; peer access is blocked by ACS, an IOMMU, or a VM without P2P (see `nvidia-smi topo -p2p r`)"
 
-    def unknown_names(self) -> list[str]:
-        return sorted({self.names[g] for g, m in self.models.items() if m is None})
-
     def level(self, a: str, b: str) -> str | None:
         if self.levels is None or not (self.levels.has_device(a) and self.levels.has_device(b)):
             return None

@@ -105,9 +105,6 @@ DEFAULTS: dict[str, Fractions] = {
                       "B200 77.6 % of the dense peak); one fixed shape here, so the warning sits lower"),
 }
 
-#: the kinds whose thresholds a policy file may override
-POLICY_KINDS = ("pcie", "pcie_bidir", "nvlink", "rdma", "busbw")
-
 
 def policy_key(kind: str, which: str) -> str:
     """The policy file key of one threshold: ``bench_nvlink_warn_fraction``."""

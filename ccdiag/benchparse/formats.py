@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from importlib import resources
 
 FORMATS_FILE = "formats.json"
-PRINTED_FILE = "printed.json"
 
 
 @dataclass(frozen=True)

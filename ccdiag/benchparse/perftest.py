@@ -137,10 +137,6 @@ class PerftestResult:
     cpu_freq_warnings: int = 0
     format_ids: tuple[str, ...] = ()
 
-    @property
-    def peak_bw_average_gbyte_s(self) -> float | None:
-        return max((r.bw_average_gbyte_s for r in self.bw_rows), default=None)
-
 
 def _pairs(s: str) -> list[tuple[str, str]]:
     """``Key : value`` pairs of one banner line (two to a line, split by tabs or runs of spaces)."""

@@ -818,7 +818,6 @@ def check_model(ctx: CheckContext) -> list[Finding]:
 # ----------------------------------------------------------------------------- NVSwitch fabric
 
 FABRIC_OK = ("completed",)
-FABRIC_BAD = ("not_started", "in_progress")
 FABRIC_STATUS_OK = ("success", "ok", "nvml_success")
 #: systemctl is-active states of a service on its way up, not down
 FM_STARTING = ("activating", "reloading")

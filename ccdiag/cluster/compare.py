@@ -219,9 +219,6 @@ class Fleet:
     unreadable: list = field(default_factory=list)
     rng: random.Random = field(default_factory=lambda: random.Random(0))
 
-    def add_report(self, doc: dict, path: str) -> None:
-        self.add_facts(flatten(doc), host_of(doc, path))
-
     def add_facts(self, facts: dict, host: str) -> None:
         self.hosts += 1
         for key, value in facts.items():

@@ -24,11 +24,6 @@ from ccdiag.nccl import netif
 SYS_NET = "/sys/class/net"
 
 
-def excluded_name(name: str) -> bool:
-    """Loopback, docker0, veth*, br-*, tunnels...: by the one usable-interface rule (:mod:`ccdiag.nccl.netif`)."""
-    return netif.name_problem(name) is not None
-
-
 def _ipv4(addr: str, mask: str | int) -> ipaddress.IPv4Interface | None:
     try:
         return ipaddress.IPv4Interface(f"{addr}/{mask}")

@@ -29,8 +29,6 @@ TAG_PLAN = 50001
 TAG_ROUND = 50002
 TAG_STEP_IN = 50003
 TAG_STEP_OUT = 50004
-#: timed runs of the per-hop step per direction; the fastest counts (noise only adds time)
-RUNS = 3
 #: the most memory one ring's buffer may take on a rank (a ring of n hosts holds n chunks)
 MAX_BUFFER_BYTES = 256 << 20
 #: what launchers set to this process's rank, read before MPI starts

@@ -72,9 +72,6 @@ class Deadline:
     def left_s(self) -> float:
         return self.end - time.monotonic()
 
-    def expired(self) -> bool:
-        return time.monotonic() >= self.end
-
     def sooner(self, seconds: float) -> "Deadline":
         """This deadline or ``seconds`` from now, whichever comes first."""
         return Deadline(min(self.end, time.monotonic() + seconds), self.budget_s)

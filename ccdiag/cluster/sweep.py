@@ -11,7 +11,6 @@ and every rank follows (one broadcast float, with a deadline).
 
 from __future__ import annotations
 
-import sys
 import time
 from dataclasses import dataclass
 
@@ -270,7 +269,3 @@ def hop_records(per_rank: dict[int, dict]) -> tuple[int | None, dict[int, dict]]
         size = h["size_bytes"]
         out[rank] = {"bytes": h["bytes"], "step0_s": min(h["runs_s"]), "runs_s": h["runs_s"]}
     return size, out
-
-
-def log_stderr(msg: str) -> None:
-    print(f"ccdiag: {msg}", file=sys.stderr, flush=True)

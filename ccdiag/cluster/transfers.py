@@ -125,12 +125,3 @@ def findings(failed: dict[tuple[str, str], dict], measured: set[tuple[str, str]]
             remedy=todo, details={"a": a, "b": b, "iface": iface, "size_dependent": sized,
                                   "mtus": {k: v for k, v in mtus.items() if v}, "failed": entries}))
     return out
-
-
-def explained_pairs(found: list[Finding]) -> set[frozenset]:
-    """The unordered pairs the failure findings cover (so no other finding names them again)."""
-    out: set[frozenset] = set()
-    for f in found:
-        for e in f.details.get("failed", []):
-            out.add(frozenset((e["src"], e["dst"])))
-    return out

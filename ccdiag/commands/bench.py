@@ -27,9 +27,6 @@ from ccdiag.core.errors import InputError
 if TYPE_CHECKING:
     from ccdiag.topology.model import Topology
 
-#: subcommands that are not benchmark names
-SUBCOMMANDS = ("list", "import", "allreduce", "pairs", "locate")
-
 
 class BenchGroup(click.Group):
     """``ccdiag bench NAME...`` runs benchmarks; a first word that is a subcommand runs it instead."""

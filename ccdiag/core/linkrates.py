@@ -8,7 +8,6 @@ from __future__ import annotations
 
 #: GT/s per lane -> PCIe generation (PCI-SIG base specifications)
 GEN_BY_GTS = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6}
-GTS_BY_GEN = {g: s for s, g in GEN_BY_GTS.items()}
 
 
 def pcie_gen(speed_gts: float | None) -> int | None:

@@ -53,10 +53,6 @@ class Classification:
         """True when the matrix was large enough to compare members with each other."""
         return self.reference is not None
 
-    def explained_by(self, pair: Pair) -> str | None:
-        """The slow member a slow pair belongs to, if any."""
-        return next((m for m in self.slow_members if m in pair), None)
-
 
 def _members(keys: Iterable[Pair]) -> list[str]:
     seen: dict[str, None] = {}

@@ -243,10 +243,6 @@ def current_umask() -> int:
     return old
 
 
-#: files that carry the kernel log (snapshots hold /dev/kmsg's records) are written for the owner only
-PRIVATE_MODE = 0o600
-
-
 #: what every temporary file of :func:`write_atomic` is named after
 TEMP_PREFIX = ".ccdiag-"
 

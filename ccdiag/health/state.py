@@ -25,10 +25,6 @@ from ccdiag.core.output import write_atomic
 STATE_VERSION = 1
 #: run outcomes, as ccdiag_health_runs_total labels them
 OUTCOMES = ("pass", "fail", "unknown", "error", "yielded", "busy", "not_due")
-#: the most ladder steps kept per root cause (the oldest are dropped)
-MAX_STEPS_PER_ROOT = 20
-#: roots not seen failing for this many ladder windows are forgotten
-FORGET_AFTER_WINDOWS = 2
 
 
 @dataclass

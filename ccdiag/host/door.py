@@ -478,10 +478,6 @@ class LiveHost(BaseHost):
         if self._nvml is not None:
             self._nvml.prefetch(groups, **how)
 
-    def nvml_init(self) -> None:
-        """Initialise NVML now (raises :class:`NvmlCallError` with the reason it is unusable)."""
-        self.nvml("nvmlSystemGetDriverVersion")
-
     # kernel log ---------------------------------------------------------------------------
     def read_kmsg(self, max_records: int = 200000, max_seconds: float = 3.0) -> list[str]:
         """Records of ``/dev/kmsg`` (one per line), read without blocking."""

@@ -216,10 +216,6 @@ class TopoFileCheck:
     pairs: Mapping[str, tuple[str, ...]] | None = None  # GPU bus id -> NIC bus ids under the same parent
     disagree: tuple[str, ...] = ()  # GPUs whose pairing contradicts the node's own nearest NIC
 
-    @property
-    def consistent(self) -> bool:
-        return self.readable and not self.gpus_missing and not self.nics_missing and not self.disagree
-
 
 def file_pairs(text: str) -> tuple[set[str], set[str], dict[str, tuple[str, ...]]]:
     """(GPU bus ids, NIC bus ids, GPU -> NICs sharing its parent element) of an NCCL topology XML."""

@@ -19,7 +19,6 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
-from typing import Any
 
 from ccdiag.nvfiles.smiq import SmiGpu
 
@@ -134,8 +133,3 @@ def read_paths(gpu: SmiGpu) -> tuple[set[str], set[str]]:
         base = path.split("#", 1)[0]
         (read if base in known else unread).add(base)
     return read, unread
-
-
-def jsonable(values: dict[str, Value]) -> dict[str, Any]:
-    return {k: {"kind": v.kind, "number": v.number, "unit": v.unit, "text": v.text, "path": v.path}
-            for k, v in values.items()}

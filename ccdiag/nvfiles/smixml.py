@@ -13,13 +13,10 @@ memory bomb). The DTD named in the DOCTYPE is never fetched.
 
 from __future__ import annotations
 
-import re
 import xml.etree.ElementTree as ET
 
 from ccdiag.core.errors import UserInputError
 from ccdiag.nvfiles.smiq import MAX_GPUS, SmiGpu, SmiLog
-
-_DTD = re.compile(r'nvsmi_device_(v\d+)\.dtd')
 
 
 class SmiXmlError(UserInputError):
@@ -28,11 +25,6 @@ class SmiXmlError(UserInputError):
 
 def looks_like_smi_xml(text: str) -> bool:
     return "<nvidia_smi_log" in text[:1 << 14]
-
-
-def dtd_version(text: str) -> str | None:
-    m = _DTD.search(text[:4096])
-    return m.group(1) if m else None
 
 
 def _leaves(elem: ET.Element, prefix: str, out: dict[str, str], seen: dict[str, int]) -> None:

@@ -373,12 +373,6 @@ class Dropped:
     def add(self, kind: str, where: str, why: str) -> None:
         self.items.append((kind, where, why))
 
-    def by_kind(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for kind, _, _ in self.items:
-            out[kind] = out.get(kind, 0) + 1
-        return out
-
     def lines(self) -> list[str]:
         """One line per item, names only (a dropped value is never printed: it may be the secret)."""
         return [f"{kind} {where}: {why}" for kind, where, why in self.items]

@@ -99,14 +99,6 @@ class CheckResult:
     def hostname(self) -> str | None:
         return self.meta.get("hostname")
 
-    def probe_durations(self) -> dict[str, float]:
-        """Seconds each probe of the first sample took (the daemon exports these)."""
-        return {name: run.duration_s for name, run in self.runs.items()}
-
-    def probe_success(self) -> dict[str, bool]:
-        """Whether each probe delivered data (``ok`` or ``partial``), for ``ccdiag_probe_success``."""
-        return {name: run.usable for name, run in self.runs.items()}
-
     def run_info(self, replayed_from: str | None = None) -> dict:
         """The report's ``run`` section."""
         info: dict[str, Any] = {"replayed_from": replayed_from, "duration_s": round(self.duration_s, 4),

@@ -80,10 +80,6 @@ class GpuModel:
         """Why no source states ``figure`` ("c2c_gbyte_s", "pcie", ...), None when one does."""
         return dict(self.unsourced).get(figure)
 
-    @property
-    def is_geforce(self) -> bool:
-        return any(n.startswith("geforce") for n in self.names)
-
     def thermal(self, which: str) -> float | None:
         """A thermal limit in degrees C (``"slowdown"``, ``"shutdown"``, ...), None when not known."""
         return dict(self.thermal_c).get(which)
@@ -283,10 +279,6 @@ def nic_by_pci_id(device_id: int | str | None) -> NicModel | None:
 
 def system_by_key(key: str) -> SystemModel | None:
     return next((s for s in catalogue().systems if s.key == key), None)
-
-
-def systems_with_gpu(gpu_key: str) -> tuple[SystemModel, ...]:
-    return tuple(s for s in catalogue().systems if s.gpu == gpu_key)
 
 
 def nvlink_gbyte_s_per_link(generation: int | None, model: GpuModel | None = None) -> float | None:
