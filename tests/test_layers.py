@@ -180,3 +180,28 @@ def test_no_module_imports_itself_back():
             cycle = [a for a, _ in nx.find_cycle(graph.subgraph(component))]
             cycles.append(" -> ".join([*cycle, cycle[0]]))
     assert cycles == [], "import cycles: " + "; ".join(sorted(cycles))
+
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+
+
+def test_every_code_folder_has_a_readme_that_says_what_it_may_import():
+    """A reader entering a folder finds what it holds in its README.md; a room's README names the
+    rooms it may import (``May import:``), as ``MAY_IMPORT`` has them."""
+    from ccdiag.core.rooms import TOP_LEVEL_FOLDERS
+
+    tops = [REPO / "ccdiag", *(REPO / name for name in TOP_LEVEL_FOLDERS)]
+    folders = {p.parent for top in tops for p in top.rglob("*.py") if "__pycache__" not in p.parts}
+    assert REPO / "ccdiag" / "core" in folders
+    missing = sorted(str(f.relative_to(REPO)) for f in folders if not (f / "README.md").is_file())
+    assert missing == [], f"folders with code and no README.md: {missing}"
+    unnamed = []
+    for room, allowed in sorted(MAY_IMPORT.items()):
+        folder = REPO / room if room in TOP_LEVEL_FOLDERS else REPO / "ccdiag" / room
+        paragraphs = (folder / "README.md").read_text(encoding="utf-8").split("\n\n")
+        said = next((p.partition("May import:")[2] for p in paragraphs if "May import:" in p), "")
+        unnamed += [f"{room}: {other}" for other in sorted(allowed) if not said or f"`{other}`" not in said
+                    and f"`ccdiag.{other}`" not in said]
+        if not said:
+            unnamed.append(f"{room}: no 'May import:'")
+    assert unnamed == [], f"room READMEs that do not name what the room may import: {unnamed}"
