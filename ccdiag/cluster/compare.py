@@ -131,7 +131,6 @@ class KeyAgg:
     n: int = 0
     text: Counter = field(default_factory=Counter)
     text_hosts: dict = field(default_factory=dict)
-    text_overflow: bool = False
     nums: Counter = field(default_factory=Counter)
     reservoir: list = field(default_factory=list)
     exact: bool = True
@@ -139,13 +138,11 @@ class KeyAgg:
     high: list = field(default_factory=list)  # min-heap: the KEEP_HOSTS highest
     n_num: int = 0
     out_of_range: list = field(default_factory=list)  # (literal, host) of numbers beyond a float
-    n_out_of_range: int = 0
 
     def add(self, value, host: str, rng: random.Random) -> None:
         self.n += 1
         if isinstance(value, rf.OutOfRange):
             # beyond any float: never in a median, always named (the first KEEP_HOSTS of them)
-            self.n_out_of_range += 1
             if len(self.out_of_range) < KEEP_HOSTS:
                 self.out_of_range.append((str(value), host))
             return
@@ -154,7 +151,6 @@ class KeyAgg:
             return
         v = json.dumps(value, sort_keys=True) if isinstance(value, (list, dict)) else str(value)
         if v not in self.text and len(self.text) >= MAX_TEXT_VALUES:
-            self.text_overflow = True
             return
         self.text[v] += 1
         hosts = self.text_hosts.setdefault(v, [])

@@ -49,7 +49,6 @@ class Layout:
     ports: Mapping[str, tuple[PortFacts, ...]] | None = None  # None: not known (pasted matrix)
     interfaces: tuple[Any, ...] | None = None  # NetInterface values; None: not known
     flattened: str | None = None  # why the PCI tree looks flattened (a VM), when it does
-    nic_numa: Mapping[str, int | None] | None = None
     gpu_numa: Mapping[str, int | None] | None = None
     platform: Any = None  # PlatformObservation (cloud, container, plugins, provider topology files); None: not read
     bdfs: Mapping[str, str | None] | None = None  # device label -> PCI bus id
@@ -130,7 +129,7 @@ def layout_from_topology(topo: Topology, runs: Mapping[str, Any] | None = None) 
     return Layout(tuple(gpus), tuple(nics), levels, "node", "topology (PCIe tree from sysfs, NVLinks from NVML)",
                   ports=ports, interfaces=tuple(net.interfaces) if net is not None else None,
                   flattened=_looks_flattened(levels, gpus, nics, switches),
-                  nic_numa={n.label: n.numa for n in topo.nics()}, gpu_numa={g.label: g.numa for g in topo.gpus()},
+                  gpu_numa={g.label: g.numa for g in topo.gpus()},
                   platform=probe_data(runs or {}, PROBE_PLATFORM), bdfs=bdfs)
 
 

@@ -146,7 +146,6 @@ class NcclLog:
     legacy: bool = False  # NCCL 2.2-era lines ("[0] INFO", "... WARN") without the NCCL word
     no_ib_device: bool = False
     ibverbs_missing: bool = False
-    hosts_capped: bool = False
 
     @property
     def failures(self) -> list[Event]:
@@ -496,8 +495,6 @@ class _Reader:
         if got[0] is not None and got[0] not in log.hosts:
             if len(log.hosts) < MAX_HOSTS:
                 log.hosts.add(got[0])
-            else:
-                log.hosts_capped = True
         if got[1] is not None and got[1] not in log.processes and len(log.processes) < MAX_HOSTS:
             log.processes.add(got[1])
         return got

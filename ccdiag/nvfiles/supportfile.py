@@ -56,7 +56,6 @@ class Reading:
     lines_read: int = 0
     complete: bool = True
     notes: list[str] = field(default_factory=list)
-    long_lines_cut: int = 0
 
     def stop(self, note: str) -> None:
         self.complete = False
@@ -205,8 +204,7 @@ class SupportFile:
                 if len(pending) > MAX_LINE_CHARS * 4:
                     # a line that never ends: keep its head, drop the rest of it as it streams by
                     r.lines_read += 1
-                    r.long_lines_cut += 1
-                    yield _decode(pending[:MAX_LINE_CHARS], r)
+                    yield _decode(pending[:MAX_LINE_CHARS])
                     pending = b""
                 continue
             pending = data[cut + 1:]
@@ -217,18 +215,16 @@ class SupportFile:
             r.lines_read += len(parts)
             for line in parts:
                 if len(line) > MAX_LINE_CHARS:
-                    r.long_lines_cut += 1
                     line = line[:MAX_LINE_CHARS]
                 yield line
         if pending:
             r.lines_read += 1
-            yield _decode(pending, r)
+            yield _decode(pending)
 
 
-def _decode(raw: bytes, r: Reading) -> str:
+def _decode(raw: bytes) -> str:
     if len(raw) > MAX_LINE_CHARS:
         raw = raw[:MAX_LINE_CHARS]
-        r.long_lines_cut += 1
     text = raw.decode("utf-8", "replace")
     return text[:-1] if text.endswith("\r") else text
 
