@@ -341,6 +341,35 @@ def test_ring_order_keeps_each_group_together():
     assert "3 hops cross between groups" in L.format_ring_order(rec)
 
 
+def test_bench_pairs_shows_the_layouts_ring_order_beside_the_measured_one():
+    """The measured order follows the matrix; the layout's keeps each leaf's hosts together. With
+    ``--layout`` the pairs report gives both and how often the measured one crosses between leaves."""
+    from ccdiag.cluster.pairs_report import layout_ring_order
+
+    lay = layout_slurm.parse(text("topology-tree-slurm-man-example.conf"))
+    hosts = [f"dev{i}" for i in range(0, 18, 3)] + [f"dev{i}" for i in range(18) if i % 3]
+    measured = sorted(hosts, key=lambda h: int(h[3:]) % 2)  # even hosts first: across leaves at most hops
+    rec, lines = layout_ring_order(lay, hosts, measured, ["dev7"])
+    assert rec["crossings"] == 3 and rec["order"][:6] == [h for h in hosts if lay.group_of[h] == "s0"]
+    assert rec["measured_order_crossings"] == L.crossings(measured, lay.place(hosts).group_of()) > 3
+    assert "dev7" not in rec["without_slow_hosts"]["order"]
+    assert "# ring order from the layout" in lines and " -> ".join(rec["order"]) in lines
+    assert f"the measured order above crosses between the layout's groups {rec['measured_order_crossings']} times" \
+        in lines
+    # no measured order (pairs missing): the layout's alone
+    rec, lines = layout_ring_order(lay, hosts, None, [])
+    assert "measured_order_crossings" not in rec and "measured order" not in lines
+
+
+def test_bench_pairs_refuses_a_bad_layout_before_measuring(tmp_path):
+    from cli_runner import run
+
+    conf = tmp_path / "topology.conf"
+    conf.write_text("SwitchName=s0 Nodes=a,b\nSwitchName=s1 Nodes=c[9-1]\n")
+    code, out, err = run("bench", "pairs", "--sizes", "1M", "--layout", str(conf))
+    assert code == 2 and f"{conf}:2: bad hostlist" in err and "Traceback" not in err
+
+
 @pytest.mark.parametrize("n, sizes", [(4, [2, 2]), (9, [3, 3, 3]), (10, [3, 3, 2, 2]), (64, [8] * 8),
                                       (1024, [32] * 32), (3, [3])])
 def test_square_groups(n, sizes):

@@ -497,7 +497,8 @@ def _pair_exchange(comm, peer: int, bufs, size_bytes: int, iters: int, warmup: i
 
 
 def run(size_bytes: int, iters: int, warmup: int, budget_s: float, as_json: bool, hostfile_out: str | None,
-        margin: float, only_ifaces: list[str] | None = None, line_rate_gbit_s: float | None = None) -> int:
+        margin: float, only_ifaces: list[str] | None = None, line_rate_gbit_s: float | None = None,
+        layout=None) -> int:
     """``ccdiag bench pairs``: MPI's own matrix, then one TCP matrix per candidate subnet, each
     judged once (:mod:`.judgement`); the report is :mod:`ccdiag.cluster.pairs_report`'s."""
     from ccdiag.cluster.pairs_report import PairsReport
@@ -508,5 +509,6 @@ def run(size_bytes: int, iters: int, warmup: int, budget_s: float, as_json: bool
                        margin=margin)
 
     rep = PairsReport(size_bytes=size_bytes, margin=margin, as_json=as_json, hostfile_out=hostfile_out,
-                      only_ifaces=list(only_ifaces or []), line_rate_gbit_s=line_rate_gbit_s, budget_s=budget_s)
+                      only_ifaces=list(only_ifaces or []), line_rate_gbit_s=line_rate_gbit_s, budget_s=budget_s,
+                      layout=layout)
     return run_ranks(budget_s, body, rep.report)

@@ -1,5 +1,6 @@
 """Rank 0's report of ``ccdiag bench pairs``: the matrices (whole or partial), their one judgement
-each, loss, the interface each pair used, the ring order.
+each, loss, the interface each pair used, the ring order (and, with a fabric layout, the layout's
+order beside the measured one).
 
 Why its own module: the report is printed in every case, also when the budget ran out, a rank went
 silent or a transfer never completed: then with the pairs that were measured, the ones that failed
@@ -14,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ccdiag.cluster import capability, cpuuse, loss, verdict
+from ccdiag.cluster import layout as layoutmod
 from ccdiag.cluster import order as ordermod
 from ccdiag.cluster import pairmatrix as pmx
 from ccdiag.cluster.flowlimits import flow_limit
@@ -104,6 +106,22 @@ def fold_loss(found: list[Finding], lost: list[Finding]) -> list[Finding]:
     return out
 
 
+def layout_ring_order(layout: layoutmod.Layout, hosts: list[str], measured: list[str] | None,
+                      slow: list[str]) -> tuple[dict, str]:
+    """The ring order the fabric's layout recommends (each group's hosts consecutive), with how often
+    the order measured from the matrix crosses between the layout's groups: the measured order follows
+    this run's figures, the layout's the wiring a job's traffic will meet (a leaf's uplinks are shared
+    with other jobs; the pairs here ran one at a time). Both are shown; neither overrides the other."""
+    placement = layout.place(hosts)
+    rec = layoutmod.ring_order(placement, hosts, slow)
+    text = layoutmod.format_ring_order(rec)
+    if measured:
+        rec["measured_order_crossings"] = layoutmod.crossings(measured, placement.group_of())
+        text += (f"\n# the measured order above crosses between the layout's groups "
+                 f"{rec['measured_order_crossings']} times, the layout's {rec['crossings']}")
+    return rec, text
+
+
 @dataclass
 class PairsReport:
     size_bytes: int
@@ -114,6 +132,7 @@ class PairsReport:
     line_rate_gbit_s: float | None = None
     budget_s: float = 0.0
     candidates: dict = field(default_factory=dict)
+    layout: layoutmod.Layout | None = None  # the fabric's layout (--layout), read on rank 0
 
     def report(self, outcome) -> int:
         from ccdiag.cluster.benchrun import _doc, _emit, _fault_text
@@ -171,6 +190,10 @@ class PairsReport:
         if rec is not None:
             text.append(ordermod.format_recommendation(rec))
             self._hostfiles(rec, res0, extra, text)
+        if self.layout is not None:
+            measured = rec["order"] if rec is not None else None
+            extra["layout_ring_order"], lines = layout_ring_order(self.layout, hosts, measured, cls["slow_hosts"])
+            text.append(lines)
         return found, extra, text
 
     def _views(self, results: dict, hosts: list[str], used: dict, idents: dict) -> tuple[View, list]:

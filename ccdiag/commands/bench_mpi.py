@@ -88,15 +88,28 @@ def allreduce(sizes, begin, end, factor, iters, warmup, budget, as_json, hostfil
 @click.option("--iface", "only_ifaces", multiple=True, metavar="NAME",
               help="Measure the per-interface TCP matrix only over this interface (repeatable); "
                    "default: every interface that is up, IPv4-addressed and not loopback/container/bridge.")
+@click.option("--layout", "layout", multiple=True, metavar="FILE",
+              help="The fabric's layout (as `bench locate --layout` reads it: a Slurm topology.conf, kubectl "
+                   "nodes, ibnetdiscover output, or one ccdiag report/snapshot per host): its ring order is "
+                   "shown beside the measured one.")
+@click.option("--layout-format", "layout_format", type=click.Choice(["auto", "slurm", "k8s", "ibnetdiscover", "nvlink"]),
+              default="auto", show_default=True, help="The layout's format when its content does not say.")
 def pairs(sizes, begin, end, factor, iters, warmup, budget, as_json, hostfile_out, margin, line_rate_gbit_s,
-          only_ifaces):
+          only_ifaces, layout, layout_format):
     """Every host pair in N-1 rounds of disjoint pairs, over MPI and over TCP on each candidate
     interface: slow host vs slow link per interface, best ring order."""
     from ccdiag.cluster import pairs as pairmod
 
     size_list = _sizes(sizes, begin, end, factor)
+    layout_obj = None
+    if layout:
+        from ccdiag.cluster.layout_read import read_layout
+        from ccdiag.cluster.locate_mpi import launcher_rank
+
+        if launcher_rank() in (None, 0):  # only rank 0 reports: another host need not see the file
+            layout_obj = read_layout(list(layout), layout_format)
     return pairmod.run(size_list[-1], iters, warmup, budget, as_json, hostfile_out, margin, list(only_ifaces),
-                       line_rate_gbit_s)
+                       line_rate_gbit_s, layout=layout_obj)
 
 
 def _emit(doc: dict) -> None:
