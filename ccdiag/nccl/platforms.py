@@ -151,32 +151,55 @@ def _from_tree(obs: Any) -> tuple[Platform, str] | None:
     return None
 
 
-def identify(obs: Any, env: Mapping[str, str], flattened: bool = False, named: str | None = None) -> Identity:
-    """The node's platform: named by the user, else DMI/IMDS, the plugin's variables, the provider's files;
-    bare metal when DMI names a hardware vendor or the PCI tree shows its switches; else unidentified."""
-    if named:
-        plat = by_key().get(named)
-        if plat is None:
-            raise KeyError(named)
-        return Identity("cloud", f"named with --platform {named}", plat.provider, None, plat)
-    provider = getattr(obs, "provider", None) if obs is not None else None
-    itype = getattr(obs, "instance_type", None) if obs is not None else None
-    source = getattr(obs, "instance_type_source", "dmi") if obs is not None else "dmi"
+def _named_platform(named: str) -> Identity:
+    """The platform the user named (``ccdiag nccl --platform``): taken as given, an unknown key refused."""
+    plat = by_key().get(named)
+    if plat is None:
+        raise KeyError(named)
+    return Identity("cloud", f"named with --platform {named}", plat.provider, None, plat)
+
+
+def _from_instance(obs: Any) -> Identity | None:
+    """A cloud instance type the table lists, as DMI and the metadata service name it."""
+    provider = getattr(obs, "provider", None)
+    itype = getattr(obs, "instance_type", None)
     plat = for_instance(provider, itype)
-    field_ = getattr(obs, "identified_by", None) if obs is not None else None
+    if plat is None:
+        return None
+    source = getattr(obs, "instance_type_source", "dmi")
+    field_ = getattr(obs, "identified_by", None)
     via = f"DMI {field_}" if field_ else "DMI"
-    if plat is not None:
-        return Identity("cloud", f"{provider} from {via}, {itype} from {source}", provider, itype, plat)
+    return Identity("cloud", f"{provider} from {via}, {itype} from {source}", provider, itype, plat)
+
+
+def _from_plugin_or_files(obs: Any, env: Mapping[str, str]) -> Identity | None:
+    """A platform its network plugin's variables or the provider's files name, unless DMI names another
+    provider (a copied environment on a different cloud is not that cloud)."""
+    provider = getattr(obs, "provider", None)
     shaped = _from_environment(obs, env) or _from_tree(obs)
-    if shaped is not None and (provider is None or shaped[0].provider == provider):
-        return Identity("cloud", shaped[1], shaped[0].provider, itype, shaped[0])
-    if provider is not None or bool(getattr(obs, "efa_devices", ())):
-        prov = provider or "aws"
-        why = f"{prov} from DMI" if provider else "aws from its EFA devices"
-        err = getattr(obs, "instance_type_error", None)
-        return Identity("cloud", why + (f"; instance type {itype} is not in the table" if itype else
-                                        "; instance type unknown" + (f" ({err})" if err else "")), prov, itype)
-    dmi = getattr(obs, "dmi", {}) or {} if obs is not None else {}
+    if shaped is None or (provider is not None and shaped[0].provider != provider):
+        return None
+    return Identity("cloud", shaped[1], shaped[0].provider, getattr(obs, "instance_type", None), shaped[0])
+
+
+def _unlisted_cloud(obs: Any) -> Identity | None:
+    """A cloud VM (a provider in DMI, or EFA devices, which only AWS has) whose instance type the table does
+    not list or nobody could read: a cloud, but with no documented settings to keep."""
+    provider = getattr(obs, "provider", None)
+    if provider is None and not getattr(obs, "efa_devices", ()):
+        return None
+    itype = getattr(obs, "instance_type", None)
+    prov = provider or "aws"
+    why = f"{prov} from DMI" if provider else "aws from its EFA devices"
+    err = getattr(obs, "instance_type_error", None)
+    return Identity("cloud", why + (f"; instance type {itype} is not in the table" if itype else
+                                    "; instance type unknown" + (f" ({err})" if err else "")), prov, itype)
+
+
+def _bare_metal_or_unknown(obs: Any, flattened: bool) -> Identity:
+    """No cloud: bare metal when DMI names a hardware vendor or the PCI tree shows its switches (a VM's tree
+    is flattened); else unidentified, so that nothing is advised away."""
+    dmi = getattr(obs, "dmi", {}) or {}
     vendor = (dmi.get("sys_vendor") or dmi.get("board_vendor") or "").strip()
     if vendor and not any(h in vendor.lower() for h in HYPERVISORS):
         return Identity("bare-metal", f"DMI names the hardware vendor {vendor}")
@@ -185,6 +208,16 @@ def identify(obs: Any, env: Mapping[str, str], flattened: bool = False, named: s
                         (f"; DMI says {vendor}" if vendor else "; no DMI identity"))
     return Identity("unknown", "unidentified: no DMI identity of a cloud or hardware vendor" +
                     (f" ({vendor})" if vendor else "") + (" and a VM's flattened PCI tree" if flattened else ""))
+
+
+def identify(obs: Any, env: Mapping[str, str], flattened: bool = False, named: str | None = None) -> Identity:
+    """The node's platform: named by the user, else DMI/IMDS, the plugin's variables, the provider's files;
+    bare metal when DMI names a hardware vendor or the PCI tree shows its switches; else unidentified.
+    The ways are tried in that order (``obs`` None: nothing was probed)."""
+    if named:
+        return _named_platform(named)
+    return (_from_instance(obs) or _from_plugin_or_files(obs, env) or _unlisted_cloud(obs)
+            or _bare_metal_or_unknown(obs, flattened))
 
 
 def detect(obs: Any, env: Mapping[str, str]) -> Platform | None:
