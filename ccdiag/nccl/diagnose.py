@@ -183,60 +183,78 @@ def _straggler(log: NcclLog) -> str | None:
             "read that rank's log first; it stopped calling collectives or took another code path")
 
 
-def failures(log: NcclLog) -> list[LogFinding]:
-    """The failure findings, the first one the root with its consequences folded."""
-    events = [e for e in log.events if e.kind != "returns"]
-    returns = [e for e in log.events if e.kind == "returns"]
+def _independent_causes(events: list[Event]) -> list[Event]:
+    """The cause events that are not an echo: an "either" message after a cause in the same process is that
+    cause's echo, so only the first one of a process stays (root families and lines of no process always stay)."""
     causes = [e for e in events if _is_cause(e)]
-    # an "either" message after a cause in the same process is that cause's echo
     first_cause_by_proc: dict[str, Event] = {}
     for e in sorted(causes, key=lambda e: (e.source or "", e.line)):
         key = (e.source or "") + (e.rank or e.host or "")
         if key and key in first_cause_by_proc and _fam(e).role == "either":
             continue
         first_cause_by_proc.setdefault(key, e)
-    causes = [e for e in causes if _fam(e).role == "root" or e in first_cause_by_proc.values()
-              or not (e.rank or e.host)]
-    consequences = [e for e in events if e not in causes and e.kind != "info" and not _carried_on(e)]
-    out: list[LogFinding] = []
-    if causes:
-        ordered = sorted(causes, key=_order)
-        root = ordered[0]
-        folded = [e for e in consequences] + [e for e in ordered[1:] if _fam(e).id == root.family]
-        f = _failure_finding(root, folded)
-        f.consequences += _returns_note(returns, True)
-        out.append(f)
-        seen = {root.family}
-        for e in ordered[1:]:
-            if e.family in seen:
-                continue
-            seen.add(e.family)
-            sev = WARN if _fam(e).role == "either" or e.kind == "info" else FAIL
-            out.append(_failure_finding(e, [x for x in ordered if x is not e and x.family == e.family], sev))
-        return out
-    if consequences:
-        ordered = sorted(consequences, key=lambda e: (_fam(e).priority, e.time or "~", e.line))
-        root = ordered[0]
-        f = _failure_finding(root, ordered[1:])
-        f.title += " (the cause is not in this log)"
-        peer = re.search(r"remote peer ([\w.\-:]+?)(?:<\d+>|$)", root.text)
-        where = f"the log of {peer.group(1)} (the peer that closed the connection)" if peer else \
-            "the logs of the other ranks"
-        behind = _straggler(log)
-        f.consequences += ([behind] if behind else []) + _returns_note(returns, False)
-        f.remedy = (f"read {where} for the first failure; {f.remedy}" if f.remedy else f"read {where}")
-        f.remedy += (f". To see it, rerun every rank with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS={f.debug_subsys} "
-                     "(NCCL_DEBUG_FILE=nccl.%h.%p keeps one file per process) and pass them all to --log")
-        out.append(f)
-        return out
-    if returns:
-        first = returns[0]
-        out.append(LogFinding(WARN, "error returns without their WARN", _returns_note(returns, False)[0],
-                              "NCCL returned an error through these frames; the WARN that says why was printed "
-                              "before the excerpt begins", "paste the log from its beginning, or rerun with "
-                              "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET", "nccl", "nccl-error-wrapper", first.line,
-                              debug_subsys="INIT,NET"))
+    return [e for e in causes if _fam(e).role == "root" or e in first_cause_by_proc.values()
+            or not (e.rank or e.host)]
+
+
+def _rooted(causes: list[Event], consequences: list[Event], returns: list[Event]) -> list[LogFinding]:
+    """The findings of a log that holds its cause: the root first with every consequence folded under it,
+    then one finding per further family of causes (a warning when it may be an echo or NCCL carried on)."""
+    ordered = sorted(causes, key=_order)
+    root = ordered[0]
+    folded = [e for e in consequences] + [e for e in ordered[1:] if _fam(e).id == root.family]
+    f = _failure_finding(root, folded)
+    f.consequences += _returns_note(returns, True)
+    out = [f]
+    seen = {root.family}
+    for e in ordered[1:]:
+        if e.family in seen:
+            continue
+        seen.add(e.family)
+        sev = WARN if _fam(e).role == "either" or e.kind == "info" else FAIL
+        out.append(_failure_finding(e, [x for x in ordered if x is not e and x.family == e.family], sev))
     return out
+
+
+def _unrooted(log: NcclLog, consequences: list[Event], returns: list[Event]) -> LogFinding:
+    """The finding of a log that holds only consequences: the strongest of them, with where the cause must be
+    (the peer that closed the connection, or the other ranks' logs), the rank behind the others, and how to
+    make NCCL print the cause."""
+    ordered = sorted(consequences, key=lambda e: (_fam(e).priority, e.time or "~", e.line))
+    root = ordered[0]
+    f = _failure_finding(root, ordered[1:])
+    f.title += " (the cause is not in this log)"
+    peer = re.search(r"remote peer ([\w.\-:]+?)(?:<\d+>|$)", root.text)
+    where = f"the log of {peer.group(1)} (the peer that closed the connection)" if peer else \
+        "the logs of the other ranks"
+    behind = _straggler(log)
+    f.consequences += ([behind] if behind else []) + _returns_note(returns, False)
+    f.remedy = (f"read {where} for the first failure; {f.remedy}" if f.remedy else f"read {where}")
+    f.remedy += (f". To see it, rerun every rank with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS={f.debug_subsys} "
+                 "(NCCL_DEBUG_FILE=nccl.%h.%p keeps one file per process) and pass them all to --log")
+    return f
+
+
+def _returns_only(returns: list[Event]) -> LogFinding:
+    """The finding of a paste that holds error returns and no WARN: the WARN that says why came before it."""
+    return LogFinding(WARN, "error returns without their WARN", _returns_note(returns, False)[0],
+                      "NCCL returned an error through these frames; the WARN that says why was printed "
+                      "before the excerpt begins", "paste the log from its beginning, or rerun with "
+                      "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET", "nccl", "nccl-error-wrapper", returns[0].line,
+                      debug_subsys="INIT,NET")
+
+
+def failures(log: NcclLog) -> list[LogFinding]:
+    """The failure findings, the first one the root with its consequences folded."""
+    events = [e for e in log.events if e.kind != "returns"]
+    returns = [e for e in log.events if e.kind == "returns"]
+    causes = _independent_causes(events)
+    consequences = [e for e in events if e not in causes and e.kind != "info" and not _carried_on(e)]
+    if causes:
+        return _rooted(causes, consequences, returns)
+    if consequences:
+        return [_unrooted(log, consequences, returns)]
+    return [_returns_only(returns)] if returns else []
 
 
 def notes(log: NcclLog) -> list[LogFinding]:
