@@ -85,50 +85,69 @@ def _from_text(text: str) -> list[LogFinding]:
     return _judge(entries, job)
 
 
+def _dead(e: RasEntry) -> LogFinding:
+    """A process RAS gave up on: a failure of that process or its node, which hangs its communicators."""
+    procs = [m.groups() for l in e.lines for m in [_PROCESS.search(l)] if m]
+    who = "; ".join(f"process {p} on node {n} (GPU {g.strip()})" for p, n, g in procs) or "; ".join(e.lines[:3])
+    return LogFinding(FAIL, "RAS: process dead", f"{' '.join(e.lines[:1])}: {who}",
+                      "NCCL's RAS network lost this process for more than 60 s: it crashed, was killed (OOM "
+                      "killer, scheduler) or its node went down; every communicator it belongs to hangs",
+                      "read that process's own log and its node's kernel log (dmesg: OOM killer, Xid errors); "
+                      "restart the job without that node if the node is at fault", "node", "ras-dead",
+                      refs=(RAS_GUIDE,), debug_subsys="INIT,NET")
+
+
+def _incomplete(e: RasEntry, anyone_dead: bool) -> LogFinding:
+    """Ranks that did not answer RAS: a failure, or a warning when a dead process already explains them."""
+    procs = [m.groups() for l in e.lines for m in [_PROCESS.search(l)] if m]
+    missing = [l for l in e.lines if l.startswith("The missing rank")]
+    text = (f"{e.comm + ': ' if e.comm else ''}{'; '.join(e.lines[:2])}" +
+            (f" ({', '.join(f'process {p} on node {n}' for p, n, _ in procs)})" if procs else ""))
+    return LogFinding(WARN if anyone_dead else FAIL, "RAS: data missing from ranks", text + (
+        f"; {'; '.join(missing)}" if missing and missing[0] not in text else ""),
+        "these ranks did not answer RAS: unresponsive (stopped, stuck in a system call, or overloaded) or "
+        "already gone", "query again: a rank that stays missing is hung or dead (`ncclras -v`); attach a "
+        "debugger to it (py-spy dump, gdb) to see where it is stuck", "application", "ras-incomplete",
+        refs=(RAS_GUIDE,))
+
+
+def _mismatch(e: RasEntry, anyone_dead: bool) -> LogFinding:
+    """Ranks whose operation counts differ: the lowest count and the ranks named are where a hang sits."""
+    groups = [(int(m.group(1)), m.group(2)) for l in e.lines for m in [_LAUNCHED.search(l)] if m]
+    ranks = [m.groups() for l in e.lines for m in [_RANK.search(l)] if m]
+    behind = ""
+    if groups and all(v.isdigit() for _, v in groups):
+        low = min(int(v) for _, v in groups)
+        behind = f"; the ranks at operation {low} are behind"
+    named = ", ".join(f"rank {r} (process {p} on {n}, GPU {g})" for r, g, p, n in ranks[:8])
+    return LogFinding(WARN, "RAS: ranks disagree", f"{e.comm + ': ' if e.comm else ''}"
+                      f"{'; '.join(l for l in e.lines if not l.startswith('Rank '))[:300]}{behind}" +
+                      (f" ({named})" if named else ""),
+                      "the communicator's ranks report different operation counts or states; transient "
+                      "while collectives run, a hang when repeated queries show the same numbers",
+                      "query again; if the counts do not move, the lagging ranks named are where the job is "
+                      "stuck (one stopped calling collectives, or a code path differs)", "application",
+                      "ras-mismatch", refs=(RAS_GUIDE,))
+
+
+def _timeout(e: RasEntry, anyone_dead: bool) -> LogFinding:
+    """Late answers while RAS collected: a note, since its later queries route around them."""
+    return LogFinding(INFO, "RAS: timeouts while collecting", "; ".join(e.lines[:2]),
+                      "some processes answered RAS late; repeated queries route around unresponsive ones",
+                      "query again", "network", "ras-timeout", refs=(RAS_GUIDE,))
+
+
+#: the conditions judged after the dead processes, in the output's own order (others, ERROR among them, are
+#: judged by the reader that made them)
+_CONDITIONS = {"INCOMPLETE": _incomplete, "MISMATCH": _mismatch, "TIMEOUT": _timeout}
+
+
 def _judge(entries: list[RasEntry], job: dict | None) -> list[LogFinding]:
-    out = []
-    dead = [e for e in entries if e.what == "DEAD"]
-    for e in dead:
-        procs = [m.groups() for l in e.lines for m in [_PROCESS.search(l)] if m]
-        who = "; ".join(f"process {p} on node {n} (GPU {g.strip()})" for p, n, g in procs) or "; ".join(e.lines[:3])
-        out.append(LogFinding(FAIL, "RAS: process dead", f"{' '.join(e.lines[:1])}: {who}",
-                              "NCCL's RAS network lost this process for more than 60 s: it crashed, was killed (OOM "
-                              "killer, scheduler) or its node went down; every communicator it belongs to hangs",
-                              "read that process's own log and its node's kernel log (dmesg: OOM killer, Xid errors); "
-                              "restart the job without that node if the node is at fault", "node", "ras-dead",
-                              refs=(RAS_GUIDE,), debug_subsys="INIT,NET"))
-    for e in entries:
-        if e.what == "INCOMPLETE":
-            procs = [m.groups() for l in e.lines for m in [_PROCESS.search(l)] if m]
-            missing = [l for l in e.lines if l.startswith("The missing rank")]
-            text = (f"{e.comm + ': ' if e.comm else ''}{'; '.join(e.lines[:2])}" +
-                    (f" ({', '.join(f'process {p} on node {n}' for p, n, _ in procs)})" if procs else ""))
-            out.append(LogFinding(WARN if dead else FAIL, "RAS: data missing from ranks", text + (
-                f"; {'; '.join(missing)}" if missing and missing[0] not in text else ""),
-                "these ranks did not answer RAS: unresponsive (stopped, stuck in a system call, or overloaded) or "
-                "already gone", "query again: a rank that stays missing is hung or dead (`ncclras -v`); attach a "
-                "debugger to it (py-spy dump, gdb) to see where it is stuck", "application", "ras-incomplete",
-                refs=(RAS_GUIDE,)))
-        elif e.what == "MISMATCH":
-            groups = [(int(m.group(1)), m.group(2)) for l in e.lines for m in [_LAUNCHED.search(l)] if m]
-            ranks = [m.groups() for l in e.lines for m in [_RANK.search(l)] if m]
-            behind = ""
-            if groups and all(v.isdigit() for _, v in groups):
-                low = min(int(v) for _, v in groups)
-                behind = f"; the ranks at operation {low} are behind"
-            named = ", ".join(f"rank {r} (process {p} on {n}, GPU {g})" for r, g, p, n in ranks[:8])
-            out.append(LogFinding(WARN, "RAS: ranks disagree", f"{e.comm + ': ' if e.comm else ''}"
-                                  f"{'; '.join(l for l in e.lines if not l.startswith('Rank '))[:300]}{behind}" +
-                                  (f" ({named})" if named else ""),
-                                  "the communicator's ranks report different operation counts or states; transient "
-                                  "while collectives run, a hang when repeated queries show the same numbers",
-                                  "query again; if the counts do not move, the lagging ranks named are where the job is "
-                                  "stuck (one stopped calling collectives, or a code path differs)", "application",
-                                  "ras-mismatch", refs=(RAS_GUIDE,)))
-        elif e.what == "TIMEOUT":
-            out.append(LogFinding(INFO, "RAS: timeouts while collecting", "; ".join(e.lines[:2]),
-                                  "some processes answered RAS late; repeated queries route around unresponsive ones",
-                                  "query again", "network", "ras-timeout", refs=(RAS_GUIDE,)))
+    """The findings of the entries: dead processes first (the cause of everything else in a hang), then the
+    other conditions in order; a job summary with nothing wrong is a healthy job, said so."""
+    anyone_dead = any(e.what == "DEAD" for e in entries)
+    out = [_dead(e) for e in entries if e.what == "DEAD"]
+    out += [_CONDITIONS[e.what](e, anyone_dead) for e in entries if e.what in _CONDITIONS]
     if not out and job is not None:
         out.append(LogFinding(INFO, "RAS: job healthy", f"{job['processes']} processes on {job['nodes']} nodes, "
                               f"{job['gpus']} GPUs: no errors or warnings", "", "", None, "ras-ok", refs=(RAS_GUIDE,)))
