@@ -27,7 +27,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from ccdiag.core.errors import UserInputError
@@ -805,71 +805,95 @@ class _Reader:
     def anchored(self, data: bytes, base: int, starts: list[int]) -> None:
         """Lines outside NCCL's INFO format that report a failure (framework wrappers, CUDA out of memory):
         the lines a marker was found in (``starts``, in order), each read once per distinct text."""
-        from ccdiag.nccl.catalogue import explain
-
-        seen = self.anchor_seen
         lines = _Lines(data, base)
         for start in starts:
             end = data.find(b"\n", start)
             end = len(data) if end < 0 else end
             raw = data[start:min(end, start + 4096)]
-            mark = raw.find(b"NCCL WARN ")
-            key = raw if mark < 0 else raw[mark:]  # a WARN line is known by its text, whatever its host prefix
-            times = seen.get(key, 0)
-            if times >= SATURATE:
-                continue
-            if len(seen) >= 1 << 16:
-                seen.clear()
-            if b"NCCL INFO" in raw:
-                continue
-            anchor = next((a for a in _ANCHORS if a in raw), None)
+            anchor = self.new_anchor(raw)
             if anchor is None:
-                seen[key] = SATURATE  # a marker without a framework line (an error code in a WARN): not read again
                 continue
-            seen[key] = times + 1
             text = _decode(raw)
-            line = lines.at(start)
-            rank = _torch_rank(text)
-            if anchor == b"RCCL version":
-                self.version(text, None)
-            elif anchor == b"fi_getinfo":
-                if "output empty list" in text:
-                    p = re.search(r"provider (\w+) output empty list", text)
-                    self.log.plugins["libfabric"] = f"provider {p.group(1) if p else '?'} found no device (empty list)"
-            elif anchor == b"Last error":
-                after = text.split("Last error", 1)[1].lstrip(":").strip()
-                if after:
-                    fam, msg = explain(_strip_rank_prefix(after), None)
-                    self.event("warn", _strip_rank_prefix(after), line, fam.id, None, rank, None, _time(text),
-                               msg.where if msg else None)
-                else:
-                    self.pending_last_error = (line, rank, _time(text))
-                    nxt = data.find(b"\n", end + 1)
-                    self.last_error_next(data[end + 1:(len(data) if nxt < 0 else nxt)] if end < len(data) else b"")
-            elif anchor == b"last completed NCCL work":
-                d = _LAST_DONE.search(text)
-                if d and rank and len(self.log.torch_done) < MAX_HOSTS:
-                    self.log.torch_done[rank] = int(d.group(1))
-            elif anchor == b"Watchdog caught":
-                s = _SEQ.search(text)
-                if s and rank and len(self.log.torch_seq) < MAX_HOSTS:
-                    self.log.torch_seq[rank] = (int(s.group(1)), s.group(2))
-                self.event("timeout", _torch_message(text), line, "watchdog-timeout", None,
-                           f"rank {rank}" if rank else None, None, _time(text), None)
-            elif anchor in (b"out of memory", b"OutOfMemoryError"):
-                if _OOM.search(text) and "NCCL WARN" not in text:
-                    self.event("oom", _torch_message(text), line, "cuda-oom", None, f"rank {rank}" if rank else None,
-                               None, _time(text), None)
-            elif anchor == b"ncclRemoteError":
-                self.event("framework", _torch_message(text), line, "remote-error", None,
-                           f"rank {rank}" if rank else None, None, _time(text), None)
-            elif anchor in (b"NCCL error", b"NCCL failure", b"CUDA failure", b"Cuda failure common"):
-                if "NCCL WARN" in text or "NCCL INFO" in text:
-                    continue
-                self.version(text, None)
-                fam, _ = explain(_torch_message(text), None)
-                self.event("framework", _torch_message(text), line, fam.id, None, f"rank {rank}" if rank else None,
-                           None, _time(text), None)
+            _ANCHOR_READERS[anchor](self, text, lines.at(start), _torch_rank(text), data, end)
+
+    def new_anchor(self, raw: bytes) -> bytes | None:
+        """The framework marker of a line still to be read, counted as read; None for a line to skip: one of
+        NCCL's own INFO lines, one read SATURATE times already (a WARN line is known by its text, whatever its
+        host prefix), or one without a framework marker (an error code in a WARN), which is not read again."""
+        seen = self.anchor_seen
+        mark = raw.find(b"NCCL WARN ")
+        key = raw if mark < 0 else raw[mark:]
+        times = seen.get(key, 0)
+        if times >= SATURATE:
+            return None
+        if len(seen) >= 1 << 16:
+            seen.clear()
+        if b"NCCL INFO" in raw:
+            return None
+        anchor = next((a for a in _ANCHORS if a in raw), None)
+        seen[key] = SATURATE if anchor is None else times + 1
+        return anchor
+
+    def rccl_version_line(self, text: str, line: int, rank: str | None, data: bytes, end: int) -> None:
+        """RCCL prints its version outside NCCL's format."""
+        self.version(text, None)
+
+    def fi_getinfo_line(self, text: str, line: int, rank: str | None, data: bytes, end: int) -> None:
+        """libfabric's empty provider list: the provider (EFA) found no device."""
+        if "output empty list" in text:
+            p = re.search(r"provider (\w+) output empty list", text)
+            self.log.plugins["libfabric"] = f"provider {p.group(1) if p else '?'} found no device (empty list)"
+
+    def last_error_line(self, text: str, line: int, rank: str | None, data: bytes, end: int) -> None:
+        """PyTorch's ``Last error:`` with NCCL's message after it, or on the next line."""
+        from ccdiag.nccl.catalogue import explain
+
+        after = text.split("Last error", 1)[1].lstrip(":").strip()
+        if after:
+            fam, msg = explain(_strip_rank_prefix(after), None)
+            self.event("warn", _strip_rank_prefix(after), line, fam.id, None, rank, None, _time(text),
+                       msg.where if msg else None)
+            return
+        self.pending_last_error = (line, rank, _time(text))
+        nxt = data.find(b"\n", end + 1)
+        self.last_error_next(data[end + 1:(len(data) if nxt < 0 else nxt)] if end < len(data) else b"")
+
+    def last_done_line(self, text: str, line: int, rank: str | None, data: bytes, end: int) -> None:
+        """PyTorch's last completed NCCL work of a rank: which rank is behind in a watchdog timeout."""
+        d = _LAST_DONE.search(text)
+        if d and rank and len(self.log.torch_done) < MAX_HOSTS:
+            self.log.torch_done[rank] = int(d.group(1))
+
+    def watchdog_line(self, text: str, line: int, rank: str | None, data: bytes, end: int) -> None:
+        """PyTorch's watchdog timeout: an event, and the rank's sequence number timed out."""
+        s = _SEQ.search(text)
+        if s and rank and len(self.log.torch_seq) < MAX_HOSTS:
+            self.log.torch_seq[rank] = (int(s.group(1)), s.group(2))
+        self.event("timeout", _torch_message(text), line, "watchdog-timeout", None,
+                   f"rank {rank}" if rank else None, None, _time(text), None)
+
+    def oom_line(self, text: str, line: int, rank: str | None, data: bytes, end: int) -> None:
+        """CUDA out of memory as the framework reports it (NCCL's own WARN of it is read as a WARN)."""
+        if _OOM.search(text) and "NCCL WARN" not in text:
+            self.event("oom", _torch_message(text), line, "cuda-oom", None, f"rank {rank}" if rank else None,
+                       None, _time(text), None)
+
+    def remote_error_line(self, text: str, line: int, rank: str | None, data: bytes, end: int) -> None:
+        """PyTorch's ncclRemoteError: a peer failed, the cause is in its log."""
+        self.event("framework", _torch_message(text), line, "remote-error", None,
+                   f"rank {rank}" if rank else None, None, _time(text), None)
+
+    def framework_error_line(self, text: str, line: int, rank: str | None, data: bytes, end: int) -> None:
+        """A framework's or a test's NCCL/CUDA error line, explained by its message (NCCL's own lines are read as
+        NCCL's)."""
+        from ccdiag.nccl.catalogue import explain
+
+        if "NCCL WARN" in text or "NCCL INFO" in text:
+            return
+        self.version(text, None)
+        fam, _ = explain(_torch_message(text), None)
+        self.event("framework", _torch_message(text), line, fam.id, None, f"rank {rank}" if rank else None,
+                   None, _time(text), None)
 
     def last_error_next(self, raw: bytes) -> None:
         """PyTorch prints ``Last error:`` and the NCCL message on the next line."""
@@ -885,6 +909,17 @@ class _Reader:
         fam, msg = explain(text, None)
         self.event("warn", text, line + 1, fam.id, None, f"rank {rank}" if rank else None, None, time,
                    msg.where if msg else None)
+
+
+#: how each framework marker's line is read (every marker of ``_ANCHORS``)
+_ANCHOR_READERS: dict[bytes, Callable[[_Reader, str, int, str | None, bytes, int], None]] = {
+    b"RCCL version": _Reader.rccl_version_line, b"fi_getinfo": _Reader.fi_getinfo_line,
+    b"Last error": _Reader.last_error_line, b"last completed NCCL work": _Reader.last_done_line,
+    b"Watchdog caught": _Reader.watchdog_line, b"out of memory": _Reader.oom_line,
+    b"OutOfMemoryError": _Reader.oom_line, b"ncclRemoteError": _Reader.remote_error_line,
+    **dict.fromkeys((b"NCCL error", b"NCCL failure", b"CUDA failure", b"Cuda failure common"),
+                    _Reader.framework_error_line),
+}
 
 
 _RANK_PREFIX = re.compile(r"^(?:\[[^\]]{1,40}\]:?\s*|\w[\w\-]{0,40}\|\d+\]:\s*)+")
