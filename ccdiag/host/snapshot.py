@@ -38,6 +38,7 @@ import struct
 import tarfile
 import time
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -286,25 +287,33 @@ class SnapshotData:
     def _fill(self, meta: dict, docs: dict) -> None:
         """Populate from the JSON members, checking their shapes (a hand-edited or damaged file
         must be refused as bad input, never crash a replay later)."""
-        snap = self
         check_meta(meta)
-        snap.meta = meta
-        ix = "index.json"
+        self.meta = meta
         index = docs.get("index.json") or {}
-        need(isinstance(index, dict), ix, "", "an object", index)
+        need(isinstance(index, dict), "index.json", "", "an object", index)
+        self._take_table(docs.get("fs.json"), docs.get(_FS_DATA))
+        self._take_listings(_index_section(index, "listings"))
+        self._take_fs_errors(_index_section(index, "fs_errors"))
+        self._take_files_later(_index_section(index, "files_later"))
+        self.kmsg = _by_epoch(_index_section(index, "kmsg"), "kmsg", check_kmsg)
+        self.net = _by_epoch(_index_section(index, "net"), "net", check_net)
+        self._take_statvfs(_index_section(index, "statvfs"))
+        self._take_environ(index.get("environ"))
+        self._take_imds(_index_section(index, "imds"))
+        self._take_runs(docs.get("commands.json") or [], docs.get("nvml.json") or [])
 
-        def section(key: str) -> dict:
-            value = index.get(key) or {}
-            need(isinstance(value, dict), ix, key, "an object", value)
-            return value
+    def _take_listings(self, listings: dict) -> None:
+        """Directory listings: each a list of names."""
+        self.listings = {}
+        for k, v in listings.items():
+            need(isinstance(v, list) and all(isinstance(n, str) for n in v), "index.json", f"listings.{k}",
+                 "a list of names", v)
+            self.listings[str(k)] = list(v)
 
-        snap._take_table(docs.get("fs.json"), docs.get(_FS_DATA))
-        snap.listings = {}
-        for k, v in section("listings").items():
-            need(isinstance(v, list) and all(isinstance(n, str) for n in v), ix, f"listings.{k}",
-                    "a list of names", v)
-            snap.listings[str(k)] = list(v)
-        for epoch, errs in section("fs_errors").items():
+    def _take_fs_errors(self, fs_errors: dict) -> None:
+        """The read errors of each epoch, per path."""
+        ix = "index.json"
+        for epoch, errs in fs_errors.items():
             e = epoch_key(epoch, ix, "fs_errors")
             need(isinstance(errs, dict), ix, f"fs_errors.{epoch}", "an object", errs)
             for p, err in errs.items():
@@ -312,52 +321,57 @@ class SnapshotData:
                 if len(err) == 3 and "kind" in err and "errno" in err and "message" in err:
                     # already the record put_error would build: kept, not copied (a large node has
                     # tens of thousands, and copies left the parsed ones as holes in the heap)
-                    snap.files.setdefault(e, {})[p] = err
-                    snap._add_parents(p)
+                    self.files.setdefault(e, {})[p] = err
+                    self._add_parents(p)
                 else:
-                    snap.put_error(p, err.get("kind", "io"), err.get("errno"), err.get("message", ""), e)
-        for epoch, files in section("files_later").items():
+                    self.put_error(p, err.get("kind", "io"), err.get("errno"), err.get("message", ""), e)
+
+    def _take_files_later(self, files_later: dict) -> None:
+        """The files read again in later epochs, each as text or base64."""
+        ix = "index.json"
+        for epoch, files in files_later.items():
             e = epoch_key(epoch, ix, "files_later")
             need(isinstance(files, dict), ix, f"files_later.{epoch}", "an object", files)
             for p, enc in files.items():
                 ok = isinstance(enc, dict) and (isinstance(enc.get("text"), str) or isinstance(enc.get("b64"), str))
                 need(ok, ix, f"files_later.{epoch}.{p}", 'an object with "text" or "b64"', enc)
                 try:
-                    snap.put_file(p, _decode_bytes(enc), e)
+                    self.put_file(p, _decode_bytes(enc), e)
                 except ValueError:
                     raise ShapeError(f"{ix}: files_later.{epoch}.{p}: b64 is not base64") from None
-        snap.kmsg = {}
-        for k, v in section("kmsg").items():
-            check_kmsg(v, f"kmsg.{k}")
-            snap.kmsg[epoch_key(k, ix, "kmsg")] = dict(v)
-        snap.net = {}
-        for k, v in section("net").items():
-            check_net(v, f"net.{k}")
-            snap.net[epoch_key(k, ix, "net")] = dict(v)
-        for p, rec in section("statvfs").items():
+
+    def _take_statvfs(self, statvfs: dict) -> None:
+        """The file systems' statvfs records, per mount point."""
+        for p, rec in statvfs.items():
             check_statvfs(p, rec)
-        snap.statvfs = dict(section("statvfs"))
-        env = index.get("environ")
+        self.statvfs = dict(statvfs)
+
+    def _take_environ(self, env: Any) -> None:
+        """The process environment, when it was recorded (None when not)."""
         need(env is None or isinstance(env, dict) and all(isinstance(v, str) for v in env.values()),
-                ix, "environ", "an object of text values", env)
-        snap.environ = {str(k): v for k, v in env.items()} if env is not None else None
-        snap.imds = {}
-        for k, rec in section("imds").items():
+             "index.json", "environ", "an object of text values", env)
+        self.environ = {str(k): v for k, v in env.items()} if env is not None else None
+
+    def _take_imds(self, imds: dict) -> None:
+        """The instance metadata service's answers, each a text or a read error."""
+        self.imds = {}
+        for k, rec in imds.items():
             ok = isinstance(rec, dict) and (isinstance(rec.get("text"), str) or "error" in rec)
-            need(ok, ix, f"imds.{k}", 'an object with "text" or "error"', rec)
+            need(ok, "index.json", f"imds.{k}", 'an object with "text" or "error"', rec)
             if "error" in rec:
-                check_read_error(rec["error"], ix, f"imds.{k}.error")
-            snap.imds[str(k)] = dict(rec)
-        commands = docs.get("commands.json") or []
-        nvml = docs.get("nvml.json") or []
+                check_read_error(rec["error"], "index.json", f"imds.{k}.error")
+            self.imds[str(k)] = dict(rec)
+
+    def _take_runs(self, commands: Any, nvml: Any) -> None:
+        """The commands run and the NVML calls made, each record checked."""
         need(isinstance(commands, list), "commands.json", "", "a list", commands)
         need(isinstance(nvml, list), "nvml.json", "", "a list", nvml)
         for k, rec in enumerate(commands):
             check_command(rec, k)
         for k, rec in enumerate(nvml):
             check_nvml(rec, k)
-        snap.commands = list(commands)
-        snap.nvml = list(nvml)
+        self.commands = list(commands)
+        self.nvml = list(nvml)
 
     def _take_table(self, table: Any, blob: bytes | None) -> None:
         """Format 2's file table (``fs.json``) and contents (``fs.data``), checked and taken in one
@@ -710,6 +724,22 @@ def _kind(value) -> str:
     if isinstance(value, dict):
         return f"an object of {len(value)} keys"
     return type(value).__name__
+
+
+def _index_section(index: dict, key: str) -> dict:
+    """One section of ``index.json``: an object, or empty when absent."""
+    value = index.get(key) or {}
+    need(isinstance(value, dict), "index.json", key, "an object", value)
+    return value
+
+
+def _by_epoch(section: dict, name: str, check: Callable[[Any, str], None]) -> dict[int, dict]:
+    """A section of ``index.json`` keyed by epoch (``kmsg``, ``net``), each record checked by ``check``."""
+    out = {}
+    for k, v in section.items():
+        check(v, f"{name}.{k}")
+        out[epoch_key(k, "index.json", name)] = dict(v)
+    return out
 
 
 def epoch_key(key, member: str, field: str) -> int:
