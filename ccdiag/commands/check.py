@@ -131,32 +131,17 @@ def command(replay, root, policy_file, env_file, timeout, window, as_json, outpu
     reused = _reused_pass(reuse_state, policy_file, env_file, strict) if reuse_state else None
     if reused is not None and reused.ok:
         load_links, window, bench = False, 0.0, None
-    spelling = None
-    if gpu is not None:
-        from ccdiag.run.gpuselect import parse_gpu
-
-        spelling = parse_gpu(gpu)  # a malformed --gpu is refused before the node is read
-    if snapshot_dir and (replay or bug_report):
-        click.echo("ccdiag: --snapshot-on-fail ignored: the data already comes from a file", err=True)
-    record = bool(snapshot_dir) and not replay and not bug_report
+    spelling = _parsed_gpu(gpu)
+    record = _records_failures(snapshot_dir, replay or bug_report)
     # a bug report is read within a third of --timeout; probing and judging it get the rest
     host = make_host(replay, root, record=record, bug_report=bug_report, deadline=started + timeout / 3)
     replay = replay or bug_report
     guard.set_fallback(*no_verdict("probing and judging", timeout, as_json, replayed_from=replay),
                        "the deadline came before a verdict")
-    reporting = any((as_json, output, textfile_dir))
-    budget = Budget.plan(timeout, bench_s=QUICK_BENCH_S if bench else 0.0, start=started, began=time.monotonic(),
-                         report_s=report_reserve_s(timeout, _pci_functions(host)) if reporting else 0.0)
-    result = None
-    snap_path = None
-    try:
-        result = _judge(host, policy, env, env_source, budget=budget, window=window, strict=strict, only=only,
-                        load_links=load_links and not replay, bench=bench)
-        if record and result.exit_code == ExitCode.FAIL:
-            assert isinstance(host, RecordingHost)
-            snap_path = _save_failure_snapshot(host, result, snapshot_dir, env, env_source)
-    finally:
-        close_host(host, result=result)
+    budget = _budget(host, timeout, started, bench, reporting=any((as_json, output, textfile_dir)))
+    result, snap_path = _judge_and_keep(host, policy, env, env_source, budget=budget, window=window, strict=strict,
+                                        only=only, load_links=load_links and not replay, bench=bench,
+                                        snapshot_dir=snapshot_dir if record else None)
     # what was read (a replayed snapshot: the largest thing held on a node with thousands of
     # devices) is not needed for the report: let it go before the report is built
     del host
@@ -166,34 +151,91 @@ def command(replay, root, policy_file, env_file, timeout, window, as_json, outpu
     if spelling is not None:
         result, selection = _select_gpu(result, spelling)
     _fallback_with_verdict(guard, result, replay, snap_path, selection, as_json, strict)
-    text = None
-    if as_json or output:
-        doc = _report(result, replay, snap_path, selection)
-        if reused is not None:
-            doc["reused_pass"] = reused.to_json()
-        text = json_document(doc)
+    text = _json_text(result, replay, snap_path, selection, reused) if as_json or output else None
     unwritten = _try_write_text(text, output) if output else None
     guard.claim()
-    if as_json:
-        _emit(text)
-    else:
-        from ccdiag.report.render import print_result
-
-        from ccdiag.run.gpuselect import scope_text
-
-        print_result(result.findings, result.exit_code, result.hostname, result.timed_out, quiet, strict,
-                     waivers=result.waivers, scope=scope_text(selection["gpu_node"]) if selection else None)
-        if bench:
-            from ccdiag.commands.bench_render import bench_status_line
-
-            click.echo(bench_status_line(result.bench))
-    if snap_path:
-        click.echo(f"ccdiag: failure snapshot written to {snap_path}", err=True)
-    if unwritten:  # the verdict is printed and the exit code stays the node's
-        click.echo(f"ccdiag: {unwritten} (the verdict is on stdout)", err=True)
+    _print_verdict(result, text if as_json else None, selection, quiet=quiet, strict=strict, bench=bench)
+    _say_aside(snap_path, unwritten)
     sys.stdout.flush()
     guard.finish(int(result.exit_code))
     return int(result.exit_code)
+
+
+def _parsed_gpu(gpu: str | None):
+    """``--gpu`` as spelled, parsed before the node is read so that a malformed one is refused first."""
+    if gpu is None:
+        return None
+    from ccdiag.run.gpuselect import parse_gpu
+
+    return parse_gpu(gpu)
+
+
+def _records_failures(snapshot_dir: str | None, from_file: str | None) -> bool:
+    """Whether to record what is read for ``--snapshot-on-fail``: only live, as a file's data is already
+    saved (said on stderr when asked for anyway)."""
+    if snapshot_dir and from_file:
+        click.echo("ccdiag: --snapshot-on-fail ignored: the data already comes from a file", err=True)
+    return bool(snapshot_dir) and not from_file
+
+
+def _budget(host, timeout: float, started: float, bench: str | None, *, reporting: bool) -> Budget:
+    """The deadline's shares: the benchmarks' when ``--bench`` runs them, the report's (which grows with the
+    node's PCI functions) when one is written."""
+    return Budget.plan(timeout, bench_s=QUICK_BENCH_S if bench else 0.0, start=started, began=time.monotonic(),
+                       report_s=report_reserve_s(timeout, _pci_functions(host)) if reporting else 0.0)
+
+
+def _judge_and_keep(host, policy, env, env_source, *, budget, window, strict, only, load_links, bench,
+                    snapshot_dir: str | None):
+    """The result, and the path of the failure snapshot saved to ``snapshot_dir`` when the node failed (None
+    when not asked or not failed); the host is closed whatever happens."""
+    result = None
+    snap_path = None
+    try:
+        result = _judge(host, policy, env, env_source, budget=budget, window=window, strict=strict, only=only,
+                        load_links=load_links, bench=bench)
+        if snapshot_dir and result.exit_code == ExitCode.FAIL:
+            assert isinstance(host, RecordingHost)
+            snap_path = _save_failure_snapshot(host, result, snapshot_dir, env, env_source)
+    finally:
+        close_host(host, result=result)
+    return result, snap_path
+
+
+def _json_text(result, replay: str | None, snap_path: str | None, selection: dict | None, reused) -> str:
+    """The JSON report's text, with the health loop's pass it reused."""
+    doc = _report(result, replay, snap_path, selection)
+    if reused is not None:
+        doc["reused_pass"] = reused.to_json()
+    return json_document(doc)
+
+
+def _print_verdict(result, json_text: str | None, selection: dict | None, *, quiet: bool, strict: bool,
+                   bench: str | None) -> None:
+    """The verdict on stdout: the JSON report's text when ``--json`` asked for it, else the terminal's lines
+    (with the benchmarks' status line)."""
+    if json_text is not None:
+        _emit(json_text)
+        return
+    from ccdiag.report.render import print_result
+
+    from ccdiag.run.gpuselect import scope_text
+
+    print_result(result.findings, result.exit_code, result.hostname, result.timed_out, quiet, strict,
+                 waivers=result.waivers, scope=scope_text(selection["gpu_node"]) if selection else None)
+    if bench:
+        from ccdiag.commands.bench_render import bench_status_line
+
+        click.echo(bench_status_line(result.bench))
+
+
+def _say_aside(snap_path: str | None, unwritten: str | None) -> None:
+    """On stderr, after the verdict: where the failure snapshot went, and a report that could not be written
+    (the verdict is printed and the exit code stays the node's)."""
+    if snap_path:
+        click.echo(f"ccdiag: failure snapshot written to {snap_path}", err=True)
+    if unwritten:
+        click.echo(f"ccdiag: {unwritten} (the verdict is on stdout)", err=True)
 
 
 def _reused_pass(state: str, policy_file: str | None, env_file: str | None, strict: bool):
