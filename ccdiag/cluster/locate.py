@@ -403,19 +403,41 @@ class Locator:
         return pick, dismissed
 
     def _confirm_plan(self) -> list[list[RingTest]]:
+        """The last phase's rounds: slow pairs measured again, and hosts slow with two peers (or still
+        pending) measured against good hosts; done when nothing is left to measure."""
+        slow = self._slow_to_settle()
+        per_host = self._direct_peers(slow)
+        want_confirm, want_retest = self._confirms_and_retests(slow, per_host)
+        items = self._retest_items(want_retest) + self._confirm_items(want_confirm, set(per_host))
+        if not items:
+            self._phase = "done"
+            return []
+        return self._rounds(items)
+
+    def _slow_to_settle(self) -> list[Pair]:
+        """The slow pairs still to settle: those measured unloaded, and those the rings across groups chose to
+        measure again (the rest of theirs dismissed, kept in ``self.dismissed``)."""
         slow = self.slow_pairs()
         loaded = [p for p in slow if self.figure(*p)[1] == LOADED]
         _, self.dismissed = self._loaded_to_retest(loaded)
-        slow = [p for p in slow if frozenset(p) not in self.dismissed and (
+        return [p for p in slow if frozenset(p) not in self.dismissed and (
             self.figure(*p)[1] == DIRECT or frozenset(p) in self.from_loaded)]
-        # a host slow with two peers measured unloaded is measured against good hosts first; the
-        # rings across groups only choose pairs to measure again (a leaf's slow uplink makes its
-        # hosts slow with every peer across, and they are fine inside it)
+
+    def _direct_peers(self, slow: list[Pair]) -> dict[str, set[str]]:
+        """Each host's peers it was slow with measured unloaded: a host slow with two peers measured unloaded
+        is measured against good hosts first; the rings across groups only choose pairs to measure again (a
+        leaf's slow uplink makes its hosts slow with every peer across, and they are fine inside it)."""
         per_host: dict[str, set[str]] = {}
         for a, b in slow:
             if self.figure(a, b)[1] == DIRECT:
                 per_host.setdefault(a, set()).add(b)
                 per_host.setdefault(b, set()).add(a)
+        return per_host
+
+    def _confirms_and_retests(self, slow: list[Pair], per_host: dict[str, set[str]]) -> tuple[list[str], list[Pair]]:
+        """The hosts to measure against good hosts and the pairs to measure again: a pair is measured again
+        until it has had its retests, then its untested or pending hosts are confirmed; a pair a slow host
+        explains, or whose host is being confirmed, waits."""
         state = {x: self.host_state(x) for x in {h for p in slow for h in p}}
         want_confirm = [x for x in self.hosts if x in per_host and (
             state[x] == "pending" or (state[x] == "untested" and len(per_host[x]) >= 2))]
@@ -425,37 +447,48 @@ class Locator:
                 continue  # explained by a host confirmed slow
             if any(x in want_confirm for x in (a, b)):
                 continue  # that host's confirmation comes first
-            key = frozenset((a, b))
-            if self.retested.get(key, 0) < RETESTS and (self.times.get(key, 0) < 1 + RETESTS
-                                                         or self.figure(a, b)[1] != DIRECT):
+            if self._retest_due(a, b):
                 want_retest.append((a, b))
             else:
                 want_confirm += [x for x in (a, b) if state[x] in ("untested", "pending") and x not in want_confirm]
+        return want_confirm, want_retest
+
+    def _retest_due(self, a: str, b: str) -> bool:
+        """Whether a slow pair is measured again: fewer retests than RETESTS, and either measured unloaded
+        fewer than 1 + RETESTS times or known from the rings across groups alone."""
+        key = frozenset((a, b))
+        return self.retested.get(key, 0) < RETESTS and (self.times.get(key, 0) < 1 + RETESTS
+                                                          or self.figure(a, b)[1] != DIRECT)
+
+    def _retest_items(self, pairs: list[Pair]) -> list[RingTest]:
+        """The pairs measured again, each retest counted."""
         items: list[RingTest] = []
-        for a, b in want_retest:
+        for a, b in pairs:
             key = frozenset((a, b))
             self.retested[key] = self.retested.get(key, 0) + 1
             items.append(RingTest((a, b), "retest"))
+        return items
+
+    def _confirm_items(self, hosts: list[str], suspects: set[str]) -> list[RingTest]:
+        """Each host to confirm measured against a good host it has not met yet: the first from its own group
+        (its leaf port and nothing else on the path), the second from another group where there is one, the
+        least used first; a host with no good host to meet stays unconfirmed."""
+        items: list[RingTest] = []
         used: dict[str, int] = {}
-        good = self._good_hosts(set(per_host)) if want_confirm else []
-        for x in want_confirm:
+        good = self._good_hosts(suspects) if hosts else []
+        for x in hosts:
             before = self.confirms.get(x, [])
             pool = [g for g in good if g != x and g not in before]
             if not pool:
                 if not before:
                     self.confirms[x] = [""]  # nothing to compare with: stays unconfirmed
                 continue
-            # the first good host from the suspect's own group (its leaf port and nothing else on the
-            # path), the second from another group where there is one
             mine = [g for g in pool if (self.group_of.get(g) == self.group_of.get(x)) == (not before)]
             g = min(mine or pool, key=lambda h: (used.get(h, 0), self.pos[h]))
             used[g] = used.get(g, 0) + 1
             self.confirms[x] = before + [g]
             items.append(RingTest((x, g), "confirm"))
-        if not items:
-            self._phase = "done"
-            return []
-        return self._rounds(items)
+        return items
 
     def record(self, tests: list[RingTest], results: list[RingResult]) -> None:
         self.rounds += 1
