@@ -103,11 +103,11 @@ else
         ls -l "$WHEELS" > "$S1/wheels.txt"
         step 30 wheel-matches-tree.log "$PY" "$REPO/bench/gpu_evidence.py" check-wheel "$WHEELS" --repo "$REPO" \
             || say "WARNING: the carried ccdiag wheel is not this tree (see wheel-matches-tree.log); it is installed anyway"
-        step 120 pip-install.log "$VENV/bin/python" -m pip install --no-index --no-deps --disable-pip-version-check \
+        step 120 pip-install.log "$VENV/bin/python" -m pip install --no-index --no-deps --ignore-installed --disable-pip-version-check \
             "$WHEELS"/*.whl || { pack_s1; die "pip could not install the carried wheels (see s1-install.tar.gz)"; }
     else
         say "no wheels at $WHEELS (run scripts/gpu-node-wheels.sh where the package index is reachable): building ccdiag from the tree"
-        step 120 pip-install.log "$VENV/bin/python" -m pip install --no-index --no-deps --no-build-isolation \
+        step 120 pip-install.log "$VENV/bin/python" -m pip install --no-index --no-deps --ignore-installed --no-build-isolation \
             --disable-pip-version-check "$REPO" || { pack_s1; die "pip could not build ccdiag from $REPO without the index (setuptools and wheel must be installed); run scripts/gpu-node-wheels.sh"; }
     fi
 fi

@@ -263,9 +263,12 @@ def test_the_checks_that_wait_for_engine_evidence_name_what_is_off():
 
 
 def _build_wheel(dest: pathlib.Path) -> None:
-    import importlib.util
-
-    here = all(importlib.util.find_spec(m) is not None for m in ("setuptools", "wheel"))
+    # without build isolation only where this Python can build a wheel itself: setuptools 70.1+ has
+    # bdist_wheel; older setuptools needs a wheel package that still carries it (wheel 0.46+ does
+    # not, and a venv's setuptools 65 beside it fails "invalid command 'bdist_wheel'")
+    probe = ("import setuptools\ntry:\n    from setuptools.command.bdist_wheel import bdist_wheel\n"
+             "except ImportError:\n    from wheel.bdist_wheel import bdist_wheel\n")
+    here = subprocess.run([sys.executable, "-c", probe], capture_output=True, timeout=60).returncode == 0
     tree = dest.parent / "src"
     top = {".git", ".venv", "build", "gpu-node", "tests", "bench", "docs"}
     shutil.copytree(REPO, tree, ignore=lambda d, names: [n for n in names if n == "__pycache__" or n.endswith(".egg-info")
@@ -289,7 +292,14 @@ def test_the_dry_run_does_every_step_up_to_the_first_gpu_call(tmp_path):
     _build_wheel(wheels)
     (tmp_path / "smi.xml").write_text(smi_xml(gpu_evidence.probe_nvml(str(SAMPLE))))
     out = tmp_path / "out"
-    env = dict(os.environ, PYTHONPATH=sysconfig.get_paths()["purelib"])
+    # the node's preinstalled packages: this environment's, less ccdiag itself (the node has none;
+    # a regular install of it on PYTHONPATH would shadow the carried wheel)
+    site = tmp_path / "node-site"
+    site.mkdir()
+    for entry in pathlib.Path(sysconfig.get_paths()["purelib"]).iterdir():
+        if not entry.name.lower().startswith(("ccdiag", "__editable__")):
+            (site / entry.name).symlink_to(entry)
+    env = dict(os.environ, PYTHONPATH=str(site))
     base = getattr(sys, "_base_executable", None) or sys.executable
     proc = subprocess.run(["bash", str(REPO / "scripts" / "gpu-evidence.sh"), "--dry-run", "--out", str(out), "--replay",
                            str(SAMPLE), "--python", base, "--wheels", str(wheels), "--smi-xml", str(tmp_path / "smi.xml"),
