@@ -37,7 +37,7 @@ def _why(out: str, err: str) -> str:
         return json.dumps({"findings": [(f["status"], f["summary"]) for f in doc["findings"]],
                            "search": {k: doc.get("search", {}).get(k) for k in ("unconfirmed", "stopped")},
                            "rounds": [(e["round"], [t["why"] for t in e["tests"]]) for e in doc.get("search", {}).get("log", [])],
-                           "incomplete": doc.get("incomplete"), "faults": doc.get("faults")}, indent=1)
+                           "incomplete": doc.get("incomplete"), "faults": doc.get("faults")}, indent=1) + "\n" + err[-3000:]
     except ValueError:
         return out[-3000:] + err[-2000:]
 
@@ -123,8 +123,12 @@ def test_path_swallowing_large_frames_between_two_hosts_named_as_a_link_without_
     argv = c.mpirun_argv()
     argv[argv.index("oob_tcp_if_include") + 1] = f"{c.subnet2}.0/24"
     rc, out, err, _ = c.run(argv + python_argv("bench", "locate", *ARGS, "--budget", "60"), 120)
-    assert rc == 1, _why(out, err)
+    # rank 0 exits 1; in about a third of runs Open MPI's ob1 layer then aborts on a cut send that
+    # can never complete as the ranks end ("pml_ob1_sendreq.c:236 FATAL", mpirun 255), after the
+    # report was printed whole (docs/across-hosts.md)
+    assert rc == 1 or (rc == 255 and "FATAL" in err), _why(out, err)
     doc = _doc(out)
+    assert doc["verdict"]["exit_code"] == 1, _why(out, err)  # rank 0's own code, whatever mpirun says
     assert [(f["check"], f["details"].get("a"), f["details"].get("b")) for f in _fails(doc)] == [
         ("cluster.link_slow", c.hosts[1], c.hosts[2])]
     assert doc["layout"]["format"].startswith("none") and doc["cut_runs"] > 0

@@ -96,3 +96,11 @@ def test_a_10_mb_bootstrap_line_is_read_to_the_end_of_the_file(tmp_path):
     log = read_nccl_log(str(path))
     assert log.network == "Socket" and log.bootstrap == {"eth0": {"10.0.0.1"}}
     assert parse_nccl_log(line).bootstrap == {"eth0": {"10.0.0.1"}}
+
+
+def test_every_framework_marker_has_its_reader():
+    """The log reader finds a framework's failure by a marker and reads its line by the marker's own
+    method: a marker added to the list without a reader would raise on the first log that has it."""
+    from ccdiag.nccl import logread
+
+    assert set(logread._ANCHORS) == set(logread._ANCHOR_READERS)

@@ -136,6 +136,10 @@ def run_ranks(budget_s: float, body: Callable, report: Callable[[RankOutcome], i
                     if text:
                         print(text, flush=True)
                 silent = live.roll_call(min(2.0, reserve / 2))
+                # the same line a run that reached its gather prints, so a reader of stdout finds the
+                # silent rank named alike whichever way the budget ran out
+                for r in silent:
+                    print(f"rank {r} did not answer by the deadline: dead, hung or unreachable", flush=True)
                 print(f"{label}: the run did not finish within its budget of {budget_s:g} s; "
                       f"ranks that did not answer: {', '.join(map(str, silent)) or 'none (all alive but slow)'}",
                       file=sys.stderr, flush=True)
