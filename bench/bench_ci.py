@@ -25,7 +25,8 @@ RESULTS = os.path.join(REPO, "bench", "results", "ci.json")
 TARGET_S = 30 * 60.0
 LIMIT_S = 90 * 60.0
 STAGE = re.compile(r"^== \[\s*(\d+)s\] (.*)$")
-SUMMARY = re.compile(r"^=+ (.*\b(passed|failed)\b.*) in [\d.]+s")
+#: pytest's last line, with ``-q`` ("3165 passed, 10 skipped in 1393.75s") or framed in "=" without it
+SUMMARY = re.compile(r"^(?:=+ )?(\d.*\b(?:passed|failed)\b.*) in [\d.]+s")
 
 
 def stages_of(lines: list[str], total_s: float) -> list[dict]:
