@@ -11,7 +11,7 @@ expected value of its path from the topology (:mod:`.expected`), and into findin
 from __future__ import annotations
 
 import statistics
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ccdiag.bench import expected as exp
 from ccdiag.bench import gpu_self
@@ -22,9 +22,6 @@ from ccdiag.bench.registry import Benchmark, BenchContext, module_missing, regis
 from ccdiag.bench.result import ERROR, PARTIAL, RAN, TIMEOUT, BenchResult, Measurement
 from ccdiag.core.findings import PASS, UNKNOWN, WARN, Component, Evidence, Finding
 from ccdiag.core.probenames import PROBE_NVML
-
-if TYPE_CHECKING:
-    from ccdiag.topology.model import Topology
 
 ENGINE = gpu_self.ENGINE
 #: a GPU that copies this much faster from a remote NUMA node than from its own has its NUMA
@@ -84,7 +81,7 @@ SELF_BENCHES = ("hbm", "gemm")
 
 
 def worker_request(names: list[str], ctx: BenchContext) -> dict:
-    topo = ctx.topology
+    topo = ctx.require_topology(", ".join(names))
     gpus = [{"label": g.label, "bdf": g.bdf, "index": g.index, "numa": g.numa} for g in ctx.usable_gpus()]
     req = {"tasks": names, "gpus": gpus, "numa_cpus": {str(k): v for k, v in dict(topo.numa_cpus).items() if v},
            "size_bytes": ctx.size(), "iters": ctx.rounds()}
@@ -151,7 +148,7 @@ def results_from_run(names: list[str], ctx: BenchContext, run: Any, budget_s: fl
     for name, res in results.items():
         ms = res.measurements
         if name == "d2d":
-            models = {g.label: g.name or "" for g in ctx.topology.gpus()}
+            models = {g.label: g.name or "" for g in ctx.require_topology(name).gpus()}
             judge_against_peers(ms, models)
         local = [m for m in ms if not m.extra.get("remote_numa") and m.error is None]
         if name in SELF_BENCHES:
@@ -159,7 +156,7 @@ def results_from_run(names: list[str], ctx: BenchContext, run: Any, budget_s: fl
         else:
             res.findings = localize(name, local, ctx.topology)
         if name == "h2d":
-            res.findings += numa_findings(ms, ctx.topology)
+            res.findings += numa_findings(ms)
         res.findings += _error_findings(name, ms)
         if unmapped:
             res.findings.append(Finding(f"bench.{name}.unmapped", UNKNOWN, Component("node", name),
@@ -207,7 +204,7 @@ def _error_findings(name: str, ms: list[Measurement]) -> list[Finding]:
     return out
 
 
-def numa_findings(ms: list[Measurement], topology: Topology) -> list[Finding]:
+def numa_findings(ms: list[Measurement]) -> list[Finding]:
     """Host->device from the GPU's own NUMA node against a remote one: a remote penalty is placement
     advice; a GPU faster from the remote node has its NUMA affinity misreported."""
     local = {m.dst: m for m in ms if m.op == "h2d" and m.direction == "uni" and not m.extra.get("remote_numa")
@@ -217,8 +214,8 @@ def numa_findings(ms: list[Measurement], topology: Topology) -> list[Finding]:
     penalties = []
     for gpu, r in sorted(remote.items()):
         l = local.get(gpu)
-        if l is None:
-            continue
+        if l is None or r.gbyte_s is None or l.gbyte_s is None:
+            continue  # both figures are there: the two maps keep measured copies only
         if r.gbyte_s > l.gbyte_s * REMOTE_FASTER_BY:
             out.append(Finding(
                 "bench.h2d.numa", WARN, Component("gpu", gpu),

@@ -28,13 +28,14 @@ import socket
 import statistics
 import subprocess
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ccdiag.host import procgroups
 from ccdiag.bench import expected as exp
 from ccdiag.bench.judge import judge
 from ccdiag.bench.registry import Benchmark, BenchContext, module_missing, register
-from ccdiag.bench.result import ERROR, PARTIAL, RAN, TIMEOUT, BenchResult, Measurement
+from ccdiag.bench.result import ERROR, PARTIAL, RAN, TIMEOUT, BenchResult, Expected, Measurement
 from ccdiag.core.findings import FAIL, PASS, UNKNOWN, WARN, Component, Evidence, Finding
 from ccdiag.core.probenames import PROBE_INFINIBAND
 
@@ -70,10 +71,10 @@ def rdma_ports(ctx: BenchContext) -> list[dict]:
     return out
 
 
-def gpu_bus_id(ctx: BenchContext, gpu: str) -> str | None:
+def gpu_bus_id(topo: Topology, gpu: str) -> str | None:
     """The GPU's full PCI address (``0000:18:00.0``): how perftest's ``--use_cuda_bus_id`` and the
     pyverbs engine pick the GPU whatever CUDA_VISIBLE_DEVICES says."""
-    for g in ctx.topology.gpus():
+    for g in topo.gpus():
         if g.label == gpu and g.bdf:
             return str(g.bdf)
     return None
@@ -161,13 +162,16 @@ class IbWrite(Benchmark):
         return res
 
     def jobs(self, ctx: BenchContext) -> list[dict]:
+        topo = ctx.topology
+        if topo is None:
+            return []  # no topology, no RDMA port to loop through (rdma_ports)
         out = []
         for p in rdma_ports(ctx):
             gid = _gid_index(ctx, p["nic"], p["port"]) if (p["link_layer"] or "").lower() == "ethernet" else None
             base = {"device": p["nic"], "port": p["port"], "gid_index": gid}
             if p["gpu"] is not None:
-                level = ctx.topology.level(p["gpu"], p["nic"])
-                out.append({**base, "src": p["gpu"], "buffer": "gpu", "cuda_bus_id": gpu_bus_id(ctx, p["gpu"]),
+                level = topo.level(p["gpu"], p["nic"])
+                out.append({**base, "src": p["gpu"], "buffer": "gpu", "cuda_bus_id": gpu_bus_id(topo, p["gpu"]),
                             "note": f"buffer in {p['gpu']} memory ({level} from {p['nic']})"})
             out.append({**base, "src": "host", "buffer": "host", "cuda_bus_id": None, "note": "buffer in host memory"})
         return out
@@ -363,26 +367,49 @@ def findings(ms: list[Measurement], topology: Topology | None) -> list[Finding]:
     return out
 
 
+@dataclass(frozen=True)
+class JudgedWrite:
+    """A write figure that judge() held to its path: it reaches PASS/WARN/FAIL only with a figure, a
+    ratio and an expected rate, which this holds as plain numbers for the findings to read."""
+
+    m: Measurement
+    gbyte_s: float
+    ratio: float
+    expected: Expected
+    expected_gbyte_s: float
+
+
+def judged_write(m: Measurement | None) -> JudgedWrite | None:
+    """``m`` with its judged figures, or None when it was not judged (an error, no expected value)."""
+    if m is None or m.status not in (PASS, WARN, FAIL):
+        return None
+    e = m.expected
+    if m.gbyte_s is None or m.ratio is None or e is None or e.gbyte_s is None:
+        return None
+    return JudgedWrite(m, m.gbyte_s, m.ratio, e, e.gbyte_s)
+
+
 def _port_findings(port: str, g: Measurement | None, h: Measurement | None) -> list[Finding]:
     """One port's findings: what could not be measured, then one verdict on what was."""
     dev, _, num = port.partition(":")
     comp = Component("ib_port", f"{dev} port {num}", device=dev, port=int(num) if num.isdigit() else None)
     out = [_error_finding(m, port, dev, comp) for m in (g, h) if m is not None and m.error]
-    judged = [m for m in (g, h) if m is not None and m.status in (PASS, WARN, FAIL)]
+    gj, hj = judged_write(g), judged_write(h)
+    judged = [j for j in (gj, hj) if j is not None]
     if not judged:
         return out
-    ev = tuple(Evidence(f"RDMA write from {m.src} ({m.engine}{registered(m)})", f"{m.gbyte_s * 8:.1f} Gb/s = "
-                        f"{m.ratio:.0%} of {m.expected.gbyte_s * 8:.0f} Gb/s", m.extra.get("argv") or m.engine)
-               for m in judged)
-    ev += tuple(Evidence(f"DMA-BUF not used for {m.src}", m.extra["dmabuf_error"], m.engine) for m in judged
-                if m.extra.get("registration") == "peermem" and m.extra.get("dmabuf_error"))
-    bad = [m for m in judged if m.status != PASS]
+    ev = tuple(Evidence(f"RDMA write from {j.m.src} ({j.m.engine}{registered(j.m)})", f"{j.gbyte_s * 8:.1f} Gb/s = "
+                        f"{j.ratio:.0%} of {j.expected_gbyte_s * 8:.0f} Gb/s", j.m.extra.get("argv") or j.m.engine)
+               for j in judged)
+    ev += tuple(Evidence(f"DMA-BUF not used for {j.m.src}", j.m.extra["dmabuf_error"], j.m.engine) for j in judged
+                if j.m.extra.get("registration") == "peermem" and j.m.extra.get("dmabuf_error"))
+    bad = [j for j in judged if j.m.status != PASS]
     if not bad:
         out.append(Finding("bench.ib_write", PASS, comp, f"{port}: RDMA write at line rate "
-                           f"({', '.join(f'{m.src} {m.ratio:.0%}' for m in judged)})", evidence=ev,
-                           expected=judged[0].typical, expected_source=judged[0].threshold_source))
-    elif g in bad and (h is None or h.status == PASS):
-        out.append(_gpudirect_finding(g, h, port, dev, comp, ev, bad))
+                           f"({', '.join(f'{j.m.src} {j.ratio:.0%}' for j in judged)})", evidence=ev,
+                           expected=judged[0].m.typical, expected_source=judged[0].m.threshold_source))
+    elif gj is not None and gj.m.status != PASS and (h is None or h.status == PASS):
+        out.append(_gpudirect_finding(gj, h, port, dev, comp, ev, bad))
     else:
         out.append(_hca_finding(bad, port, dev, comp, ev))
     return out
@@ -405,16 +432,17 @@ def _error_finding(m: Measurement, port: str, dev: str, comp: Component) -> Find
                    remedy=remedy + ".")
 
 
-def _status_of(bad: list[Measurement]) -> str:
-    return FAIL if any(m.status == FAIL for m in bad) else WARN
+def _status_of(bad: list[JudgedWrite]) -> str:
+    return FAIL if any(j.m.status == FAIL for j in bad) else WARN
 
 
-def _gpudirect_finding(g: Measurement, h: Measurement | None, port: str, dev: str, comp: Component,
-                       ev: tuple, bad: list[Measurement]) -> Finding:
+def _gpudirect_finding(gj: JudgedWrite, h: Measurement | None, port: str, dev: str, comp: Component,
+                       ev: tuple, bad: list[JudgedWrite]) -> Finding:
     """The GPU buffer is slow while host memory is not: the GPU<->NIC path or GPUDirect itself."""
-    level = g.expected.level if g.expected else None
+    g = gj.m
+    level = gj.expected.level
     host_part = f" while host memory reaches {h.ratio:.0%}" if h else ""
-    head = f"{g.src}->{port} GPUDirect write {g.gbyte_s * 8:.0f} Gb/s = {g.ratio:.0%} of line rate"
+    head = f"{g.src}->{port} GPUDirect write {gj.gbyte_s * 8:.0f} Gb/s = {gj.ratio:.0%} of line rate"
     if level in ("SYS", "NODE", "PHB"):
         crosses = "the CPU socket" if level == "SYS" else "the host bridge"
         summary = f"{head}{host_part}: the GPU<->NIC path is {level} (crosses {crosses})"
@@ -427,20 +455,20 @@ def _gpudirect_finding(g: Measurement, h: Measurement | None, port: str, dev: st
         remedy = ("GPUDirect RDMA is not running at full rate: load nvidia_peermem (or use dma-buf), disable "
                   "ACS on the switch ports between GPU and NIC, and check the IOMMU setting (passthrough).")
     return Finding("bench.ib_write.gpudirect", _status_of(bad), comp, summary, evidence=ev,
-                   expected=f"{g.expected.gbyte_s * 8:.0f} Gb/s ({g.expected.bottleneck})",
-                   expected_source=g.expected.source, remedy=remedy)
+                   expected=f"{gj.expected_gbyte_s * 8:.0f} Gb/s ({gj.expected.bottleneck})",
+                   expected_source=gj.expected.source, remedy=remedy)
 
 
-def _hca_finding(bad: list[Measurement], port: str, dev: str, comp: Component, ev: tuple) -> Finding:
+def _hca_finding(bad: list[JudgedWrite], port: str, dev: str, comp: Component, ev: tuple) -> Finding:
     """Every buffer is slow through a loopback of the port. The loopback turns round inside the
     HCA (the cable and switch never carry it), so the fault is the HCA or its PCIe slot, not the
     wire."""
-    worst = min(bad, key=lambda m: m.ratio or 0)
+    worst = min(bad, key=lambda j: j.ratio)
     return Finding("bench.ib_write.port", _status_of(bad), comp,
                    f"{port}: RDMA write {worst.gbyte_s * 8:.0f} Gb/s = {worst.ratio:.0%} of "
-                   f"{worst.expected.gbyte_s * 8:.0f} Gb/s from {'every buffer' if len(bad) > 1 else worst.src} "
+                   f"{worst.expected_gbyte_s * 8:.0f} Gb/s from {'every buffer' if len(bad) > 1 else worst.m.src} "
                    f"in a loopback through the HCA",
-                   evidence=ev, expected=worst.typical, expected_source=worst.threshold_source,
+                   evidence=ev, expected=worst.m.typical, expected_source=worst.m.threshold_source,
                    remedy=(f"The HCA {dev} itself is slow (a loopback never reaches the cable or switch): check its "
                            f"PCIe link (`lspci -vv` LnkSta against LnkCap for {dev}'s slot), its firmware "
                            f"(`ibv_devinfo -d {dev}` fw_ver against the fleet) and its temperature/throttling; "

@@ -60,6 +60,14 @@ class BenchContext:
         if self.progress is not None:
             self.progress(bench, what)
 
+    def require_topology(self, bench: str) -> Topology:
+        """The topology, for a benchmark whose ``applicable()`` has already made sure there is one
+        (it skips the benchmark otherwise); a caller that did not ask first gets an error naming it."""
+        if self.topology is None:
+            raise ValueError(f"benchmark {bench!r} needs this node's topology to judge against, and there is "
+                             "none (its applicable() says so before it is run)")
+        return self.topology
+
     # -- shared applicability -----------------------------------------------------------------
     def usable_gpus(self) -> list[Any]:
         if self.topology is None:
