@@ -10,12 +10,16 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
+from typing import TYPE_CHECKING
 
 from ccdiag import __version__
 from ccdiag.cluster import hops as hopmod
 from ccdiag.cluster import verdict
 from ccdiag.cluster.runner import RankOutcome, run_ranks
 from ccdiag.core.findings import FAIL, PASS, SKIP, UNKNOWN, WARN, Component, Finding
+
+if TYPE_CHECKING:
+    from ccdiag.cluster.mpictx import Deadline
 
 
 def _verdict(findings: list[Finding], outcome: RankOutcome, incomplete: bool = False) -> int:
@@ -109,7 +113,7 @@ def allreduce(sizes: list[int], iters: int, warmup: int, budget_s: float, as_jso
     # what rank 0 has so far, for the watchdog's report of a run stuck in MPI_Allreduce
     progress: dict = {}
 
-    def body(comm, work, ident):
+    def body(comm, work: Deadline, ident: dict) -> dict:  # comm: an mpi4py communicator (untyped)
         from ccdiag.cluster.mpictx import right_neighbour_ident
         from ccdiag.cluster.route import link_to
 

@@ -71,8 +71,9 @@ def node_recommendation(host, env: dict[str, str], env_source: str, timeout: flo
               help="Name the platform where the node cannot say (a key of ccdiag's platform table, e.g. "
                    "coreweave-ib, azure-ndv5, aws-p5): its documented settings are kept and labelled.")
 @click.option("--timeout", type=click.FloatRange(1, 600), default=30.0, show_default=True, metavar="S")
-def command(replay, root, from_smi, log_files, env_file, fmt, as_json, output, topo_out, platform_key, timeout,
-            bug_report=None):
+def command(replay: str | None, root: str, from_smi: str | None, log_files: tuple[str, ...], env_file: str | None,
+            fmt: str, as_json: bool, output: str | None, topo_out: str | None, platform_key: str | None,
+            timeout: float, bug_report: str | None = None) -> int:
     """NCCL settings for this node with their evidence (exit 0 ok, 2 bad input, 3 nothing read)."""
     fmt = "json" if as_json else fmt
     if from_smi and (replay or bug_report):

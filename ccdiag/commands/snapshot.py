@@ -58,7 +58,8 @@ def _file_mode(text: str) -> int:
 @click.option("--mode", "mode", default="0600", show_default=True, metavar="OCTAL",
               help="Permissions of the file written: the owner's only by default, since a snapshot carries "
                    "the kernel log, host names and serials (0640 to share it with a group).")
-def command(replay, root, output, redact, window, timeout, probes, as_json, mode, bug_report=None):
+def command(replay: str | None, root: str, output: str | None, redact: bool, window: float, timeout: float,
+            probes: tuple[str, ...], as_json: bool, mode: str, bug_report: str | None = None) -> int:
     """Record a snapshot of this machine (or re-write a snapshot given with --replay, e.g. to redact it).
 
     Exit 0 when the file was written (even if some probes found nothing: that is recorded too),
