@@ -9,6 +9,7 @@ every difference. Exit codes as everywhere: 0 ok, 2 bad input, 3 nothing read.
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 import click
 
@@ -18,6 +19,11 @@ from ccdiag.core.errors import InputError, NotEvaluated
 from ccdiag.core.exitcodes import ExitCode
 from ccdiag.core.output import sanitize_text
 from ccdiag.core.probenames import PROBE_INFINIBAND, PROBE_NETDEV, PROBE_NVML, PROBE_PCIE, PROBE_PLATFORM, PROBE_SYSTEM
+
+if TYPE_CHECKING:
+    from ccdiag.nccl.diagnose import LogFinding
+    from ccdiag.nccl.knobs import Recommendation
+    from ccdiag.nccl.logread import NcclLog
 
 FORMATS = ("text", "env", "nccl.conf", "json")
 #: what the recommender reads: devices, links, ports, interfaces and modules (no kernel log, no
@@ -113,7 +119,7 @@ def command(replay: str | None, root: str, from_smi: str | None, log_files: tupl
     return int(ExitCode.OK)
 
 
-def _load_logs(paths: tuple[str, ...], deadline: float):
+def _load_logs(paths: tuple[str, ...], deadline: float) -> tuple[NcclLog | None, list[LogFinding]]:
     """(the NCCL log read as one job or None, findings of ncclras outputs and Inspector records), each file
     told apart by its content; reading stops at ``deadline`` (the command's --timeout)."""
     if not paths:
@@ -122,7 +128,8 @@ def _load_logs(paths: tuple[str, ...], deadline: float):
 
     try:
         files = log_files(paths)
-        logs, extra = [], []
+        logs: list[str] = []
+        extra: list[LogFinding] = []
         for path in files:
             kind = _kind(path)
             if kind == "log":
@@ -153,7 +160,7 @@ def _kind(path: str) -> str:
     return "log"
 
 
-def _structured(path: str, kind: str) -> list:
+def _structured(path: str, kind: str) -> list[LogFinding]:
     """Findings of an ncclras output or of Inspector records (read whole: RAS is small; Inspector records
     stream through the judge keeping medians only)."""
     import json
@@ -188,7 +195,7 @@ def _chunks(fh, size: int = 4 << 20):
         carry = data[cut:]
 
 
-def _from_matrix(from_smi: str, env_file: str | None, platform: str | None = None):
+def _from_matrix(from_smi: str, env_file: str | None, platform: str | None = None) -> tuple[Recommendation, str]:
     from ccdiag.nccl.recommend import recommend_from_matrix
     from ccdiag.probes.smi_topo import TopoParseError, parse_topo_matrix
 
@@ -202,7 +209,8 @@ def _from_matrix(from_smi: str, env_file: str | None, platform: str | None = Non
     return rec, f"the matrix in {from_smi}"
 
 
-def _from_node(replay, root, env_file, timeout, platform: str | None = None, bug_report: str | None = None):
+def _from_node(replay: str | None, root: str, env_file: str | None, timeout: float, platform: str | None = None,
+               bug_report: str | None = None) -> tuple[Recommendation, dict]:
     from ccdiag.nccl.present import NCCL_CONF
     from ccdiag.run.observe import close_host, nccl_settings_seen
     from ccdiag.probes._ncclconf import conf_problems
@@ -233,7 +241,9 @@ def _from_node(replay, root, env_file, timeout, platform: str | None = None, bug
     return rec, meta
 
 
-def _formatted(fmt, rec, subject, meta, log, log_file, findings, replay, from_smi) -> str | None:
+def _formatted(fmt: str, rec: Recommendation | None, subject: str, meta: dict, log: NcclLog | None,
+               log_file: str | None, findings: list[LogFinding] | None, replay: str | None,
+               from_smi: str | None) -> str | None:
     """The output in a file format, or None for the terminal table."""
     from ccdiag.nccl import render
 
@@ -255,7 +265,7 @@ def _formatted(fmt, rec, subject, meta, log, log_file, findings, replay, from_sm
     return dumps(doc) + "\n"
 
 
-def _write_topo(path: str, rec) -> None:
+def _write_topo(path: str, rec: Recommendation | None) -> None:
     """Write the topology XML when one is recommended; either way say so on stderr."""
     if rec is None:
         click.echo(f"--write-topo-file: nothing written to {path}: no node was read (a log alone)", err=True)
@@ -282,7 +292,8 @@ def _write(path: str, text: str) -> None:
         raise InputError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
-def _print_text(rec, subject: str, log, log_file: str | None, findings: list | None) -> None:
+def _print_text(rec: Recommendation | None, subject: str, log: NcclLog | None, log_file: str | None,
+                findings: list[LogFinding] | None) -> None:
     from ccdiag.nccl.render import text_rows
     from ccdiag.core.output import console, fit_table, sanitize
     from ccdiag.core.textfit import text_width, wrap
