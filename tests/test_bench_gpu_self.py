@@ -150,6 +150,15 @@ def test_the_engine_runs_them_last_and_shorter_in_a_prolog(healthy):
     assert "hbm_size_bytes" not in full and "gemm_seconds" not in full  # the worker's defaults: 1 GiB, 3 s
 
 
+def test_a_copy_asked_for_without_a_topology_is_refused_naming_it(healthy):
+    """applicable() skips the copies on a node without a topology; a caller that skips asking gets an
+    error naming the benchmarks, not an AttributeError on None."""
+    runs, _ = healthy
+    ctx = BenchContext(host=None, topology=None, runs=runs)
+    with pytest.raises(ValueError, match="'hbm, gemm' needs this node's topology"):
+        worker_request(["hbm", "gemm"], ctx)
+
+
 # -- which CuPy ---------------------------------------------------------------------------------
 
 
