@@ -441,3 +441,27 @@ def test_a_gate_that_errs_ends_the_batch_and_an_answer_is_given_once():
     assert info.value.error_class == nvmlcall.NOT_SUPPORTED
     f.call("nvmlDeviceGetName", 0)  # asked again: called again, not the kept answer
     assert [c[0] for c in b.calls].count("nvmlDeviceGetName") == 2
+
+
+@pytest.mark.parametrize("code, goes_on", [(3, False), (13, False), (4, True)])
+def test_a_call_in_ends_answered_not_applicable_ends_the_batch(code, goes_on):
+    """The probe asks an older form of the call next when one in ``ends`` is not applicable, so the
+    batch stops there; any other answer (not permitted) changes nothing that follows."""
+    b = FakeBinding(count=2, errors={"nvmlDeviceGetTemperature": code})
+    f = facade(b)
+    f.prefetch([[("nvmlDeviceGetName", (0,)), ("nvmlDeviceGetTemperature", (0, 0)), ("nvmlDeviceGetUUID", (0,))]],
+               ends=frozenset({"nvmlDeviceGetTemperature"}))
+    made = [c for c in b.calls if c[0] not in ("nvmlInit", "nvmlDeviceGetHandleByIndex")]
+    assert made == [("nvmlDeviceGetName", 0), ("nvmlDeviceGetTemperature", 0, 0)] + (
+        [("nvmlDeviceGetUUID", 0)] if goes_on else [])
+
+
+def test_a_call_with_nested_list_arguments_is_answered_from_its_batch_once():
+    """The NVLink counters are asked for as ``[[field, link], ...]``: the batch's answer is found
+    for them, not made a second time."""
+    request = [[138, 0], [139, 0]]
+    b = RecordedBinding([{"call": ["nvmlDeviceGetFieldValues", 0, request], "ok": [7, 8]}])
+    f = facade(b)
+    f.prefetch([[("nvmlDeviceGetFieldValues", (0, request))]])
+    assert f.call("nvmlDeviceGetFieldValues", 0, [[138, 0], [139, 0]]) == [7, 8]
+    assert [c[0] for c in b.calls].count("nvmlDeviceGetFieldValues") == 1

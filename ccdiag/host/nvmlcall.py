@@ -258,18 +258,24 @@ class _Batch:
         return f"NVML call {call_name(p.fn, p.args)}" if p.fn else "NVML calls (a batch)"
 
 
+#: the GPU argument positions of most functions (the GPU first), one object so the batch can tell it by identity
+_FIRST_ARG = (0,)
+
 #: result types that are already plain JSON (no conversion needed)
 _PLAIN = frozenset({int, str, float, bool, type(None)})
 
 
 def call_key(fn: str, args: tuple) -> tuple:
-    """``(fn, args)`` as a dictionary key (list arguments, the field ids, as tuples)."""
+    """``(fn, args)`` as a dictionary key; with list arguments (field ids, the NVLink counters'
+    ``[[field, link], ...]``), the arguments as their text."""
     key = (fn, args)
     try:
         hash(key)
         return key
     except TypeError:
-        return (fn, tuple(tuple(a) if isinstance(a, list) else a for a in args))
+        # written out rather than frozen into tuples: the NVLink counters' request is 72 pairs,
+        # and this key is made twice a GPU (kept, then asked for); never equal to a hashable key
+        return (fn, repr(args))
 
 
 class NvmlFacade:
@@ -452,7 +458,7 @@ class NvmlFacade:
         return NvmlCallError(fn, args, classify(code), int(code), str(exc))
 
     def prefetch(self, groups: Sequence[Sequence[tuple[str, tuple]]], *, gated: bool | int = False,
-                 stop_on_failure: bool = True) -> None:
+                 stop_on_failure: bool = True, ends: frozenset[str] = frozenset()) -> None:
         """Make the calls of ``groups`` (each ``(function, args)``) on the worker in one hand-off, in
         order, and keep their answers for :meth:`call` to give out (once each) until the next
         prefetch.
@@ -465,12 +471,13 @@ class NvmlFacade:
         ``hung``, as unbatched. The batch never calls past what the caller would have called: an
         answer of a failed-GPU class ends its group (and, with ``stop_on_failure``, the batch);
         ``gated`` (True, or the index of the first such group) makes the first call of each group
-        its gate (an NVLink's state): a gate that errs ends the batch. Calls the batch did not make
-        are made one by one when asked."""
+        its gate (an NVLink's state): a gate that errs ends the batch; a call of a function in ``ends``
+        answered *not applicable* ends it too (the caller then asks something else: an older form of
+        the call). Calls the batch did not make are made one by one when asked."""
         with self._lock:
             self._ready = {}
-            if self._hung_global:
-                return
+            if self._hung_global or not groups:
+                return  # nothing to make: no hand-off
             inflight.enter(_Waiting(self, "nvmlInit", ()))  # a hung nvmlInit is named, as unbatched
             try:
                 self._ensure_init()
@@ -484,16 +491,16 @@ class NvmlFacade:
             for group in groups:
                 for _fn, args in group:
                     spec = args[0] if args else None
-                    if isinstance(spec, str) and ":mig" in spec and spec not in refused:
+                    if type(spec) is str and ":mig" in spec and spec not in refused:
                         try:
                             self._device_handle(spec)
                         except NvmlCallError as exc:
                             refused[spec] = exc
             first_gated = (0 if gated is True else len(groups)) if isinstance(gated, bool) else int(gated)
-            self._run_batch(groups, refused, first_gated, stop_on_failure)
+            self._run_batch(groups, refused, first_gated, stop_on_failure, ends)
 
     def _run_batch(self, groups: Sequence[Sequence[tuple[str, tuple]]], refused: dict, first_gated: int,
-                   stop_on_failure: bool) -> None:
+                   stop_on_failure: bool, ends: frozenset[str] = frozenset()) -> None:
         ready: dict[tuple, tuple[Any, NvmlCallError | None]] = {}
         progress = _Progress()
         binding, handles, hung = self._binding, self._handles, self._hung_devices
@@ -530,6 +537,19 @@ class NvmlFacade:
                 handles[spec] = found
             return found
 
+        def with_handles(args: tuple, positions: tuple[int, ...]) -> tuple | None:
+            """GPU indices as handles, for a call naming its GPUs by index, none of them hung (else
+            None: :meth:`_prepare` makes the call, or says why not)."""
+            listed = list(args)
+            for pos in positions:
+                if pos < len(args):
+                    index = args[pos]
+                    if type(index) is not int or index in hung:
+                        return None
+                    handle = handles.get(index)
+                    listed[pos] = handle if handle is not None else handle_of(index)
+            return tuple(listed)
+
         def job() -> None:
             monotonic = time.monotonic
             for g, group in enumerate(groups):
@@ -542,25 +562,22 @@ class NvmlFacade:
                         info = known.get(fn)
                         if info is None:
                             info = known[fn] = (getattr(binding, fn, None),
-                                                _DEVICE_ARGS.get(fn, (0,) if fn.startswith("nvmlDevice") else ()),
+                                                _DEVICE_ARGS.get(fn, _FIRST_ARG if fn.startswith("nvmlDevice") else ()),
                                                 fn in _OUT_STRUCTS)
                         func, positions, has_struct = info
                         real: tuple | None = args
                         if func is None or has_struct:
                             real = None
-                        elif args:
-                            # GPU indices as handles, for the usual call (a GPU named by index, not hung)
-                            listed = list(args)
-                            for pos in positions:
-                                if pos < len(args):
-                                    index = args[pos]
-                                    if type(index) is not int or index in hung:
-                                        real = None
-                                        break
-                                    handle = handles.get(index)
-                                    listed[pos] = handle if handle is not None else handle_of(index)
+                        elif positions is _FIRST_ARG and args:
+                            # the usual call: one GPU, named by index first (no list built)
+                            index = args[0]
+                            if type(index) is int and index not in hung:
+                                handle = handles.get(index)
+                                real = (handle if handle is not None else handle_of(index), *args[1:])
                             else:
-                                real = tuple(listed)
+                                real = None
+                        elif args:
+                            real = with_handles(args, positions)
                         progress.started = monotonic()
                         value = func(*real) if real is not None else self._prepare(fn, args, handle_of)[0]()
                         if type(value) not in _PLAIN:
@@ -579,6 +596,8 @@ class NvmlFacade:
                         continue
                     if n == 0 and g >= first_gated:
                         return  # the gate (an NVLink's state) erred: the walk ends here
+                    if fn in ends and err.error_class in NOT_APPLICABLE_CLASSES:
+                        return  # the caller asks an older form next, not what follows
                     if err.error_class in GPU_FAILED_CLASSES:
                         if stop_on_failure:
                             return
