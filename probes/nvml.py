@@ -53,14 +53,17 @@ Calls made, in order (``i``/``j`` GPU indices, ``k`` an NVLink index):
 So an 8-GPU H100 node costs 8 x (28 + 18 x 8 + 1 + 1) + 56 x 5 = 1 672 calls, each a few
 microseconds in the driver; a GPU that stops answering costs one facade deadline, not one per call.
 On a live host each run of calls whose answers decide nothing about the next ones is told ahead
-(``_Reader.ahead``), so it crosses to the facade's worker thread in one hand-off, not one per call
-(about 45 hand-offs for 8 GPUs instead of 1,700); the calls, their order and the answers are those
-of the calls made one by one (tests/test_nvml_facade.py compares both).
+(``_Reader.ahead``), so it crosses to the facade's worker thread in one hand-off, not one per call:
+three a GPU (its identity told with the previous GPU's NVLink counters; its remapped rows through
+its fabric registration, unless an older form of the clocks-event reasons is needed; its NVLink
+walk), about 27 for 8 GPUs instead of 1,700. The calls, their order and the answers are those of
+the calls made one by one (tests/test_nvml_facade.py compares both).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -535,13 +538,29 @@ _MISSING = object()
 class _Reader:
     """Calls NVML for one scope (the system, one GPU, one link) and files what went wrong."""
 
-    def __init__(self, host: Host, stop_on_gpu_failure: bool = True):
+    #: the next GPU's first calls, told together with this GPU's last one (one hand-off, not two);
+    #: ``told_next`` says they were, and that GPU then tells them no more
+    next_first: list[tuple[str, tuple]] = []
+    told_next = False
+    #: the GPU's calls from its remapped rows to its fabric registration were told in one batch
+    #: (_read_ecc); reset where that batch ends early (an older form of a call asked), for the rest
+    #: to be told again
+    told_to_fabric = False
+
+    def __init__(self, host: Host, stop_on_gpu_failure: bool = True, caller: Callable[..., Any] | None = None):
         self.host = host
-        # bound once (the facade's own call on a live host): a collection makes about 1,700 calls
-        caller = getattr(host, "nvml_caller", None)
-        self._nvml = caller() if caller is not None else host.nvml
+        if caller is None:
+            # bound once (the facade's own call on a live host): a collection makes about 1,700 calls
+            bound = getattr(host, "nvml_caller", None)
+            caller = bound() if bound is not None else host.nvml
+        self._nvml = caller
         self.errors: list[ReadError] = []
         self.stop_on_gpu_failure = stop_on_gpu_failure
+
+    def scoped(self) -> "_Reader":
+        """A reader of a narrower scope (one link) with errors of its own, on the same bound caller
+        (a collection makes about 300 of them)."""
+        return _Reader(self.host, True, self._nvml)
 
     def ahead(self, groups: list[list[tuple[str, tuple]]], **how: Any) -> None:
         """Tell a live host the calls about to be made, in the order they will be made, so it makes
@@ -613,10 +632,10 @@ def _link_calls(i: int, k: int) -> list[tuple[str, tuple]]:
 
 
 def _read_link(r: _Reader, i: int, k: int, active: bool | None) -> NvLink:
-    lr = _Reader(r.host)
+    lr = r.scoped()
     raw_version = lr.get("nvmlDeviceGetNvLinkVersion", i, k, parse=_int)
     # an inactive link has no far end: what NVML answers about it is a state, not a read error
-    far = lr if active is not False else _Reader(r.host)
+    far = lr if active is not False else r.scoped()
     remote = far.get("nvmlDeviceGetNvLinkRemotePciInfo", i, k, parse=_remote_bdf)
     rtype = far.get("nvmlDeviceGetNvLinkRemoteDeviceType", i, k, parse=nvlink_device_type)
     if active is False and far.errors:
@@ -645,7 +664,7 @@ def _read_nvlinks(r: _Reader, i: int, links: list[NvLink]) -> None:
             links.append(NvLink(k, None, errors=(ReadError(call_name("nvmlDeviceGetNvLinkState", (i, k)),
                                                            exc.error_class, exc.message),)))
             break
-        lr = _Reader(r.host)
+        lr = r.scoped()
         active = lr.parse("nvmlDeviceGetNvLinkState", (i, k), value, lambda v: bool(_int(v)))
         link = _read_link(r, i, k, active)
         if lr.errors:
@@ -666,6 +685,10 @@ def _read_nvlink_throughput(r: _Reader, i: int, links: list[NvLink]) -> None:
     if not links:
         return
     request = _throughput_request(links)
+    # told ahead with the next GPU's first calls (each its own group: one failing ends only itself)
+    r.ahead([[("nvmlDeviceGetFieldValues", (i, request))]] + ([r.next_first] if r.next_first else []),
+            stop_on_failure=False)
+    r.told_next = bool(r.next_first)
     fields = r.get("nvmlDeviceGetFieldValues", i, request, parse=parse_scoped_field_values)
     if fields is None:
         return
@@ -688,9 +711,11 @@ def _read_nvlink_throughput(r: _Reader, i: int, links: list[NvLink]) -> None:
             elif ret not in FIELD_NOT_APPLICABLE:
                 errors.append(ReadError(source, "field_error", f"{what}: {nvml_return_name(ret)}"))
         if values or errors:
-            links[n] = dataclasses.replace(link, tx_bytes=values.get("tx_bytes", link.tx_bytes),
-                                           rx_bytes=values.get("rx_bytes", link.rx_bytes),
-                                           errors=link.errors + tuple(errors))
+            # built afresh, not dataclasses.replace: about 140 links a collection, and replace
+            # costs several times the constructor
+            links[n] = NvLink(**{**vars(link), "tx_bytes": values.get("tx_bytes", link.tx_bytes),
+                                 "rx_bytes": values.get("rx_bytes", link.rx_bytes),
+                                 "errors": link.errors + tuple(errors)})
 
 
 def _mig_remapped_rows(r: "_Reader", i: int) -> tuple[tuple[int, int, bool, bool] | None, tuple[int, ...]]:
@@ -718,6 +743,21 @@ def _mig_remapped_rows(r: "_Reader", i: int) -> tuple[tuple[int, int, bool, bool
 # to the next such call; each list below is one such run, in the order the parts ask.
 
 
+# The lists are the same for a GPU index every collection (a daemon collects every cycle): made
+# once. Nothing changes them (callers join them into new lists).
+
+
+@functools.lru_cache(maxsize=256)
+def _memory_temperature_to_links(i: int) -> list[list[tuple[str, tuple]]]:
+    """_read_memory_temperature's field, _read_recovery_action's, then the NVLink walk
+    (_read_nvlinks), each link's state the gate of its group: the walk ends at the first state NVML
+    does not answer."""
+    return [[("nvmlDeviceGetFieldValues", (i, [FI_DEV_MEMORY_TEMP])),
+             ("nvmlDeviceGetFieldValues", (i, [FI_DEV_GET_GPU_RECOVERY_ACTION]))],
+            *[[("nvmlDeviceGetNvLinkState", (i, k)), *_link_calls(i, k)] for k in range(NVLINK_MAX_LINKS)]]
+
+
+@functools.lru_cache(maxsize=256)
 def _identity_to_retired_pages(i: int) -> list[tuple[str, tuple]]:
     """_read_identity's calls, then _read_ecc's up to the first retired-pages call."""
     return [(fn, (i,)) for fn in ("nvmlDeviceGetUUID", "nvmlDeviceGetName", "nvmlDeviceGetSerial",
@@ -728,6 +768,12 @@ def _identity_to_retired_pages(i: int) -> list[tuple[str, tuple]]:
         ("nvmlDeviceGetRetiredPages", (i, PAGE_RETIREMENT_MULTIPLE_SBE))]
 
 
+#: functions whose *not applicable* answer has the probe ask an older form of the call next: a batch
+#: told past one ends there (NvmlFacade.prefetch ``ends``)
+_OLDER_FORMS = frozenset({"nvmlDeviceGetCurrentClocksEventReasons"})
+
+
+@functools.lru_cache(maxsize=256)
 def _temperature_to_fabric(i: int) -> list[tuple[str, tuple]]:
     """After the clocks-event reasons: the temperatures, power, clocks and PCIe of
     _read_power_pcie, then _read_fabric's first call."""
@@ -741,8 +787,9 @@ def _temperature_to_fabric(i: int) -> list[tuple[str, tuple]]:
                               "nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGpuFabricInfoV")]
 
 
-def _read_identity(r: _Reader, i: int, f: dict) -> None:
-    r.ahead([_identity_to_retired_pages(i)])
+def _read_identity(r: _Reader, i: int, f: dict, told: bool = False) -> None:
+    if not told:  # else the GPU before told them, with its last call
+        r.ahead([_identity_to_retired_pages(i)])
     f["uuid"] = r.get("nvmlDeviceGetUUID", i, parse=_text)
     f["name"] = r.get("nvmlDeviceGetName", i, parse=_text)
     f["serial"] = r.get("nvmlDeviceGetSerial", i, parse=_text)
@@ -796,11 +843,18 @@ def _read_ecc(r: _Reader, i: int, f: dict) -> None:
     if exc is not None:
         r.note("nvmlDeviceGetRetiredPages", (i, PAGE_RETIREMENT_MULTIPLE_SBE), exc)  # a lost GPU ends here
     # told ahead: the rest of the retired pages (only when that answered), the remapped rows, and
-    # the clocks-event reasons (_read_clocks_and_thermal) unless MIG instances may be read between
-    r.ahead([([("nvmlDeviceGetRetiredPages", (i, PAGE_RETIREMENT_DBE)),
-               ("nvmlDeviceGetRetiredPagesPendingStatus", (i,))] if exc is None else [])
-             + [("nvmlDeviceGetRemappedRows", (i,))]
-             + ([] if f.get("mig_mode_current") else [("nvmlDeviceGetCurrentClocksEventReasons", (i,))])])
+    # unless MIG instances may be read between, the calls up to the fabric registration
+    # (_read_clocks_and_thermal ... _read_fabric), the batch ending where an older form of the
+    # clocks-event reasons is asked instead (_OLDER_FORMS)
+    rest = ([("nvmlDeviceGetRetiredPages", (i, PAGE_RETIREMENT_DBE)),
+             ("nvmlDeviceGetRetiredPagesPendingStatus", (i,))] if exc is None else []) + [
+        ("nvmlDeviceGetRemappedRows", (i,))]
+    if f.get("mig_mode_current"):
+        r.ahead([rest])
+    else:
+        r.ahead([rest + [("nvmlDeviceGetCurrentClocksEventReasons", (i,))] + _temperature_to_fabric(i)],
+                ends=_OLDER_FORMS)
+        r.told_to_fabric = True
     if exc is None:
         f["retired_pages_sbe"] = r.parse("nvmlDeviceGetRetiredPages", (i, 0), value, lambda v: len(list(v)))
         f["retired_pages_dbe"] = r.get("nvmlDeviceGetRetiredPages", i, PAGE_RETIREMENT_DBE,
@@ -824,6 +878,7 @@ _THRESHOLDS = (("temp_slowdown_c", TEMP_THRESHOLD_SLOWDOWN), ("temp_shutdown_c",
 def _read_clocks_and_thermal(r: _Reader, i: int, f: dict) -> None:
     value, exc = r.raw("nvmlDeviceGetCurrentClocksEventReasons", i)
     if exc is not None and exc.error_class in NOT_APPLICABLE_CLASSES:
+        r.told_to_fabric = False  # a batch told with it ended at it (_OLDER_FORMS)
         mask = r.get("nvmlDeviceGetCurrentClocksThrottleReasons", i, parse=_int)
     elif exc is not None:
         r.note("nvmlDeviceGetCurrentClocksEventReasons", (i,), exc)
@@ -834,7 +889,8 @@ def _read_clocks_and_thermal(r: _Reader, i: int, f: dict) -> None:
         mask &= CLOCK_EVENT_MASK_64  # an unsigned long long: -1 is 0xffffffffffffffff
         f["clock_event_reasons"] = mask
         f["clock_event_names"] = clock_event_names(mask)
-    r.ahead([_temperature_to_fabric(i)])
+    if not r.told_to_fabric:
+        r.ahead([_temperature_to_fabric(i)])
     temp = r.get("nvmlDeviceGetTemperature", i, TEMPERATURE_GPU, parse=_int)
     f["temperature_c"] = float(temp) if temp is not None else None
     for field, kind in _THRESHOLDS:
@@ -889,10 +945,7 @@ def _read_memory_temperature(r: _Reader, i: int, f: dict) -> None:
     # told ahead: this field, the recovery action's (_read_recovery_action), then the NVLink walk
     # (_read_nvlinks), each link's state gating its group: the walk ends at the first state NVML
     # does not answer
-    r.ahead([[("nvmlDeviceGetFieldValues", (i, [FI_DEV_MEMORY_TEMP])),
-              ("nvmlDeviceGetFieldValues", (i, [FI_DEV_GET_GPU_RECOVERY_ACTION]))],
-             *[[("nvmlDeviceGetNvLinkState", (i, k)), *_link_calls(i, k)] for k in range(NVLINK_MAX_LINKS)]],
-            gated=1)
+    r.ahead(_memory_temperature_to_links(i), gated=1)
     mem_temp, exc = r.raw("nvmlDeviceGetFieldValues", i, [FI_DEV_MEMORY_TEMP])
     if exc is None:
         mt = r.parse("nvmlDeviceGetFieldValues", (i, [FI_DEV_MEMORY_TEMP]), mem_temp, parse_field_values)
@@ -916,16 +969,21 @@ def _read_recovery_action(r: _Reader, i: int, f: dict) -> None:
                                   "field_error", f"recovery action field: {nvml_return_name(ret)}"))
 
 
-#: the parts of one GPU read in order; a lost GPU stops the walk where it was lost
-_GPU_PARTS = (_read_identity, _read_ecc, _read_clocks_and_thermal, _read_power_pcie, _read_fabric,
+#: the parts of one GPU read in order after its identity; a lost GPU stops the walk where it was lost
+_GPU_PARTS = (_read_ecc, _read_clocks_and_thermal, _read_power_pcie, _read_fabric,
               _read_memory_temperature, _read_recovery_action)
 
 
-def _read_gpu(host: Host, i: int) -> Gpu:
+def _read_gpu(host: Host, i: int, told: bool = False, last: bool = True) -> tuple[Gpu, bool]:
+    """GPU ``i`` read, and whether its last call was told ahead with GPU ``i + 1``'s first ones
+    (``told``: GPU ``i - 1`` told this one's; ``last``: no GPU follows)."""
     r = _Reader(host)
+    if not last:
+        r.next_first = _identity_to_retired_pages(i + 1)
     f: dict[str, Any] = {"index": i}
     links: list[NvLink] = []
     try:
+        _read_identity(r, i, f, told)
         for part in _GPU_PARTS:
             part(r, i, f)
         _read_nvlinks(r, i, links)
@@ -936,7 +994,7 @@ def _read_gpu(host: Host, i: int) -> Gpu:
         r.errors.append(ReadError(call_name(exc.fn, exc.args_), exc.error_class, exc.message))
     f["nvlinks"] = tuple(links)
     f["errors"] = tuple(r.errors)
-    return Gpu(**f)
+    return Gpu(**f), r.told_next
 
 
 def _read_p2p(host: Host, indices: list[int], errors: list[ReadError]) -> list[P2PStatus]:
@@ -995,7 +1053,11 @@ def collect(host: Host) -> NvmlObservation:
         sysr.note("nvmlDeviceGetCount", (), exc)
     else:
         count = sysr.parse("nvmlDeviceGetCount", (), value, _int)
-    gpus = [_read_gpu(host, i) for i in range(count or 0)]
+    gpus: list[Gpu] = []
+    told = False
+    for i in range(count or 0):
+        gpu, told = _read_gpu(host, i, told, last=i + 1 == count)
+        gpus.append(gpu)
     errors = list(sysr.errors)
     p2p = _read_p2p(host, [g.index for g in gpus if g.failed is None], errors)
     sysr.ahead([])  # nothing told ahead outlives this collection (a later one reads afresh)
