@@ -298,6 +298,11 @@ class ParseError(ValueError):
     """A value of an unexpected shape (a snapshot edited by hand, a binding that changed)."""
 
 
+#: what a parser may raise on a replayed value of the wrong shape (a list where an object belongs, a
+#: huge or non-finite number): that call's parse error, never an exception that ends the probe
+_PARSE_ERRORS = (ParseError, KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError)
+
+
 def _int(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ParseError(f"expected an integer, got {value!r}")
@@ -597,7 +602,7 @@ class _Reader:
             return value
         try:
             return parse(value)
-        except (ParseError, KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError) as exc:
+        except _PARSE_ERRORS as exc:
             self.errors.append(ReadError(call_name(fn, args), "parse", f"unexpected value: {exc}"))
             return None
 
@@ -606,9 +611,7 @@ class _Reader:
             return value
         try:
             return parse(value)
-        # a replayed value of the wrong shape (a list where an object belongs, a huge or non-finite
-        # number) is this call's parse error, never an exception that ends the probe
-        except (ParseError, KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError) as exc:
+        except _PARSE_ERRORS as exc:
             self.errors.append(ReadError(call_name(fn, args), "parse", f"unexpected value: {exc}"))
             return None
 

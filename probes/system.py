@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any, Callable
 
 from ccdiag.host.door import NOT_RUN_UNDER_ROOT, Host, HostReadError
 from ccdiag.core.readings import ReadError
@@ -276,30 +277,29 @@ def _iommu(host: Host, cmdline: str | None, errors: list[ReadError]) -> str | No
     return iommu_mode(cmdline, listing(host, "/sys/class/iommu"), group_type)
 
 
-def _rdma_core(host: Host, errors: list[ReadError]) -> tuple[int | None, str | None]:
-    """(rdma-core release, the libibverbs read) from where the distribution links libibverbs.so.1."""
-    for path in LIBIBVERBS:
+def _linked_release(host: Host, links: tuple[str, ...], parse: Callable[[str], Any],
+                    errors: list[ReadError]) -> tuple[Any, str | None]:
+    """(the release ``parse`` reads from the first of ``links`` that exists, that link): a library's
+    release as its distribution package names the file the link points to."""
+    for path in links:
         try:
             target = host.read_link(path)
         except HostReadError as exc:
             if exc.kind != "missing":
                 errors.append(read_error(exc))
             continue
-        return parse_libibverbs_target(target), path
+        return parse(target), path
     return None, None
+
+
+def _rdma_core(host: Host, errors: list[ReadError]) -> tuple[int | None, str | None]:
+    """(rdma-core release, the libibverbs read) from where the distribution links libibverbs.so.1."""
+    return _linked_release(host, LIBIBVERBS, parse_libibverbs_target, errors)
 
 
 def _nccl(host: Host, errors: list[ReadError]) -> tuple[str | None, str | None]:
     """(NCCL release, the library link read) from where the distribution's NCCL package links it."""
-    for path in LIBNCCL:
-        try:
-            target = host.read_link(path)
-        except HostReadError as exc:
-            if exc.kind != "missing":
-                errors.append(read_error(exc))
-            continue
-        return parse_libnccl_target(target), path
-    return None, None
+    return _linked_release(host, LIBNCCL, parse_libnccl_target, errors)
 
 
 def _fabric_manager_version(host: Host, state: str | None, errors: list[ReadError]) -> str | None:

@@ -21,20 +21,33 @@ class UserFileError(UserInputError, OSError):
     """A user-named file that cannot be read as one; ``str()`` says what and why in one line."""
 
 
-def read_user_bytes(path: str, what: str, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
+def open_regular_file(path: str, what: str, expected: str,
+                      error: type[Exception] = UserFileError) -> tuple[int, os.stat_result]:
+    """A blocking descriptor on ``path`` and its stat, refused with ``error`` in one line unless it
+    is a regular file: it is opened without blocking, so a FIFO named by mistake is refused instead
+    of waiting for a writer forever. ``expected`` says what the file should have been."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
-        raise UserFileError(f"{path}: cannot read {what}: {exc.strerror or exc}") from None
+        raise error(f"{path}: cannot read {what}: {exc.strerror or exc}") from None
     try:
         st = os.fstat(fd)
         if stat.S_ISDIR(st.st_mode):
-            raise UserFileError(f"{path}: is a directory, expected a {what} file")
+            raise error(f"{path}: is a directory, expected {expected}")
         if not stat.S_ISREG(st.st_mode):
-            raise UserFileError(f"{path}: not a regular file (a pipe or device), expected a {what} file")
+            raise error(f"{path}: not a regular file (a pipe or device), expected {expected}")
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st
+
+
+def read_user_bytes(path: str, what: str, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
+    fd, st = open_regular_file(path, what, f"a {what} file")
+    try:
         if st.st_size > max_bytes:
             raise UserFileError(f"{path}: {st.st_size} bytes is more than a {what} may be ({max_bytes} bytes)")
-        os.set_blocking(fd, True)
         chunks, total = [], 0
         while True:
             chunk = os.read(fd, min(1 << 20, max_bytes + 1 - total))

@@ -15,13 +15,13 @@ limit (256 MB) is below what a real report may inflate to.
 from __future__ import annotations
 
 import os
-import stat
 import time
 import zlib
 from dataclasses import dataclass, field
 from typing import IO, Iterator
 
 from ccdiag.core.errors import UserInputError
+from ccdiag.core.userfiles import open_regular_file
 
 #: the most a support file may inflate to before reading stops (with a note): far above any real
 #: report, bounded so a decompression bomb cannot run for minutes
@@ -63,21 +63,8 @@ class Reading:
 
 
 def _open_raw(path: str, what: str) -> IO[bytes]:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except OSError as exc:
-        raise SupportFileError(f"{path}: cannot read {what}: {exc.strerror or exc}") from None
-    try:
-        st = os.fstat(fd)
-        if stat.S_ISDIR(st.st_mode):
-            raise SupportFileError(f"{path}: is a directory, expected {what}")
-        if not stat.S_ISREG(st.st_mode):
-            raise SupportFileError(f"{path}: not a regular file (a pipe or device), expected {what}")
-        os.set_blocking(fd, True)
-        return os.fdopen(fd, "rb")
-    except BaseException:
-        os.close(fd)
-        raise
+    fd, _ = open_regular_file(path, what, what, SupportFileError)
+    return os.fdopen(fd, "rb")
 
 
 def looks_binary(head: bytes) -> bool:
