@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from test_slurm import DEGRADED, HEALTHCHECK, HEALTHY, PROLOG, Cluster, _free_port, _missing_prerequisite, _stop
+from test_slurm import DEGRADED, HEALTHY, PROLOG, Cluster, _free_port, _missing_prerequisite, running_slurm
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -33,21 +33,9 @@ def fleet(tmp_path_factory):
         pytest.skip(why)
     if not (DEGRADED.exists() and HEALTHY.exists()):
         pytest.skip("bundled samples not built yet")
-    import socket
-
     root = tmp_path_factory.mktemp("slurmfleet")
-    os.chmod(root, 0o755)
-    for d in ("spool", "state", "log", "munge", "health", "textfile"):
+    for d in ("health", "textfile"):
         (root / d).mkdir()
-    munge_dir = root / "munge"
-    os.chmod(munge_dir, 0o711)
-    key = munge_dir / "munge.key"
-    key.write_bytes(os.urandom(1024))
-    os.chmod(key, 0o400)
-    sock = munge_dir / "sock"
-    node = socket.gethostname().split(".")[0]
-    env = dict(os.environ, SLURM_CONF=str(root / "slurm.conf"))
-    procs: dict[str, subprocess.Popen] = {}
     # the operator's remediation command, a stand-in that records its arguments and environment
     hook = root / "site-remedy"
     hook.write_text(f'#!/bin/sh\necho "$* ($CCDIAG_ACTION $CCDIAG_ROOT)" >> "{root}/remedies"\n')
@@ -62,70 +50,12 @@ reset_gpu = ["{hook}", "reset_gpu", "{{node}}", "{{gpus}}"]
 reboot = ["{hook}", "reboot", "{{node}}"]
 service = ["{hook}", "service", "{{node}}", "{{reason}}"]
 """)
-    try:
-        procs["munged"] = subprocess.Popen(
-            ["munged", "-F", "--force", f"--socket={sock}", f"--key-file={key}", f"--pid-file={munge_dir / 'pid'}",
-             f"--log-file={munge_dir / 'log'}", f"--seed-file={munge_dir / 'seed'}"],
-            stdout=subprocess.DEVNULL, stderr=open(root / "log" / "munged.out", "w"))
-        for _ in range(50):
-            if sock.exists():
-                break
-            time.sleep(0.1)
-        else:
-            pytest.fail("munged did not create its socket")
-        # the rest of the fleet: an address that resolves and a port no slurmd answers on
-        fakes = "\n".join(f"NodeName={n} NodeAddr=127.0.0.1 Port={_free_port()} CPUs=1 State=UNKNOWN" for n in FLEET)
-        (root / "slurm.conf").write_text(f"""\
-ClusterName=ccdiagfleet
-SlurmctldHost={node}
-SlurmctldPort={_free_port()}
-SlurmdPort={_free_port()}
-AuthType=auth/munge
-AuthInfo=socket={sock}
-SlurmUser=root
-SlurmdUser=root
-StateSaveLocation={root}/state
-SlurmdSpoolDir={root}/spool
-SlurmctldPidFile={root}/ctld.pid
-SlurmdPidFile={root}/d.pid
-SlurmctldLogFile={root}/log/ctld.log
-SlurmdLogFile={root}/log/d.log
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-ReturnToService=2
-HealthCheckProgram={root}/hc.sh
-HealthCheckInterval=5
-NodeName={node} CPUs={os.cpu_count() or 1} State=UNKNOWN
-{fakes}
-PartitionName=p Nodes=ALL Default=YES State=UP
-""")
-        (root / "ccdiag").write_text(f'#!/bin/sh\nexec "{sys.executable}" -m ccdiag "$@"\n')
-        (root / "hc.sh").write_text(f"""#!/bin/bash
-export SLURM_CONF={root}/slurm.conf
-export CCDIAG={root}/ccdiag CCDIAG_PYTHON={sys.executable} CCDIAG_LOG={root}/log/hc.log
-export CCDIAG_DEFAULTS=/nonexistent
-export CCDIAG_ARGS="$(cat {root}/args)"
-export CCDIAG_REPORT_ONLY="$(cat {root}/report_only)"
-export CCDIAG_HEALTH_ARGS="--config {root}/health.toml"
-exec {HEALTHCHECK}
-""")
-        os.chmod(root / "ccdiag", 0o755)
-        os.chmod(root / "hc.sh", 0o755)
-        c = Cluster(root, node)
-        c.set_args(f"--replay {HEALTHY}")
-        c.set_report_only(False)
-        procs["slurmctld"] = subprocess.Popen(["slurmctld", "-D", "-c"], env=env, stdout=subprocess.DEVNULL,
-                                              stderr=open(root / "log" / "ctld.out", "w"))
-        time.sleep(1.0)
-        procs["slurmd"] = subprocess.Popen(["slurmd", "-D", "-c"], env=env, stdout=subprocess.DEVNULL,
-                                           stderr=open(root / "log" / "d.out", "w"))
-        c.wait_for(lambda state, reason: state.startswith("idle") and "*" not in state, 60)
+    # the rest of the fleet: an address that resolves and a port no slurmd answers on
+    fakes = "\n".join(f"NodeName={n} NodeAddr=127.0.0.1 Port={_free_port()} CPUs=1 State=UNKNOWN" for n in FLEET)
+    with running_slurm(root, name="ccdiagfleet", extra_nodes=fakes, partition_nodes="ALL",
+                       health_env=f'export CCDIAG_HEALTH_ARGS="--config {root}/health.toml"',
+                       ready=lambda state, reason: state.startswith("idle") and "*" not in state) as c:
         yield c
-    finally:
-        if "slurmctld" in procs and procs["slurmctld"].poll() is None:
-            subprocess.run(["scontrol", "shutdown"], env=env, capture_output=True, timeout=15)
-        for name in ("slurmd", "slurmctld", "munged"):
-            _stop(procs.get(name))
 
 
 def _undrain(fleet: Cluster, nodes: list[str]) -> None:

@@ -10,6 +10,7 @@ PID in the fixture's teardown.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 import shutil
@@ -99,15 +100,18 @@ class Cluster:
         subprocess.run(["scontrol", *args], env=self.env, check=True, capture_output=True, timeout=10)
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    why = _missing_prerequisite()
-    if why:
-        pytest.skip(why)
-    root = tmp_path_factory.mktemp("slurm")
+@contextlib.contextmanager
+def running_slurm(root: pathlib.Path, *, name: str, extra_nodes: str = "", partition_nodes: str | None = None,
+                  health_env: str = "", ready=None):
+    """A private munged, slurmctld and slurmd under ``root`` (its folders made here), their
+    ``slurm.conf`` on free ports with this host as the one node slurmd serves (plus ``extra_nodes``
+    lines), and ``HealthCheckProgram`` a wrapper that runs ``slurm/ccdiag-healthcheck.sh`` with the
+    knobs :class:`Cluster` writes and the ``health_env`` lines. Yields the :class:`Cluster` once the
+    node is ``ready`` (by default idle, drained or down, no longer unknown); stops every process by
+    PID on the way out."""
     os.chmod(root, 0o755)
     for d in ("spool", "state", "log", "munge"):
-        (root / d).mkdir()
+        (root / d).mkdir(exist_ok=True)
     munge_dir = root / "munge"
     os.chmod(munge_dir, 0o711)
     key = munge_dir / "munge.key"
@@ -129,7 +133,7 @@ def cluster(tmp_path_factory):
         else:
             pytest.fail("munged did not create its socket; see " + str(root / "log" / "munged.out"))
         (root / "slurm.conf").write_text(f"""\
-ClusterName=ccdiagtest
+ClusterName={name}
 SlurmctldHost={node}
 SlurmctldPort={_free_port()}
 SlurmdPort={_free_port()}
@@ -149,7 +153,8 @@ ReturnToService=2
 HealthCheckProgram={root}/hc.sh
 HealthCheckInterval=5
 NodeName={node} CPUs={os.cpu_count() or 1} State=UNKNOWN
-PartitionName=p Nodes={node} Default=YES State=UP
+{extra_nodes}
+PartitionName=p Nodes={partition_nodes or node} Default=YES State=UP
 """)
         # ccdiag exactly as this test session imports it, whatever PATH the health check gets
         (root / "ccdiag").write_text(f'#!/bin/sh\nexec "{sys.executable}" -m ccdiag "$@"\n')
@@ -160,6 +165,7 @@ export CCDIAG={root}/ccdiag CCDIAG_PYTHON={sys.executable} CCDIAG_LOG={root}/log
 export CCDIAG_DEFAULTS=/nonexistent
 export CCDIAG_ARGS="$(cat {root}/args)"
 export CCDIAG_REPORT_ONLY="$(cat {root}/report_only)"
+{health_env}
 exec {HEALTHCHECK}
 """)
         os.chmod(root / "ccdiag", 0o755)
@@ -172,13 +178,23 @@ exec {HEALTHCHECK}
         time.sleep(1.0)
         procs["slurmd"] = subprocess.Popen(["slurmd", "-D", "-c"], env=env, stdout=subprocess.DEVNULL,
                                            stderr=open(root / "log" / "d.out", "w"))
-        c.wait_for(lambda state, reason: state.startswith(("idle", "drain", "down")) and "*" not in state, 60)
+        c.wait_for(ready or (lambda state, reason: state.startswith(("idle", "drain", "down")) and "*" not in state),
+                   60)
         yield c
     finally:
         if "slurmctld" in procs and procs["slurmctld"].poll() is None:
             subprocess.run(["scontrol", "shutdown"], env=env, capture_output=True, timeout=15)
-        for name in ("slurmd", "slurmctld", "munged"):
-            _stop(procs.get(name))
+        for proc_name in ("slurmd", "slurmctld", "munged"):
+            _stop(procs.get(proc_name))
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    why = _missing_prerequisite()
+    if why:
+        pytest.skip(why)
+    with running_slurm(tmp_path_factory.mktemp("slurm"), name="ccdiagtest") as c:
+        yield c
 
 
 @pytest.fixture(scope="module")
